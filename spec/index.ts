@@ -1,0 +1,10 @@
+/**
+ * The rulebook: pure reference models of Tollgate's governance rules (see STYLE.md).
+ * The services follow them, the model-based tests check the services against them, and
+ * `tollgate audit` uses them to check a live database. If a rule changes, it changes here first.
+ */
+export * as Idempotency from "./idempotency.ts"
+export * as Keys from "./keys.ts"
+export * as Ledger from "./ledger.ts"
+export * as Pricing from "./pricing.ts"
+export * as RateLimit from "./rateLimit.ts"

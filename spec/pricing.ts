@@ -1,0 +1,166 @@
+/**
+ * Pricing rules (DESIGN.md §4): the one place where Credits are computed.
+ *
+ * Prices are integer Credits per 1,000,000 tokens of a token class. A charge is
+ *   ceil( Σ tokens[class] × price[class] / 1,000,000 )
+ * computed with BigInt so no product ever loses precision. Nothing here uses floats.
+ *
+ * Pure functions, no I/O: the gateway, the tests and `tollgate audit` all call these.
+ */
+
+export const PER_TOKENS = 1_000_000n
+
+/** Integer Credits per 1,000,000 tokens. Missing classes fall back as documented in `effectivePrices`. */
+export interface Prices {
+  readonly input: number
+  readonly cached_input?: number | undefined
+  readonly output: number
+  readonly reasoning?: number | undefined
+}
+
+export interface RateCard {
+  /** `rc_<period>`, e.g. `rc_2026-11`. */
+  readonly version: string
+  /** ISO-8601 instant from which the card applies. */
+  readonly effective_from: string
+  /** Prices per route name. */
+  readonly prices: Readonly<Record<string, Prices>>
+}
+
+/** Token counts by class. Classes are disjoint: `input` excludes cached input, `output` excludes reasoning. */
+export interface TokenCounts {
+  readonly input: number
+  readonly cached_input: number
+  readonly output: number
+  readonly reasoning: number
+}
+
+export const zeroTokens: TokenCounts = { input: 0, cached_input: 0, output: 0, reasoning: 0 }
+
+/** cached_input defaults to the input price, reasoning to the output price. */
+export const effectivePrices = (p: Prices): Required<{ [K in keyof Prices]: number }> => ({
+  input: p.input,
+  cached_input: p.cached_input ?? p.input,
+  output: p.output,
+  reasoning: p.reasoning ?? p.output
+})
+
+const ceilDiv = (n: bigint, d: bigint): bigint => (n + d - 1n) / d
+
+const big = (n: number): bigint => BigInt(n)
+
+/** The exact charge in Credits for the given tokens under the given prices. */
+export const chargeFor = (tokens: TokenCounts, prices: Prices): number => {
+  const p = effectivePrices(prices)
+  const micro =
+    big(tokens.input) * big(p.input) +
+    big(tokens.cached_input) * big(p.cached_input) +
+    big(tokens.output) * big(p.output) +
+    big(tokens.reasoning) * big(p.reasoning)
+  return Number(ceilDiv(micro, PER_TOKENS))
+}
+
+/** The most expensive price an input token / an output token can be charged at. */
+const worstInputPrice = (prices: Prices): number => {
+  const p = effectivePrices(prices)
+  return Math.max(p.input, p.cached_input)
+}
+const worstOutputPrice = (prices: Prices): number => {
+  const p = effectivePrices(prices)
+  return Math.max(p.output, p.reasoning)
+}
+
+/** Worst-case charge of a request: every input token at the highest input price, the whole output cap at the highest output price. */
+export const worstCase = (inputTokens: number, outputCap: number, prices: Prices): number => {
+  const micro = big(inputTokens) * big(worstInputPrice(prices)) + big(outputCap) * big(worstOutputPrice(prices))
+  return Number(ceilDiv(micro, PER_TOKENS))
+}
+
+export type OutputCapDecision =
+  | { readonly _tag: "Capped"; readonly outputCap: number; readonly reservation: number }
+  | { readonly _tag: "OverBudget"; readonly worstCase: number; readonly limitedBy: "budget" | "max_credits" }
+
+/**
+ * Decide the output cap and the reservation of a request (DESIGN.md §4).
+ *
+ * - `requested` is the client's own max_tokens, if any; it is honoured (clamped to the route limit),
+ *   and if its worst case does not fit, the request is over budget.
+ * - Without `requested`, the cap is the largest value that fits the remaining budget, `max_credits`
+ *   and the route limit; if not even one output token fits, the request is over budget.
+ *
+ * The returned reservation is `worstCase(inputTokens, outputCap)`, so a settled charge can never exceed it.
+ */
+export const decideOutputCap = (args: {
+  readonly inputTokens: number
+  readonly prices: Prices
+  readonly routeLimit: number
+  readonly requested?: number | undefined
+  readonly remainingBudget: number
+  readonly maxCredits?: number | undefined
+}): OutputCapDecision => {
+  const available = args.maxCredits === undefined ? args.remainingBudget : Math.min(args.remainingBudget, args.maxCredits)
+  const limitedBy: "budget" | "max_credits" =
+    args.maxCredits !== undefined && args.maxCredits < args.remainingBudget ? "max_credits" : "budget"
+  if (args.requested !== undefined) {
+    const outputCap = Math.min(args.requested, args.routeLimit)
+    const reservation = worstCase(args.inputTokens, outputCap, args.prices)
+    return reservation <= available
+      ? { _tag: "Capped", outputCap, reservation }
+      : { _tag: "OverBudget", worstCase: reservation, limitedBy }
+  }
+  const outPrice = big(worstOutputPrice(args.prices))
+  const inputMicro = big(args.inputTokens) * big(worstInputPrice(args.prices))
+  // Charges are whole Credits, so a fractional allowance is worth its floor (and BigInt needs an integer).
+  const room = big(Math.max(0, Math.floor(available))) * PER_TOKENS - inputMicro
+  // Check the input first: even free output cannot rescue a request whose input alone does not fit.
+  const fits = room < 0n ? -1n : outPrice === 0n ? big(args.routeLimit) : room / outPrice
+  const outputCap = Number(fits > big(args.routeLimit) ? big(args.routeLimit) : fits)
+  if (outputCap < 1) {
+    return { _tag: "OverBudget", worstCase: worstCase(args.inputTokens, 1, args.prices), limitedBy }
+  }
+  return { _tag: "Capped", outputCap, reservation: worstCase(args.inputTokens, outputCap, args.prices) }
+}
+
+/**
+ * What settlement posts: the exact charge, never more than was reserved. When the upstream reports
+ * more input tokens than were estimated the excess is not charged (the `budget` check then fails,
+ * see `chargeWithinReservation`), so spent + reserved ≤ cap holds whatever the upstream says.
+ */
+export const settledCharge = (tokens: TokenCounts, prices: Prices, reserved: number): number =>
+  Math.min(chargeFor(tokens, prices), reserved)
+
+export const chargeWithinReservation = (tokens: TokenCounts, prices: Prices, reserved: number): boolean =>
+  chargeFor(tokens, prices) <= reserved
+
+/** The card in force at `atMillis`: the latest whose effective_from ≤ atMillis. */
+export const rateCardAt = <C extends RateCard>(cards: ReadonlyArray<C>, atMillis: number): C | undefined => {
+  let best: C | undefined
+  let bestFrom = -Infinity
+  for (const card of cards) {
+    const from = Date.parse(card.effective_from)
+    if (from <= atMillis && from >= bestFrom) {
+      best = card
+      bestFrom = from
+    }
+  }
+  return best
+}
+
+/** OpenAI-style usage → disjoint token classes. Cached tokens are part of prompt_tokens, reasoning part of completion_tokens. */
+export const tokensFromUsage = (usage: {
+  readonly prompt_tokens?: number | undefined
+  readonly completion_tokens?: number | undefined
+  readonly prompt_tokens_details?: { readonly cached_tokens?: number | undefined } | null | undefined
+  readonly completion_tokens_details?: { readonly reasoning_tokens?: number | undefined } | null | undefined
+}): TokenCounts => {
+  const prompt = nonNegativeInt(usage.prompt_tokens)
+  const completion = nonNegativeInt(usage.completion_tokens)
+  const cached = Math.min(prompt, nonNegativeInt(usage.prompt_tokens_details?.cached_tokens))
+  const reasoning = Math.min(completion, nonNegativeInt(usage.completion_tokens_details?.reasoning_tokens))
+  return { input: prompt - cached, cached_input: cached, output: completion - reasoning, reasoning }
+}
+
+const nonNegativeInt = (n: number | undefined): number =>
+  typeof n === "number" && Number.isFinite(n) && n > 0 ? Math.floor(n) : 0
+
+export const totalTokens = (t: TokenCounts): number => t.input + t.cached_input + t.output + t.reasoning

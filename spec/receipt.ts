@@ -1,0 +1,70 @@
+/**
+ * Receipts (DESIGN.md §6): what a receipt contains, how its hash chain and signature are formed, and
+ * how anyone verifies one offline with nothing but node:crypto and the public key.
+ *
+ *   unsigned  = the receipt without `hash` and `signature`   (it includes `prev_hash`)
+ *   hash      = hex( SHA-256( canonicalJson(unsigned) ) )
+ *   signature = base64url( Ed25519-sign( canonicalJson(unsigned) ) )
+ *
+ * Receipts of one project form a chain in settlement order: receipt n's `prev_hash` is receipt
+ * n−1's `hash` (`seq` counts from 1), and the first one's is GENESIS_HASH.
+ */
+import { createHash, createPublicKey, verify } from "node:crypto"
+import { canonicalJson } from "./canonicalJson.ts"
+import type { TokenCounts } from "./pricing.ts"
+
+export const GENESIS_HASH = "0".repeat(64)
+
+export interface UnsignedReceipt {
+  readonly object: "receipt"
+  readonly receipt_id: string
+  readonly request_id: string
+  readonly organization: string
+  readonly project_id: string
+  readonly environment: string
+  readonly status: "completed"
+  readonly verification: { readonly state: "verified" | "unverified"; readonly checks: ReadonlyArray<string>; readonly failed_checks: ReadonlyArray<string> }
+  readonly model: string
+  readonly route: string
+  readonly rate_card_version: string
+  readonly tokens: TokenCounts
+  readonly usage_source: "reported" | "counted"
+  readonly credits_reserved: number
+  readonly credits_charged: number
+  readonly period: string
+  readonly seq: number
+  readonly created_at: string
+  readonly prev_hash: string
+  readonly signing_key_id: string
+}
+
+export interface Receipt extends UnsignedReceipt {
+  readonly hash: string
+  readonly signature: string
+}
+
+export const unsignedPart = (r: Receipt | UnsignedReceipt): UnsignedReceipt => {
+  const { hash: _h, signature: _s, ...rest } = r as Receipt
+  return rest
+}
+
+export const receiptHash = (unsigned: UnsignedReceipt): string =>
+  createHash("sha256").update(canonicalJson(unsigned), "utf8").digest("hex")
+
+export type ReceiptCheck = "hash" | "signature"
+
+/** Which of the receipt's own checks fail (empty = intact and signed by `publicKeyPem`). */
+export const verifyReceipt = (receipt: Receipt, publicKeyPem: string): ReadonlyArray<ReceiptCheck> => {
+  const unsigned = unsignedPart(receipt)
+  const bytes = Buffer.from(canonicalJson(unsigned), "utf8")
+  const failed: Array<ReceiptCheck> = []
+  if (createHash("sha256").update(bytes).digest("hex") !== receipt.hash) failed.push("hash")
+  let ok = false
+  try {
+    ok = verify(null, bytes, createPublicKey(publicKeyPem), Buffer.from(receipt.signature, "base64url"))
+  } catch {
+    ok = false
+  }
+  if (!ok) failed.push("signature")
+  return failed
+}

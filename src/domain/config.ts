@@ -1,0 +1,170 @@
+/**
+ * The gateway's configuration: environment variables (DESIGN.md §8, a contract) and the JSON file
+ * named by TOLLGATE_CONFIG (providers, routes, rate cards). Loaded once at start-up.
+ */
+import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { readFileSync } from "node:fs"
+
+export const ProviderConfig = Schema.Union(
+  Schema.Struct({
+    type: Schema.Literal("openai"),
+    base_url: Schema.String,
+    api_key_env: Schema.optional(Schema.String),
+    timeout_ms: Schema.optional(Schema.Int)
+  }),
+  Schema.Struct({
+    type: Schema.Literal("anthropic"),
+    base_url: Schema.optional(Schema.String),
+    api_key_env: Schema.optional(Schema.String),
+    timeout_ms: Schema.optional(Schema.Int)
+  }),
+  Schema.Struct({
+    type: Schema.Literal("demo"),
+    /** Artificial latency, for demos and benchmarks. */
+    delay_ms: Schema.optional(Schema.Int)
+  })
+)
+export type ProviderConfig = typeof ProviderConfig.Type
+
+export const RouteConfig = Schema.Struct({
+  name: Schema.String.pipe(Schema.minLength(1)),
+  provider: Schema.String,
+  upstream_model: Schema.String,
+  max_output_tokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 4096 }),
+  auto: Schema.optionalWith(Schema.Boolean, { default: () => false })
+})
+export type RouteConfig = typeof RouteConfig.Type
+
+const Price = Schema.Int.pipe(Schema.nonNegative())
+export const PricesConfig = Schema.Struct({
+  input: Price,
+  cached_input: Schema.optional(Price),
+  output: Price,
+  reasoning: Schema.optional(Price)
+})
+
+export const RateCardConfig = Schema.Struct({
+  version: Schema.String.pipe(Schema.pattern(/^rc_[A-Za-z0-9._-]+$/)),
+  effective_from: Schema.String.pipe(Schema.filter((s) => !Number.isNaN(Date.parse(s)), { message: () => "an ISO-8601 instant" })),
+  prices: Schema.Record({ key: Schema.String, value: PricesConfig })
+})
+export type RateCardConfig = typeof RateCardConfig.Type
+
+export const GatewayFile = Schema.Struct({
+  providers: Schema.Record({ key: Schema.String, value: ProviderConfig }),
+  routes: Schema.Array(RouteConfig),
+  rate_cards: Schema.Array(RateCardConfig),
+  /** Defaults for the project created on first start. */
+  default_project: Schema.optional(
+    Schema.Struct({
+      budget_credits: Schema.optional(Schema.Int),
+      requests_per_minute: Schema.optional(Schema.Int),
+      burst: Schema.optional(Schema.Int)
+    })
+  )
+})
+export type GatewayFile = typeof GatewayFile.Type
+
+/** What `npm start` serves with no configuration at all: the built-in demo provider, no network. */
+export const defaultGatewayFile: GatewayFile = {
+  providers: { demo: { type: "demo" } },
+  routes: [{ name: "demo", provider: "demo", upstream_model: "tollgate-demo-1", max_output_tokens: 1024, auto: true }],
+  rate_cards: [{ version: "rc_2026-01", effective_from: "2026-01-01T00:00:00Z", prices: { demo: { input: 100, output: 400 } } }]
+}
+
+export interface GatewaySettings {
+  readonly port: number
+  readonly host: string
+  readonly databaseUrl: string
+  readonly adminToken: Option.Option<Redacted.Redacted<string>>
+  readonly maxBodyBytes: number
+  /** How long a duplicate waits for an in-flight original before answering 409. */
+  readonly inflightWaitMs: number
+  /** Per-attempt upstream timeout (headers / first byte) and total deadline for retries + fallback. */
+  readonly upstreamTimeoutMs: number
+  readonly upstreamDeadlineMs: number
+  readonly upstreamRetries: number
+  /** A reservation whose process died is voided by the recovery sweep after this long. */
+  readonly reservationTtlMs: number
+  /** Idempotency records live at least this long (DESIGN.md §5: ≥ 24 h). */
+  readonly idempotencyTtlMs: number
+  /** How long an authenticated key stays cached; bounds how fast a revocation on another instance takes effect. */
+  readonly keyCacheTtlMs: number
+  readonly receiptKeyFile: Option.Option<string>
+  readonly gateway: GatewayFile
+}
+
+export class Settings extends Context.Tag("tollgate/Settings")<Settings, GatewaySettings>() {}
+
+export const loadGatewayFile = (path: string): Effect.Effect<GatewayFile, Error> =>
+  Effect.try({
+    try: () => JSON.parse(readFileSync(path, "utf8")) as unknown,
+    catch: (e) => new Error(`TOLLGATE_CONFIG ${path}: ${(e as Error).message}`)
+  }).pipe(
+    Effect.flatMap((raw) => Schema.decodeUnknown(GatewayFile)(raw)),
+    Effect.mapError((e) => new Error(`TOLLGATE_CONFIG ${path}: ${e.message}`))
+  )
+
+/** Cross-checks the config file: every route names a known provider and is priced by every card. */
+export const validateGatewayFile = (file: GatewayFile): Effect.Effect<GatewayFile, Error> => {
+  const problems: Array<string> = []
+  const names = new Set<string>()
+  for (const r of file.routes) {
+    if (r.name === "auto") problems.push(`route name "auto" is reserved`)
+    if (names.has(r.name)) problems.push(`route "${r.name}" is defined twice`)
+    names.add(r.name)
+    if (!(r.provider in file.providers)) problems.push(`route "${r.name}" names unknown provider "${r.provider}"`)
+    for (const card of file.rate_cards) {
+      if (!(r.name in card.prices)) problems.push(`rate card ${card.version} has no prices for route "${r.name}"`)
+    }
+  }
+  if (file.rate_cards.length === 0) problems.push("at least one rate card is required")
+  return problems.length === 0 ? Effect.succeed(file) : Effect.fail(new Error(`invalid gateway config: ${problems.join("; ")}`))
+}
+
+const settingsConfig = Config.all({
+  port: Config.integer("PORT").pipe(Config.withDefault(8080)),
+  host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
+  databaseUrl: Config.string("DATABASE_URL").pipe(Config.withDefault("sqlite:./data/tollgate.db")),
+  adminToken: Config.option(Config.redacted("TOLLGATE_ADMIN_TOKEN")),
+  maxBodyBytes: Config.integer("TOLLGATE_MAX_BODY_BYTES").pipe(Config.withDefault(8 * 1024 * 1024)),
+  inflightWaitMs: Config.integer("TOLLGATE_INFLIGHT_WAIT_MS").pipe(Config.withDefault(60_000)),
+  upstreamTimeoutMs: Config.integer("TOLLGATE_UPSTREAM_TIMEOUT_MS").pipe(Config.withDefault(60_000)),
+  upstreamDeadlineMs: Config.integer("TOLLGATE_UPSTREAM_DEADLINE_MS").pipe(Config.withDefault(120_000)),
+  upstreamRetries: Config.integer("TOLLGATE_UPSTREAM_RETRIES").pipe(Config.withDefault(1)),
+  reservationTtlMs: Config.integer("TOLLGATE_RESERVATION_TTL_MS").pipe(Config.withDefault(15 * 60_000)),
+  idempotencyTtlMs: Config.integer("TOLLGATE_IDEMPOTENCY_TTL_MS").pipe(Config.withDefault(24 * 3600_000)),
+  keyCacheTtlMs: Config.integer("TOLLGATE_KEY_CACHE_TTL_MS").pipe(Config.withDefault(1000)),
+  receiptKeyFile: Config.option(Config.string("TOLLGATE_RECEIPT_KEY_FILE")),
+  configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
+})
+
+/** Settings from the process environment (and the TOLLGATE_CONFIG file when set). */
+export const SettingsFromEnv = Layer.effect(
+  Settings,
+  Effect.gen(function* () {
+    const { configPath, ...rest } = yield* settingsConfig
+    const file = Option.isSome(configPath) ? yield* loadGatewayFile(configPath.value) : defaultGatewayFile
+    const gateway = yield* validateGatewayFile(file)
+    return { ...rest, idempotencyTtlMs: Math.max(rest.idempotencyTtlMs, 24 * 3600_000), gateway }
+  }).pipe(Effect.orDie)
+)
+
+/** Settings for tests and embedding: defaults overridden by `overrides`. */
+export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewaySettings => ({
+  port: 0,
+  host: "127.0.0.1",
+  databaseUrl: "sqlite::memory:",
+  adminToken: Option.none(),
+  maxBodyBytes: 8 * 1024 * 1024,
+  inflightWaitMs: 10_000,
+  upstreamTimeoutMs: 10_000,
+  upstreamDeadlineMs: 20_000,
+  upstreamRetries: 1,
+  reservationTtlMs: 15 * 60_000,
+  idempotencyTtlMs: 24 * 3600_000,
+  keyCacheTtlMs: 1000,
+  receiptKeyFile: Option.none(),
+  gateway: defaultGatewayFile,
+  ...overrides
+})

@@ -1,0 +1,253 @@
+/**
+ * HTTP surface on @effect/platform's HttpRouter (the chat path is the hot path; HttpRouter costs less
+ * per request than HttpApi decoding). Handlers are thin: read, call a service, write. Every failure,
+ * including unknown routes and defects, leaves through src/http/errors.ts as an OpenAI error body.
+ */
+import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Cause, Effect, Option } from "effect"
+import { Settings } from "../domain/config.ts"
+import { type AdminError, type GovernanceError, InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
+import { Bootstrap } from "../services/Bootstrap.ts"
+import { Gateway, type GatewayReply } from "../services/Gateway.ts"
+import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
+import { Ledger } from "../services/Ledger.ts"
+import { Projects } from "../services/Projects.ts"
+import { ReceiptSigner } from "../services/ReceiptSigner.ts"
+import { Requests } from "../services/Requests.ts"
+import { errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
+
+const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
+  const v = req.headers[name]
+  return typeof v === "string" ? v : undefined
+}
+
+/** Read and parse a JSON body within the size limit: 413 when larger, 400 when not JSON. */
+export const readJson = (maxBytes: number) =>
+  Effect.gen(function* () {
+    const req = yield* HttpServerRequest.HttpServerRequest
+    const declared = Number(header(req, "content-length") ?? "0")
+    const tooLarge = new PayloadTooLarge({ message: `The request body exceeds the limit of ${maxBytes} bytes.` })
+    if (declared > maxBytes) return yield* tooLarge
+    const text = yield* req.text.pipe(HttpServerRequest.withMaxBodySize(Option.some(maxBytes)), Effect.mapError(() => tooLarge))
+    if (text.length === 0) return yield* new InvalidRequest({ message: "The request body is empty; send a JSON object.", param: null })
+    try {
+      return JSON.parse(text) as unknown
+    } catch {
+      return yield* new InvalidRequest({
+        message: "We could not parse the JSON body of your request. Send valid JSON with 'Content-Type: application/json'.",
+        param: null
+      })
+    }
+  })
+
+const toResponse = (reply: GatewayReply, headers: Record<string, string>): HttpServerResponse.HttpServerResponse =>
+  reply._tag === "Sse"
+    ? HttpServerResponse.stream(reply.stream, {
+        contentType: "text/event-stream",
+        headers: { ...headers, "cache-control": "no-cache", "x-accel-buffering": "no" }
+      })
+    : typeof reply.body === "string"
+      ? HttpServerResponse.text(reply.body, { status: reply.status, contentType: reply.contentType, headers })
+      : HttpServerResponse.uint8Array(reply.body, { status: reply.status, contentType: reply.contentType, headers })
+
+const json = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
+
+/** Map typed failures to wire errors, keeping the headers gathered so far (request id, rate limit). */
+const respondErrors = <R>(
+  effect: Effect.Effect<HttpServerResponse.HttpServerResponse, GovernanceError | AdminError, R>,
+  headers: Record<string, string> = {}
+) => Effect.catchAll(effect, (e) => Effect.succeed(errorResponse(wireError(e), headers)))
+
+const authenticated = <A, E, R>(f: (principal: Principal, req: HttpServerRequest.HttpServerRequest) => Effect.Effect<A, E, R>) =>
+  Effect.gen(function* () {
+    const req = yield* HttpServerRequest.HttpServerRequest
+    const keys = yield* KeyRegistry
+    const principal = yield* keys.authenticate(header(req, "authorization"))
+    return yield* f(principal, req)
+  })
+
+const chatCompletions = Effect.gen(function* () {
+  const settings = yield* Settings
+  const gateway = yield* Gateway
+  const headers: Record<string, string> = {}
+  return yield* respondErrors(
+    authenticated((principal, req) =>
+      Effect.gen(function* () {
+        const body = yield* readJson(settings.maxBodyBytes)
+        const reply = yield* gateway.chat({
+          principal,
+          body,
+          path: "/v1/chat/completions",
+          idempotencyKeyHeader: header(req, "idempotency-key"),
+          maxCreditsHeader: header(req, "x-max-credits"),
+          headers
+        })
+        return toResponse(reply, headers)
+      })
+    ),
+    headers
+  )
+})
+
+const requestParam = Effect.map(HttpRouter.params, (p) => p.id ?? "")
+
+const getRequest = respondErrors(
+  authenticated((principal) =>
+    Effect.gen(function* () {
+      const requests = yield* Requests
+      const id = yield* requestParam
+      return json(yield* requests.find(id, { projectId: principal.projectId, environment: principal.environment }))
+    })
+  )
+)
+
+const getReceipt = respondErrors(
+  authenticated((principal) =>
+    Effect.gen(function* () {
+      const ledger = yield* Ledger
+      const id = yield* requestParam
+      return json(yield* ledger.receipt(id, { projectId: principal.projectId, environment: principal.environment }))
+    })
+  )
+)
+
+const receiptKeys = Effect.gen(function* () {
+  const signer = yield* ReceiptSigner
+  const keys = yield* signer.publicKeys
+  return json({ object: "list", data: keys })
+})
+
+// ---- Admin API (DESIGN.md §8) ----
+
+const admin = <R>(f: (req: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse, AdminError, R>) =>
+  respondErrors(
+    Effect.gen(function* () {
+      const req = yield* HttpServerRequest.HttpServerRequest
+      const bootstrap = yield* Bootstrap
+      yield* bootstrap.authorizeAdmin(header(req, "authorization"))
+      return yield* f(req)
+    })
+  )
+
+const adminBody = Effect.gen(function* () {
+  const settings = yield* Settings
+  const body = yield* readJson(settings.maxBodyBytes)
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    return yield* new InvalidRequest({ message: "The request body must be a JSON object.", param: null })
+  }
+  return body as Record<string, unknown>
+})
+
+const optionalBody = Effect.gen(function* () {
+  const req = yield* HttpServerRequest.HttpServerRequest
+  const length = Number(header(req, "content-length") ?? "0")
+  return length > 0 || header(req, "transfer-encoding") !== undefined ? yield* adminBody : {}
+})
+
+const projectId = Effect.map(HttpRouter.params, (p) => p.id ?? "")
+
+const projectView = (id: string) =>
+  Effect.gen(function* () {
+    const projects = yield* Projects
+    const ledger = yield* Ledger
+    const keys = yield* KeyRegistry
+    const project = yield* projects.get(id)
+    const now = Date.now()
+    const window = yield* ledger.window(id, ledger.periodOf(now))
+    return {
+      ...project,
+      object: "project",
+      current_window: { period: window.period, budget_credits: window.cap, spent: window.spent, reserved: window.reserved, remaining: Math.max(0, window.cap - window.spent - window.reserved) },
+      keys: yield* keys.list(id)
+    }
+  })
+
+const adminRoutes = HttpRouter.empty.pipe(
+  HttpRouter.post(
+    "/admin/v1/projects",
+    admin(() =>
+      Effect.gen(function* () {
+        const projects = yield* Projects
+        const body = yield* adminBody
+        const created = yield* projects.create(body as never)
+        return json(yield* projectView(created.id), 201)
+      })
+    )
+  ),
+  HttpRouter.get("/admin/v1/projects/:id", admin(() => Effect.flatMap(projectId, (id) => Effect.map(projectView(id), (v) => json(v))))),
+  HttpRouter.patch(
+    "/admin/v1/projects/:id",
+    admin(() =>
+      Effect.gen(function* () {
+        const projects = yield* Projects
+        const keys = yield* KeyRegistry
+        const id = yield* projectId
+        const body = yield* adminBody
+        yield* projects.update(id, body as never)
+        yield* keys.forgetProject(id)
+        return json(yield* projectView(id))
+      })
+    )
+  ),
+  HttpRouter.post(
+    "/admin/v1/projects/:id/keys",
+    admin(() =>
+      Effect.gen(function* () {
+        const keys = yield* KeyRegistry
+        const id = yield* projectId
+        const body = yield* adminBody
+        return json(yield* keys.create(id, body.environment), 201)
+      })
+    )
+  ),
+  HttpRouter.get(
+    "/admin/v1/projects/:id/keys",
+    admin(() => Effect.gen(function* () {
+      const keys = yield* KeyRegistry
+      return json({ object: "list", data: yield* keys.list(yield* projectId) })
+    }))
+  ),
+  HttpRouter.post(
+    "/admin/v1/keys/:id/rotate",
+    admin(() =>
+      Effect.gen(function* () {
+        const keys = yield* KeyRegistry
+        const id = yield* projectId
+        const body = yield* optionalBody
+        const grace = body.grace_seconds === undefined ? 86_400 : body.grace_seconds
+        return json(yield* keys.rotate(id, grace as number), 201)
+      })
+    )
+  ),
+  HttpRouter.post(
+    "/admin/v1/keys/:id/revoke",
+    admin(() => Effect.gen(function* () {
+      const keys = yield* KeyRegistry
+      return json(yield* keys.revoke(yield* projectId))
+    }))
+  )
+)
+
+export const router = HttpRouter.empty.pipe(
+  HttpRouter.post("/v1/chat/completions", chatCompletions),
+  HttpRouter.get("/v1/requests/:id", getRequest),
+  HttpRouter.get("/v1/requests/:id/receipt", getReceipt),
+  HttpRouter.get("/v1/receipts/keys", receiptKeys),
+  HttpRouter.get("/healthz", Effect.succeed(json({ status: "ok" }))),
+  HttpRouter.get("/readyz", Effect.succeed(json({ status: "ready" }))),
+  HttpRouter.concat(adminRoutes)
+)
+
+/** The whole app: the router plus the catch-all that turns unknown routes and defects into OpenAI errors. */
+export const app = router.pipe(
+  Effect.catchAllCause((cause) =>
+    Effect.gen(function* () {
+      const req = yield* HttpServerRequest.HttpServerRequest
+      const failure = Cause.failureOption(cause)
+      if (Option.isSome(failure) && (failure.value as { _tag?: string })._tag === "RouteNotFound") return unknownRoute(req.method, req.url)
+      if (Cause.isInterruptedOnly(cause)) return yield* Effect.failCause(cause)
+      yield* logDefect(cause)
+      return internalError
+    })
+  )
+)

@@ -1,0 +1,89 @@
+/**
+ * The ONE place where failures become OpenAI-shaped wire bodies (DESIGN.md §6):
+ *   {"error": {"message", "type", "code", "param"}}
+ * with the status of SPEC.md's error table, `x-should-retry: false` where a retry cannot help
+ * (OpenAI SDKs retry 409 and 429 on their own), and Retry-After on 429. Anything unexpected
+ * (a defect) becomes a 500 with a generic message: no stack trace ever leaves the process.
+ */
+import { HttpServerResponse } from "@effect/platform"
+import { Cause, Effect } from "effect"
+import type { AdminError, GovernanceError } from "../domain/errors.ts"
+
+export interface WireError {
+  readonly status: number
+  readonly type: string
+  readonly code: string | null
+  readonly message: string
+  readonly param: string | null
+  readonly headers: Record<string, string>
+}
+
+const noRetry = { "x-should-retry": "false" }
+
+export const wireError = (e: GovernanceError | AdminError): WireError => {
+  switch (e._tag) {
+    case "InvalidApiKey":
+      return { status: 401, type: "invalid_request_error", code: "invalid_api_key", message: e.message, param: null, headers: noRetry }
+    case "BudgetExceeded":
+      return { status: 402, type: "budget_error", code: "budget_exceeded", message: e.message, param: e.param, headers: noRetry }
+    case "RequestNotFound":
+      return { status: 404, type: "invalid_request_error", code: "request_not_found", message: e.message, param: null, headers: noRetry }
+    case "IdempotencyConflict":
+      return { status: 409, type: "invalid_request_error", code: "idempotency_conflict", message: e.message, param: null, headers: noRetry }
+    case "UnsupportedWorkflow":
+      return { status: 422, type: "invalid_request_error", code: "unsupported_workflow", message: e.message, param: e.param, headers: noRetry }
+    case "RateLimited":
+      return {
+        status: 429,
+        type: "rate_limit_error",
+        code: "rate_limited",
+        message: e.message,
+        param: null,
+        headers: {
+          "retry-after": String(Math.max(1, Math.ceil(e.retryAfterMs / 1000))),
+          "retry-after-ms": String(Math.max(1, Math.ceil(e.retryAfterMs))),
+          "x-ratelimit-remaining-requests": "0"
+        }
+      }
+    case "RouteUnavailable":
+      return { status: 503, type: "server_error", code: "route_unavailable", message: e.message, param: null, headers: e.retryable ? {} : noRetry }
+    case "InvalidRequest":
+      return { status: 400, type: "invalid_request_error", code: "invalid_request_error", message: e.message, param: e.param, headers: noRetry }
+    case "PayloadTooLarge":
+      return { status: 413, type: "invalid_request_error", code: "request_too_large", message: e.message, param: null, headers: noRetry }
+    case "AdminNotFound":
+      return { status: 404, type: "invalid_request_error", code: "not_found", message: e.message, param: null, headers: noRetry }
+    case "AdminUnauthorized":
+      return { status: 401, type: "invalid_request_error", code: "invalid_admin_token", message: e.message, param: null, headers: noRetry }
+    case "AdminConflict":
+      return { status: 409, type: "invalid_request_error", code: "conflict", message: e.message, param: null, headers: noRetry }
+  }
+}
+
+export const errorResponse = (w: WireError, extraHeaders: Record<string, string> = {}): HttpServerResponse.HttpServerResponse =>
+  HttpServerResponse.unsafeJson(
+    { error: { message: w.message, type: w.type, code: w.code, param: w.param } },
+    { status: w.status, headers: { ...extraHeaders, ...w.headers } }
+  )
+
+export const unknownRoute = (method: string, url: string): HttpServerResponse.HttpServerResponse =>
+  errorResponse({
+    status: 404,
+    type: "invalid_request_error",
+    code: "unknown_url",
+    message: `Unknown request URL: ${method} ${url.split("?")[0]}.`,
+    param: null,
+    headers: {}
+  })
+
+export const internalError: HttpServerResponse.HttpServerResponse = errorResponse({
+  status: 500,
+  type: "server_error",
+  code: "internal_error",
+  message: "The gateway hit an internal error. Nothing was charged for a request that did not complete; retry with the same idempotency key.",
+  param: null,
+  headers: {}
+})
+
+/** Log a defect with its cause for operators; the client only sees `internalError`. */
+export const logDefect = (cause: Cause.Cause<unknown>) => Effect.logError("unhandled failure", Cause.pretty(cause))

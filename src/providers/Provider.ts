@@ -1,0 +1,59 @@
+/**
+ * What every upstream adapter offers: an OpenAI-shaped chat completion, whole or streamed.
+ * Adapters translate their provider's wire format to OpenAI's; the Gateway only speaks OpenAI.
+ */
+import { Data, type Effect, type Scope, type Stream } from "effect"
+import type { RouteConfig } from "../domain/config.ts"
+
+export class UpstreamFailure extends Data.TaggedError("UpstreamFailure")<{
+  readonly reason: "status" | "connect" | "timeout" | "protocol"
+  readonly status?: number | undefined
+  readonly message: string
+  /** 429, 5xx, connect errors and timeouts: another attempt or route may succeed. */
+  readonly retryable: boolean
+}> {
+  /** An upstream 4xx other than 429: caused by the client's own request, passed on as 400. */
+  get isClientError(): boolean {
+    return this.reason === "status" && this.status !== undefined && this.status >= 400 && this.status < 500 && this.status !== 429
+  }
+}
+
+export interface UpstreamReply {
+  /** The upstream's JSON body as received (OpenAI chat.completion shape). */
+  readonly raw: string
+  readonly json: Record<string, unknown>
+}
+
+export interface ChatProvider {
+  readonly type: string
+  /** Non-streaming chat completion. */
+  readonly complete: (route: RouteConfig, body: Record<string, unknown>) => Effect.Effect<UpstreamReply, UpstreamFailure>
+  /**
+   * Streaming chat completion. The effect connects and checks the status (a failure here is before
+   * any token); the stream then yields the `data:` payload of each SSE event as received, without
+   * the final `[DONE]`. The connection lives as long as `Scope`.
+   */
+  readonly stream: (
+    route: RouteConfig,
+    body: Record<string, unknown>
+  ) => Effect.Effect<Stream.Stream<string, UpstreamFailure>, UpstreamFailure, Scope.Scope>
+}
+
+export const statusFailure = (status: number, detail: string): UpstreamFailure =>
+  new UpstreamFailure({
+    reason: "status",
+    status,
+    message: `upstream answered ${status}${detail.length > 0 ? `: ${detail}` : ""}`,
+    retryable: status === 429 || status >= 500
+  })
+
+/** The `error.message` of an OpenAI- or Anthropic-shaped error body, else a short prefix of it. */
+export const upstreamErrorDetail = (text: string): string => {
+  try {
+    const parsed = JSON.parse(text) as { error?: { message?: unknown } }
+    if (typeof parsed.error?.message === "string") return parsed.error.message
+  } catch {
+    // not JSON: fall through
+  }
+  return text.slice(0, 200)
+}

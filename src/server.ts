@@ -1,0 +1,63 @@
+/**
+ * Layer composition: settings → store and HTTP client → services → HTTP server.
+ * `main.ts` launches `ServerLive`; tests build the same graph with their own Settings.
+ */
+import { HttpServer } from "@effect/platform"
+import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
+import { Effect, Layer, Logger } from "effect"
+import { createServer } from "node:http"
+import { Settings } from "./domain/config.ts"
+import { app } from "./http/app.ts"
+import { Bootstrap } from "./services/Bootstrap.ts"
+import { Gateway } from "./services/Gateway.ts"
+import { IdempotencyStore } from "./services/IdempotencyStore.ts"
+import { KeyRegistry } from "./services/KeyRegistry.ts"
+import { Ledger } from "./services/Ledger.ts"
+import { Pricing } from "./services/Pricing.ts"
+import { Projects } from "./services/Projects.ts"
+import { RateLimiter } from "./services/RateLimiter.ts"
+import { ReceiptSigner } from "./services/ReceiptSigner.ts"
+import { Recovery } from "./services/Recovery.ts"
+import { Requests } from "./services/Requests.ts"
+import { Router } from "./services/Router.ts"
+import { DatabaseLive } from "./store/Database.ts"
+
+/** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
+export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default).pipe(
+  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default)),
+  Layer.provideMerge(
+    Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.Default)
+  ),
+  Layer.provideMerge(Layer.mergeAll(DatabaseLive, NodeHttpClient.layerUndici))
+)
+
+/** The Node HTTP server on Settings.port/host. */
+export const NodeServerLive = Layer.unwrapEffect(Effect.map(Settings, (s) => NodeHttpServer.layer(createServer, { port: s.port, host: s.host })))
+
+/** Prints, once, what a new user needs to make a first call. Secrets here are shown once and never logged. */
+const Welcome = Layer.effectDiscard(
+  Effect.gen(function* () {
+    const bootstrap = yield* Bootstrap
+    const server = yield* HttpServer.HttpServer
+    const address = server.address._tag === "TcpAddress" ? `http://localhost:${server.address.port}` : "the configured socket"
+    const first = bootstrap.firstStart
+    const lines = [`Tollgate is listening on ${address} (OpenAI base URL: ${address}/v1)`]
+    if (first !== undefined) {
+      lines.push(
+        "",
+        "First start: created the default project and a development key. They are shown ONCE; store them now.",
+        `  project:         ${first.projectId}`,
+        `  development key: ${first.developmentKey}`
+      )
+      if (first.adminToken !== undefined) lines.push(`  admin token:     ${first.adminToken}   (or set TOLLGATE_ADMIN_TOKEN)`)
+    }
+    yield* Effect.sync(() => process.stdout.write(lines.join("\n") + "\n"))
+  })
+)
+
+/** The whole gateway: services, the app served over HTTP, the welcome banner. Requires Settings. */
+export const ServerLive = Layer.mergeAll(HttpServer.serve(app), Welcome).pipe(
+  Layer.provideMerge(NodeServerLive),
+  Layer.provideMerge(ServicesLive),
+  Layer.provide(Logger.json)
+)

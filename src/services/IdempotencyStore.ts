@@ -1,0 +1,139 @@
+/**
+ * Idempotency records (DESIGN.md §5), scoped to (project, environment, key).
+ *
+ * The claim is one INSERT on the primary key (ON CONFLICT DO NOTHING): two racing requests can never
+ * both win. A finished record replays its exact status and bytes; a different fingerprint is a
+ * conflict; a record in flight makes the duplicate wait (bounded) and then replay. A failure that
+ * charged nothing deletes the claim so a retry runs again. Records live at least 24 h.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Duration, Effect, Option } from "effect"
+import { createHash } from "node:crypto"
+import { canonicalJson } from "../../spec/canonicalJson.ts"
+import { IdempotencyConflict, InvalidRequest } from "../domain/errors.ts"
+
+export interface Scope {
+  readonly projectId: string
+  readonly environment: string
+}
+
+export interface StoredResult {
+  readonly status: number
+  readonly contentType: string
+  readonly body: Uint8Array
+  readonly requestId: string
+}
+
+export type ClaimOutcome =
+  | { readonly _tag: "Claimed" }
+  | { readonly _tag: "Replay"; readonly result: StoredResult }
+  | { readonly _tag: "Conflict" }
+  | { readonly _tag: "InFlight"; readonly requestId: string }
+
+interface Row {
+  readonly fingerprint: string
+  readonly request_id: string
+  readonly state: "in_flight" | "finished"
+  readonly status: number | null
+  readonly content_type: string | null
+  readonly body: Uint8Array | null
+  readonly expires_at: number
+}
+
+/** 1–255 printable ASCII characters. */
+export const validIdempotencyKey = (key: string): boolean => /^[\x21-\x7e][\x20-\x7e]{0,254}$/.test(key)
+
+export const fingerprintOf = (method: string, path: string, body: unknown): string =>
+  createHash("sha256").update(`${method}\n${path}\n${canonicalJson(body)}`, "utf8").digest("hex")
+
+export const checkKey = (key: string, param: string): Effect.Effect<string, InvalidRequest> =>
+  validIdempotencyKey(key)
+    ? Effect.succeed(key)
+    : Effect.fail(new InvalidRequest({ message: "The idempotency key must be 1–255 printable ASCII characters.", param }))
+
+const outcomeOf = (row: Row, fingerprint: string): ClaimOutcome => {
+  if (row.fingerprint !== fingerprint) return { _tag: "Conflict" }
+  if (row.state === "in_flight") return { _tag: "InFlight", requestId: row.request_id }
+  return {
+    _tag: "Replay",
+    result: { status: row.status ?? 200, contentType: row.content_type ?? "application/json", body: row.body ?? new Uint8Array(), requestId: row.request_id }
+  }
+}
+
+export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollgate/IdempotencyStore", {
+  effect: Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+
+    const find = (scope: Scope, key: string, now: number) =>
+      Effect.map(
+        sql<Row>`SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
+                 WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key}
+                   AND expires_at > ${now}`,
+        (rows) => Option.fromNullable(rows[0])
+      ).pipe(Effect.orDie)
+
+    /** Read-only look: what a claim would meet. Fast path before routing and pricing. */
+    const peek = (scope: Scope, key: string, fingerprint: string): Effect.Effect<ClaimOutcome> =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        Effect.map(find(scope, key, now), Option.match({ onNone: (): ClaimOutcome => ({ _tag: "Claimed" }), onSome: (r) => outcomeOf(r, fingerprint) }))
+      )
+
+    /** The atomic claim. Run it inside the reservation transaction. */
+    const claim = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number): Effect.Effect<ClaimOutcome> =>
+      Effect.gen(function* () {
+        const now = yield* Clock.currentTimeMillis
+        yield* sql`DELETE FROM idempotency WHERE project_id = ${scope.projectId} AND environment = ${scope.environment}
+                   AND key = ${key} AND expires_at <= ${now}`
+        const won = yield* sql`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
+                   VALUES (${scope.projectId}, ${scope.environment}, ${key}, ${fingerprint}, ${requestId}, 'in_flight', ${now}, ${claimExpiresAt})
+                   ON CONFLICT DO NOTHING RETURNING request_id`
+        if (won.length === 1) return { _tag: "Claimed" } as const
+        const existing = yield* find(scope, key, now)
+        // Deleted between the INSERT and the SELECT is impossible inside the transaction; treat it as in flight.
+        return Option.match(existing, { onNone: (): ClaimOutcome => ({ _tag: "InFlight", requestId: "" }), onSome: (r) => outcomeOf(r, fingerprint) })
+      }).pipe(Effect.orDie)
+
+    /** Store the final response so replays return it byte for byte. Part of the settlement transaction. */
+    const finish = (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        sql`UPDATE idempotency SET state = 'finished', status = ${result.status}, content_type = ${result.contentType},
+              body = ${result.body}, expires_at = ${now + ttlMs}
+            WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key} AND request_id = ${requestId}`
+      ).pipe(Effect.orDie, Effect.asVoid)
+
+    /** A failure that charged nothing frees the key, so a retry runs again. */
+    const release = (scope: Scope, key: string, requestId: string) =>
+      sql`DELETE FROM idempotency WHERE project_id = ${scope.projectId} AND environment = ${scope.environment}
+          AND key = ${key} AND request_id = ${requestId} AND state = 'in_flight'`.pipe(Effect.orDie, Effect.asVoid)
+
+    /** Release every in-flight claim of the given requests (recovery sweep). */
+    const releaseRequests = (requestIds: ReadonlyArray<string>) =>
+      requestIds.length === 0
+        ? Effect.void
+        : sql`DELETE FROM idempotency WHERE state = 'in_flight' AND ${sql.in("request_id", requestIds)}`.pipe(Effect.orDie, Effect.asVoid)
+
+    /**
+     * Wait for an in-flight original to finish or be released. Polls the store (so it works across
+     * instances) with a backoff from 5 ms to 100 ms, up to `maxWaitMs`.
+     */
+    const awaitSettled = (scope: Scope, key: string, fingerprint: string, maxWaitMs: number): Effect.Effect<ClaimOutcome, IdempotencyConflict> =>
+      Effect.gen(function* () {
+        const start = yield* Clock.currentTimeMillis
+        let delay = 5
+        for (;;) {
+          const outcome = yield* peek(scope, key, fingerprint)
+          if (outcome._tag !== "InFlight") return outcome
+          const now = yield* Clock.currentTimeMillis
+          if (now - start >= maxWaitMs) {
+            return yield* new IdempotencyConflict({
+              message: `A request with this idempotency key (${outcome.requestId}) is still in progress; retry later to receive its result.`
+            })
+          }
+          yield* Effect.sleep(Duration.millis(delay))
+          delay = Math.min(100, delay * 2)
+        }
+      })
+
+    return { peek, claim, finish, release, releaseRequests, awaitSettled } as const
+  })
+}) {}

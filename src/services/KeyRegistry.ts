@@ -1,0 +1,230 @@
+/**
+ * Project-scoped API keys (DESIGN.md §2): authentication, creation, rotation with grace, revocation.
+ *
+ * Only the key id and SHA-256(secret) are stored. Authenticated keys are cached for
+ * `keyCacheTtlMs` (default 1 s), which bounds how long a revocation made by another instance takes
+ * to be seen; a revocation made through this instance drops the cache entry at once.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect, Option } from "effect"
+import { formatKey, hashSecret, newSecret, parseKey, sameHash } from "../domain/apiKey.ts"
+import { Settings } from "../domain/config.ts"
+import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
+import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
+import { Projects } from "./Projects.ts"
+
+/** Who is calling: the tenant scope a request runs in. */
+export interface Principal {
+  readonly keyId: string
+  readonly projectId: string
+  readonly organization: string
+  readonly environment: Environment
+  readonly budgetCredits: number
+  readonly rateLimit: { readonly requestsPerMinute: number; readonly burst: number }
+}
+
+interface KeyRow {
+  readonly id: string
+  readonly project_id: string
+  readonly environment: Environment
+  readonly secret_sha256: string
+  readonly created_at: number
+  readonly expires_at: number | null
+  readonly revoked_at: number | null
+  readonly replaces: string | null
+  readonly replaced_by: string | null
+  readonly organization: string
+  readonly budget_credits: number
+  readonly requests_per_minute: number
+  readonly burst: number
+}
+
+export interface IssuedKey {
+  readonly id: string
+  readonly object: "api_key"
+  readonly project_id: string
+  readonly environment: Environment
+  /** The full token. Shown once, never stored. */
+  readonly secret: string
+  readonly created_at: string
+}
+
+export interface KeyInfo {
+  readonly id: string
+  readonly object: "api_key"
+  readonly project_id: string
+  readonly environment: Environment
+  readonly status: "active" | "rotated" | "expired" | "revoked"
+  readonly created_at: string
+  readonly expires_at: string | null
+  readonly revoked_at: string | null
+  readonly replaces: string | null
+  readonly replaced_by: string | null
+}
+
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString())
+
+const keyStatus = (row: Pick<KeyRow, "revoked_at" | "expires_at">, now: number): KeyInfo["status"] =>
+  row.revoked_at !== null ? "revoked" : row.expires_at === null ? "active" : now < row.expires_at ? "rotated" : "expired"
+
+const invalid = (message: string) => new InvalidApiKey({ message })
+
+export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegistry", {
+  effect: Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const settings = yield* Settings
+    const projects = yield* Projects
+    const cache = new Map<string, { readonly row: KeyRow; readonly fetchedAt: number }>()
+
+    const loadKey = (keyId: string) =>
+      Effect.map(
+        sql<KeyRow>`SELECT k.*, p.organization, p.budget_credits, p.requests_per_minute, p.burst
+                    FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,
+        (rows) => Option.fromNullable(rows[0])
+      ).pipe(Effect.orDie)
+
+    const cachedKey = (keyId: string, now: number) => {
+      const hit = cache.get(keyId)
+      if (hit !== undefined && now - hit.fetchedAt < settings.keyCacheTtlMs) return Effect.succeed(Option.some(hit.row))
+      return Effect.tap(loadKey(keyId), (row) =>
+        Effect.sync(() => {
+          if (Option.isSome(row)) cache.set(keyId, { row: row.value, fetchedAt: now })
+          else cache.delete(keyId)
+        })
+      )
+    }
+
+    /** `Authorization: Bearer <token>` → the caller's scope, or 401 invalid_api_key. */
+    const authenticate = (authorization: string | undefined): Effect.Effect<Principal, InvalidApiKey> =>
+      Effect.gen(function* () {
+        if (authorization === undefined || authorization.length === 0) {
+          return yield* invalid("Missing API key. Send it as 'Authorization: Bearer <key>'.")
+        }
+        const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization)
+        const parsed = match === null ? undefined : parseKey(match[1]!)
+        if (parsed === undefined) return yield* invalid("Malformed API key. Tollgate keys look like tg_dev_…; check for copy-paste damage.")
+        const now = yield* Clock.currentTimeMillis
+        const found = yield* cachedKey(parsed.keyId, now)
+        if (Option.isNone(found)) return yield* invalid("Unknown API key.")
+        const row = found.value
+        if (!sameHash(hashSecret(parsed.secret), row.secret_sha256) || row.environment !== parsed.environment) {
+          return yield* invalid("Unknown API key.")
+        }
+        if (row.revoked_at !== null) return yield* invalid(`API key ${row.id} has been revoked.`)
+        if (row.expires_at !== null && now >= row.expires_at) {
+          return yield* invalid(`API key ${row.id} was rotated and its grace period has ended; use its replacement.`)
+        }
+        return {
+          keyId: row.id,
+          projectId: row.project_id,
+          organization: row.organization,
+          environment: row.environment,
+          budgetCredits: row.budget_credits,
+          rateLimit: { requestsPerMinute: row.requests_per_minute, burst: row.burst }
+        }
+      })
+
+    const issue = (projectId: string, environment: Environment, now: number, replaces: string | null) =>
+      Effect.gen(function* () {
+        const id = newKeyId()
+        const secret = newSecret()
+        yield* sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces)
+                   VALUES (${id}, ${projectId}, ${environment}, ${hashSecret(secret)}, ${now}, ${replaces})`
+        const issued: IssuedKey = {
+          id,
+          object: "api_key",
+          project_id: projectId,
+          environment,
+          secret: formatKey(id, environment, secret),
+          created_at: new Date(now).toISOString()
+        }
+        return issued
+      }).pipe(Effect.orDie)
+
+    const create = (projectId: string, environment: unknown): Effect.Effect<IssuedKey, AdminNotFound | InvalidRequest> =>
+      Effect.gen(function* () {
+        if (!isEnvironment(environment)) {
+          return yield* new InvalidRequest({ message: "environment must be one of development, staging, production.", param: "environment" })
+        }
+        yield* projects.get(projectId)
+        const now = yield* Clock.currentTimeMillis
+        return yield* issue(projectId, environment, now, null)
+      })
+
+    const findKey = (keyId: string) =>
+      Effect.flatMap(loadKey(keyId), Option.match({
+        onNone: () => Effect.fail(new AdminNotFound({ message: `No API key with id ${keyId}.` })),
+        onSome: Effect.succeed
+      }))
+
+    /** New key works at once; the old one keeps working for `graceSeconds`, then fails. */
+    const rotate = (keyId: string, graceSeconds: number) =>
+      Effect.gen(function* () {
+        if (!Number.isSafeInteger(graceSeconds) || graceSeconds < 0) {
+          return yield* new InvalidRequest({ message: "grace_seconds must be a non-negative integer.", param: "grace_seconds" })
+        }
+        const old = yield* findKey(keyId)
+        const now = yield* Clock.currentTimeMillis
+        const status = keyStatus(old, now)
+        if (status !== "active") return yield* new AdminConflict({ message: `API key ${keyId} is ${status} and cannot be rotated.` })
+        const expiresAt = now + graceSeconds * 1000
+        const fresh = yield* sql.withTransaction(
+          Effect.gen(function* () {
+            const issued = yield* issue(old.project_id, old.environment, now, keyId)
+            yield* sql`UPDATE api_keys SET expires_at = ${expiresAt}, replaced_by = ${issued.id} WHERE id = ${keyId}`
+            return issued
+          })
+        ).pipe(Effect.orDie)
+        cache.delete(keyId)
+        return { ...fresh, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
+      })
+
+    const revoke = (keyId: string) =>
+      Effect.gen(function* () {
+        const old = yield* findKey(keyId)
+        const now = yield* Clock.currentTimeMillis
+        if (old.revoked_at === null) {
+          yield* sql`UPDATE api_keys SET revoked_at = ${now} WHERE id = ${keyId} AND revoked_at IS NULL`.pipe(Effect.orDie)
+        }
+        cache.delete(keyId)
+        return yield* info(keyId)
+      })
+
+    const info = (keyId: string): Effect.Effect<KeyInfo, AdminNotFound> =>
+      Effect.gen(function* () {
+        const row = yield* findKey(keyId)
+        const now = yield* Clock.currentTimeMillis
+        return toInfo(row, now)
+      })
+
+    const toInfo = (row: Omit<KeyRow, "organization" | "budget_credits" | "requests_per_minute" | "burst">, now: number): KeyInfo => ({
+      id: row.id,
+      object: "api_key",
+      project_id: row.project_id,
+      environment: row.environment,
+      status: keyStatus(row, now),
+      created_at: iso(row.created_at)!,
+      expires_at: iso(row.expires_at),
+      revoked_at: iso(row.revoked_at),
+      replaces: row.replaces,
+      replaced_by: row.replaced_by
+    })
+
+    const list = (projectId: string) =>
+      Effect.gen(function* () {
+        yield* projects.get(projectId)
+        const now = yield* Clock.currentTimeMillis
+        const rows = yield* sql<KeyRow>`SELECT * FROM api_keys WHERE project_id = ${projectId} ORDER BY created_at`.pipe(Effect.orDie)
+        return rows.map((r) => toInfo(r, now))
+      })
+
+    /** Drop cached state for a project (its cap or rate limit changed). */
+    const forgetProject = (projectId: string) =>
+      Effect.sync(() => {
+        for (const [id, entry] of cache) if (entry.row.project_id === projectId) cache.delete(id)
+      })
+
+    return { authenticate, create, rotate, revoke, info, list, forgetProject } as const
+  }),
+  dependencies: []
+}) {}

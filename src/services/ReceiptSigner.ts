@@ -1,0 +1,77 @@
+/**
+ * The service's receipt signing key (Ed25519, node:crypto) and the rule for sealing a receipt.
+ *
+ * The private key never enters the database: it is read from TOLLGATE_RECEIPT_KEY_FILE, or for a
+ * SQLite store from `receipt-signing-key.pem` beside the database file (created with mode 0600 on
+ * first start); an in-memory store gets an ephemeral key. Public keys are recorded in
+ * `receipt_keys` (kept after rotation) and served at GET /v1/receipts/keys.
+ */
+import { SqlClient } from "@effect/sql"
+import { Clock, Effect, Option } from "effect"
+import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign } from "node:crypto"
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
+import { dirname, join } from "node:path"
+import { canonicalJson } from "../../spec/canonicalJson.ts"
+import { type Receipt, receiptHash, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { Settings } from "../domain/config.ts"
+import { sqliteFilename } from "../store/Database.ts"
+
+export interface PublicReceiptKey {
+  readonly id: string
+  readonly algorithm: "Ed25519"
+  readonly public_key: string
+  readonly created_at: string
+  readonly retired_at: string | null
+}
+
+const keyFileFor = (databaseUrl: string, configured: Option.Option<string>): string | undefined => {
+  if (Option.isSome(configured)) return configured.value
+  if (!databaseUrl.startsWith("sqlite:")) return undefined
+  const file = sqliteFilename(databaseUrl)
+  return file === ":memory:" ? undefined : join(dirname(file), "receipt-signing-key.pem")
+}
+
+const loadOrCreate = (path: string | undefined): KeyObject => {
+  if (path !== undefined && existsSync(path)) return createPrivateKey(readFileSync(path, "utf8"))
+  const { privateKey } = generateKeyPairSync("ed25519")
+  if (path !== undefined) {
+    mkdirSync(dirname(path), { recursive: true })
+    writeFileSync(path, privateKey.export({ type: "pkcs8", format: "pem" }) as string, { mode: 0o600 })
+  }
+  return privateKey
+}
+
+export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/ReceiptSigner", {
+  effect: Effect.gen(function* () {
+    const settings = yield* Settings
+    const sql = yield* SqlClient.SqlClient
+    const privateKey = yield* Effect.try(() => loadOrCreate(keyFileFor(settings.databaseUrl, settings.receiptKeyFile))).pipe(Effect.orDie)
+    const publicPem = createPublicKey(privateKey).export({ type: "spki", format: "pem" }) as string
+    const keyId = `rk_${createHash("sha256").update(publicPem).digest("hex").slice(0, 16)}`
+    const now = yield* Clock.currentTimeMillis
+    yield* sql`INSERT INTO receipt_keys (id, public_key, created_at) VALUES (${keyId}, ${publicPem}, ${now})
+               ON CONFLICT (id) DO NOTHING`.pipe(Effect.orDie)
+
+    /** Hash and sign a receipt body (which already carries its prev_hash and key id). */
+    const seal = (unsigned: UnsignedReceipt): Receipt => ({
+      ...unsigned,
+      hash: receiptHash(unsigned),
+      signature: sign(null, Buffer.from(canonicalJson(unsigned), "utf8"), privateKey).toString("base64url")
+    })
+
+    const publicKeys = Effect.map(
+      sql<{ id: string; public_key: string; created_at: number; retired_at: number | null }>`
+        SELECT id, public_key, created_at, retired_at FROM receipt_keys ORDER BY created_at`,
+      (rows): ReadonlyArray<PublicReceiptKey> =>
+        rows.map((r) => ({
+          id: r.id,
+          algorithm: "Ed25519",
+          public_key: r.public_key,
+          created_at: new Date(r.created_at).toISOString(),
+          retired_at: r.retired_at === null ? null : new Date(r.retired_at).toISOString()
+        }))
+    ).pipe(Effect.orDie)
+
+    return { keyId, publicPem, seal, publicKeys } as const
+  })
+}) {}

@@ -1,0 +1,125 @@
+/**
+ * Governed request records: created `pending` with the reservation, then `completed` (with the
+ * receipt, in the settlement transaction) or `failed`. Reads are scoped to the caller's tenant: a
+ * request of another project or environment answers exactly like an unknown id.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect, Option } from "effect"
+import { RequestNotFound } from "../domain/errors.ts"
+import type { Scope } from "./IdempotencyStore.ts"
+
+export interface Verification {
+  readonly state: "verified" | "unverified"
+  readonly checks: ReadonlyArray<string>
+  readonly failed_checks: ReadonlyArray<string>
+}
+
+export interface Attempt {
+  readonly route: string
+  readonly provider: string
+  readonly outcome: "ok" | "error"
+  readonly status?: number | undefined
+  readonly error?: string | undefined
+  readonly duration_ms: number
+}
+
+export interface NewRequest {
+  readonly id: string
+  readonly projectId: string
+  readonly environment: string
+  readonly keyId: string
+  readonly endpoint: string
+  readonly model: string
+  readonly route: string
+  readonly stream: boolean
+  readonly idempotencyKey: string | null
+  readonly rateCardVersion: string
+  readonly creditsReserved: number
+  readonly createdAt: number
+}
+
+interface Row {
+  readonly id: string
+  readonly project_id: string
+  readonly environment: string
+  readonly endpoint: string
+  readonly model: string
+  readonly route: string | null
+  readonly stream: number
+  readonly status: "pending" | "completed" | "failed"
+  readonly idempotency_key: string | null
+  readonly rate_card_version: string | null
+  readonly credits_reserved: number
+  readonly credits_charged: number | null
+  readonly receipt_id: string | null
+  readonly verification: string | null
+  readonly attempts: string | null
+  readonly error_code: string | null
+  readonly error_message: string | null
+  readonly created_at: number
+  readonly completed_at: number | null
+}
+
+export const requestView = (r: Row) => ({
+  id: r.id,
+  object: "governed_request" as const,
+  status: r.status,
+  endpoint: r.endpoint,
+  model: r.model,
+  route: r.route,
+  stream: r.stream === 1,
+  verification: r.verification === null ? null : (JSON.parse(r.verification) as Verification),
+  credits_reserved: r.credits_reserved,
+  credits_charged: r.credits_charged,
+  rate_card_version: r.rate_card_version,
+  receipt_id: r.receipt_id,
+  attempts: r.attempts === null ? [] : (JSON.parse(r.attempts) as ReadonlyArray<Attempt>),
+  error: r.error_code === null ? null : { code: r.error_code, message: r.error_message },
+  created_at: new Date(r.created_at).toISOString(),
+  completed_at: r.completed_at === null ? null : new Date(r.completed_at).toISOString()
+})
+
+export class Requests extends Effect.Service<Requests>()("tollgate/Requests", {
+  effect: Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+
+    const insertPending = (r: NewRequest) =>
+      sql`INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
+            idempotency_key, rate_card_version, credits_reserved, created_at)
+          VALUES (${r.id}, ${r.projectId}, ${r.environment}, ${r.keyId}, ${r.endpoint}, ${r.model}, ${r.route},
+            ${r.stream ? 1 : 0}, 'pending', ${r.idempotencyKey}, ${r.rateCardVersion}, ${r.creditsReserved}, ${r.createdAt})`.pipe(
+        Effect.orDie,
+        Effect.asVoid
+      )
+
+    const complete = (id: string, c: {
+      readonly route: string
+      readonly creditsCharged: number
+      readonly receiptId: string
+      readonly verification: Verification
+      readonly attempts: ReadonlyArray<Attempt>
+      readonly completedAt: number
+    }) =>
+      sql`UPDATE requests SET status = 'completed', route = ${c.route}, credits_charged = ${c.creditsCharged},
+            receipt_id = ${c.receiptId}, verification = ${JSON.stringify(c.verification)},
+            attempts = ${JSON.stringify(c.attempts)}, completed_at = ${c.completedAt}
+          WHERE id = ${id} AND status = 'pending'`.pipe(Effect.orDie, Effect.asVoid)
+
+    const fail = (id: string, f: { readonly code: string; readonly message: string; readonly attempts: ReadonlyArray<Attempt>; readonly completedAt: number }) =>
+      sql`UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ${f.code}, error_message = ${f.message},
+            attempts = ${JSON.stringify(f.attempts)}, completed_at = ${f.completedAt}
+          WHERE id = ${id} AND status = 'pending'`.pipe(Effect.orDie, Effect.asVoid)
+
+    const find = (id: string, scope: Scope) =>
+      Effect.flatMap(
+        sql<Row>`SELECT * FROM requests WHERE id = ${id} AND project_id = ${scope.projectId} AND environment = ${scope.environment}`.pipe(Effect.orDie),
+        (rows) =>
+          Option.match(Option.fromNullable(rows[0]), {
+            onNone: () => Effect.fail(new RequestNotFound({ message: `No request with id ${id} in this project and environment.` })),
+            onSome: (r) => Effect.succeed(requestView(r))
+          })
+      )
+
+    return { insertPending, complete, fail, find } as const
+  })
+}) {}

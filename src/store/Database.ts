@@ -1,0 +1,39 @@
+/**
+ * The SQL store behind every service. `DATABASE_URL=sqlite:<path>` (default) opens an embedded
+ * SQLite file through @effect/sql-sqlite-node with WAL and synchronous=FULL, so a settled charge is
+ * on disk before its response leaves. Migrations run at start-up.
+ */
+import { SqlClient } from "@effect/sql"
+import { SqliteClient } from "@effect/sql-sqlite-node"
+import { Effect, Layer } from "effect"
+import { mkdirSync } from "node:fs"
+import { dirname } from "node:path"
+import { Settings } from "../domain/config.ts"
+import { runMigrations } from "./migrations.ts"
+
+export const sqliteFilename = (databaseUrl: string): string => {
+  if (!databaseUrl.startsWith("sqlite:")) {
+    throw new Error(`DATABASE_URL must be sqlite:<path> (got ${databaseUrl.split(":")[0]}:…)`)
+  }
+  const path = databaseUrl.slice("sqlite:".length).replace(/^\/\/(?=\/)/, "")
+  return path === "" ? ":memory:" : path
+}
+
+const pragmas = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql.unsafe("PRAGMA synchronous = FULL")
+  yield* sql.unsafe("PRAGMA busy_timeout = 5000")
+  yield* sql.unsafe("PRAGMA foreign_keys = ON")
+})
+
+/** SqlClient for the configured DATABASE_URL, migrated and tuned. */
+export const DatabaseLive = Layer.unwrapEffect(
+  Effect.gen(function* () {
+    const settings = yield* Settings
+    const filename = sqliteFilename(settings.databaseUrl)
+    if (filename !== ":memory:") mkdirSync(dirname(filename), { recursive: true })
+    const client = SqliteClient.layer({ filename })
+    const setup = Layer.effectDiscard(Effect.zipRight(pragmas, runMigrations).pipe(Effect.orDie))
+    return Layer.provideMerge(setup, client)
+  })
+)

@@ -1,0 +1,134 @@
+/**
+ * Versioned schema migrations. Each entry runs once, in key order, recorded in `effect_sql_migrations`.
+ * Never edit a migration that has shipped: add a new one.
+ *
+ * Money columns are INTEGER Credits; times are INTEGER milliseconds since the epoch (UTC).
+ */
+import { Migrator, SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+
+const init = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  // Server-wide settings: the admin token's hash, never a secret in clear.
+  yield* sql`CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)`
+  yield* sql`CREATE TABLE projects (
+    id TEXT PRIMARY KEY,
+    organization TEXT NOT NULL,
+    name TEXT NOT NULL,
+    budget_credits INTEGER NOT NULL CHECK (budget_credits >= 0),
+    requests_per_minute INTEGER NOT NULL CHECK (requests_per_minute > 0),
+    burst INTEGER NOT NULL CHECK (burst > 0),
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  )`
+  yield* sql`CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL REFERENCES projects(id),
+    environment TEXT NOT NULL,
+    secret_sha256 TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    revoked_at INTEGER,
+    replaces TEXT,
+    replaced_by TEXT
+  )`
+  yield* sql`CREATE INDEX api_keys_project ON api_keys(project_id)`
+  // One row per project and settlement window. Invariant: spent + reserved <= the project's cap.
+  yield* sql`CREATE TABLE budget_windows (
+    project_id TEXT NOT NULL REFERENCES projects(id),
+    period TEXT NOT NULL,
+    spent INTEGER NOT NULL DEFAULT 0 CHECK (spent >= 0),
+    reserved INTEGER NOT NULL DEFAULT 0 CHECK (reserved >= 0),
+    PRIMARY KEY (project_id, period)
+  )`
+  yield* sql`CREATE TABLE requests (
+    id TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL,
+    environment TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    model TEXT NOT NULL,
+    route TEXT,
+    stream INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'completed', 'failed')),
+    idempotency_key TEXT,
+    rate_card_version TEXT,
+    credits_reserved INTEGER NOT NULL DEFAULT 0,
+    credits_charged INTEGER,
+    receipt_id TEXT,
+    verification TEXT,
+    attempts TEXT,
+    error_code TEXT,
+    error_message TEXT,
+    created_at INTEGER NOT NULL,
+    completed_at INTEGER
+  )`
+  yield* sql`CREATE INDEX requests_scope ON requests(project_id, environment, created_at)`
+  // Two-phase budget holds: held -> settled | voided, exactly once (guarded by state in the UPDATE).
+  yield* sql`CREATE TABLE reservations (
+    id TEXT PRIMARY KEY,
+    request_id TEXT NOT NULL UNIQUE,
+    project_id TEXT NOT NULL,
+    period TEXT NOT NULL,
+    amount INTEGER NOT NULL CHECK (amount >= 0),
+    state TEXT NOT NULL CHECK (state IN ('held', 'settled', 'voided')),
+    charge INTEGER,
+    deadline INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    resolved_at INTEGER
+  )`
+  yield* sql`CREATE INDEX reservations_held ON reservations(state, deadline)`
+  // Receipts: canonical JSON body plus a per-project hash chain (seq, prev_hash, hash) and signature.
+  yield* sql`CREATE TABLE receipts (
+    id TEXT PRIMARY KEY,
+    request_id TEXT NOT NULL UNIQUE,
+    project_id TEXT NOT NULL,
+    environment TEXT NOT NULL,
+    period TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    credits_charged INTEGER NOT NULL,
+    rate_card_version TEXT NOT NULL,
+    body TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    signing_key_id TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    UNIQUE (project_id, seq)
+  )`
+  yield* sql`CREATE INDEX receipts_window ON receipts(project_id, period)`
+  yield* sql`CREATE TABLE chain_heads (project_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL)`
+  // The claim is the INSERT on this primary key: never check-then-insert.
+  yield* sql`CREATE TABLE idempotency (
+    project_id TEXT NOT NULL,
+    environment TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('in_flight', 'finished')),
+    status INTEGER,
+    content_type TEXT,
+    body BLOB,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (project_id, environment, key)
+  )`
+  // Every rate card ever used, frozen: a version's prices can never change after the fact.
+  yield* sql`CREATE TABLE rate_cards (
+    version TEXT PRIMARY KEY,
+    effective_from TEXT NOT NULL,
+    prices TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+  )`
+  // Public halves of receipt signing keys, old ones kept so old receipts still verify.
+  yield* sql`CREATE TABLE receipt_keys (
+    id TEXT PRIMARY KEY,
+    public_key TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    retired_at INTEGER
+  )`
+})
+
+export const migrations = Migrator.fromRecord({ "0001_init": init })
+
+export const runMigrations = Migrator.make({})({ loader: migrations })
