@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+/**
+ * `tollgate` — the command line.
+ *
+ *   tollgate serve                                  start the gateway (same as npm start)
+ *   tollgate projects create --name N --budget C --rpm R [--burst B] [--organization O]
+ *   tollgate projects get <prj_id>
+ *   tollgate projects update <prj_id> [--name N] [--budget C] [--rpm R] [--burst B]
+ *   tollgate keys create <prj_id> [--environment development|staging|production]
+ *   tollgate keys list <prj_id>
+ *   tollgate keys rotate <key_id> [--grace-seconds S]
+ *   tollgate keys revoke <key_id>
+ *   tollgate audit [--project P] [--period YYYY-MM] [--json]
+ *   tollgate verify-receipt <receipt.json> [--public-key key.pem | --url http://host:port]
+ *
+ * Admin commands call the running gateway's admin API (TOLLGATE_URL, default http://localhost:8080,
+ * with TOLLGATE_ADMIN_TOKEN), so the server stays the only writer of its store.
+ */
+import { parseArgs } from "node:util"
+import { adminCommand } from "./admin.ts"
+
+const usage = `usage: tollgate <serve|projects|keys|audit|verify-receipt> ...  (see README.md, "CLI")`
+
+const main = async (argv: ReadonlyArray<string>): Promise<number> => {
+  const [command, ...rest] = argv
+  switch (command) {
+    case "serve":
+      await import("../main.ts")
+      return new Promise<number>(() => {})
+    case "projects":
+    case "keys":
+      return adminCommand(command, rest)
+    case "audit": {
+      const { auditCommand } = await import("./audit.ts")
+      return auditCommand(rest)
+    }
+    case "verify-receipt": {
+      const { verifyReceiptCommand } = await import("./verifyReceipt.ts")
+      return verifyReceiptCommand(rest)
+    }
+    case undefined:
+    case "help":
+    case "--help":
+    case "-h":
+      process.stdout.write(`${usage}\n`)
+      return command === undefined ? 2 : 0
+    default:
+      process.stderr.write(`unknown command: ${command}\n${usage}\n`)
+      return 2
+  }
+}
+
+// parseArgs is imported by subcommands; referenced here so a bare `tollgate` stays cheap to start.
+void parseArgs
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`tollgate: ${err instanceof Error ? err.message : String(err)}\n`)
+    process.exit(1)
+  }
+)

@@ -1,0 +1,48 @@
+import OpenAI from "openai"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
+import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+
+describe("smoke: the governed path end to end", () => {
+  let upstream: MockUpstream
+  let gw: TestGateway
+  let client: OpenAI
+  beforeAll(async () => {
+    upstream = await startMockUpstream()
+    gw = await startGateway(mockGatewayFile(upstream.url))
+    client = new OpenAI({ baseURL: gw.url, apiKey: gw.devKey, maxRetries: 0 })
+  })
+  afterAll(async () => {
+    await gw.close()
+    await upstream.close()
+  })
+
+  it("non-streaming completion carries governance evidence and a receipt", async () => {
+    const { data, response } = await client.chat.completions
+      .create({ model: "auto", messages: [{ role: "user", content: "hello" }] })
+      .withResponse()
+    const governance = (data as unknown as { governance: any }).governance
+    expect(response.headers.get("x-request-id")).toBe(governance.request_id)
+    expect(governance.status).toBe("completed")
+    expect(governance.verification.state).toBe("verified")
+    expect(governance.credits_charged).toBeGreaterThan(0)
+    const receipt = await (await fetch(`${gw.url}/requests/${governance.request_id}/receipt`, { headers: { authorization: `Bearer ${gw.devKey}` } })).json()
+    expect(receipt.receipt_id).toBe(governance.receipt_id)
+    expect(receipt.credits_charged).toBe(governance.credits_charged)
+  })
+
+  it("streaming completion puts governance on the last chunk", async () => {
+    const stream = await client.chat.completions.create({
+      model: "gpt-test",
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: "user", content: "stream please" }]
+    })
+    const chunks: Array<any> = []
+    for await (const c of stream) chunks.push(c)
+    const last = chunks.at(-1)
+    expect(last.usage.completion_tokens).toBeGreaterThan(0)
+    expect(last.governance.status).toBe("completed")
+    expect(chunks.slice(0, -1).every((c) => c.governance === undefined)).toBe(true)
+  })
+})

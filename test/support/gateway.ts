@@ -1,0 +1,98 @@
+/**
+ * Start a real Tollgate in-process for end-to-end tests: the same layer graph as `npm start`
+ * (HTTP server on a free loopback port, SQLite file in a fresh temp dir), with settings overridden.
+ */
+import { HttpServer } from "@effect/platform"
+import Database from "better-sqlite3"
+import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { type GatewayFile, type GatewaySettings, makeSettings, Settings } from "../../src/domain/config.ts"
+import { ServerLive } from "../../src/server.ts"
+import { Bootstrap } from "../../src/services/Bootstrap.ts"
+
+export const ADMIN_TOKEN = "test-admin-token"
+
+export interface TestGateway {
+  /** OpenAI base URL, ending in /v1. */
+  readonly url: string
+  readonly origin: string
+  readonly devKey: string
+  readonly projectId: string
+  readonly adminToken: string
+  readonly dbPath: string
+  /** A read-only handle on the store, for assertions. */
+  readonly db: () => Database.Database
+  /** Admin API call with the admin token. */
+  readonly admin: (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }>
+  readonly close: () => Promise<void>
+}
+
+/** A gateway file with one OpenAI-compatible provider at `upstreamUrl` and the given routes. */
+export const mockGatewayFile = (
+  upstreamUrl: string,
+  routes: GatewayFile["routes"] = [{ name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true }],
+  prices: Record<string, { input: number; output: number; cached_input?: number; reasoning?: number }> = {}
+): GatewayFile => ({
+  providers: { mock: { type: "openai", base_url: upstreamUrl } },
+  routes,
+  rate_cards: [
+    {
+      version: "rc_2020-01",
+      effective_from: "2020-01-01T00:00:00Z",
+      prices: Object.fromEntries(routes.map((r) => [r.name, prices[r.name] ?? { input: 1000, output: 2000 }]))
+    }
+  ]
+})
+
+export const startGateway = async (
+  gateway: GatewayFile,
+  overrides: Partial<GatewaySettings> = {}
+): Promise<TestGateway> => {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-test-"))
+  const dbPath = join(dir, "tollgate.db")
+  const settings = makeSettings({
+    databaseUrl: `sqlite:${dbPath}`,
+    adminToken: Option.some(Redacted.make(ADMIN_TOKEN)),
+    gateway,
+    ...overrides
+  })
+  const runtime = ManagedRuntime.make(ServerLive.pipe(Layer.provide(Layer.succeed(Settings, settings))))
+  const { port, first } = await runtime.runPromise(
+    Effect.gen(function* () {
+      const server = yield* HttpServer.HttpServer
+      const bootstrap = yield* Bootstrap
+      const port = server.address._tag === "TcpAddress" ? server.address.port : 0
+      return { port, first: bootstrap.firstStart! }
+    })
+  )
+  const origin = `http://127.0.0.1:${port}`
+  const handles: Array<Database.Database> = []
+  return {
+    url: `${origin}/v1`,
+    origin,
+    devKey: first.developmentKey,
+    projectId: first.projectId,
+    adminToken: ADMIN_TOKEN,
+    dbPath,
+    db: () => {
+      const h = new Database(dbPath, { readonly: true })
+      handles.push(h)
+      return h
+    },
+    admin: async (method, path, body) => {
+      const res = await fetch(`${origin}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "content-type": "application/json" },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) })
+      })
+      return { status: res.status, body: await res.json() }
+    },
+    close: async () => {
+      for (const h of handles) h.close()
+      await runtime.dispose()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+}
