@@ -26,7 +26,7 @@ describe("smoke: the governed path end to end", () => {
     expect(governance.status).toBe("completed")
     expect(governance.verification.state).toBe("verified")
     expect(governance.credits_charged).toBeGreaterThan(0)
-    const receipt = await (await fetch(`${gw.url}/requests/${governance.request_id}/receipt`, { headers: { authorization: `Bearer ${gw.devKey}` } })).json()
+    const receipt: any = await (await fetch(`${gw.url}/requests/${governance.request_id}/receipt`, { headers: { authorization: `Bearer ${gw.devKey}` } })).json()
     expect(receipt.receipt_id).toBe(governance.receipt_id)
     expect(receipt.credits_charged).toBe(governance.credits_charged)
   })
