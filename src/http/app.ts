@@ -4,6 +4,7 @@
  * including unknown routes and defects, leaves through src/http/errors.ts as an OpenAI error body.
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Cause, Effect, Option } from "effect"
 import { Settings } from "../domain/config.ts"
 import { type AdminError, type GovernanceError, InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
@@ -21,6 +22,32 @@ const header = (req: HttpServerRequest.HttpServerRequest, name: string): string 
   return typeof v === "string" ? v : undefined
 }
 
+/**
+ * The body as text, at most `maxBytes`. Past the limit the rest is drained unbuffered rather than
+ * destroyed (as `withMaxBodySize` does), so a chunked upload still receives its 413 instead of a reset.
+ */
+const readBodyText = (req: HttpServerRequest.HttpServerRequest, maxBytes: number, tooLarge: PayloadTooLarge) =>
+  Effect.async<string, PayloadTooLarge | InvalidRequest>((resume) => {
+    const source = NodeHttpServerRequest.toIncomingMessage(req)
+    const chunks: Array<Buffer> = []
+    let bytes = 0
+    let done = false
+    const finish = (result: Effect.Effect<string, PayloadTooLarge | InvalidRequest>) => {
+      if (done) return
+      done = true
+      chunks.length = 0
+      resume(result)
+    }
+    source.on("data", (chunk: Buffer) => {
+      if (done) return
+      bytes += chunk.length
+      if (bytes > maxBytes) finish(Effect.fail(tooLarge))
+      else chunks.push(chunk)
+    })
+    source.once("end", () => finish(Effect.succeed(Buffer.concat(chunks).toString("utf8"))))
+    source.once("error", () => finish(Effect.fail(new InvalidRequest({ message: "The request body could not be read.", param: null }))))
+  })
+
 /** Read and parse a JSON body within the size limit: 413 when larger, 400 when not JSON. */
 export const readJson = (maxBytes: number) =>
   Effect.gen(function* () {
@@ -28,7 +55,7 @@ export const readJson = (maxBytes: number) =>
     const declared = Number(header(req, "content-length") ?? "0")
     const tooLarge = new PayloadTooLarge({ message: `The request body exceeds the limit of ${maxBytes} bytes.` })
     if (declared > maxBytes) return yield* tooLarge
-    const text = yield* req.text.pipe(HttpServerRequest.withMaxBodySize(Option.some(maxBytes)), Effect.mapError(() => tooLarge))
+    const text = yield* readBodyText(req, maxBytes, tooLarge)
     if (text.length === 0) return yield* new InvalidRequest({ message: "The request body is empty; send a JSON object.", param: null })
     try {
       return JSON.parse(text) as unknown

@@ -439,12 +439,12 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           }
           const choices = Array.isArray(json.choices) ? (json.choices as ReadonlyArray<{ delta?: unknown; finish_reason?: unknown }>) : []
           for (const c of choices) deliveredChars += deliveredText(c?.delta)
-          if (!includeUsage && choices.some((c) => c?.finish_reason !== null && c?.finish_reason !== undefined)) {
-            heldFinal = data
-            return []
-          }
           // Strip the per-chunk `"usage": null` we added upstream when the client did not ask for it.
           const out = !includeUsage && "usage" in json ? JSON.stringify({ ...json, usage: undefined }) : data
+          if (!includeUsage && choices.some((c) => c?.finish_reason !== null && c?.finish_reason !== undefined)) {
+            heldFinal = out
+            return []
+          }
           return [emit(sseFrame(out))]
         }
 

@@ -5,12 +5,17 @@
  * SQLite store from `receipt-signing-key.pem` beside the database file (created with mode 0600 on
  * first start); an in-memory store gets an ephemeral key. Public keys are recorded in
  * `receipt_keys` (kept after rotation) and served at GET /v1/receipts/keys.
+ *
+ * Rotation: start with TOLLGATE_RECEIPT_KEY_FILE naming a new file (created if missing). The new key
+ * signs from then on; every other key stays in `receipt_keys` with `retired_at` set, so receipts it
+ * signed keep verifying and the audit can tell that nothing was signed with it after retirement.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option } from "effect"
-import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign } from "node:crypto"
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign } from "node:crypto"
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { dirname, join } from "node:path"
+import { receiptKeyId } from "../../spec/audit.ts"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { type Receipt, receiptHash, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
@@ -47,10 +52,20 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
     const sql = yield* SqlClient.SqlClient
     const privateKey = yield* Effect.try(() => loadOrCreate(keyFileFor(settings.databaseUrl, settings.receiptKeyFile))).pipe(Effect.orDie)
     const publicPem = createPublicKey(privateKey).export({ type: "spki", format: "pem" }) as string
-    const keyId = `rk_${createHash("sha256").update(publicPem).digest("hex").slice(0, 16)}`
+    const keyId = receiptKeyId(publicPem)
     const now = yield* Clock.currentTimeMillis
-    yield* sql`INSERT INTO receipt_keys (id, public_key, created_at) VALUES (${keyId}, ${publicPem}, ${now})
-               ON CONFLICT (id) DO NOTHING`.pipe(Effect.orDie)
+    const retired = yield* sql.withTransaction(
+      Effect.gen(function* () {
+        yield* sql`INSERT INTO receipt_keys (id, public_key, created_at) VALUES (${keyId}, ${publicPem}, ${now})
+                   ON CONFLICT (id) DO NOTHING`
+        // Back to a key that was retired: it signs again, so it is no longer retired.
+        yield* sql`UPDATE receipt_keys SET retired_at = NULL WHERE id = ${keyId}`
+        return yield* sql<{ id: string }>`UPDATE receipt_keys SET retired_at = ${now} WHERE id <> ${keyId} AND retired_at IS NULL RETURNING id`
+      })
+    ).pipe(Effect.orDie)
+    if (retired.length > 0) {
+      yield* Effect.logInfo(`receipt signing key rotated: ${keyId} signs from now on; retired ${retired.map((r) => r.id).join(", ")}`)
+    }
 
     /** Hash and sign a receipt body (which already carries its prev_hash and key id). */
     const seal = (unsigned: UnsignedReceipt): Receipt => ({
