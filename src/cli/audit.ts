@@ -28,7 +28,6 @@ import {
 } from "../../spec/audit.ts"
 import { isPeriod } from "../../spec/ledger.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
-import { sqliteFilename } from "../store/Database.ts"
 
 export interface AuditOptions {
   /** DATABASE_URL form (`sqlite:<path>`) or a plain path to the SQLite file. */
@@ -56,8 +55,16 @@ export interface AuditResult {
   readonly keySource: "store" | "pinned"
 }
 
+/**
+ * The SQLite file of a DATABASE_URL. Same rule as `sqliteFilename` in src/store/Database.ts, repeated
+ * here because importing that module loads the whole Effect SQL stack (seconds of CLI start-up).
+ */
 export const databaseFile = (database: string): string => {
-  if (database.startsWith("sqlite:")) return sqliteFilename(database)
+  if (database.startsWith("sqlite:")) {
+    const path = database.slice("sqlite:".length).replace(/^\/\/(?=\/)/, "")
+    if (path === "" || path === ":memory:") throw new Error("an in-memory store cannot be audited from outside the gateway")
+    return path
+  }
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(database)) {
     throw new Error(`tollgate audit reads SQLite stores (sqlite:<path>); got ${database.split(":")[0]}:…`)
   }

@@ -31,7 +31,9 @@ export const RouteConfig = Schema.Struct({
   provider: Schema.String,
   upstream_model: Schema.String,
   max_output_tokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 4096 }),
-  auto: Schema.optionalWith(Schema.Boolean, { default: () => false })
+  auto: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+  /** Projects allowed to use the route; absent = every project. */
+  projects: Schema.optional(Schema.Array(Schema.String))
 })
 export type RouteConfig = typeof RouteConfig.Type
 
@@ -91,6 +93,9 @@ export interface GatewaySettings {
   /** How long an authenticated key stays cached; bounds how fast a revocation on another instance takes effect. */
   readonly keyCacheTtlMs: number
   readonly receiptKeyFile: Option.Option<string>
+  /** Circuit breaker: consecutive failures that open a route, and how long it stays open before a probe. */
+  readonly breakerFailures: number
+  readonly breakerOpenMs: number
   readonly gateway: GatewayFile
 }
 
@@ -136,6 +141,8 @@ const settingsConfig = Config.all({
   idempotencyTtlMs: Config.integer("TOLLGATE_IDEMPOTENCY_TTL_MS").pipe(Config.withDefault(24 * 3600_000)),
   keyCacheTtlMs: Config.integer("TOLLGATE_KEY_CACHE_TTL_MS").pipe(Config.withDefault(1000)),
   receiptKeyFile: Config.option(Config.string("TOLLGATE_RECEIPT_KEY_FILE")),
+  breakerFailures: Config.integer("TOLLGATE_BREAKER_FAILURES").pipe(Config.withDefault(3)),
+  breakerOpenMs: Config.integer("TOLLGATE_BREAKER_OPEN_MS").pipe(Config.withDefault(30_000)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
@@ -165,6 +172,8 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   idempotencyTtlMs: 24 * 3600_000,
   keyCacheTtlMs: 1000,
   receiptKeyFile: Option.none(),
+  breakerFailures: 3,
+  breakerOpenMs: 30_000,
   gateway: defaultGatewayFile,
   ...overrides
 })

@@ -5,7 +5,7 @@
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { Cause, Effect, Option } from "effect"
+import { Cause, Clock, Effect, Option } from "effect"
 import { Settings } from "../domain/config.ts"
 import { type AdminError, type GovernanceError, InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
@@ -15,6 +15,10 @@ import { Ledger } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
 import { Requests } from "../services/Requests.ts"
+import { Router } from "../services/Router.ts"
+import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
+import { responsesSurface, responsesToChat } from "../services/surfaces/responses.ts"
+import type { Surface } from "../services/surfaces/Surface.ts"
 import { errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
 
 const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
@@ -93,28 +97,105 @@ const authenticated = <A, E, R>(f: (principal: Principal, req: HttpServerRequest
     return yield* f(principal, req)
   })
 
-const chatCompletions = Effect.gen(function* () {
+/** A governed endpoint: authenticate, read the body, hand it to the Gateway on `surface`. */
+const governed = (toCall: (body: unknown) => Effect.Effect<{ readonly surface: Surface; readonly body: unknown }, GovernanceError>) =>
+  Effect.gen(function* () {
+    const settings = yield* Settings
+    const gateway = yield* Gateway
+    const headers: Record<string, string> = {}
+    return yield* respondErrors(
+      authenticated((principal, req) =>
+        Effect.gen(function* () {
+          const clientBody = yield* readJson(settings.maxBodyBytes)
+          const { surface, body } = yield* toCall(clientBody)
+          const reply = yield* gateway.handle({
+            principal,
+            surface,
+            body,
+            clientBody,
+            idempotencyKeyHeader: header(req, "idempotency-key"),
+            maxCreditsHeader: header(req, "x-max-credits"),
+            headers
+          })
+          return toResponse(reply, headers)
+        })
+      ),
+      headers
+    )
+  })
+
+const chatCompletions = governed((body) => Effect.succeed({ surface: chatCompletionsSurface, body }))
+
+const responses = governed((body) =>
+  Effect.map(responsesToChat(body), (chat) => ({ surface: responsesSurface(body as Record<string, unknown>), body: chat }))
+)
+
+const routingEvaluate = Effect.gen(function* () {
   const settings = yield* Settings
   const gateway = yield* Gateway
-  const headers: Record<string, string> = {}
   return yield* respondErrors(
     authenticated((principal, req) =>
       Effect.gen(function* () {
         const body = yield* readJson(settings.maxBodyBytes)
-        const reply = yield* gateway.chat({
-          principal,
-          body,
-          path: "/v1/chat/completions",
-          idempotencyKeyHeader: header(req, "idempotency-key"),
-          maxCreditsHeader: header(req, "x-max-credits"),
-          headers
-        })
-        return toResponse(reply, headers)
+        return json(yield* gateway.evaluate(principal, body, header(req, "x-max-credits")))
       })
-    ),
-    headers
+    )
   )
 })
+
+const STARTED = Math.floor(Date.now() / 1000)
+
+const models = respondErrors(
+  authenticated((principal) =>
+    Effect.gen(function* () {
+      const router = yield* Router
+      const routes = yield* router.available(principal.projectId)
+      const entry = (id: string, owner: string) => ({ id, object: "model", created: STARTED, owned_by: owner })
+      const data = routes.map((r) => entry(r.name, r.provider))
+      if (routes.some((r) => r.auto)) data.unshift(entry("auto", "tollgate"))
+      return json({ object: "list", data })
+    })
+  )
+)
+
+const usage = respondErrors(
+  authenticated((principal) =>
+    Effect.gen(function* () {
+      const ledger = yield* Ledger
+      const query = yield* HttpServerRequest.ParsedSearchParams
+      const requested = query.period
+      const now = yield* Clock.currentTimeMillis
+      const period = typeof requested === "string" ? requested : ledger.periodOf(now)
+      if (!/^\d{4}-(0[1-9]|1[0-2])$/.test(period)) {
+        return yield* new InvalidRequest({ message: "period must be a month written YYYY-MM.", param: "period" })
+      }
+      const window = yield* ledger.window(principal.projectId, period)
+      const byModel = yield* ledger.usage({ projectId: principal.projectId, environment: principal.environment }, period)
+      const sum = (f: (m: (typeof byModel)[number]) => number) => byModel.reduce((n, m) => n + f(m), 0)
+      return json({
+        object: "usage",
+        project_id: principal.projectId,
+        environment: principal.environment,
+        period,
+        budget: {
+          budget_credits: window.cap,
+          spent: window.spent,
+          reserved: window.reserved,
+          remaining: Math.max(0, window.cap - window.spent - window.reserved)
+        },
+        requests: sum((m) => m.requests),
+        credits: sum((m) => m.credits),
+        tokens: {
+          input: sum((m) => m.tokens.input),
+          cached_input: sum((m) => m.tokens.cached_input),
+          output: sum((m) => m.tokens.output),
+          reasoning: sum((m) => m.tokens.reasoning)
+        },
+        by_model: byModel
+      })
+    })
+  )
+)
 
 const requestParam = Effect.map(HttpRouter.params, (p) => p.id ?? "")
 
@@ -257,6 +338,10 @@ const adminRoutes = HttpRouter.empty.pipe(
 
 export const router = HttpRouter.empty.pipe(
   HttpRouter.post("/v1/chat/completions", chatCompletions),
+  HttpRouter.post("/v1/responses", responses),
+  HttpRouter.post("/v1/routing/evaluate", routingEvaluate),
+  HttpRouter.get("/v1/models", models),
+  HttpRouter.get("/v1/usage", usage),
   HttpRouter.get("/v1/requests/:id", getRequest),
   HttpRouter.get("/v1/requests/:id/receipt", getReceipt),
   HttpRouter.get("/v1/receipts/keys", receiptKeys),

@@ -8,14 +8,16 @@
  * and the reservation are written in one transaction; so are the charge, the receipt, the request's
  * completion and the stored idempotent result. A failure that charged nothing voids the hold and
  * frees the idempotency key in one transaction.
+ *
+ * The same pipeline serves every surface (chat completions, responses); a Surface only renders.
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Exit, Fiber, FiberSet, Option, Scope, Stream } from "effect"
 import { chargeFor, chargeWithinReservation, decideOutputCap, type Prices, type TokenCounts, tokensFromUsage, worstCase } from "../../spec/pricing.ts"
 import { type ChatRequest, parseChatRequest, parseMaxCredits, upstreamBody } from "../domain/chat.ts"
 import { Settings } from "../domain/config.ts"
-import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, RouteUnavailable } from "../domain/errors.ts"
-import { newRequestId, newReceiptId, newReservationId } from "../domain/ids.ts"
+import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, type InvalidRequest, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
+import { newReceiptId, newRequestId, newReservationId } from "../domain/ids.ts"
 import type { UpstreamFailure } from "../providers/Provider.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, IdempotencyStore, type Scope as TenantScope, type StoredResult } from "./IdempotencyStore.ts"
 import type { Principal } from "./KeyRegistry.ts"
@@ -24,7 +26,10 @@ import { Pricing } from "./Pricing.ts"
 import { RateLimiter, rateLimitHeaders } from "./RateLimiter.ts"
 import { type Attempt, Requests, type Verification } from "./Requests.ts"
 import { type Route, RouteFailed, Router } from "./Router.ts"
+import { deliveredText, type Governance, type Surface } from "./surfaces/Surface.ts"
 import { countChat, countText } from "./Tokenizer.ts"
+
+export type { Governance } from "./surfaces/Surface.ts"
 
 export type GatewayReply =
   | { readonly _tag: "Body"; readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
@@ -35,21 +40,15 @@ export type ReplyHeaders = Record<string, string>
 
 export interface ChatCall {
   readonly principal: Principal
+  readonly surface: Surface
+  /** The OpenAI chat completion body to govern (for /v1/responses: the translated body). */
   readonly body: unknown
-  readonly path: string
+  /** What the client sent, for the idempotency fingerprint (defaults to `body`). */
+  readonly clientBody?: unknown
   readonly idempotencyKeyHeader: string | undefined
   readonly maxCreditsHeader: string | undefined
   /** Filled as the pipeline proceeds. */
   readonly headers: ReplyHeaders
-}
-
-export interface Governance {
-  readonly request_id: string
-  readonly status: "completed"
-  readonly verification: Verification
-  readonly credits_charged: number
-  readonly rate_card_version: string
-  readonly receipt_id: string
 }
 
 const CHECKS = ["route", "schema", "budget"] as const
@@ -59,39 +58,26 @@ const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>): Verif
   return { state: failed.length === 0 ? "verified" : "unverified", checks: [...CHECKS], failed_checks: failed }
 }
 
-/** Add `"governance": {...}` as the last member of a JSON object text, without re-encoding the rest. */
-export const withGovernance = (rawObject: string, governance: Governance): string => {
-  const end = rawObject.lastIndexOf("}")
-  const head = rawObject.slice(0, end).trimEnd()
-  const sep = head.endsWith("{") ? "" : ","
-  return `${head}${sep}"governance":${JSON.stringify(governance)}}`
-}
-
-const encoder = new TextEncoder()
-const sseFrame = (data: string): Uint8Array => encoder.encode(`data: ${data}\n\n`)
-const DONE = encoder.encode("data: [DONE]\n\n")
-
-/** Text the client received in a chat completion (message or delta): content, refusal, tool call arguments. */
-const deliveredText = (m: unknown): string => {
-  if (m === null || typeof m !== "object") return ""
-  const o = m as { content?: unknown; refusal?: unknown; tool_calls?: unknown }
-  let s = typeof o.content === "string" ? o.content : ""
-  if (typeof o.refusal === "string") s += o.refusal
-  if (Array.isArray(o.tool_calls)) {
-    for (const t of o.tool_calls as ReadonlyArray<{ function?: { name?: unknown; arguments?: unknown } }>) {
-      if (typeof t?.function?.name === "string") s += t.function.name
-      if (typeof t?.function?.arguments === "string") s += t.function.arguments
-    }
-  }
-  return s
+/** Route, prices and the worst case of a request, before anything is reserved. */
+export interface Quote {
+  readonly chain: ReadonlyArray<Route>
+  readonly prices: ReadonlyMap<string, { readonly prices: Prices; readonly version: string }>
+  readonly inputTokens: number
+  readonly period: string
+  readonly cap: number
+  readonly remaining: number
+  readonly decision:
+    | { readonly _tag: "Fits"; readonly outputCap: number; readonly reservation: number }
+    | { readonly _tag: "OverBudget"; readonly error: BudgetExceeded }
 }
 
 interface Plan {
   readonly requestId: string
   readonly request: ChatRequest
   readonly body: Record<string, unknown>
+  readonly surface: Surface
   readonly chain: ReadonlyArray<Route>
-  readonly prices: ReadonlyMap<string, { readonly prices: Prices; readonly version: string }>
+  readonly prices: Quote["prices"]
   readonly inputTokens: number
   readonly outputCap: number
   readonly hold: Hold
@@ -103,6 +89,22 @@ class ClaimLost {
   readonly _tag = "ClaimLost"
   constructor(readonly outcome: ClaimOutcome) {}
 }
+
+/** Parse the body and check the metadata scope and client cap: the steps before the rate check. */
+const admitRequest = (principal: Principal, body: unknown, maxCreditsHeader: string | undefined) =>
+  Effect.gen(function* () {
+    const request = yield* parseChatRequest(body)
+    const md = request.metadata
+    if (md.project_id !== undefined && md.project_id !== principal.projectId) {
+      return yield* new InvalidApiKey({ message: "This API key is scoped to another project than metadata.project_id." })
+    }
+    if (md.environment !== undefined && md.environment !== principal.environment) {
+      return yield* new InvalidApiKey({ message: "This API key is scoped to another environment than metadata.environment." })
+    }
+    const maxCreditsParam = md.max_credits !== undefined ? "metadata.max_credits" : "X-Max-Credits"
+    const maxCredits = yield* parseMaxCredits(md.max_credits ?? maxCreditsHeader, maxCreditsParam)
+    return { request, maxCredits, maxCreditsParam }
+  })
 
 export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
   scoped: Effect.gen(function* () {
@@ -147,41 +149,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         }
       })
 
-    /** Everything up to and including the reservation. */
-    const plan = (call: ChatCall): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+    /** Route, price and size a request against the project's remaining budget. Reads only. */
+    const quote = (principal: Principal, request: ChatRequest, maxCredits: number | undefined, maxCreditsParam: string): Effect.Effect<Quote, RouteUnavailable> =>
       Effect.gen(function* () {
-        const { principal, headers } = call
-        const request = yield* parseChatRequest(call.body)
-        const body = call.body as Record<string, unknown>
-        const md = request.metadata
-        if (md.project_id !== undefined && md.project_id !== principal.projectId) {
-          return yield* new InvalidApiKey({ message: "This API key is scoped to another project than metadata.project_id." })
-        }
-        if (md.environment !== undefined && md.environment !== principal.environment) {
-          return yield* new InvalidApiKey({ message: "This API key is scoped to another environment than metadata.environment." })
-        }
-        const maxCredits =
-          md.max_credits !== undefined
-            ? yield* parseMaxCredits(md.max_credits, "metadata.max_credits")
-            : yield* parseMaxCredits(call.maxCreditsHeader, "X-Max-Credits")
-        const maxCreditsParam = md.max_credits !== undefined ? "metadata.max_credits" : "X-Max-Credits"
-        const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
-        const key = rawKey === undefined ? undefined : yield* checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
-
-        const verdict = yield* rateLimiter.admit(principal.projectId, principal.rateLimit)
-        Object.assign(headers, rateLimitHeaders(verdict))
-
-        const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
-        const fingerprint = key === undefined ? "" : fingerprintOf("POST", call.path, call.body)
-        if (key !== undefined) {
-          const seen = yield* idempotency.peek(scope, key, fingerprint)
-          if (seen._tag !== "Claimed") {
-            const reply = yield* settleClaimOutcome(seen, scope, key, fingerprint, headers)
-            if (Option.isSome(reply)) return reply.value
-          }
-        }
-
-        const chain = yield* router.candidates(request.model)
+        const chain = yield* router.candidates(request.model, principal.projectId)
         const now = yield* Clock.currentTimeMillis
         const prices = new Map<string, { prices: Prices; version: string }>()
         for (const route of chain) {
@@ -192,11 +163,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         if (pricedChain.length === 0) {
           return yield* new RouteUnavailable({ message: `No rate card in force prices the route for '${request.model}'.`, retryable: false })
         }
-
         const inputTokens = countChat(request.messages, request.tools)
         const period = periodOf(now)
         const window = yield* ledger.window(principal.projectId, period)
         const remaining = Math.max(0, window.cap - window.spent - window.reserved)
+        const base = { chain: pricedChain, prices, inputTokens, period, cap: window.cap, remaining }
+        // With fallback any candidate may serve: the cap must fit every one of them, and the hold
+        // covers the most expensive, so whichever route answers, charge ≤ reservation ≤ available.
         let outputCap = Infinity
         for (const route of pricedChain) {
           const decision = decideOutputCap({
@@ -208,46 +181,76 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             maxCredits
           })
           if (decision._tag === "OverBudget") {
-            return yield* decision.limitedBy === "max_credits"
-              ? new BudgetExceeded({
-                  message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds ${maxCreditsParam} (${maxCredits}). Lower max_tokens or raise the limit.`,
-                  param: maxCreditsParam
-                })
-              : new BudgetExceeded({
-                  message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds the project's remaining budget for ${period} (${remaining} of ${window.cap} Credits). Raise the budget cap, or wait for the next settlement window.`,
-                  param: null
-                })
+            const error =
+              decision.limitedBy === "max_credits"
+                ? new BudgetExceeded({
+                    message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds ${maxCreditsParam} (${maxCredits}). Lower max_tokens or raise the limit.`,
+                    param: maxCreditsParam
+                  })
+                : new BudgetExceeded({
+                    message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds the project's remaining budget for ${period} (${remaining} of ${window.cap} Credits). Raise the budget cap, or wait for the next settlement window.`,
+                    param: null
+                  })
+            return { ...base, decision: { _tag: "OverBudget", error } } satisfies Quote
           }
           outputCap = Math.min(outputCap, decision.outputCap)
         }
         let reservation = 0
-        for (const route of pricedChain) {
-          const p = prices.get(route.name)!.prices
-          reservation = Math.max(reservation, worstCase(inputTokens, outputCap, p))
+        for (const route of pricedChain) reservation = Math.max(reservation, worstCase(inputTokens, outputCap, prices.get(route.name)!.prices))
+        return { ...base, decision: { _tag: "Fits", outputCap, reservation } } satisfies Quote
+      })
+
+    /** Everything up to and including the reservation. */
+    const plan = (call: ChatCall): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+      Effect.gen(function* () {
+        const { principal, headers, surface } = call
+        const { request, maxCredits, maxCreditsParam } = yield* admitRequest(principal, call.body, call.maxCreditsHeader)
+        const md = request.metadata
+        const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
+        const key = rawKey === undefined ? undefined : yield* checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
+
+        const verdict = yield* rateLimiter.admit(principal.projectId, principal.rateLimit)
+        Object.assign(headers, rateLimitHeaders(verdict))
+
+        const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
+        const fingerprint = key === undefined ? "" : fingerprintOf("POST", surface.path, call.clientBody ?? call.body)
+        if (key !== undefined) {
+          const seen = yield* idempotency.peek(scope, key, fingerprint)
+          if (seen._tag !== "Claimed") {
+            const reply = yield* settleClaimOutcome(seen, scope, key, fingerprint, headers)
+            if (Option.isSome(reply)) return reply.value
+          }
         }
+
+        const q = yield* quote(principal, request, maxCredits, maxCreditsParam)
+        if (q.decision._tag === "OverBudget") return yield* q.decision.error
+        const { outputCap, reservation } = q.decision
+        const now = yield* Clock.currentTimeMillis
         const requestId = newRequestId()
         headers["x-request-id"] = requestId
         const hold: Hold = {
           reservationId: newReservationId(),
           requestId,
           projectId: principal.projectId,
-          period,
+          period: q.period,
           amount: reservation,
           deadline: now + settings.reservationTtlMs
         }
         const planned: Plan = {
           requestId,
           request,
-          body,
-          chain: pricedChain,
-          prices,
-          inputTokens,
+          body: call.body as Record<string, unknown>,
+          surface,
+          chain: q.chain,
+          prices: q.prices,
+          inputTokens: q.inputTokens,
           outputCap,
           hold,
           idempotency: key === undefined ? undefined : { key, fingerprint },
           scope
         }
-        const begun = yield* sql.withTransaction(
+        const first = q.chain[0]!
+        return yield* sql.withTransaction(
           Effect.gen(function* () {
             if (key !== undefined) {
               const claimed = yield* idempotency.claim(scope, key, fingerprint, requestId, hold.deadline)
@@ -258,19 +261,19 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
               projectId: principal.projectId,
               environment: principal.environment,
               keyId: principal.keyId,
-              endpoint: call.path,
+              endpoint: surface.path,
               model: request.model,
-              route: pricedChain[0]!.name,
+              route: first.name,
               stream: request.stream,
               idempotencyKey: key ?? null,
-              rateCardVersion: prices.get(pricedChain[0]!.name)!.version,
+              rateCardVersion: q.prices.get(first.name)!.version,
               creditsReserved: reservation,
               createdAt: now
             })
             yield* ledger.reserve(hold)
           })
         ).pipe(
-          Effect.as(planned),
+          Effect.as<Plan | GatewayReply>(planned),
           Effect.catchTag("SqlError", Effect.die),
           Effect.catchIf(
             (e): e is ClaimLost => e instanceof ClaimLost,
@@ -284,7 +287,6 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
               )
           )
         )
-        return begun
       })
 
     /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
@@ -312,8 +314,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     ) =>
       Effect.gen(function* () {
         const { prices, version } = p.prices.get(served.route.name)!
-        const exact = chargeFor(tokens, prices)
-        const charge = Math.min(exact, p.hold.amount)
+        const charge = Math.min(chargeFor(tokens, prices), p.hold.amount)
         const verification = verificationOf({ route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) })
         const receiptId = newReceiptId()
         const governance: Governance = {
@@ -350,7 +351,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
               completedAt: now
             })
             if (p.idempotency !== undefined) {
-              const body = typeof rendered.body === "string" ? encoder.encode(rendered.body) : rendered.body
+              const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
               yield* idempotency.finish(p.scope, p.idempotency.key, p.requestId, { status: rendered.status, contentType: rendered.contentType, body }, settings.idempotencyTtlMs)
             }
           })
@@ -386,16 +387,16 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         const rendered = yield* settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk, (g) => ({
           status: 200,
           contentType: "application/json",
-          body: withGovernance(served.value.raw, g)
+          body: p.surface.renderBody(served.value.raw, json, g, tokens)
         }))
         return { _tag: "Body", ...rendered } satisfies GatewayReply
       })
 
     /**
-     * Stream: chunks are forwarded as they arrive. `governance` rides on the last chunk before
-     * [DONE]: the usage chunk when the client asked for usage, otherwise the finish_reason chunk,
-     * held back until the upstream ends and the charge settles. A stream cut by the upstream or by
-     * the client is charged for what was delivered (counted), never zero once a token went out.
+     * Stream: chunks are forwarded as they arrive; the surface decides what the client sees and puts
+     * the governance on the last event once the charge settles. A stream cut by the upstream or by
+     * the client is charged for what was delivered (counted), never zero once a token went out; a
+     * failure before any token charges nothing.
      */
     const completeStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
       Effect.gen(function* () {
@@ -405,58 +406,32 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Scope.close(connection, Exit.void))),
           Effect.catchAll((failed) => fromRouteFailure(p, failed))
         )
-        const includeUsage = p.request.includeUsage
+        const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId })
         const sent: Array<Uint8Array> = []
-        let deliveredChars = ""
+        const record = (frames: ReadonlyArray<Uint8Array>): ReadonlyArray<Uint8Array> => {
+          for (const f of frames) sent.push(f)
+          return frames
+        }
+        let delivered = ""
         let usage: Parameters<typeof tokensFromUsage>[0] | undefined
-        let heldFinal: string | undefined
-        let meta = { id: `chatcmpl-${p.requestId}`, created: 0, model: "" }
         let schemaOk = true
         let settled = false
-        const emit = (frame: Uint8Array): Uint8Array => {
-          sent.push(frame)
-          return frame
-        }
-        const countedTokens = (): TokenCounts => ({ input: p.inputTokens, cached_input: 0, output: countText(deliveredChars), reasoning: 0 })
 
         const onEvent = (data: string): ReadonlyArray<Uint8Array> => {
-          let json: Record<string, unknown>
+          let json: Record<string, unknown> | undefined
           try {
-            json = JSON.parse(data) as Record<string, unknown>
+            const parsed: unknown = JSON.parse(data)
+            json = parsed !== null && typeof parsed === "object" && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined
           } catch {
+            json = undefined
+          }
+          if (json === undefined) {
             schemaOk = false
-            return [emit(sseFrame(data))]
+          } else {
+            if (json.usage !== null && typeof json.usage === "object") usage = json.usage as typeof usage
+            if (Array.isArray(json.choices)) for (const c of json.choices as ReadonlyArray<{ delta?: unknown }>) delivered += deliveredText(c?.delta)
           }
-          if (typeof json.id === "string") meta = { id: json.id, created: Number(json.created ?? 0), model: String(json.model ?? "") }
-          if (json.usage !== null && typeof json.usage === "object") {
-            usage = json.usage as typeof usage
-            const choices = json.choices
-            if (!Array.isArray(choices) || choices.length === 0) {
-              // The usage chunk: held for governance if the client wants usage, dropped otherwise.
-              if (includeUsage) heldFinal = data
-              return []
-            }
-          }
-          const choices = Array.isArray(json.choices) ? (json.choices as ReadonlyArray<{ delta?: unknown; finish_reason?: unknown }>) : []
-          for (const c of choices) deliveredChars += deliveredText(c?.delta)
-          // Strip the per-chunk `"usage": null` we added upstream when the client did not ask for it.
-          const out = !includeUsage && "usage" in json ? JSON.stringify({ ...json, usage: undefined }) : data
-          if (!includeUsage && choices.some((c) => c?.finish_reason !== null && c?.finish_reason !== undefined)) {
-            heldFinal = out
-            return []
-          }
-          return [emit(sseFrame(out))]
-        }
-
-        const finalFrames = (g: Governance, tokens: TokenCounts): Array<Uint8Array> => {
-          if (heldFinal !== undefined) return [sseFrame(withGovernance(heldFinal, g)), DONE]
-          const synthetic: Record<string, unknown> = { id: meta.id, object: "chat.completion.chunk", created: meta.created, model: meta.model, choices: [] }
-          if (includeUsage) {
-            const completion = tokens.output + tokens.reasoning
-            const prompt = tokens.input + tokens.cached_input
-            synthetic.usage = { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }
-          }
-          return [sseFrame(withGovernance(JSON.stringify(synthetic), g)), DONE]
+          return record(renderer.onChunk(data, json))
         }
 
         const concat = (frames: ReadonlyArray<Uint8Array>): Uint8Array => Buffer.concat(frames.map((f) => Buffer.from(f.buffer, f.byteOffset, f.byteLength)))
@@ -466,29 +441,22 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           Effect.suspend(() => {
             if (settled) return Effect.succeed([])
             settled = true
-            const reported = usage !== undefined && typeof usage.prompt_tokens === "number"
-            const tokens = reported && how === "complete" ? tokensFromUsage(usage!) : countedTokens()
-            const source = reported && how === "complete" ? "reported" : "counted"
-            if (deliveredChars.length === 0 && how !== "complete") {
-              const message = failure?.message ?? "The client disconnected before any token was delivered."
-              return Effect.as(abandon(p, how === "cut" ? "route_unavailable" : "client_disconnected", message, served.attempts), [
-                sseFrame(JSON.stringify({ error: { message: `The upstream stream failed before any token: ${message}`, type: "route_unavailable", code: "route_unavailable", param: null } }))
-              ])
+            const reported = how === "complete" && usage !== undefined && typeof usage.prompt_tokens === "number"
+            const tokens: TokenCounts = reported ? tokensFromUsage(usage!) : { input: p.inputTokens, cached_input: 0, output: countText(delivered), reasoning: 0 }
+            if (delivered.length === 0 && how !== "complete") {
+              const message = failure?.message ?? "the client disconnected before any token was delivered"
+              return Effect.as(
+                abandon(p, how === "cut" ? "route_unavailable" : "client_disconnected", message, served.attempts),
+                renderer.broken(`The upstream stream failed before any token: ${message}. Nothing was charged.`, undefined)
+              )
             }
-            let tail: Array<Uint8Array> = []
+            let tail: ReadonlyArray<Uint8Array> = []
             return Effect.map(
-              settle(p, principal, served, tokens, source, schemaOk && how === "complete", (g) => {
+              settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk && how === "complete", (g) => {
                 tail =
                   how === "complete"
-                    ? finalFrames(g, tokens)
-                    : [
-                        sseFrame(
-                          JSON.stringify({
-                            error: { message: `The upstream stream broke: ${failure?.message ?? "client disconnected"}. Delivered tokens were charged.`, type: "route_unavailable", code: "route_unavailable", param: null },
-                            governance: g
-                          })
-                        )
-                      ]
+                    ? renderer.complete(g, tokens)
+                    : renderer.broken(`The upstream stream broke: ${failure?.message ?? "client disconnected"}. Delivered tokens were charged.`, g)
                 return { status: 200, contentType: "text/event-stream", body: concat([...sent, ...tail]) }
               }),
               () => tail
@@ -504,7 +472,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         return { _tag: "Sse", stream: body } satisfies GatewayReply
       })
 
-    const chat = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>
+    /** Run one governed call on the given surface. */
+    const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>
       Effect.gen(function* () {
         const planned = yield* plan(call)
         if ("_tag" in planned) return planned
@@ -514,6 +483,58 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         return yield* Fiber.join(fiber)
       })
 
-    return { chat } as const
+    /**
+     * POST /v1/routing/evaluate: what a call would do — route, rate card, estimated and worst-case
+     * Credits, whether the budget and rate checks would pass — executing, reserving and charging nothing.
+     */
+    const evaluate = (principal: Principal, body: unknown, maxCreditsHeader: string | undefined): Effect.Effect<Evaluation, InvalidApiKey | InvalidRequest | UnsupportedWorkflow | RouteUnavailable> =>
+      Effect.gen(function* () {
+        const { request, maxCredits, maxCreditsParam } = yield* admitRequest(principal, body, maxCreditsHeader)
+        const q = yield* quote(principal, request, maxCredits, maxCreditsParam)
+        const rateOk = yield* rateLimiter.peek(principal.projectId, principal.rateLimit)
+        const route = q.chain[0]!
+        const priced = q.prices.get(route.name)!
+        const inputCredits = chargeFor({ input: q.inputTokens, cached_input: 0, output: 0, reasoning: 0 }, priced.prices)
+        return {
+          object: "routing.evaluation",
+          model: request.model,
+          route: route.name,
+          candidates: q.chain.map((r) => r.name),
+          upstream_model: route.upstream_model,
+          rate_card_version: priced.version,
+          estimated_input_tokens: q.inputTokens,
+          output_cap: q.decision._tag === "Fits" ? q.decision.outputCap : null,
+          estimated_credits: {
+            input: inputCredits,
+            worst_case: q.decision._tag === "Fits" ? q.decision.reservation : null
+          },
+          budget: {
+            would_pass: q.decision._tag === "Fits",
+            period: q.period,
+            budget_credits: q.cap,
+            remaining: q.remaining,
+            reason: q.decision._tag === "OverBudget" ? q.decision.error.message : null
+          },
+          rate_limit: { would_pass: rateOk, requests_per_minute: principal.rateLimit.requestsPerMinute, burst: principal.rateLimit.burst },
+          executed: false
+        } satisfies Evaluation
+      })
+
+    return { handle, evaluate } as const
   })
 }) {}
+
+export interface Evaluation {
+  readonly object: "routing.evaluation"
+  readonly model: string
+  readonly route: string
+  readonly candidates: ReadonlyArray<string>
+  readonly upstream_model: string
+  readonly rate_card_version: string
+  readonly estimated_input_tokens: number
+  readonly output_cap: number | null
+  readonly estimated_credits: { readonly input: number; readonly worst_case: number | null }
+  readonly budget: { readonly would_pass: boolean; readonly period: string; readonly budget_credits: number; readonly remaining: number; readonly reason: string | null }
+  readonly rate_limit: { readonly would_pass: boolean; readonly requests_per_minute: number; readonly burst: number }
+  readonly executed: false
+}

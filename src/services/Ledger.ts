@@ -128,10 +128,12 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
         }
         const receipt = signer.seal(unsigned)
         yield* sql`INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
-                     body, prev_hash, hash, signature, signing_key_id, created_at)
+                     body, prev_hash, hash, signature, signing_key_id, created_at,
+                     route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
                    VALUES (${receipt.receipt_id}, ${receipt.request_id}, ${receipt.project_id}, ${receipt.environment}, ${receipt.period},
                      ${seq}, ${charge}, ${receipt.rate_card_version}, ${JSON.stringify(receipt)}, ${receipt.prev_hash}, ${receipt.hash},
-                     ${receipt.signature}, ${receipt.signing_key_id}, ${now})`
+                     ${receipt.signature}, ${receipt.signing_key_id}, ${now},
+                     ${s.route}, ${s.tokens.input}, ${s.tokens.cached_input}, ${s.tokens.output}, ${s.tokens.reasoning})`
         yield* sql`INSERT INTO chain_heads (project_id, seq, hash) VALUES (${row.project_id}, ${seq}, ${receipt.hash})
                    ON CONFLICT (project_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash`
         return receipt
@@ -163,6 +165,35 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
             : Effect.succeed(JSON.parse(rows[0].body) as Receipt)
       )
 
-    return { window, reserve, settle, release, expiredHolds, receipt, periodOf } as const
+    /** Usage of one tenant scope in one window: every figure is a sum over that window's receipts. */
+    const usage = (scope: Scope, period: string) =>
+      Effect.gen(function* () {
+        const rows = yield* sql<{
+          route: string
+          requests: number
+          credits: number
+          input_tokens: number
+          cached_input_tokens: number
+          output_tokens: number
+          reasoning_tokens: number
+        }>`SELECT route, COUNT(*) AS requests, SUM(credits_charged) AS credits,
+             SUM(input_tokens) AS input_tokens, SUM(cached_input_tokens) AS cached_input_tokens,
+             SUM(output_tokens) AS output_tokens, SUM(reasoning_tokens) AS reasoning_tokens
+           FROM receipts WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND period = ${period}
+           GROUP BY route ORDER BY route`
+        return rows.map((r) => ({
+          model: r.route,
+          requests: Number(r.requests),
+          credits: Number(r.credits),
+          tokens: {
+            input: Number(r.input_tokens),
+            cached_input: Number(r.cached_input_tokens),
+            output: Number(r.output_tokens),
+            reasoning: Number(r.reasoning_tokens)
+          }
+        }))
+      }).pipe(Effect.orDie)
+
+    return { window, reserve, settle, release, expiredHolds, receipt, usage, periodOf } as const
   })
 }) {}

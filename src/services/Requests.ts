@@ -17,7 +17,7 @@ export interface Verification {
 export interface Attempt {
   readonly route: string
   readonly provider: string
-  readonly outcome: "ok" | "error"
+  readonly outcome: "ok" | "error" | "skipped"
   readonly status?: number | undefined
   readonly error?: string | undefined
   readonly duration_ms: number

@@ -8,6 +8,7 @@
  */
 import { HttpClient } from "@effect/platform"
 import { Clock, Duration, Effect, Random, type Scope, type Stream } from "effect"
+import * as Health from "./RouteHealth.ts"
 import { type RouteConfig, Settings } from "../domain/config.ts"
 import { InvalidRequest, RouteUnavailable } from "../domain/errors.ts"
 import { makeDemoProvider } from "../providers/demo.ts"
@@ -40,24 +41,54 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
       else if (p.type === "demo") providers.set(name, makeDemoProvider(p.delay_ms ?? 0))
       // other provider types are registered by their adapters as they are added
     }
-    const routes: ReadonlyArray<Route> = settings.gateway.routes.map((r) => ({ ...r, providerName: r.provider }))
+    const routes: ReadonlyArray<Route> = settings.gateway.routes
+      .filter((r) => providers.has(r.provider))
+      .map((r) => ({ ...r, providerName: r.provider }))
     const byName = new Map(routes.map((r) => [r.name, r]))
-    const autoRoutes = routes.filter((r) => r.auto && providers.has(r.provider))
+    const health = new Map<string, Health.BreakerState>(routes.map((r) => [r.name, Health.closed]))
+    const stateOf = (name: string) => health.get(name) ?? Health.closed
 
-    /** The routes a model name may be served by, in the order they are tried. */
-    const candidates = (model: string): Effect.Effect<ReadonlyArray<Route>, RouteUnavailable> => {
-      if (model === "auto") {
-        return autoRoutes.length > 0
-          ? Effect.succeed(autoRoutes)
-          : Effect.fail(new RouteUnavailable({ message: "No route is configured for model auto.", retryable: false }))
-      }
-      const route = byName.get(model)
-      if (route === undefined || !providers.has(route.provider)) {
-        const known = ["auto", ...routes.map((r) => r.name)].join(", ")
-        return Effect.fail(new RouteUnavailable({ message: `The model '${model}' is not a route of this gateway. Available: ${known}.`, retryable: false }))
-      }
-      return Effect.succeed([route])
-    }
+    const allowedFor = (route: Route, projectId: string | undefined) =>
+      route.projects === undefined || projectId === undefined || route.projects.includes(projectId)
+
+    /** Is the route taking requests now (closed, or open long enough for a probe)? */
+    const isAvailable = (route: Route, now: number) => Health.admission(stateOf(route.name), now, settings.breakerOpenMs) !== "open"
+
+    /**
+     * The routes a model name may be served by, in the order they are tried: a named route, or the
+     * `auto` routes this project may use whose breaker is not open.
+     */
+    const candidates = (model: string, projectId?: string): Effect.Effect<ReadonlyArray<Route>, RouteUnavailable> =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        if (model === "auto") {
+          const usable = routes.filter((r) => r.auto && allowedFor(r, projectId))
+          const healthy = usable.filter((r) => isAvailable(r, now))
+          if (healthy.length > 0) return Effect.succeed(healthy)
+          return Effect.fail(
+            new RouteUnavailable({
+              message: usable.length === 0 ? "No route is configured for model auto." : "Every auto route is failing right now (circuit open); retry later.",
+              retryable: usable.length > 0
+            })
+          )
+        }
+        const route = byName.get(model)
+        if (route === undefined || !allowedFor(route, projectId)) {
+          const known = ["auto", ...routes.filter((r) => allowedFor(r, projectId)).map((r) => r.name)].join(", ")
+          return Effect.fail(new RouteUnavailable({ message: `The model '${model}' is not a route available to this project. Available: ${known}.`, retryable: false }))
+        }
+        if (!isAvailable(route, now)) {
+          return Effect.fail(
+            new RouteUnavailable({ message: `Route '${model}' is failing right now (circuit open). Retry with model 'auto' so the router can pick an available route.`, retryable: true })
+          )
+        }
+        return Effect.succeed([route])
+      })
+
+    /** Routes this project may use that are available now (GET /v1/models). */
+    const available = (projectId: string): Effect.Effect<ReadonlyArray<Route>> =>
+      Effect.map(Clock.currentTimeMillis, (now) => routes.filter((r) => allowedFor(r, projectId) && isAvailable(r, now)))
+
+    const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)
 
     const attemptsOf = <A, R>(
       chain: ReadonlyArray<Route>,
@@ -73,14 +104,26 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
           for (let attempt = 0; attempt <= settings.upstreamRetries; attempt++) {
             const t0 = yield* Clock.currentTimeMillis
             if (t0 >= deadline) break
-            const result = yield* Effect.either(call(provider, route))
+            const admitted = Health.admission(stateOf(route.name), t0, settings.breakerOpenMs)
+            if (admitted === "open") {
+              attempts.push({ route: route.name, provider: route.provider, outcome: "skipped", error: "circuit open", duration_ms: 0 })
+              // Keep the failure that opened the circuit in the message; it is what the client needs.
+              lastError = attempts.length > 1 ? `${lastError}; circuit now open` : `${route.name}: circuit open`
+              break
+            }
+            health.set(route.name, Health.onAdmit(stateOf(route.name), admitted))
+            const result = yield* Effect.either(call(provider, route)).pipe(
+              Effect.onInterrupt(() => Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))))
+            )
             const t1 = yield* Clock.currentTimeMillis
             if (result._tag === "Right") {
+              health.set(route.name, Health.onSuccess(stateOf(route.name)))
               attempts.push({ route: route.name, provider: route.provider, outcome: "ok", duration_ms: t1 - t0 })
               return { route, value: result.right, attempts }
             }
             const failure = result.left
             attempts.push({ route: route.name, provider: route.provider, outcome: "error", status: failure.status, error: failure.message, duration_ms: t1 - t0 })
+            health.set(route.name, failure.isClientError ? Health.onSuccess(stateOf(route.name)) : Health.onFailure(stateOf(route.name), t1, settings.breakerFailures))
             if (failure.isClientError) {
               return yield* Effect.fail(new RouteFailed(new InvalidRequest({ message: `The upstream model rejected the request: ${failure.message}`, param: null }), attempts))
             }
@@ -104,6 +147,6 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
     const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>) =>
       attemptsOf<Stream.Stream<string, UpstreamFailure>, Scope.Scope>(chain, (provider, route) => provider.stream(route, bodyFor(route)))
 
-    return { candidates, complete, openStream, routes } as const
+    return { candidates, available, breakerStatus, complete, openStream, routes } as const
   })
 }) {}

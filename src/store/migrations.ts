@@ -129,6 +129,17 @@ const init = Effect.gen(function* () {
   )`
 })
 
-export const migrations = Migrator.fromRecord({ "0001_init": init })
+// Token counts and route as columns, so usage sums are plain SQL over the window's receipts.
+const receiptUsageColumns = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE receipts ADD COLUMN route TEXT NOT NULL DEFAULT ''`
+  yield* sql`ALTER TABLE receipts ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0`
+  yield* sql`ALTER TABLE receipts ADD COLUMN cached_input_tokens INTEGER NOT NULL DEFAULT 0`
+  yield* sql`ALTER TABLE receipts ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0`
+  yield* sql`ALTER TABLE receipts ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0`
+  yield* sql`CREATE INDEX receipts_scope_window ON receipts(project_id, environment, period)`
+})
+
+export const migrations = Migrator.fromRecord({ "0001_init": init, "0002_receipt_usage_columns": receiptUsageColumns })
 
 export const runMigrations = Migrator.make({})({ loader: migrations })
