@@ -1,0 +1,106 @@
+import OpenAI from "openai"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
+import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+
+describe("POST /v1/responses through the official SDK", () => {
+  let upstream: MockUpstream
+  let gw: TestGateway
+  let client: OpenAI
+  beforeAll(async () => {
+    upstream = await startMockUpstream()
+    gw = await startGateway(mockGatewayFile(upstream.url))
+    client = new OpenAI({ baseURL: gw.url, apiKey: gw.devKey, maxRetries: 0 })
+  })
+  afterAll(async () => {
+    await gw.close()
+    await upstream.close()
+  })
+
+  it("responses.create: string input and instructions reach the upstream as messages; output_text and governance come back", async () => {
+    upstream.pushBehavior({ reply: "Paris is the capital of France." })
+    const before = upstream.requests.length
+    const response = await client.responses.create({
+      model: "gpt-test",
+      instructions: "Answer briefly.",
+      input: "What is the capital of France?",
+      max_output_tokens: 50
+    })
+    expect(response.output_text).toBe("Paris is the capital of France.")
+    expect(response.status).toBe("completed")
+    const sent = upstream.requests[before]!.body as { messages: Array<{ role: string; content: string }>; max_tokens: number }
+    expect(sent.messages).toEqual([
+      { role: "system", content: "Answer briefly." },
+      { role: "user", content: "What is the capital of France?" }
+    ])
+    expect(sent.max_tokens).toBe(50)
+    const governance = (response as unknown as { governance: any }).governance
+    expect(governance.status).toBe("completed")
+    expect(response.usage!.output_tokens).toBeGreaterThan(0)
+    const receipt: any = await (await fetch(`${gw.url}/requests/${governance.request_id}/receipt`, { headers: { authorization: `Bearer ${gw.devKey}` } })).json()
+    expect(receipt.credits_charged).toBe(governance.credits_charged)
+    expect(receipt.tokens.input + receipt.tokens.cached_input).toBe(response.usage!.input_tokens)
+    const status: any = await (await fetch(`${gw.url}/requests/${governance.request_id}`, { headers: { authorization: `Bearer ${gw.devKey}` } })).json()
+    expect(status.endpoint).toBe("/v1/responses")
+  })
+
+  it("responses.create: message items with input_text parts; truncation by max_output_tokens is 'incomplete'", async () => {
+    upstream.pushBehavior({ reply: "one two three four five six seven eight nine ten eleven twelve" })
+    const response = await client.responses.create({
+      model: "auto",
+      input: [{ role: "user", content: [{ type: "input_text", text: "count" }] }],
+      max_output_tokens: 3
+    })
+    expect(response.status).toBe("incomplete")
+    expect(response.incomplete_details?.reason).toBe("max_output_tokens")
+    expect(response.usage!.output_tokens).toBe(3)
+  })
+
+  it("responses.stream: the SDK accumulates the event sequence into the final response, which carries governance", async () => {
+    upstream.pushBehavior({ reply: "Streaming through the gateway works." })
+    const stream = client.responses.stream({ model: "gpt-test", input: "stream it" })
+    const deltas: Array<string> = []
+    stream.on("response.output_text.delta", (e) => deltas.push(e.delta))
+    const final = await stream.finalResponse()
+    expect(deltas.join("")).toBe("Streaming through the gateway works.")
+    expect(final.output_text).toBe("Streaming through the gateway works.")
+    expect(final.status).toBe("completed")
+    const governance = (final as unknown as { governance: any }).governance
+    expect(governance.credits_charged).toBeGreaterThan(0)
+    expect(final.usage!.total_tokens).toBe(final.usage!.input_tokens + final.usage!.output_tokens)
+  })
+
+  it("responses.create with stream: true yields the documented events in order", async () => {
+    const events: Array<string> = []
+    const stream = await client.responses.create({ model: "gpt-test", input: "hello", stream: true })
+    for await (const e of stream) events.push(e.type)
+    expect(events.slice(0, 4)).toEqual(["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"])
+    expect(events).toContain("response.output_text.delta")
+    expect(events.slice(-4)).toEqual(["response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"])
+  })
+
+  it("an image input is 422 unsupported_workflow; previous_response_id is 422; missing input is 400", async () => {
+    const post = (body: unknown) =>
+      fetch(`${gw.url}/responses`, { method: "POST", headers: { authorization: `Bearer ${gw.devKey}`, "content-type": "application/json" }, body: JSON.stringify(body) })
+    const image = await post({ model: "auto", input: [{ role: "user", content: [{ type: "input_image", image_url: "https://x/y.png" }] }] })
+    expect(image.status).toBe(422)
+    expect(((await image.json()) as any).error.code).toBe("unsupported_workflow")
+    const prev = await post({ model: "auto", input: "hi", previous_response_id: "resp_1" })
+    expect(prev.status).toBe(422)
+    const missing = await post({ model: "auto" })
+    expect(missing.status).toBe(400)
+    expect(((await missing.json()) as any).error.param).toBe("input")
+  })
+
+  it("idempotent replay of a Responses call returns the same bytes and calls the upstream once", async () => {
+    const body = JSON.stringify({ model: "gpt-test", input: "once", metadata: { idempotency_key: "resp-once-1" } })
+    const post = () =>
+      fetch(`${gw.url}/responses`, { method: "POST", headers: { authorization: `Bearer ${gw.devKey}`, "content-type": "application/json" }, body })
+    const calls = upstream.calls
+    const first = await post()
+    const second = await post()
+    expect(await second.text()).toBe(await first.text())
+    expect(second.headers.get("idempotent-replayed")).toBe("true")
+    expect(upstream.calls - calls).toBe(1)
+  })
+})
