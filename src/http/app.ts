@@ -19,6 +19,9 @@ import { Router } from "../services/Router.ts"
 import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
 import { responsesSurface, responsesToChat } from "../services/surfaces/responses.ts"
 import type { Surface } from "../services/surfaces/Surface.ts"
+import { openApiDocument } from "./api.ts"
+import { docsPage } from "./docs.ts"
+import * as S from "./schemas.ts"
 import { errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
 
 const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
@@ -137,7 +140,8 @@ const routingEvaluate = Effect.gen(function* () {
     authenticated((principal, req) =>
       Effect.gen(function* () {
         const body = yield* readJson(settings.maxBodyBytes)
-        return json(yield* gateway.evaluate(principal, body, header(req, "x-max-credits")))
+        const evaluation: typeof S.Evaluation.Type = yield* gateway.evaluate(principal, body, header(req, "x-max-credits"))
+        return json(evaluation)
       })
     )
   )
@@ -150,10 +154,10 @@ const models = respondErrors(
     Effect.gen(function* () {
       const router = yield* Router
       const routes = yield* router.available(principal.projectId)
-      const entry = (id: string, owner: string) => ({ id, object: "model", created: STARTED, owned_by: owner })
+      const entry = (id: string, owner: string) => ({ id, object: "model" as const, created: STARTED, owned_by: owner })
       const data = routes.map((r) => entry(r.name, r.provider))
       if (routes.some((r) => r.auto)) data.unshift(entry("auto", "tollgate"))
-      return json({ object: "list", data })
+      return json({ object: "list", data } satisfies typeof S.ModelList.Type)
     })
   )
 )
@@ -173,7 +177,7 @@ const usage = respondErrors(
       const byModel = yield* ledger.usage({ projectId: principal.projectId, environment: principal.environment }, period)
       const sum = (f: (m: (typeof byModel)[number]) => number) => byModel.reduce((n, m) => n + f(m), 0)
       return json({
-        object: "usage",
+        object: "usage" as const,
         project_id: principal.projectId,
         environment: principal.environment,
         period,
@@ -192,7 +196,7 @@ const usage = respondErrors(
           reasoning: sum((m) => m.tokens.reasoning)
         },
         by_model: byModel
-      })
+      } satisfies typeof S.Usage.Type)
     })
   )
 )
@@ -204,7 +208,8 @@ const getRequest = respondErrors(
     Effect.gen(function* () {
       const requests = yield* Requests
       const id = yield* requestParam
-      return json(yield* requests.find(id, { projectId: principal.projectId, environment: principal.environment }))
+      const view: typeof S.RequestStatus.Type = yield* requests.find(id, { projectId: principal.projectId, environment: principal.environment })
+      return json(view)
     })
   )
 )
@@ -214,7 +219,8 @@ const getReceipt = respondErrors(
     Effect.gen(function* () {
       const ledger = yield* Ledger
       const id = yield* requestParam
-      return json(yield* ledger.receipt(id, { projectId: principal.projectId, environment: principal.environment }))
+      const receipt: typeof S.Receipt.Type = yield* ledger.receipt(id, { projectId: principal.projectId, environment: principal.environment })
+      return json(receipt)
     })
   )
 )
@@ -222,7 +228,7 @@ const getReceipt = respondErrors(
 const receiptKeys = Effect.gen(function* () {
   const signer = yield* ReceiptSigner
   const keys = yield* signer.publicKeys
-  return json({ object: "list", data: keys })
+  return json({ object: "list", data: keys } satisfies typeof S.ReceiptKeys.Type)
 })
 
 // ---- Admin API (DESIGN.md §8) ----
@@ -346,6 +352,8 @@ export const router = HttpRouter.empty.pipe(
   HttpRouter.get("/v1/requests/:id/receipt", getReceipt),
   HttpRouter.get("/v1/receipts/keys", receiptKeys),
   HttpRouter.get("/healthz", Effect.succeed(json({ status: "ok" }))),
+  HttpRouter.get("/openapi.json", Effect.succeed(json(openApiDocument))),
+  HttpRouter.get("/docs", Effect.succeed(HttpServerResponse.html(docsPage))),
   HttpRouter.get("/readyz", Effect.succeed(json({ status: "ready" }))),
   HttpRouter.concat(adminRoutes)
 )

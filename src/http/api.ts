@@ -1,0 +1,80 @@
+/**
+ * The public surface as an HttpApi description, built from the wire schemas in ./schemas.ts.
+ * It is the source of the OpenAPI 3.1 document served at /openapi.json. (Requests are served by the
+ * HttpRouter in ./app.ts — cheaper per request on the hot path — whose outputs are typed by the
+ * same schemas.)
+ */
+import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import * as S from "./schemas.ts"
+
+class ProjectKey extends HttpApiMiddleware.Tag<ProjectKey>()("ProjectKey", {
+  failure: S.Errors.invalidApiKey,
+  security: { bearer: HttpApiSecurity.bearer }
+}) {}
+
+const IdPath = Schema.Struct({ id: Schema.String.annotations({ description: "A request id, req_…" }) })
+
+const governed = HttpApiGroup.make("governed")
+  .add(
+    HttpApiEndpoint.post("createChatCompletion", "/v1/chat/completions")
+      .setPayload(S.ChatCompletionRequest)
+      .addSuccess(S.ChatCompletion.annotations({ description: "JSON, or with stream: true an SSE stream of chat.completion.chunk events; governance rides on the last chunk before [DONE]." }))
+      .addError(S.Errors.invalidRequest)
+      .addError(S.Errors.budgetExceeded)
+      .addError(S.Errors.idempotencyConflict)
+      .addError(S.Errors.tooLarge)
+      .addError(S.Errors.unsupportedWorkflow)
+      .addError(S.Errors.rateLimited)
+      .addError(S.Errors.routeUnavailable)
+  )
+  .add(
+    HttpApiEndpoint.post("createResponse", "/v1/responses")
+      .setPayload(S.ResponsesRequest)
+      .addSuccess(S.ResponseObject.annotations({ description: "JSON, or with stream: true the Responses SSE event sequence ending in response.completed." }))
+      .addError(S.Errors.invalidRequest)
+      .addError(S.Errors.budgetExceeded)
+      .addError(S.Errors.idempotencyConflict)
+      .addError(S.Errors.tooLarge)
+      .addError(S.Errors.unsupportedWorkflow)
+      .addError(S.Errors.rateLimited)
+      .addError(S.Errors.routeUnavailable)
+  )
+  .add(HttpApiEndpoint.get("listModels", "/v1/models").addSuccess(S.ModelList))
+  .add(HttpApiEndpoint.get("getRequest", "/v1/requests/:id").setPath(IdPath).addSuccess(S.RequestStatus).addError(S.Errors.requestNotFound))
+  .add(HttpApiEndpoint.get("getReceipt", "/v1/requests/:id/receipt").setPath(IdPath).addSuccess(S.Receipt).addError(S.Errors.requestNotFound))
+  .add(
+    HttpApiEndpoint.get("getUsage", "/v1/usage")
+      .setUrlParams(Schema.Struct({ period: Schema.optional(Schema.String.annotations({ description: "YYYY-MM; default: the current window" })) }))
+      .addSuccess(S.Usage)
+      .addError(S.Errors.invalidRequest)
+  )
+  .add(
+    HttpApiEndpoint.post("evaluateRouting", "/v1/routing/evaluate")
+      .setPayload(S.ChatCompletionRequest)
+      .addSuccess(S.Evaluation)
+      .addError(S.Errors.invalidRequest)
+      .addError(S.Errors.unsupportedWorkflow)
+      .addError(S.Errors.routeUnavailable)
+  )
+  .middleware(ProjectKey)
+
+const open = HttpApiGroup.make("public")
+  .add(HttpApiEndpoint.get("receiptKeys", "/v1/receipts/keys").addSuccess(S.ReceiptKeys))
+  .add(HttpApiEndpoint.get("health", "/healthz").addSuccess(Schema.Struct({ status: Schema.Literal("ok") })))
+
+export const PublicApi = HttpApi.make("tollgate").add(governed).add(open)
+
+/** The OpenAPI 3.1 document of the public surface. */
+export const openApiDocument = (() => {
+  const spec = OpenApi.fromApi(PublicApi)
+  return {
+    ...spec,
+    info: {
+      title: "Tollgate",
+      version: "1.0.0",
+      description:
+        "Governed, OpenAI-compatible AI gateway. Every governed call carries `Authorization: Bearer <project key>` and returns evidence (`governance`, `x-request-id`) and rate-limit headers."
+    }
+  }
+})()

@@ -1,0 +1,223 @@
+/**
+ * Wire schemas of the public surface. The handlers' outputs are typed by these (`typeof X.Type`),
+ * the OpenAPI document is generated from them (src/http/api.ts), and tests decode real responses
+ * with them — one definition for the code, the document and the checks.
+ */
+import { HttpApiSchema } from "@effect/platform"
+import { Schema } from "effect"
+
+const Extra = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+
+export const ErrorBody = Schema.Struct({
+  error: Schema.Struct({
+    message: Schema.String,
+    type: Schema.String,
+    code: Schema.NullOr(Schema.String),
+    param: Schema.NullOr(Schema.String)
+  })
+}).annotations({ identifier: "Error", description: "OpenAI-shaped error body." })
+
+const errorAt = (status: number, code: string, description: string) =>
+  ErrorBody.annotations({ identifier: `Error${status}_${code}`, description: `${code}: ${description}`, ...HttpApiSchema.annotations({ status }) })
+
+export const Errors = {
+  invalidRequest: errorAt(400, "invalid_request_error", "malformed JSON or fields, or an upstream 4xx caused by the request"),
+  invalidApiKey: errorAt(401, "invalid_api_key", "key missing, revoked, expired, or scoped to another project"),
+  budgetExceeded: errorAt(402, "budget_exceeded", "the worst case does not fit the remaining budget or max_credits"),
+  requestNotFound: errorAt(404, "request_not_found", "no governed request with that id in the caller's tenant scope"),
+  idempotencyConflict: errorAt(409, "idempotency_conflict", "the idempotency key was used with a different payload"),
+  tooLarge: errorAt(413, "request_too_large", "the body exceeds the configured limit"),
+  unsupportedWorkflow: errorAt(422, "unsupported_workflow", "outside the text-only scope of the connected beta"),
+  rateLimited: errorAt(429, "rate_limited", "the project's rate check rejected the burst; see Retry-After"),
+  routeUnavailable: errorAt(503, "route_unavailable", "no available route for the model; retry with model auto")
+}
+
+export const Verification = Schema.Struct({
+  state: Schema.Literal("verified", "unverified"),
+  checks: Schema.Array(Schema.String),
+  failed_checks: Schema.Array(Schema.String)
+}).annotations({ identifier: "Verification" })
+
+export const Governance = Schema.Struct({
+  request_id: Schema.String.pipe(Schema.pattern(/^req_/)),
+  status: Schema.Literal("completed"),
+  verification: Verification,
+  credits_charged: Schema.Int,
+  rate_card_version: Schema.String.pipe(Schema.pattern(/^rc_/)),
+  receipt_id: Schema.String.pipe(Schema.pattern(/^rcpt_/))
+}).annotations({ identifier: "Governance", description: "Evidence of a governed request." })
+
+const Metadata = Schema.Record({ key: Schema.String, value: Schema.String }).annotations({
+  description: "OpenAI metadata. Tollgate reads project_id, environment, idempotency_key and max_credits (a decimal integer string) and does not forward them."
+})
+
+const TextPart = Schema.Struct({ type: Schema.Literal("text"), text: Schema.String })
+
+export const ChatMessage = Schema.Struct(
+  {
+    role: Schema.Literal("system", "developer", "user", "assistant", "tool", "function"),
+    content: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(TextPart))))
+  },
+  Extra
+).annotations({ identifier: "ChatMessage" })
+
+export const ChatCompletionRequest = Schema.Struct(
+  {
+    model: Schema.String.annotations({ description: "A route name, or `auto`." }),
+    messages: Schema.NonEmptyArray(ChatMessage),
+    metadata: Schema.optional(Metadata),
+    max_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
+    max_completion_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
+    stream: Schema.optional(Schema.NullOr(Schema.Boolean)),
+    stream_options: Schema.optional(Schema.NullOr(Schema.Struct({ include_usage: Schema.optional(Schema.Boolean) })))
+  },
+  Extra
+).annotations({ identifier: "ChatCompletionRequest", description: "Other OpenAI fields pass through to the upstream." })
+
+export const ChatCompletion = Schema.Struct(
+  {
+    id: Schema.String,
+    object: Schema.Literal("chat.completion"),
+    created: Schema.Number,
+    model: Schema.String,
+    choices: Schema.Array(Extra),
+    usage: Schema.optional(Schema.NullOr(Extra)),
+    governance: Governance
+  },
+  Extra
+).annotations({ identifier: "ChatCompletion" })
+
+export const ResponsesRequest = Schema.Struct(
+  {
+    model: Schema.String,
+    input: Schema.Union(Schema.String, Schema.Array(Extra)),
+    instructions: Schema.optional(Schema.NullOr(Schema.String)),
+    max_output_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
+    temperature: Schema.optional(Schema.NullOr(Schema.Number)),
+    metadata: Schema.optional(Metadata),
+    stream: Schema.optional(Schema.NullOr(Schema.Boolean))
+  },
+  Extra
+).annotations({ identifier: "ResponsesRequest" })
+
+export const ResponseObject = Schema.Struct(
+  {
+    id: Schema.String,
+    object: Schema.Literal("response"),
+    created_at: Schema.Number,
+    status: Schema.Literal("completed", "incomplete", "in_progress", "failed"),
+    model: Schema.String,
+    output: Schema.Array(Extra),
+    usage: Schema.NullOr(Extra),
+    governance: Governance
+  },
+  Extra
+).annotations({ identifier: "Response" })
+
+export const TokenCounts = Schema.Struct({
+  input: Schema.Int,
+  cached_input: Schema.Int,
+  output: Schema.Int,
+  reasoning: Schema.Int
+}).annotations({ identifier: "TokenCounts", description: "Disjoint token classes: input excludes cached input, output excludes reasoning." })
+
+export const Attempt = Schema.Struct({
+  route: Schema.String,
+  provider: Schema.String,
+  outcome: Schema.Literal("ok", "error", "skipped"),
+  status: Schema.optional(Schema.Number),
+  error: Schema.optional(Schema.String),
+  duration_ms: Schema.Number
+}).annotations({ identifier: "Attempt" })
+
+export const RequestStatus = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("governed_request"),
+  status: Schema.Literal("pending", "completed", "failed"),
+  endpoint: Schema.String,
+  model: Schema.String,
+  route: Schema.NullOr(Schema.String),
+  stream: Schema.Boolean,
+  verification: Schema.NullOr(Verification),
+  credits_reserved: Schema.Int,
+  credits_charged: Schema.NullOr(Schema.Int),
+  rate_card_version: Schema.NullOr(Schema.String),
+  receipt_id: Schema.NullOr(Schema.String),
+  attempts: Schema.Array(Attempt),
+  error: Schema.NullOr(Schema.Struct({ code: Schema.String, message: Schema.NullOr(Schema.String) })),
+  created_at: Schema.String,
+  completed_at: Schema.NullOr(Schema.String)
+}).annotations({ identifier: "RequestStatus" })
+
+export const Receipt = Schema.Struct({
+  object: Schema.Literal("receipt"),
+  receipt_id: Schema.String,
+  request_id: Schema.String,
+  organization: Schema.String,
+  project_id: Schema.String,
+  environment: Schema.String,
+  status: Schema.Literal("completed"),
+  verification: Verification,
+  model: Schema.String,
+  route: Schema.String,
+  rate_card_version: Schema.String,
+  tokens: TokenCounts,
+  usage_source: Schema.Literal("reported", "counted"),
+  credits_reserved: Schema.Int,
+  credits_charged: Schema.Int,
+  period: Schema.String,
+  seq: Schema.Int,
+  created_at: Schema.String,
+  prev_hash: Schema.String,
+  signing_key_id: Schema.String,
+  hash: Schema.String,
+  signature: Schema.String
+}).annotations({ identifier: "Receipt", description: "Signed (Ed25519) and hash-chained per project; see docs/receipts.md." })
+
+export const ReceiptKeys = Schema.Struct({
+  object: Schema.Literal("list"),
+  data: Schema.Array(
+    Schema.Struct({
+      id: Schema.String,
+      algorithm: Schema.Literal("Ed25519"),
+      public_key: Schema.String,
+      created_at: Schema.String,
+      retired_at: Schema.NullOr(Schema.String)
+    })
+  )
+}).annotations({ identifier: "ReceiptKeys" })
+
+export const ModelList = Schema.Struct({
+  object: Schema.Literal("list"),
+  data: Schema.Array(Schema.Struct({ id: Schema.String, object: Schema.Literal("model"), created: Schema.Number, owned_by: Schema.String }))
+}).annotations({ identifier: "ModelList" })
+
+export const Usage = Schema.Struct({
+  object: Schema.Literal("usage"),
+  project_id: Schema.String,
+  environment: Schema.String,
+  period: Schema.String,
+  budget: Schema.Struct({ budget_credits: Schema.Int, spent: Schema.Int, reserved: Schema.Int, remaining: Schema.Int }),
+  requests: Schema.Int,
+  credits: Schema.Int,
+  tokens: TokenCounts,
+  by_model: Schema.Array(Schema.Struct({ model: Schema.String, requests: Schema.Int, credits: Schema.Int, tokens: TokenCounts }))
+}).annotations({
+  identifier: "Usage",
+  description: "requests, credits and tokens are sums over the window's receipts of the caller's environment; budget is the project's (all environments)."
+})
+
+export const Evaluation = Schema.Struct({
+  object: Schema.Literal("routing.evaluation"),
+  model: Schema.String,
+  route: Schema.String,
+  candidates: Schema.Array(Schema.String),
+  upstream_model: Schema.String,
+  rate_card_version: Schema.String,
+  estimated_input_tokens: Schema.Int,
+  output_cap: Schema.NullOr(Schema.Int),
+  estimated_credits: Schema.Struct({ input: Schema.Int, worst_case: Schema.NullOr(Schema.Int) }),
+  budget: Schema.Struct({ would_pass: Schema.Boolean, period: Schema.String, budget_credits: Schema.Int, remaining: Schema.Int, reason: Schema.NullOr(Schema.String) }),
+  rate_limit: Schema.Struct({ would_pass: Schema.Boolean, requests_per_minute: Schema.Int, burst: Schema.Int }),
+  executed: Schema.Literal(false)
+}).annotations({ identifier: "RoutingEvaluation" })

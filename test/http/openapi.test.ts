@@ -1,0 +1,72 @@
+import { Schema } from "effect"
+import OpenAI from "openai"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import * as S from "../../src/http/schemas.ts"
+import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
+import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+
+describe("OpenAPI document and the wire schemas", () => {
+  let upstream: MockUpstream
+  let gw: TestGateway
+  const get = async (path: string) => {
+    const res = await fetch(`${gw.url}${path}`, { headers: { authorization: `Bearer ${gw.devKey}` } })
+    return { status: res.status, body: (await res.json()) as unknown }
+  }
+  beforeAll(async () => {
+    upstream = await startMockUpstream()
+    gw = await startGateway(mockGatewayFile(upstream.url))
+  })
+  afterAll(async () => {
+    await gw.close()
+    await upstream.close()
+  })
+
+  it("/openapi.json is OpenAPI 3.1 and documents every public path with its error codes", async () => {
+    const doc: any = await (await fetch(`${gw.origin}/openapi.json`)).json()
+    expect(doc.openapi).toBe("3.1.0")
+    expect(Object.keys(doc.paths).sort()).toEqual(
+      ["/healthz", "/v1/chat/completions", "/v1/models", "/v1/receipts/keys", "/v1/requests/{id}", "/v1/requests/{id}/receipt", "/v1/responses", "/v1/routing/evaluate", "/v1/usage"].sort()
+    )
+    const chat = doc.paths["/v1/chat/completions"].post
+    expect(Object.keys(chat.responses).sort()).toEqual(["200", "400", "401", "402", "409", "413", "422", "429", "503"])
+    expect(chat.security).toEqual([{ bearer: [] }])
+    expect(doc.components.schemas.Governance.required.sort()).toEqual(
+      ["credits_charged", "rate_card_version", "receipt_id", "request_id", "status", "verification"].sort()
+    )
+  })
+
+  it("real responses decode with the schemas the document is generated from", async () => {
+    const client = new OpenAI({ baseURL: gw.url, apiKey: gw.devKey, maxRetries: 0 })
+    const completion = await client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "schema check" }] })
+    const decode = <A, I>(schema: Schema.Schema<A, I>, value: unknown) => Schema.decodeUnknownSync(schema)(value)
+    const governance = decode(S.ChatCompletion, completion).governance
+    decode(S.RequestStatus, (await get(`/requests/${governance.request_id}`)).body)
+    decode(S.Receipt, (await get(`/requests/${governance.request_id}/receipt`)).body)
+    decode(S.Usage, (await get(`/usage`)).body)
+    decode(S.ModelList, (await get(`/models`)).body)
+    decode(S.ReceiptKeys, (await get(`/receipts/keys`)).body)
+    const response = await client.responses.create({ model: "auto", input: "schema check" })
+    decode(S.ResponseObject, response)
+    const evaluation = await fetch(`${gw.url}/routing/evaluate`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${gw.devKey}`, "content-type": "application/json" },
+      body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: "x" }] })
+    })
+    decode(S.Evaluation, await evaluation.json())
+    const missing = await get(`/requests/req_doesnotexist`)
+    expect(missing.status).toBe(404)
+    expect(decode(S.ErrorBody, missing.body).error.code).toBe("request_not_found")
+  })
+
+  it("a schema that does not match what the server sends fails to decode (the check can fail)", async () => {
+    const status = (await get(`/usage`)).body
+    const Wrong = Schema.Struct({ ...S.Usage.fields, credits: Schema.String })
+    expect(() => Schema.decodeUnknownSync(Wrong)(status)).toThrow()
+  })
+
+  it("/docs is an HTML page that renders from /openapi.json", async () => {
+    const res = await fetch(`${gw.origin}/docs`)
+    expect(res.headers.get("content-type")).toMatch(/text\/html/)
+    expect(await res.text()).toContain('fetch("/openapi.json")')
+  })
+})
