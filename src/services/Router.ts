@@ -11,6 +11,7 @@ import { Clock, Duration, Effect, Random, type Scope, type Stream } from "effect
 import * as Health from "./RouteHealth.ts"
 import { type RouteConfig, Settings } from "../domain/config.ts"
 import { InvalidRequest, RouteUnavailable } from "../domain/errors.ts"
+import { makeAnthropicProvider } from "../providers/anthropic.ts"
 import { makeDemoProvider } from "../providers/demo.ts"
 import { makeOpenAIProvider } from "../providers/openai.ts"
 import type { ChatProvider, UpstreamFailure, UpstreamReply } from "../providers/Provider.ts"
@@ -38,8 +39,8 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
     const providers = new Map<string, ChatProvider>()
     for (const [name, p] of Object.entries(settings.gateway.providers)) {
       if (p.type === "openai") providers.set(name, makeOpenAIProvider(name, p, http, settings.upstreamTimeoutMs))
+      else if (p.type === "anthropic") providers.set(name, makeAnthropicProvider(name, p, http, settings.upstreamTimeoutMs))
       else if (p.type === "demo") providers.set(name, makeDemoProvider(p.delay_ms ?? 0))
-      // other provider types are registered by their adapters as they are added
     }
     const routes: ReadonlyArray<Route> = settings.gateway.routes
       .filter((r) => providers.has(r.provider))
