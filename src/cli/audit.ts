@@ -370,7 +370,7 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
       onProgress: showProgress
         ? ({ receipts, total, elapsedMs }) =>
             process.stderr.write(
-              `audit: ${receipts}/${total} receipts (${total > 0 ? Math.floor((receipts * 100) / total) : 100}%), ${Math.round((receipts * 1000) / elapsedMs)}/s\n`
+              `audit: ${receipts}/${total} receipts (${total > 0 ? Math.min(100, Math.floor((receipts * 100) / total)) : 100}%), ${Math.round((receipts * 1000) / elapsedMs)}/s\n`
             )
         : undefined
     })

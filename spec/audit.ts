@@ -1,0 +1,741 @@
+/**
+ * The audit rulebook (DESIGN.md §4, §6): what `tollgate audit` checks in a live store, as a pure
+ * checker you feed rows to. It does no I/O: the caller streams rows out of whatever store it reads
+ * (see src/cli/audit.ts for SQLite) and the checker keeps bounded state — one chain head per
+ * project, one sum per (project, window), one tally per rate card — and reports findings through a
+ * callback as it goes. Memory does not grow with the number of receipts.
+ *
+ * Feeding order:
+ *   1. context: `keys`, `rateCards`, `projects`, `windows`, `chainHeads` (small tables, all rows);
+ *   2. `receipt` for every receipt, ordered by (project_id, seq) — the settlement order of each chain;
+ *      for a partial walk, call `chainStart` before a project's first receipt;
+ *   3. `heldReservation`, `unreceipted`, `idempotency` (any order);
+ *   4. `finish()` — window sums, caps, chain heads and per-card tallies are settled here.
+ *
+ * It reuses the other models: charges are recomputed with spec/pricing.ts (`settledCharge`, BigInt,
+ * integer-exact), hashes and signatures follow spec/receipt.ts, windows spec/ledger.ts.
+ */
+import { createHash, createPublicKey, type KeyObject, verify } from "node:crypto"
+import { canonicalJson } from "./canonicalJson.ts"
+import { accountKey, isPeriod, periodBounds } from "./ledger.ts"
+import { type Prices, settledCharge, type TokenCounts } from "./pricing.ts"
+import { GENESIS_HASH, type Receipt, unsignedPart } from "./receipt.ts"
+
+// ---------------------------------------------------------------------------------------------
+// Findings
+
+/** Every kind of finding, with what it means. The audit names the subject of each (see `Finding`). */
+export const findingKinds = {
+  // A receipt on its own
+  receipt_malformed: "the stored receipt body is not a well-formed receipt (subject: receipt id)",
+  receipt_column_mismatch: "an indexed column of the receipts row disagrees with the signed body (subject: receipt id)",
+  receipt_hash_mismatch: "the receipt body does not hash to its recorded hash: it was edited after sealing (subject: receipt id)",
+  signature_invalid: "the Ed25519 signature does not verify with the named public key (subject: receipt id)",
+  signing_key_unknown: "the receipt names a signing key that is not among the trusted public keys (subject: receipt id)",
+  signing_key_retired: "the receipt was created after its signing key was retired (subject: receipt id)",
+  signing_key_invalid: "a stored public key is unreadable or its id is not derived from it (subject: key id)",
+  // The chain of a project
+  chain_order: "the receipt's signed seq is not its place in the project's chain: receipts were reordered (subject: receipt id)",
+  chain_gap: "seq numbers are missing before this receipt: receipts were deleted (subject: the receipt after the gap)",
+  chain_broken: "prev_hash is not the hash of the receipt before it (subject: receipt id)",
+  chain_head_mismatch: "the recorded chain head is not the last receipt of the chain (subject: project id)",
+  // Charges
+  charge_mismatch: "credits_charged is not the charge recomputed from the token counts and the rate card (subject: receipt id)",
+  charge_exceeds_reservation: "credits_charged is larger than credits_reserved (subject: receipt id)",
+  rate_card_mismatch:
+    "intact, signed receipts do not recompute under the stored rate card: the card was edited after use, or the gateway mischarged (subject: rate card version)",
+  rate_card_missing: "a receipt names a rate card, or a route of a card, that the store does not hold (subject: rate card version)",
+  rate_card_not_in_force: "the receipt's rate card was not yet effective when its request started (subject: receipt id)",
+  // Ledger
+  window_spent_mismatch: "the window's spent is not the sum of its receipts' charges (subject: project/period)",
+  window_reserved_mismatch: "the window's reserved is not the sum of its held reservations (subject: project/period)",
+  window_over_cap: "spent + reserved exceeds the project's budget cap (subject: project/period)",
+  reservation_resolved_twice: "a reservation was settled (it has a receipt) and also voided (subject: reservation id)",
+  reservation_mismatch: "a receipt and its reservation disagree: state, amount, charge, project or period (subject: receipt id)",
+  receipt_without_reservation: "a receipt whose request holds no reservation (subject: receipt id)",
+  // Requests
+  receipt_without_request: "a receipt whose request does not exist (subject: receipt id)",
+  request_mismatch: "a receipt and its request row disagree: status, receipt id, charge, scope or rate card (subject: receipt id)",
+  settled_request_without_receipt: "a completed request, or a settled reservation, with no receipt (subject: request id)",
+  // Idempotency
+  idempotency_without_receipt: "a finished idempotency record whose request has no receipt (subject: request id)",
+  idempotency_mismatch: "an idempotency record disagrees with its request's receipt or state (subject: request id)"
+} as const
+
+export type FindingKind = keyof typeof findingKinds
+
+export interface Finding {
+  readonly kind: FindingKind
+  /** The one id the finding names: a receipt, request, reservation or key id, a rate card version, a project id, or "project/period". */
+  readonly subject: string
+  readonly project?: string | undefined
+  readonly message: string
+  readonly detail?: Readonly<Record<string, unknown>> | undefined
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows (what the store hands over; SQL column names)
+
+export interface KeyRow {
+  readonly id: string
+  readonly public_key: string
+  readonly retired_at: number | null
+}
+
+export interface RateCardRow {
+  readonly version: string
+  readonly effective_from: string
+  /** JSON text of the prices per route, as frozen in table rate_cards. */
+  readonly prices: string
+}
+
+export interface ProjectRow {
+  readonly id: string
+  readonly budget_credits: number
+}
+
+export interface WindowRow {
+  readonly project_id: string
+  readonly period: string
+  readonly spent: number
+  readonly reserved: number
+}
+
+export interface ChainHeadRow {
+  readonly project_id: string
+  readonly seq: number
+  readonly hash: string
+}
+
+export interface RequestRow {
+  readonly id: string
+  readonly project_id: string
+  readonly environment: string
+  readonly status: string
+  readonly receipt_id: string | null
+  readonly credits_charged: number | null
+  readonly credits_reserved: number
+  readonly rate_card_version: string | null
+  readonly created_at: number
+}
+
+export interface ReservationRow {
+  readonly id: string
+  readonly project_id: string
+  readonly period: string
+  readonly amount: number
+  readonly state: string
+  readonly charge: number | null
+}
+
+/** A receipts row joined with its request and its reservation (null when missing). */
+export interface ReceiptRow {
+  readonly id: string
+  readonly request_id: string
+  readonly project_id: string
+  readonly environment: string
+  readonly period: string
+  readonly seq: number
+  readonly credits_charged: number
+  readonly rate_card_version: string
+  readonly body: string
+  readonly prev_hash: string
+  readonly hash: string
+  readonly signature: string
+  readonly signing_key_id: string
+  readonly created_at: number
+  readonly request: RequestRow | null
+  readonly reservation: ReservationRow | null
+}
+
+export interface HeldReservationRow {
+  readonly id: string
+  readonly project_id: string
+  readonly period: string
+  readonly amount: number
+}
+
+/** A request that completed, or whose reservation settled, and that has no receipt. */
+export interface UnreceiptedRow {
+  readonly request_id: string
+  readonly project_id: string
+  readonly request_status: string | null
+  readonly reservation_id: string | null
+  readonly reservation_state: string | null
+}
+
+/** An idempotency record joined with its request and that request's receipt (null when missing). */
+export interface IdempotencyRow {
+  readonly project_id: string
+  readonly environment: string
+  readonly key: string
+  readonly request_id: string
+  readonly state: string
+  readonly status: number | null
+  /** The stored response, replayed byte for byte. */
+  readonly body: Uint8Array | string | null
+  readonly request_status: string | null
+  readonly receipt_id: string | null
+  readonly receipt_project_id: string | null
+  readonly receipt_environment: string | null
+  readonly receipt_credits_charged: number | null
+}
+
+export interface AuditScope {
+  readonly project?: string | undefined
+  /** "YYYY-MM": only this window's sums and caps are checked. */
+  readonly period?: string | undefined
+}
+
+export interface AuditStats {
+  receipts: number
+  chains: number
+  windows: number
+  heldReservations: number
+  idempotencyRecords: number
+  rateCards: number
+  keys: number
+}
+
+export interface AuditSummary {
+  readonly clean: boolean
+  readonly findings: number
+  readonly byKind: Readonly<Partial<Record<FindingKind, number>>>
+  readonly stats: AuditStats
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pure helpers, usable on their own
+
+/** The id of a receipt public key: "rk_" + the first 16 hex digits of SHA-256 over its SPKI PEM. */
+export const receiptKeyId = (publicKeyPem: string): string => {
+  const spki = createPublicKey(publicKeyPem).export({ type: "spki", format: "pem" }) as string
+  return `rk_${createHash("sha256").update(spki).digest("hex").slice(0, 16)}`
+}
+
+/** The subject of a window finding. */
+export const windowSubject = (project: string, period: string): string => `${project}/${period}`
+
+const isCount = (n: unknown): n is number => typeof n === "number" && Number.isSafeInteger(n) && n >= 0
+const isString = (s: unknown): s is string => typeof s === "string"
+
+/** The receipt in `body`, or why it is not one. Checks shape and types only, not hashes. */
+export const parseReceipt = (body: string): Receipt | string => {
+  let v: unknown
+  try {
+    v = JSON.parse(body)
+  } catch {
+    return "body is not JSON"
+  }
+  if (v === null || typeof v !== "object" || Array.isArray(v)) return "body is not a JSON object"
+  const r = v as Record<string, unknown>
+  const strings = [
+    "receipt_id", "request_id", "organization", "project_id", "environment", "model", "route", "rate_card_version",
+    "usage_source", "period", "created_at", "prev_hash", "signing_key_id", "hash", "signature"
+  ] as const
+  for (const f of strings) if (!isString(r[f])) return `${f} is not a string`
+  if (r["object"] !== "receipt") return "object is not \"receipt\""
+  if (r["status"] !== "completed") return "status is not \"completed\""
+  for (const f of ["credits_reserved", "credits_charged"] as const) if (!isCount(r[f])) return `${f} is not a non-negative integer`
+  if (!(typeof r["seq"] === "number" && Number.isSafeInteger(r["seq"]) && r["seq"] >= 1)) return "seq is not a positive integer"
+  const t = r["tokens"] as Record<string, unknown> | null | undefined
+  if (t === null || typeof t !== "object") return "tokens is not an object"
+  for (const c of ["input", "cached_input", "output", "reasoning"] as const) if (!isCount(t[c])) return `tokens.${c} is not a non-negative integer`
+  if (!isPeriod(r["period"] as string)) return "period is not YYYY-MM"
+  if (Number.isNaN(Date.parse(r["created_at"] as string))) return "created_at is not an instant"
+  return v as Receipt
+}
+
+/** The `governance` object of a stored response: a JSON body, or the last SSE `data:` chunk carrying one. */
+export const governanceOf = (body: Uint8Array | string | null): Record<string, unknown> | undefined => {
+  if (body === null) return undefined
+  const text = typeof body === "string" ? body : Buffer.from(body).toString("utf8")
+  const pick = (v: unknown) =>
+    v !== null && typeof v === "object" && "governance" in v ? ((v as { governance: unknown }).governance as Record<string, unknown>) : undefined
+  try {
+    return pick(JSON.parse(text))
+  } catch {
+    // Not one JSON value: a stream of SSE frames.
+  }
+  let found: Record<string, unknown> | undefined
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("data:")) continue
+    const data = line.slice(5).trim()
+    if (data === "[DONE]" || !data.includes("governance")) continue
+    try {
+      found = pick(JSON.parse(data)) ?? found
+    } catch {
+      // A frame that is not JSON carries no governance.
+    }
+  }
+  return found
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checker
+
+interface ChainState {
+  /** The seq the next receipt must carry. */
+  expected: number
+  /** The hash of the receipt before the next one; undefined when a partial walk starts mid-chain without it. */
+  lastHash: string | undefined
+  lastSeq: number
+  /** The previous receipt was already reported as misplaced: its link to the next one is not reported again. */
+  lastFlagged: boolean
+  fromGenesis: boolean
+  /** A partial walk found no receipt just before its start: the next receipt follows a gap. */
+  gapBefore: boolean
+}
+
+interface WindowState {
+  readonly project: string
+  readonly period: string
+  stored: WindowRow | undefined
+  receiptSum: number
+  heldSum: number
+  receipts: number
+}
+
+interface CardTally {
+  checked: number
+  disagreeing: number
+  readonly examples: Array<string>
+}
+
+interface TrustedKey {
+  readonly key: KeyObject
+  readonly retiredAt: number | null
+}
+
+const EXAMPLES = 5
+
+export interface Auditor {
+  /** Trusted public keys (from the store, or pinned by the operator). */
+  readonly keys: (rows: Iterable<KeyRow>) => void
+  readonly rateCards: (rows: Iterable<RateCardRow>) => void
+  readonly projects: (rows: Iterable<ProjectRow>) => void
+  readonly windows: (rows: Iterable<WindowRow>) => void
+  readonly chainHeads: (rows: Iterable<ChainHeadRow>) => void
+  /**
+   * A partial walk of `project`'s chain starts at `seq`; `prevHash` is the hash of receipt seq−1 when
+   * known. Without this call a project's chain is expected to start at seq 1 with the genesis hash.
+   */
+  readonly chainStart: (project: string, seq: number, prevHash: string | undefined) => void
+  readonly receipt: (row: ReceiptRow) => void
+  readonly heldReservation: (row: HeldReservationRow) => void
+  readonly unreceipted: (row: UnreceiptedRow) => void
+  readonly idempotency: (row: IdempotencyRow) => void
+  readonly finish: () => AuditSummary
+  readonly stats: AuditStats
+}
+
+export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditScope = {}): Auditor => {
+  const byKind: Partial<Record<FindingKind, number>> = {}
+  let total = 0
+  const report = (kind: FindingKind, subject: string, project: string | undefined, message: string, detail?: Record<string, unknown>) => {
+    total++
+    byKind[kind] = (byKind[kind] ?? 0) + 1
+    onFinding(detail === undefined ? { kind, subject, project, message } : { kind, subject, project, message, detail })
+  }
+
+  const stats: AuditStats = { receipts: 0, chains: 0, windows: 0, heldReservations: 0, idempotencyRecords: 0, rateCards: 0, keys: 0 }
+  const trusted = new Map<string, TrustedKey>()
+  const cards = new Map<string, { readonly effectiveFrom: number; readonly prices: Readonly<Record<string, Prices>> | undefined }>()
+  const caps = new Map<string, number>()
+  const heads = new Map<string, ChainHeadRow>()
+  const chains = new Map<string, ChainState>()
+  const windowStates = new Map<string, WindowState>()
+  const cardTallies = new Map<string, CardTally>()
+  const missingCards = new Map<string, { count: number; readonly routes: Set<string>; readonly examples: Array<string> }>()
+
+  const inScope = (project: string, period: string) =>
+    (scope.project === undefined || scope.project === project) && (scope.period === undefined || scope.period === period)
+
+  const windowOf = (project: string, period: string): WindowState => {
+    const k = accountKey(project, period)
+    let w = windowStates.get(k)
+    if (w === undefined) {
+      w = { project, period, stored: undefined, receiptSum: 0, heldSum: 0, receipts: 0 }
+      windowStates.set(k, w)
+    }
+    return w
+  }
+
+  const keys = (rows: Iterable<KeyRow>) => {
+    for (const row of rows) {
+      stats.keys++
+      let key: KeyObject
+      let derived: string
+      try {
+        key = createPublicKey(row.public_key)
+        derived = receiptKeyId(row.public_key)
+      } catch {
+        report("signing_key_invalid", row.id, undefined, `public key ${row.id} is not a readable public key`)
+        continue
+      }
+      if (key.asymmetricKeyType !== "ed25519") {
+        report("signing_key_invalid", row.id, undefined, `public key ${row.id} is ${key.asymmetricKeyType}, not Ed25519`)
+        continue
+      }
+      if (derived !== row.id) {
+        report("signing_key_invalid", row.id, undefined, `public key ${row.id} hashes to ${derived}: its id was not derived from it`, { derived_id: derived })
+        continue
+      }
+      trusted.set(row.id, { key, retiredAt: row.retired_at })
+    }
+  }
+
+  const rateCards = (rows: Iterable<RateCardRow>) => {
+    for (const row of rows) {
+      stats.rateCards++
+      let prices: Record<string, Prices> | undefined
+      try {
+        const parsed = JSON.parse(row.prices) as unknown
+        prices = parsed !== null && typeof parsed === "object" ? (parsed as Record<string, Prices>) : undefined
+      } catch {
+        prices = undefined
+      }
+      cards.set(row.version, { effectiveFrom: Date.parse(row.effective_from), prices })
+    }
+  }
+
+  const projects = (rows: Iterable<ProjectRow>) => {
+    for (const row of rows) caps.set(row.id, row.budget_credits)
+  }
+
+  const windows = (rows: Iterable<WindowRow>) => {
+    for (const row of rows) windowOf(row.project_id, row.period).stored = row
+  }
+
+  const chainHeads = (rows: Iterable<ChainHeadRow>) => {
+    for (const row of rows) heads.set(row.project_id, row)
+  }
+
+  const chainStart = (project: string, seq: number, prevHash: string | undefined) => {
+    chains.set(project, {
+      expected: seq,
+      lastHash: prevHash,
+      lastSeq: seq - 1,
+      lastFlagged: false,
+      fromGenesis: seq <= 1 && prevHash === GENESIS_HASH,
+      gapBefore: prevHash === undefined
+    })
+  }
+
+  /** Chain position of one receipt; returns nothing, reports what is wrong with its place. */
+  const checkChain = (row: ReceiptRow, bodySeq: number, prevHash: string, hash: string) => {
+    let st = chains.get(row.project_id)
+    if (st === undefined) {
+      st = { expected: 1, lastHash: GENESIS_HASH, lastSeq: 0, lastFlagged: false, fromGenesis: true, gapBefore: false }
+      chains.set(row.project_id, st)
+    }
+    let flagged = false
+    if (bodySeq !== row.seq || row.seq < st.expected) {
+      report("chain_order", row.id, row.project_id, `receipt ${row.id} is at position ${row.seq} of the chain but its signed seq is ${bodySeq}`, {
+        position: row.seq,
+        signed_seq: bodySeq
+      })
+      flagged = true
+    } else if (row.seq > st.expected || st.gapBefore) {
+      const from = st.gapBefore ? Math.min(st.expected, row.seq) - 1 : st.expected
+      report("chain_gap", row.id, row.project_id, `receipts ${from}..${row.seq - 1} of project ${row.project_id} are missing before ${row.id}`, {
+        missing_from_seq: from,
+        missing_to_seq: row.seq - 1
+      })
+      flagged = true
+    } else if (st.lastHash !== undefined && prevHash !== st.lastHash && !st.lastFlagged) {
+      report("chain_broken", row.id, row.project_id, `receipt ${row.id} (seq ${row.seq}) does not link to the receipt before it`, {
+        prev_hash: prevHash,
+        expected_prev_hash: st.lastHash
+      })
+    }
+    st.expected = row.seq + 1
+    st.lastSeq = row.seq
+    st.lastHash = hash
+    st.lastFlagged = flagged
+    st.gapBefore = false
+  }
+
+  const checkSeal = (row: ReceiptRow, receipt: Receipt): boolean => {
+    const bytes = Buffer.from(canonicalJson(unsignedPart(receipt)), "utf8")
+    if (createHash("sha256").update(bytes).digest("hex") !== receipt.hash) {
+      // The signature covers the same bytes: with the content altered it cannot verify either.
+      report("receipt_hash_mismatch", row.id, row.project_id, `receipt ${row.id} does not hash to its recorded hash: its content was changed after sealing`)
+      return false
+    }
+    const trustedKey = trusted.get(receipt.signing_key_id)
+    if (trustedKey === undefined) {
+      report("signing_key_unknown", row.id, row.project_id, `receipt ${row.id} is signed by ${receipt.signing_key_id}, which is not a trusted key`, {
+        signing_key_id: receipt.signing_key_id
+      })
+      return false
+    }
+    let ok = false
+    try {
+      ok = verify(null, bytes, trustedKey.key, Buffer.from(receipt.signature, "base64url"))
+    } catch {
+      ok = false
+    }
+    if (!ok) {
+      report("signature_invalid", row.id, row.project_id, `the signature of receipt ${row.id} does not verify with key ${receipt.signing_key_id}`)
+      return false
+    }
+    if (trustedKey.retiredAt !== null && Date.parse(receipt.created_at) > trustedKey.retiredAt) {
+      report("signing_key_retired", row.id, row.project_id, `receipt ${row.id} was signed by ${receipt.signing_key_id} after that key was retired`, {
+        retired_at: new Date(trustedKey.retiredAt).toISOString(),
+        created_at: receipt.created_at
+      })
+      return false
+    }
+    return true
+  }
+
+  const checkCharge = (row: ReceiptRow, receipt: Receipt, intact: boolean) => {
+    if (receipt.credits_charged > receipt.credits_reserved) {
+      report("charge_exceeds_reservation", row.id, row.project_id, `receipt ${row.id} charges ${receipt.credits_charged} Credits but reserved only ${receipt.credits_reserved}`, {
+        credits_charged: receipt.credits_charged,
+        credits_reserved: receipt.credits_reserved
+      })
+    }
+    const card = cards.get(receipt.rate_card_version)
+    const prices = card?.prices?.[receipt.route]
+    if (card === undefined || prices === undefined) {
+      let m = missingCards.get(receipt.rate_card_version)
+      if (m === undefined) {
+        m = { count: 0, routes: new Set(), examples: [] }
+        missingCards.set(receipt.rate_card_version, m)
+      }
+      m.count++
+      if (card !== undefined) m.routes.add(receipt.route)
+      if (m.examples.length < EXAMPLES) m.examples.push(row.id)
+      return
+    }
+    const startedAt = row.request?.created_at
+    if (startedAt !== undefined && card.effectiveFrom > startedAt) {
+      report("rate_card_not_in_force", row.id, row.project_id, `receipt ${row.id} is priced by ${receipt.rate_card_version}, not yet in force when its request started`)
+    }
+    let expected: number
+    try {
+      expected = settledCharge(receipt.tokens as TokenCounts, prices, receipt.credits_reserved)
+    } catch {
+      expected = Number.NaN // prices that are not integers: nothing recomputes under them
+    }
+    let tally = cardTallies.get(receipt.rate_card_version)
+    if (tally === undefined) {
+      tally = { checked: 0, disagreeing: 0, examples: [] }
+      cardTallies.set(receipt.rate_card_version, tally)
+    }
+    tally.checked++
+    if (expected === receipt.credits_charged) return
+    if (intact) {
+      // The gateway signed this charge: either the card changed since, or the gateway mischarged.
+      // One finding per card (at the end), not one per receipt.
+      tally.disagreeing++
+      if (tally.examples.length < EXAMPLES) tally.examples.push(row.id)
+    } else {
+      report("charge_mismatch", row.id, row.project_id, `receipt ${row.id} charges ${receipt.credits_charged} Credits; its tokens under ${receipt.rate_card_version} come to ${expected}`, {
+        credits_charged: receipt.credits_charged,
+        recomputed: expected
+      })
+    }
+  }
+
+  const checkRequest = (row: ReceiptRow, receipt: Receipt) => {
+    const q = row.request
+    if (q === null) {
+      report("receipt_without_request", row.id, row.project_id, `receipt ${row.id} names request ${receipt.request_id}, which does not exist`, { request_id: receipt.request_id })
+      return
+    }
+    const fields: Array<string> = []
+    if (q.status !== "completed") fields.push("status")
+    if (q.receipt_id !== receipt.receipt_id) fields.push("receipt_id")
+    if (q.credits_charged !== receipt.credits_charged) fields.push("credits_charged")
+    if (q.credits_reserved !== receipt.credits_reserved) fields.push("credits_reserved")
+    if (q.project_id !== receipt.project_id) fields.push("project_id")
+    if (q.environment !== receipt.environment) fields.push("environment")
+    if (q.rate_card_version !== receipt.rate_card_version) fields.push("rate_card_version")
+    if (fields.length > 0) {
+      report("request_mismatch", row.id, row.project_id, `receipt ${row.id} and request ${q.id} disagree on ${fields.join(", ")}`, { request_id: q.id, fields })
+    }
+  }
+
+  const checkReservation = (row: ReceiptRow, receipt: Receipt) => {
+    const v = row.reservation
+    if (v === null) {
+      report("receipt_without_reservation", row.id, row.project_id, `receipt ${row.id}: request ${receipt.request_id} holds no reservation`, { request_id: receipt.request_id })
+      return
+    }
+    if (v.state === "voided") {
+      report("reservation_resolved_twice", v.id, row.project_id, `reservation ${v.id} is voided, yet receipt ${row.id} settled it`, { receipt_id: row.id })
+      return
+    }
+    const fields: Array<string> = []
+    if (v.state !== "settled") fields.push("state")
+    if (v.amount !== receipt.credits_reserved) fields.push("amount")
+    if (v.charge !== receipt.credits_charged) fields.push("charge")
+    if (v.project_id !== receipt.project_id) fields.push("project_id")
+    if (v.period !== receipt.period) fields.push("period")
+    if (fields.length > 0) {
+      report("reservation_mismatch", row.id, row.project_id, `receipt ${row.id} and reservation ${v.id} disagree on ${fields.join(", ")}`, {
+        reservation_id: v.id,
+        fields,
+        state: v.state
+      })
+    }
+  }
+
+  const receipt = (row: ReceiptRow) => {
+    stats.receipts++
+    const parsed = parseReceipt(row.body)
+    if (typeof parsed === "string") {
+      report("receipt_malformed", row.id, row.project_id, `receipt ${row.id}: ${parsed}`)
+      checkChain(row, row.seq, row.prev_hash, row.hash)
+      const w = windowOf(row.project_id, row.period)
+      w.receiptSum += row.credits_charged
+      w.receipts++
+      return
+    }
+    const r = parsed
+    const columns: Array<string> = []
+    if (row.id !== r.receipt_id) columns.push("id")
+    if (row.request_id !== r.request_id) columns.push("request_id")
+    if (row.project_id !== r.project_id) columns.push("project_id")
+    if (row.environment !== r.environment) columns.push("environment")
+    if (row.period !== r.period) columns.push("period")
+    if (row.credits_charged !== r.credits_charged) columns.push("credits_charged")
+    if (row.rate_card_version !== r.rate_card_version) columns.push("rate_card_version")
+    if (row.prev_hash !== r.prev_hash) columns.push("prev_hash")
+    if (row.hash !== r.hash) columns.push("hash")
+    if (row.signature !== r.signature) columns.push("signature")
+    if (row.signing_key_id !== r.signing_key_id) columns.push("signing_key_id")
+    if (row.created_at !== Date.parse(r.created_at)) columns.push("created_at")
+    if (columns.length > 0) {
+      report("receipt_column_mismatch", row.id, row.project_id, `receipt ${row.id}: columns ${columns.join(", ")} disagree with the signed body`, { fields: columns })
+    }
+    const intact = checkSeal(row, r)
+    checkChain(row, r.seq, r.prev_hash, r.hash)
+    checkCharge(row, r, intact)
+    checkRequest(row, r)
+    checkReservation(row, r)
+    // The signed body is the record of what was charged.
+    const w = windowOf(r.project_id, r.period)
+    w.receiptSum += r.credits_charged
+    w.receipts++
+  }
+
+  const heldReservation = (row: HeldReservationRow) => {
+    stats.heldReservations++
+    windowOf(row.project_id, row.period).heldSum += row.amount
+  }
+
+  const unreceipted = (row: UnreceiptedRow) => {
+    const why = row.request_status === "completed" ? "is completed" : `has its reservation ${row.reservation_id ?? "?"} settled`
+    report("settled_request_without_receipt", row.request_id, row.project_id, `request ${row.request_id} ${why} but has no receipt`, {
+      request_status: row.request_status,
+      reservation_id: row.reservation_id,
+      reservation_state: row.reservation_state
+    })
+  }
+
+  const idempotency = (row: IdempotencyRow) => {
+    stats.idempotencyRecords++
+    const where = { key: row.key, environment: row.environment }
+    if (row.state === "in_flight") {
+      if (row.receipt_id !== null || row.request_status === "completed") {
+        report("idempotency_mismatch", row.request_id, row.project_id, `idempotency key of request ${row.request_id} is still in flight although the request settled`, where)
+      }
+      return
+    }
+    if (row.receipt_id === null) {
+      report("idempotency_without_receipt", row.request_id, row.project_id, `idempotency record of request ${row.request_id} stores a finished response, but the request has no receipt`, where)
+      return
+    }
+    const problems: Array<string> = []
+    if (row.receipt_project_id !== row.project_id || row.receipt_environment !== row.environment) problems.push("scope")
+    const g = governanceOf(row.body)
+    if (g === undefined) problems.push("governance")
+    else {
+      if (g["receipt_id"] !== row.receipt_id) problems.push("receipt_id")
+      if (g["credits_charged"] !== row.receipt_credits_charged) problems.push("credits_charged")
+      if (g["request_id"] !== row.request_id) problems.push("request_id")
+    }
+    if (problems.length > 0) {
+      report("idempotency_mismatch", row.request_id, row.project_id, `the stored response of request ${row.request_id} disagrees with its receipt on ${problems.join(", ")}`, {
+        ...where,
+        fields: problems
+      })
+    }
+  }
+
+  const finish = (): AuditSummary => {
+    for (const [version, m] of missingCards) {
+      report("rate_card_missing", version, undefined, m.routes.size > 0
+        ? `rate card ${version} has no prices for route(s) ${[...m.routes].join(", ")} named by ${m.count} receipt(s)`
+        : `rate card ${version}, named by ${m.count} receipt(s), is not in the store`, { receipts: m.count, examples: m.examples })
+    }
+    for (const [version, t] of cardTallies) {
+      if (t.disagreeing > 0) {
+        report("rate_card_mismatch", version, undefined, `${t.disagreeing} of ${t.checked} signed receipts priced by ${version} do not recompute under its stored prices`, {
+          receipts_checked: t.checked,
+          receipts_disagreeing: t.disagreeing,
+          examples: t.examples
+        })
+      }
+    }
+    for (const w of windowStates.values()) {
+      if (!inScope(w.project, w.period)) continue
+      stats.windows++
+      const spent = w.stored?.spent ?? 0
+      const reserved = w.stored?.reserved ?? 0
+      const subject = windowSubject(w.project, w.period)
+      if (spent !== w.receiptSum) {
+        report("window_spent_mismatch", subject, w.project, `window ${subject} records ${spent} Credits spent; its ${w.receipts} receipt(s) charge ${w.receiptSum}`, {
+          spent,
+          receipts_sum: w.receiptSum
+        })
+      }
+      if (reserved !== w.heldSum) {
+        report("window_reserved_mismatch", subject, w.project, `window ${subject} records ${reserved} Credits reserved; its held reservations total ${w.heldSum}`, {
+          reserved,
+          held_sum: w.heldSum
+        })
+      }
+      const cap = caps.get(w.project) ?? 0
+      const committed = Math.max(spent + reserved, w.receiptSum + w.heldSum)
+      if (committed > cap) {
+        report("window_over_cap", subject, w.project, `window ${subject} commits ${committed} Credits (spent + reserved) over its cap of ${cap}`, {
+          cap,
+          spent,
+          reserved,
+          receipts_sum: w.receiptSum,
+          held_sum: w.heldSum
+        })
+      }
+    }
+    stats.chains = chains.size
+    // Heads are only comparable when whole chains were walked (no period filter).
+    if (scope.period === undefined) {
+      for (const [project, st] of chains) {
+        if (!st.fromGenesis) continue
+        const head = heads.get(project)
+        if (head === undefined || head.seq !== st.lastSeq || head.hash !== st.lastHash) {
+          report("chain_head_mismatch", project, project, `the chain head of ${project} is ${head === undefined ? "missing" : `seq ${head.seq}`}; its last receipt is seq ${st.lastSeq}`, {
+            head_seq: head?.seq ?? null,
+            last_seq: st.lastSeq
+          })
+        }
+      }
+      for (const [project, head] of heads) {
+        if (chains.has(project) || head.seq === 0) continue
+        if (scope.project !== undefined && scope.project !== project) continue
+        report("chain_head_mismatch", project, project, `the chain head of ${project} is seq ${head.seq}, but the project has no receipts`, { head_seq: head.seq, last_seq: 0 })
+      }
+    }
+    return { clean: total === 0, findings: total, byKind: { ...byKind }, stats: { ...stats } }
+  }
+
+  return { keys, rateCards, projects, windows, chainHeads, chainStart, receipt, heldReservation, unreceipted, idempotency, finish, stats }
+}
+
+/** The instants [start, end) of a period filter, for stores that select rows by time. */
+export const scopeBounds = (period: string): { readonly startMillis: number; readonly endMillis: number } => periodBounds(period)

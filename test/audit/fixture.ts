@@ -1,0 +1,115 @@
+/**
+ * A store built by real traffic through a real gateway (mock upstream over HTTP), snapshotted so each
+ * test can tamper with its own copy and audit it.
+ */
+import Database from "better-sqlite3"
+import { copyFileSync, mkdtempSync, readFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { type AuditResult, auditStore } from "../../src/cli/audit.ts"
+import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
+
+/** Credits per 1,000,000 tokens: large enough that charges are tens of Credits, not 1. */
+export const PRICES = { input: 150_000, cached_input: 75_000, output: 600_000, reasoning: 900_000 }
+
+export interface TrafficStore {
+  readonly gw: TestGateway
+  readonly upstream: MockUpstream
+  /** A consistent copy of the store after the traffic. */
+  readonly snapshot: string
+  readonly projectA: string
+  readonly projectB: string
+  readonly budgetB: number
+  /** The gateway's private signing key (PEM), as written beside the store. */
+  readonly signingKeyPem: string
+  /** One exported receipt (GET /v1/requests/{id}/receipt), as text. */
+  readonly exportedReceipt: string
+  readonly close: () => Promise<void>
+}
+
+export const chat = async (gw: TestGateway, key: string, body: Record<string, unknown>, headers: Record<string, string> = {}) => {
+  const res = await fetch(`${gw.url}/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", ...headers },
+    body: JSON.stringify({ model: "auto", ...body })
+  })
+  return { status: res.status, text: await res.text(), requestId: res.headers.get("x-request-id") }
+}
+
+const ask = (content: string, extra: Record<string, unknown> = {}) => ({ messages: [{ role: "user", content }], ...extra })
+
+export const buildTrafficStore = async (): Promise<TrafficStore> => {
+  const upstream = await startMockUpstream()
+  const gw = await startGateway(mockGatewayFile(upstream.url, undefined, { "gpt-test": PRICES }), { upstreamRetries: 0 })
+  const projectA = gw.projectId
+  const budgetB = 50_000
+  const created = await gw.admin("POST", "/admin/v1/projects", { name: "b", budget_credits: budgetB, rate_limit: { requests_per_minute: 6000 } })
+  const projectB = created.body.id as string
+  const keyB = (await gw.admin("POST", `/admin/v1/projects/${projectB}/keys`, { environment: "production" })).body.secret as string
+  const keyA = gw.devKey
+
+  const ok = <R extends { status: number; text: string }>(r: R): R => {
+    if (r.status !== 200) throw new Error(`traffic failed: ${r.status} ${r.text}`)
+    return r
+  }
+  // Project A: plain calls, idempotent calls and a replay, streams, every token class, a capped charge, a failure.
+  for (let i = 0; i < 6; i++) ok(await chat(gw, keyA, ask(`plain question ${i}`)))
+  for (let i = 0; i < 3; i++) ok(await chat(gw, keyA, ask(`idempotent question ${i}`, { metadata: { idempotency_key: `idem-${i}` } })))
+  ok(await chat(gw, keyA, ask("idempotent question 0", { metadata: { idempotency_key: "idem-0" } }))) // replay, no new charge
+  ok(await chat(gw, keyA, ask("stream with usage", { stream: true, stream_options: { include_usage: true }, metadata: { idempotency_key: "idem-stream" } })))
+  ok(await chat(gw, keyA, ask("stream without usage", { stream: true })))
+  upstream.pushBehavior({ usage: { prompt_tokens: 40, cached_tokens: 10, completion_tokens: 20, reasoning_tokens: 5 } })
+  ok(await chat(gw, keyA, ask("all token classes")))
+  upstream.pushBehavior({ usage: { prompt_tokens: 100_000, completion_tokens: 10 } }) // more than reserved: the charge is capped
+  ok(await chat(gw, keyA, ask("understated input", { max_tokens: 16 })))
+  upstream.pushBehavior({ status: 500 })
+  const failed = await chat(gw, keyA, ask("this one fails", { metadata: { idempotency_key: "idem-fail" } }))
+  if (failed.status !== 503) throw new Error(`expected 503, got ${failed.status}`)
+  for (let i = 0; i < 3; i++) ok(await chat(gw, keyA, ask(`late question ${i}`)))
+  // Project B.
+  for (let i = 0; i < 4; i++) ok(await chat(gw, keyB, ask(`project b question ${i}`)))
+
+  const last = ok(await chat(gw, keyA, ask("the exported one")))
+  const exportedReceipt = await (await fetch(`${gw.url}/requests/${last.requestId}/receipt`, { headers: { authorization: `Bearer ${keyA}` } })).text()
+
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-audit-"))
+  const snapshot = join(dir, "snapshot.db")
+  const live = gw.db()
+  live.exec(`VACUUM INTO '${snapshot}'`)
+  const signingKeyPem = readFileSync(join(dirname(gw.dbPath), "receipt-signing-key.pem"), "utf8")
+  return {
+    gw,
+    upstream,
+    snapshot,
+    projectA,
+    projectB,
+    budgetB,
+    signingKeyPem,
+    exportedReceipt,
+    close: async () => {
+      await gw.close()
+      await upstream.close()
+    }
+  }
+}
+
+let copies = 0
+/** A fresh copy of the snapshot, tampered with by `tamper` (a writable handle), ready to audit. */
+export const tampered = (snapshot: string, tamper: (db: Database.Database) => void = () => {}): string => {
+  const path = join(dirname(snapshot), `copy-${++copies}.db`)
+  copyFileSync(snapshot, path)
+  const db = new Database(path)
+  try {
+    tamper(db)
+  } finally {
+    db.close()
+  }
+  return path
+}
+
+export const audit = (path: string, options: Partial<Parameters<typeof auditStore>[0]> = {}): AuditResult =>
+  auditStore({ database: `sqlite:${path}`, limit: 100_000, ...options })
+
+/** Findings as sorted "kind subject" lines: what a test asserts exactly. */
+export const named = (r: AuditResult): Array<string> => r.findings.map((f) => `${f.kind} ${f.subject}`).sort()
