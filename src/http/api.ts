@@ -41,6 +41,7 @@ const governed = HttpApiGroup.make("governed")
       .addError(S.Errors.routeUnavailable)
   )
   .add(HttpApiEndpoint.get("listModels", "/v1/models").addSuccess(S.ModelList))
+  .add(HttpApiEndpoint.get("listRateCards", "/v1/rate_cards").addSuccess(S.RateCards))
   .add(HttpApiEndpoint.get("getRequest", "/v1/requests/:id").setPath(IdPath).addSuccess(S.RequestStatus).addError(S.Errors.requestNotFound))
   .add(HttpApiEndpoint.get("getReceipt", "/v1/requests/:id/receipt").setPath(IdPath).addSuccess(S.Receipt).addError(S.Errors.requestNotFound))
   .add(

@@ -12,6 +12,7 @@ import { Bootstrap } from "../services/Bootstrap.ts"
 import { Gateway, type GatewayReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Ledger } from "../services/Ledger.ts"
+import { Pricing } from "../services/Pricing.ts"
 import { Projects } from "../services/Projects.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
 import { Requests } from "../services/Requests.ts"
@@ -225,6 +226,16 @@ const getReceipt = respondErrors(
   )
 )
 
+const rateCards = respondErrors(
+  authenticated(() =>
+    Effect.gen(function* () {
+      const pricing = yield* Pricing
+      const data = yield* pricing.published
+      return json({ object: "list", data } satisfies typeof S.RateCards.Type)
+    })
+  )
+)
+
 const receiptKeys = Effect.gen(function* () {
   const signer = yield* ReceiptSigner
   const keys = yield* signer.publicKeys
@@ -351,6 +362,7 @@ export const router = HttpRouter.empty.pipe(
   HttpRouter.get("/v1/requests/:id", getRequest),
   HttpRouter.get("/v1/requests/:id/receipt", getReceipt),
   HttpRouter.get("/v1/receipts/keys", receiptKeys),
+  HttpRouter.get("/v1/rate_cards", rateCards),
   HttpRouter.get("/healthz", Effect.succeed(json({ status: "ok" }))),
   HttpRouter.get("/openapi.json", Effect.succeed(json(openApiDocument))),
   HttpRouter.get("/docs", Effect.succeed(HttpServerResponse.html(docsPage))),

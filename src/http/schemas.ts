@@ -221,3 +221,21 @@ export const Evaluation = Schema.Struct({
   rate_limit: Schema.Struct({ would_pass: Schema.Boolean, requests_per_minute: Schema.Int, burst: Schema.Int }),
   executed: Schema.Literal(false)
 }).annotations({ identifier: "RoutingEvaluation" })
+
+const Prices = Schema.Struct({
+  input: Schema.Int,
+  cached_input: Schema.optional(Schema.Int),
+  output: Schema.Int,
+  reasoning: Schema.optional(Schema.Int)
+}).annotations({ identifier: "Prices", description: "Integer Credits per 1,000,000 tokens of each class." })
+
+export const RateCards = Schema.Struct({
+  object: Schema.Literal("list"),
+  data: Schema.Array(
+    Schema.Struct({
+      version: Schema.String,
+      effective_from: Schema.String,
+      prices: Schema.Record({ key: Schema.String, value: Prices })
+    })
+  )
+}).annotations({ identifier: "RateCards", description: "Every rate card version ever stored; versions are immutable." })

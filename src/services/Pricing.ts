@@ -41,6 +41,12 @@ export class Pricing extends Effect.Service<Pricing>()("tollgate/Pricing", {
       const prices = card?.prices[route]
       return card !== undefined && prices !== undefined ? { card, prices } : undefined
     }
-    return { priceAt, cards } as const
+    /** Every rate card ever stored, frozen: what a receipt's charge is recomputed against. */
+    const published = Effect.map(
+      sql<{ version: string; effective_from: string; prices: string }>`SELECT version, effective_from, prices FROM rate_cards ORDER BY effective_from, version`,
+      (rows): ReadonlyArray<RateCard> => rows.map((r) => ({ version: r.version, effective_from: r.effective_from, prices: JSON.parse(r.prices) as RateCard["prices"] }))
+    ).pipe(Effect.orDie)
+
+    return { priceAt, cards, published } as const
   })
 }) {}

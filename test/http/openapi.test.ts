@@ -25,7 +25,7 @@ describe("OpenAPI document and the wire schemas", () => {
     const doc: any = await (await fetch(`${gw.origin}/openapi.json`)).json()
     expect(doc.openapi).toBe("3.1.0")
     expect(Object.keys(doc.paths).sort()).toEqual(
-      ["/healthz", "/v1/chat/completions", "/v1/models", "/v1/receipts/keys", "/v1/requests/{id}", "/v1/requests/{id}/receipt", "/v1/responses", "/v1/routing/evaluate", "/v1/usage"].sort()
+      ["/healthz", "/v1/chat/completions", "/v1/models", "/v1/rate_cards", "/v1/receipts/keys", "/v1/requests/{id}", "/v1/requests/{id}/receipt", "/v1/responses", "/v1/routing/evaluate", "/v1/usage"].sort()
     )
     const chat = doc.paths["/v1/chat/completions"].post
     expect(Object.keys(chat.responses).sort()).toEqual(["200", "400", "401", "402", "409", "413", "422", "429", "503"])
@@ -45,6 +45,9 @@ describe("OpenAPI document and the wire schemas", () => {
     decode(S.Usage, (await get(`/usage`)).body)
     decode(S.ModelList, (await get(`/models`)).body)
     decode(S.ReceiptKeys, (await get(`/receipts/keys`)).body)
+    const cards = decode(S.RateCards, (await get(`/rate_cards`)).body)
+    expect(cards.data.map((c) => c.version)).toEqual(["rc_2020-01"])
+    expect(cards.data[0]!.prices["gpt-test"]).toEqual({ input: 1000, output: 2000 })
     const response = await client.responses.create({ model: "auto", input: "schema check" })
     decode(S.ResponseObject, response)
     const evaluation = await fetch(`${gw.url}/routing/evaluate`, {
