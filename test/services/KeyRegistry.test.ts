@@ -1,0 +1,194 @@
+/**
+ * KeyRegistry: who a bearer token is, and the admin lifecycle (create, rotate with grace, revoke).
+ * Time is the TestClock; the store is a fresh in-memory SQLite per test.
+ */
+import { SqlClient } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer, TestClock } from "effect"
+import { formatKey, newSecret, parseKey } from "../../src/domain/apiKey.ts"
+import { newKeyId } from "../../src/domain/ids.ts"
+import { KeyRegistry } from "../../src/services/KeyRegistry.ts"
+import { Projects } from "../../src/services/Projects.ts"
+import { newProject, storeLayer } from "./layers.ts"
+
+const CACHE_TTL = 1000
+const Live = KeyRegistry.Default.pipe(Layer.provideMerge(Projects.Default), Layer.provideMerge(storeLayer({ keyCacheTtlMs: CACHE_TTL })))
+
+/** A project with one development key; returns the registry, the project and the issued key. */
+const setup = Effect.gen(function* () {
+  const keys = yield* KeyRegistry
+  const project = yield* newProject({ budget_credits: 500, rate_limit: { requests_per_minute: 120, burst: 7 } })
+  const issued = yield* keys.create(project.id, "development")
+  return { keys, project, issued }
+})
+
+const bearer = (token: string) => `Bearer ${token}`
+
+/** The InvalidApiKey message for `authorization`; fails the test if it authenticates. */
+const rejection = (authorization: string | undefined) =>
+  Effect.flatMap(KeyRegistry, (keys) => Effect.flip(keys.authenticate(authorization))).pipe(
+    Effect.map((e) => {
+      expect(e._tag).toBe("InvalidApiKey")
+      return e.message
+    })
+  )
+
+describe("KeyRegistry.authenticate", () => {
+  it.effect("a fresh key authenticates to its project's scope", () =>
+    Effect.gen(function* () {
+      const { keys, project, issued } = yield* setup
+      expect(issued.secret).toMatch(/^tg_dev_[a-z2-7]{16}_[a-z2-7]{39}$/)
+      const principal = yield* keys.authenticate(bearer(issued.secret))
+      expect(principal).toEqual({
+        keyId: issued.id,
+        projectId: project.id,
+        organization: "org_test",
+        environment: "development",
+        budgetCredits: 500,
+        rateLimit: { requestsPerMinute: 120, burst: 7 }
+      })
+      // The scheme is case-insensitive and trailing whitespace is tolerated.
+      expect((yield* keys.authenticate(`bearer ${issued.secret}  `)).keyId).toBe(issued.id)
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("missing key", () =>
+    Effect.gen(function* () {
+      yield* setup
+      expect(yield* rejection(undefined)).toMatch(/^Missing API key/)
+      expect(yield* rejection("")).toMatch(/^Missing API key/)
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("malformed key: wrong scheme, garbage, damaged checksum", () =>
+    Effect.gen(function* () {
+      const { issued } = yield* setup
+      expect(yield* rejection(`Basic ${issued.secret}`)).toMatch(/^Malformed API key/)
+      expect(yield* rejection("Bearer sk-not-a-tollgate-key")).toMatch(/^Malformed API key/)
+      expect(yield* rejection(issued.secret)).toMatch(/^Malformed API key/)
+      const last = issued.secret.at(-1)!
+      const damaged = issued.secret.slice(0, -1) + (last === "a" ? "b" : "a")
+      expect(yield* rejection(bearer(damaged))).toMatch(/^Malformed API key/)
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("unknown key id, wrong secret and wrong environment all answer 'Unknown API key.'", () =>
+    Effect.gen(function* () {
+      const { issued } = yield* setup
+      expect(yield* rejection(bearer(formatKey(newKeyId(), "development", newSecret())))).toBe("Unknown API key.")
+      expect(yield* rejection(bearer(formatKey(issued.id, "development", newSecret())))).toBe("Unknown API key.")
+      const secret = parseKey(issued.secret)!.secret
+      expect(yield* rejection(bearer(formatKey(issued.id, "production", secret)))).toBe("Unknown API key.")
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("a revoked key fails at once, even if it was cached", () =>
+    Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      yield* keys.authenticate(bearer(issued.secret)) // now cached
+      const info = yield* keys.revoke(issued.id)
+      expect(info.status).toBe("revoked")
+      expect(info.revoked_at).toBe(new Date(0).toISOString())
+      expect(yield* rejection(bearer(issued.secret))).toBe(`API key ${issued.id} has been revoked.`)
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("a revocation written by another instance is seen once the cache entry ages out", () =>
+    Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      const sql = yield* SqlClient.SqlClient
+      yield* keys.authenticate(bearer(issued.secret))
+      yield* sql`UPDATE api_keys SET revoked_at = 0 WHERE id = ${issued.id}`
+      // Still served from this instance's cache...
+      yield* TestClock.adjust(CACHE_TTL - 1)
+      expect((yield* keys.authenticate(bearer(issued.secret))).keyId).toBe(issued.id)
+      // ...until the entry is older than keyCacheTtlMs.
+      yield* TestClock.adjust(1)
+      expect(yield* rejection(bearer(issued.secret))).toMatch(/has been revoked/)
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("a rotated key works during its grace and stops at the instant it ends", () =>
+    Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      yield* TestClock.setTime(10_000)
+      const fresh = yield* keys.rotate(issued.id, 60)
+      expect(fresh.replaces).toBe(issued.id)
+      expect(fresh.old_key_expires_at).toBe(new Date(70_000).toISOString())
+      expect((yield* keys.authenticate(bearer(fresh.secret))).keyId).toBe(fresh.id)
+
+      yield* TestClock.setTime(69_999)
+      expect((yield* keys.authenticate(bearer(issued.secret))).keyId).toBe(issued.id)
+      expect((yield* keys.info(issued.id)).status).toBe("rotated")
+
+      yield* TestClock.setTime(70_000)
+      expect(yield* rejection(bearer(issued.secret))).toMatch(/grace period has ended/)
+      expect((yield* keys.info(issued.id)).status).toBe("expired")
+      expect((yield* keys.authenticate(bearer(fresh.secret))).keyId).toBe(fresh.id)
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("rotation with zero grace ends the old key immediately, even while cached", () =>
+    Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      yield* keys.authenticate(bearer(issued.secret))
+      const fresh = yield* keys.rotate(issued.id, 0)
+      expect(yield* rejection(bearer(issued.secret))).toMatch(/grace period has ended/)
+      expect((yield* keys.authenticate(bearer(fresh.secret))).keyId).toBe(fresh.id)
+    }).pipe(Effect.provide(Live)))
+})
+
+describe("KeyRegistry admin operations", () => {
+  it.effect("create: unknown project is AdminNotFound, bad environment is InvalidRequest", () =>
+    Effect.gen(function* () {
+      const { keys, project, issued } = yield* setup
+      const notFound = yield* Effect.flip(keys.create("prj_missing", "development"))
+      expect(notFound._tag).toBe("AdminNotFound")
+      const badEnv = yield* Effect.flip(keys.create(project.id, "qa"))
+      expect(badEnv).toMatchObject({ _tag: "InvalidRequest", param: "environment" })
+      const prod = yield* keys.create(project.id, "production")
+      expect(prod.secret.startsWith("tg_prd_")).toBe(true)
+      expect((yield* keys.authenticate(bearer(prod.secret))).environment).toBe("production")
+      expect((yield* keys.list(project.id)).map((k) => [k.id, k.environment, k.status])).toEqual([
+        [issued.id, "development", "active"],
+        [prod.id, "production", "active"]
+      ])
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("rotate: invalid grace, unknown key, already rotated, revoked", () =>
+    Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      for (const grace of [-1, 1.5, Number.NaN]) {
+        expect(yield* Effect.flip(keys.rotate(issued.id, grace))).toMatchObject({ _tag: "InvalidRequest", param: "grace_seconds" })
+      }
+      expect((yield* Effect.flip(keys.rotate(newKeyId(), 10)))._tag).toBe("AdminNotFound")
+
+      const fresh = yield* keys.rotate(issued.id, 3600)
+      const again = yield* Effect.flip(keys.rotate(issued.id, 3600))
+      expect(again._tag).toBe("AdminConflict")
+      expect(again.message).toContain("is rotated")
+      const oldInfo = yield* keys.info(issued.id)
+      expect(oldInfo).toMatchObject({ status: "rotated", replaced_by: fresh.id, expires_at: new Date(3_600_000).toISOString() })
+      expect((yield* keys.info(fresh.id)).replaces).toBe(issued.id)
+
+      yield* keys.revoke(fresh.id)
+      const revoked = yield* Effect.flip(keys.rotate(fresh.id, 0))
+      expect(revoked._tag).toBe("AdminConflict")
+      expect(revoked.message).toContain("is revoked")
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("revoke: unknown key is AdminNotFound; revoking twice keeps the first revocation time", () =>
+    Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      expect((yield* Effect.flip(keys.revoke(newKeyId())))._tag).toBe("AdminNotFound")
+      yield* TestClock.setTime(5_000)
+      yield* keys.revoke(issued.id)
+      yield* TestClock.setTime(9_000)
+      const second = yield* keys.revoke(issued.id)
+      expect(second.revoked_at).toBe(new Date(5_000).toISOString())
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("forgetProject drops cached principals so a new cap is seen at once", () =>
+    Effect.gen(function* () {
+      const { keys, project, issued } = yield* setup
+      const projects = yield* Projects
+      expect((yield* keys.authenticate(bearer(issued.secret))).budgetCredits).toBe(500)
+      yield* projects.update(project.id, { budget_credits: 900 })
+      expect((yield* keys.authenticate(bearer(issued.secret))).budgetCredits).toBe(500)
+      yield* keys.forgetProject(project.id)
+      expect((yield* keys.authenticate(bearer(issued.secret))).budgetCredits).toBe(900)
+    }).pipe(Effect.provide(Live)))
+})
