@@ -12,7 +12,7 @@
  * The same pipeline serves every surface (chat completions, responses); a Surface only renders.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Exit, Fiber, FiberSet, Option, Scope, Stream } from "effect"
+import { Clock, Duration, Effect, Exit, Fiber, FiberSet, Option, Schedule, Scope, Stream } from "effect"
 import { chargeFor, chargeWithinReservation, decideOutputCap, type Prices, type TokenCounts, tokensFromUsage, worstCase } from "../../spec/pricing.ts"
 import { type ChatRequest, parseChatRequest, parseMaxCredits, upstreamBody } from "../domain/chat.ts"
 import { Settings } from "../domain/config.ts"
@@ -405,6 +405,16 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           Scope.extend(connection),
           Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Scope.close(connection, Exit.void))),
           Effect.catchAll((failed) => fromRouteFailure(p, failed))
+        )
+        // A stream may outlive the reservation TTL: keep its hold (and idempotency claim) from being swept.
+        const keepAlive = Effect.gen(function* () {
+          const deadline = (yield* Clock.currentTimeMillis) + settings.reservationTtlMs
+          yield* ledger.extendHold(p.hold.reservationId, deadline)
+          if (p.idempotency !== undefined) yield* idempotency.extendClaim(p.scope, p.idempotency.key, p.requestId, deadline)
+        })
+        yield* Effect.forkIn(
+          Effect.repeat(Effect.delay(keepAlive, Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever),
+          connection
         )
         const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId })
         const sent: Array<Uint8Array> = []

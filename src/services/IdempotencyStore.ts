@@ -10,6 +10,7 @@ import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Option } from "effect"
 import { createHash } from "node:crypto"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
+import { isValidKey } from "../../spec/idempotency.ts"
 import { IdempotencyConflict, InvalidRequest } from "../domain/errors.ts"
 
 export interface Scope {
@@ -40,8 +41,8 @@ interface Row {
   readonly expires_at: number
 }
 
-/** 1–255 printable ASCII characters. */
-export const validIdempotencyKey = (key: string): boolean => /^[\x21-\x7e][\x20-\x7e]{0,254}$/.test(key)
+/** The rule lives in spec/idempotency.ts: 1–255 printable ASCII characters. */
+export const validIdempotencyKey = isValidKey
 
 export const fingerprintOf = (method: string, path: string, body: unknown): string =>
   createHash("sha256").update(`${method}\n${path}\n${canonicalJson(body)}`, "utf8").digest("hex")
@@ -93,13 +94,23 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
         return Option.match(existing, { onNone: (): ClaimOutcome => ({ _tag: "InFlight", requestId: "" }), onSome: (r) => outcomeOf(r, fingerprint) })
       }).pipe(Effect.orDie)
 
-    /** Store the final response so replays return it byte for byte. Part of the settlement transaction. */
+    /**
+     * Store the final response so replays return it byte for byte. Part of the settlement transaction.
+     * Only the owner's live in-flight claim: a finished result is final, an expired claim is gone.
+     */
     const finish = (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) =>
         sql`UPDATE idempotency SET state = 'finished', status = ${result.status}, content_type = ${result.contentType},
               body = ${result.body}, expires_at = ${now + ttlMs}
-            WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key} AND request_id = ${requestId}`
+            WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key} AND request_id = ${requestId}
+              AND state = 'in_flight' AND expires_at > ${now}`
       ).pipe(Effect.orDie, Effect.asVoid)
+
+    /** Keep an in-flight claim alive as long as its hold (see Ledger.extendHold). */
+    const extendClaim = (scope: Scope, key: string, requestId: string, expiresAt: number) =>
+      sql`UPDATE idempotency SET expires_at = ${expiresAt}
+          WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key}
+            AND request_id = ${requestId} AND state = 'in_flight'`.pipe(Effect.orDie, Effect.asVoid)
 
     /** A failure that charged nothing frees the key, so a retry runs again. */
     const release = (scope: Scope, key: string, requestId: string) =>
@@ -134,6 +145,6 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
         }
       })
 
-    return { peek, claim, finish, release, releaseRequests, awaitSettled } as const
+    return { peek, claim, finish, release, releaseRequests, extendClaim, awaitSettled } as const
   })
 }) {}

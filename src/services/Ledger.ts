@@ -96,7 +96,10 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
     const settle = (s: Settlement): Effect.Effect<Receipt> =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
-        const charge = Math.min(s.charge, s.hold.amount)
+        // Clamp to the amount stored with the hold, never to what the caller says it reserved.
+        const stored = yield* sql<{ amount: number }>`SELECT amount FROM reservations WHERE id = ${s.hold.reservationId} AND state = 'held'`
+        if (stored[0] === undefined) return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
+        const charge = Math.min(s.charge, stored[0].amount)
         const resolved = yield* resolve(s.hold.reservationId, "settled", charge, now)
         const row = resolved[0]
         if (row === undefined) return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
@@ -151,6 +154,10 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
         return true
       }).pipe(Effect.orDie)
 
+    /** Push a live hold's deadline (and its idempotency claim's) out, so a long stream is not swept. */
+    const extendHold = (reservationId: string, deadline: number) =>
+      sql`UPDATE reservations SET deadline = ${deadline} WHERE id = ${reservationId} AND state = 'held'`.pipe(Effect.orDie, Effect.asVoid)
+
     /** Holds whose deadline passed: their process died or hung. */
     const expiredHolds = (now: number) =>
       sql<{ id: string; request_id: string }>`SELECT id, request_id FROM reservations WHERE state = 'held' AND deadline <= ${now}`.pipe(Effect.orDie)
@@ -194,6 +201,6 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
         }))
       }).pipe(Effect.orDie)
 
-    return { window, reserve, settle, release, expiredHolds, receipt, usage, periodOf } as const
+    return { window, reserve, settle, release, extendHold, expiredHolds, receipt, usage, periodOf } as const
   })
 }) {}

@@ -149,6 +149,32 @@ describe("Ledger.settle and release", () => {
       expect(yield* windowOf(p.id)).toEqual({ period: JAN, cap: 100, spent: 100, reserved: 0 })
     }).pipe(Effect.provide(Live)))
 
+  it.effect("the clamp uses the amount stored with the hold, not what the caller claims it reserved", () =>
+    Effect.gen(function* () {
+      const ledger = yield* Ledger
+      const p = yield* newProject({ budget_credits: 100 })
+      const h = holdOf(p.id, 10)
+      yield* ledger.reserve(h)
+      const receipt = yield* ledger.settle(settlementOf({ ...h, amount: 1000 }, 500))
+      expect(receipt.credits_charged).toBe(10)
+      expect(receipt.credits_reserved).toBe(10)
+      expect(yield* windowOf(p.id)).toEqual({ period: JAN, cap: 100, spent: 10, reserved: 0 })
+    }).pipe(Effect.provide(Live)))
+
+  it.effect("extendHold moves a live hold's deadline out of the sweep's reach, and only a live one", () =>
+    Effect.gen(function* () {
+      const ledger = yield* Ledger
+      const p = yield* newProject({ budget_credits: 100 })
+      const h = holdOf(p.id, 10)
+      yield* ledger.reserve(h)
+      yield* ledger.extendHold(h.reservationId, 120_000)
+      expect(yield* ledger.expiredHolds(60_000)).toEqual([])
+      expect((yield* ledger.expiredHolds(120_000)).map((x) => x.id)).toEqual([h.reservationId])
+      yield* ledger.release(h.reservationId)
+      yield* ledger.extendHold(h.reservationId, 999_999)
+      expect(yield* ledger.expiredHolds(1_000_000)).toEqual([])
+    }).pipe(Effect.provide(Live)))
+
   it.effect("settling a hold twice dies and changes nothing the second time", () =>
     Effect.gen(function* () {
       const ledger = yield* Ledger
