@@ -13,6 +13,7 @@ import { Gateway } from "./services/Gateway.ts"
 import { IdempotencyStore } from "./services/IdempotencyStore.ts"
 import { KeyRegistry } from "./services/KeyRegistry.ts"
 import { Ledger } from "./services/Ledger.ts"
+import { Metrics } from "./services/Metrics.ts"
 import { Pricing } from "./services/Pricing.ts"
 import { Projects } from "./services/Projects.ts"
 import { RateLimiter } from "./services/RateLimiter.ts"
@@ -26,8 +27,9 @@ import { DatabaseLive } from "./store/Database.ts"
 export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default)),
   Layer.provideMerge(
-    Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.Default)
+    Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),
+  Layer.provideMerge(Metrics.Default),
   Layer.provideMerge(Layer.mergeAll(DatabaseLive, NodeHttpClient.layerUndici))
 )
 
@@ -55,9 +57,15 @@ const Welcome = Layer.effectDiscard(
   })
 )
 
-/** The whole gateway: services, the app served over HTTP, the welcome banner. Requires Settings. */
+/**
+ * The whole gateway: services, the app served over HTTP, the welcome banner. Requires Settings.
+ * Tracer spans are off: no exporter is configured, and Effect's default tracer would still build a
+ * span per request, per SQL statement and per upstream call (and inject trace headers upstream),
+ * a measurable share of the chat path's CPU (bench/README.md). Re-enable it with an exporter.
+ */
 export const ServerLive = Layer.mergeAll(HttpServer.serve(app), Welcome).pipe(
   Layer.provideMerge(NodeServerLive),
   Layer.provideMerge(ServicesLive),
-  Layer.provide(Logger.json)
+  Layer.provide(Logger.json),
+  Layer.provide(Layer.setTracerEnabled(false))
 )

@@ -96,6 +96,8 @@ export interface GatewaySettings {
   /** Circuit breaker: consecutive failures that open a route, and how long it stays open before a probe. */
   readonly breakerFailures: number
   readonly breakerOpenMs: number
+  /** One JSON log line per request (method, endpoint, status, duration, request id, key id — never a secret). */
+  readonly accessLog: boolean
   readonly gateway: GatewayFile
 }
 
@@ -143,6 +145,7 @@ const settingsConfig = Config.all({
   receiptKeyFile: Config.option(Config.string("TOLLGATE_RECEIPT_KEY_FILE")),
   breakerFailures: Config.integer("TOLLGATE_BREAKER_FAILURES").pipe(Config.withDefault(3)),
   breakerOpenMs: Config.integer("TOLLGATE_BREAKER_OPEN_MS").pipe(Config.withDefault(30_000)),
+  accessLog: Config.boolean("TOLLGATE_ACCESS_LOG").pipe(Config.withDefault(true)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
@@ -174,6 +177,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   receiptKeyFile: Option.none(),
   breakerFailures: 3,
   breakerOpenMs: 30_000,
+  accessLog: false,
   gateway: defaultGatewayFile,
   ...overrides
 })

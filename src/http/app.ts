@@ -5,13 +5,14 @@
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { Cause, Clock, Effect, Option } from "effect"
+import { Cause, Clock, Effect, FiberRef, Option } from "effect"
 import { Settings } from "../domain/config.ts"
 import { type AdminError, type GovernanceError, InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
 import { Gateway, type GatewayReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Ledger } from "../services/Ledger.ts"
+import { Metrics } from "../services/Metrics.ts"
 import { Pricing } from "../services/Pricing.ts"
 import { Projects } from "../services/Projects.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
@@ -93,11 +94,15 @@ const respondErrors = <R>(
   headers: Record<string, string> = {}
 ) => Effect.catchAll(effect, (e) => Effect.succeed(errorResponse(wireError(e), headers)))
 
+/** The caller's key id and project, for the access log line (never the secret). */
+const CurrentCaller = FiberRef.unsafeMake<{ readonly keyId: string; readonly projectId: string } | undefined>(undefined)
+
 const authenticated = <A, E, R>(f: (principal: Principal, req: HttpServerRequest.HttpServerRequest) => Effect.Effect<A, E, R>) =>
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
     const keys = yield* KeyRegistry
     const principal = yield* keys.authenticate(header(req, "authorization"))
+    yield* FiberRef.set(CurrentCaller, { keyId: principal.keyId, projectId: principal.projectId })
     return yield* f(principal, req)
   })
 
@@ -367,11 +372,24 @@ export const router = HttpRouter.empty.pipe(
   HttpRouter.get("/openapi.json", Effect.succeed(json(openApiDocument))),
   HttpRouter.get("/docs", Effect.succeed(HttpServerResponse.html(docsPage))),
   HttpRouter.get("/readyz", Effect.succeed(json({ status: "ready" }))),
+  HttpRouter.get("/metrics", Effect.map(Metrics, (m) => HttpServerResponse.text(m.render(), { contentType: "text/plain; version=0.0.4" }))),
   HttpRouter.concat(adminRoutes)
 )
 
 /** The whole app: the router plus the catch-all that turns unknown routes and defects into OpenAI errors. */
-export const app = router.pipe(
+/** A bounded label for a request path (ids folded), for metrics and logs. */
+export const endpointLabel = (url: string): string => {
+  const path = url.split("?")[0] ?? ""
+  if (path.startsWith("/v1/requests/")) return path.endsWith("/receipt") ? "/v1/requests/{id}/receipt" : "/v1/requests/{id}"
+  if (path.startsWith("/admin/v1/")) return path.replace(/\/(prj|key)_[a-z2-7]+/g, "/{id}")
+  return KNOWN_PATHS.has(path) ? path : "other"
+}
+const KNOWN_PATHS = new Set([
+  "/v1/chat/completions", "/v1/responses", "/v1/models", "/v1/usage", "/v1/routing/evaluate", "/v1/receipts/keys",
+  "/v1/rate_cards", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"
+])
+
+const withCatchAll = router.pipe(
   Effect.catchAllCause((cause) =>
     Effect.gen(function* () {
       const req = yield* HttpServerRequest.HttpServerRequest
@@ -383,3 +401,30 @@ export const app = router.pipe(
     })
   )
 )
+
+/** The whole app: the router, the catch-all, and per request one metric update and one access log line. */
+export const app = Effect.gen(function* () {
+  const settings = yield* Settings
+  const metrics = yield* Metrics
+  const req = yield* HttpServerRequest.HttpServerRequest
+  const start = performance.now()
+  const response = yield* withCatchAll
+  const seconds = (performance.now() - start) / 1000
+  const endpoint = endpointLabel(req.url)
+  metrics.request(endpoint, response.status, seconds)
+  if (settings.accessLog) {
+    const caller = yield* FiberRef.get(CurrentCaller)
+    yield* Effect.logInfo("request").pipe(
+      Effect.annotateLogs({
+        method: req.method,
+        endpoint,
+        status: response.status,
+        duration_ms: Math.round(seconds * 10_000) / 10,
+        request_id: response.headers["x-request-id"] ?? null,
+        key_id: caller?.keyId ?? null,
+        project_id: caller?.projectId ?? null
+      })
+    )
+  }
+  return response
+})

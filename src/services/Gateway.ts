@@ -22,6 +22,7 @@ import type { UpstreamFailure } from "../providers/Provider.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, IdempotencyStore, type Scope as TenantScope, type StoredResult } from "./IdempotencyStore.ts"
 import type { Principal } from "./KeyRegistry.ts"
 import { type Hold, Ledger, periodOf } from "./Ledger.ts"
+import { Metrics } from "./Metrics.ts"
 import { Pricing } from "./Pricing.ts"
 import { RateLimiter, rateLimitHeaders } from "./RateLimiter.ts"
 import { type Attempt, Requests, type Verification } from "./Requests.ts"
@@ -116,6 +117,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const pricing = yield* Pricing
     const ledger = yield* Ledger
     const requests = yield* Requests
+    const metrics = yield* Metrics
     // Upstream calls run in fibers owned by the service, so a client that hangs up does not abandon
     // a call whose charge must still be settled; shutdown interrupts them and their holds are voided.
     const inflight = yield* FiberSet.make<unknown, unknown>()
@@ -356,6 +358,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             }
           })
         ).pipe(Effect.orDie)
+        metrics.settled(principal.projectId, usageSource, charge)
         return rendered
       }).pipe(Effect.uninterruptible)
 

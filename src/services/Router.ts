@@ -8,6 +8,7 @@
  */
 import { HttpClient } from "@effect/platform"
 import { Clock, Duration, Effect, Random, type Scope, type Stream } from "effect"
+import { Metrics } from "./Metrics.ts"
 import * as Health from "./RouteHealth.ts"
 import { type RouteConfig, Settings } from "../domain/config.ts"
 import { InvalidRequest, RouteUnavailable } from "../domain/errors.ts"
@@ -36,6 +37,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
   effect: Effect.gen(function* () {
     const settings = yield* Settings
     const http = yield* HttpClient.HttpClient
+    const metrics = yield* Metrics
     const providers = new Map<string, ChatProvider>()
     for (const [name, p] of Object.entries(settings.gateway.providers)) {
       if (p.type === "openai") providers.set(name, makeOpenAIProvider(name, p, http, settings.upstreamTimeoutMs))
@@ -117,6 +119,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
               Effect.onInterrupt(() => Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))))
             )
             const t1 = yield* Clock.currentTimeMillis
+            metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")
             if (result._tag === "Right") {
               health.set(route.name, Health.onSuccess(stateOf(route.name)))
               attempts.push({ route: route.name, provider: route.provider, outcome: "ok", duration_ms: t1 - t0 })
@@ -149,5 +152,6 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
       attemptsOf<Stream.Stream<string, UpstreamFailure>, Scope.Scope>(chain, (provider, route) => provider.stream(route, bodyFor(route)))
 
     return { candidates, available, breakerStatus, complete, openStream, routes } as const
-  })
+  }),
+  dependencies: [Metrics.Default]
 }) {}

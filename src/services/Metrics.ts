@@ -1,0 +1,75 @@
+/**
+ * Prometheus metrics (GET /metrics), kept in plain maps: recording is a map update on the hot path,
+ * rendering happens only when scraped. Labels are bounded: endpoint, status, route, outcome, project.
+ */
+import { Effect } from "effect"
+
+const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const
+
+const escape = (v: string) => v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")
+const labelsOf = (labels: Record<string, string>) => {
+  const parts = Object.entries(labels).map(([k, v]) => `${k}="${escape(v)}"`)
+  return parts.length === 0 ? "" : `{${parts.join(",")}}`
+}
+
+class Counter {
+  readonly values = new Map<string, number>()
+  constructor(readonly name: string, readonly help: string) {}
+  inc(labels: Record<string, string>, by = 1) {
+    const key = labelsOf(labels)
+    this.values.set(key, (this.values.get(key) ?? 0) + by)
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} counter`]
+    for (const [k, v] of this.values) lines.push(`${this.name}${k} ${v}`)
+    return lines.join("\n")
+  }
+}
+
+class Histogram {
+  readonly series = new Map<string, { labels: Record<string, string>; counts: Array<number>; sum: number; count: number }>()
+  constructor(readonly name: string, readonly help: string) {}
+  observe(labels: Record<string, string>, seconds: number) {
+    const key = labelsOf(labels)
+    let s = this.series.get(key)
+    if (s === undefined) {
+      s = { labels, counts: BUCKETS.map(() => 0), sum: 0, count: 0 }
+      this.series.set(key, s)
+    }
+    for (let i = 0; i < BUCKETS.length; i++) if (seconds <= BUCKETS[i]!) s.counts[i]!++
+    s.sum += seconds
+    s.count++
+  }
+  render(): string {
+    const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`]
+    for (const s of this.series.values()) {
+      BUCKETS.forEach((b, i) => lines.push(`${this.name}_bucket${labelsOf({ ...s.labels, le: String(b) })} ${s.counts[i]}`))
+      lines.push(`${this.name}_bucket${labelsOf({ ...s.labels, le: "+Inf" })} ${s.count}`)
+      lines.push(`${this.name}_sum${labelsOf(s.labels)} ${s.sum}`)
+      lines.push(`${this.name}_count${labelsOf(s.labels)} ${s.count}`)
+    }
+    return lines.join("\n")
+  }
+}
+
+export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {
+  sync: () => {
+    const requests = new Counter("tollgate_http_requests_total", "HTTP requests by endpoint and status.")
+    const duration = new Histogram("tollgate_http_request_duration_seconds", "Time to the response head (streams: to the first byte) by endpoint.")
+    const credits = new Counter("tollgate_credits_charged_total", "Credits charged, by project.")
+    const settled = new Counter("tollgate_requests_settled_total", "Governed requests settled with a receipt, by project and usage source.")
+    const attempts = new Counter("tollgate_upstream_attempts_total", "Upstream attempts by route and outcome.")
+    return {
+      request: (endpoint: string, status: number, seconds: number) => {
+        requests.inc({ endpoint, status: String(status) })
+        duration.observe({ endpoint }, seconds)
+      },
+      settled: (projectId: string, source: string, charged: number) => {
+        settled.inc({ project: projectId, usage_source: source })
+        credits.inc({ project: projectId }, charged)
+      },
+      attempt: (route: string, outcome: string) => attempts.inc({ route, outcome }),
+      render: (): string => [requests, duration, credits, settled, attempts].map((m) => m.render()).join("\n\n") + "\n"
+    } as const
+  }
+}) {}
