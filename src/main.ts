@@ -3,4 +3,5 @@ import { Layer } from "effect"
 import { SettingsFromEnv } from "./domain/config.ts"
 import { ServerLive } from "./server.ts"
 
-NodeRuntime.runMain(Layer.launch(ServerLive.pipe(Layer.provide(SettingsFromEnv))))
+// JSON logs come from ServerLive (Logger.json); the pretty logger would print every line twice.
+NodeRuntime.runMain(Layer.launch(ServerLive.pipe(Layer.provide(SettingsFromEnv))), { disablePrettyLogger: true })
