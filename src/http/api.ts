@@ -13,6 +13,17 @@ class ProjectKey extends HttpApiMiddleware.Tag<ProjectKey>()("ProjectKey", {
   security: { bearer: HttpApiSecurity.bearer }
 }) {}
 
+/** Every error a governed call can answer (besides 401, which the security middleware adds). */
+const withGovernedCallErrors = <E extends HttpApiEndpoint.HttpApiEndpoint.Any>(endpoint: E) =>
+  (endpoint as unknown as HttpApiEndpoint.HttpApiEndpoint<string, "POST">)
+    .addError(S.Errors.invalidRequest)
+    .addError(S.Errors.budgetExceeded)
+    .addError(S.Errors.idempotencyConflict)
+    .addError(S.Errors.tooLarge)
+    .addError(S.Errors.unsupportedWorkflow)
+    .addError(S.Errors.rateLimited)
+    .addError(S.Errors.routeUnavailable) as unknown as E
+
 const IdPath = Schema.Struct({ id: Schema.String.annotations({ description: "A request id, req_…" }) })
 
 const governed = HttpApiGroup.make("governed")
@@ -20,25 +31,13 @@ const governed = HttpApiGroup.make("governed")
     HttpApiEndpoint.post("createChatCompletion", "/v1/chat/completions")
       .setPayload(S.ChatCompletionRequest)
       .addSuccess(S.ChatCompletion.annotations({ description: "JSON, or with stream: true an SSE stream of chat.completion.chunk events; governance rides on the last chunk before [DONE]." }))
-      .addError(S.Errors.invalidRequest)
-      .addError(S.Errors.budgetExceeded)
-      .addError(S.Errors.idempotencyConflict)
-      .addError(S.Errors.tooLarge)
-      .addError(S.Errors.unsupportedWorkflow)
-      .addError(S.Errors.rateLimited)
-      .addError(S.Errors.routeUnavailable)
+      .pipe(withGovernedCallErrors)
   )
   .add(
     HttpApiEndpoint.post("createResponse", "/v1/responses")
       .setPayload(S.ResponsesRequest)
       .addSuccess(S.ResponseObject.annotations({ description: "JSON, or with stream: true the Responses SSE event sequence ending in response.completed." }))
-      .addError(S.Errors.invalidRequest)
-      .addError(S.Errors.budgetExceeded)
-      .addError(S.Errors.idempotencyConflict)
-      .addError(S.Errors.tooLarge)
-      .addError(S.Errors.unsupportedWorkflow)
-      .addError(S.Errors.rateLimited)
-      .addError(S.Errors.routeUnavailable)
+      .pipe(withGovernedCallErrors)
   )
   .add(HttpApiEndpoint.get("listModels", "/v1/models").addSuccess(S.ModelList))
   .add(HttpApiEndpoint.get("listRateCards", "/v1/rate_cards").addSuccess(S.RateCards))

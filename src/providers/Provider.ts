@@ -2,7 +2,8 @@
  * What every upstream adapter offers: an OpenAI-shaped chat completion, whole or streamed.
  * Adapters translate their provider's wire format to OpenAI's; the Gateway only speaks OpenAI.
  */
-import { Data, type Effect, type Scope, type Stream } from "effect"
+import type { HttpClientError } from "@effect/platform"
+import { Data, Effect, type Scope, type Stream } from "effect"
 import type { RouteConfig } from "../domain/config.ts"
 
 export class UpstreamFailure extends Data.TaggedError("UpstreamFailure")<{
@@ -57,3 +58,24 @@ export const upstreamErrorDetail = (text: string): string => {
   }
   return text.slice(0, 200)
 }
+
+/** A request that never got an HTTP answer (refused, reset, DNS): retryable. */
+export const transportFailure = (cause: unknown, name: string): UpstreamFailure =>
+  new UpstreamFailure({
+    reason: "connect",
+    message: `could not reach provider ${name}: ${cause instanceof Error ? cause.message : String(cause)}`,
+    retryable: true
+  })
+
+/** Map the HTTP client's transport errors to UpstreamFailure. */
+export const catchTransport = (name: string) =>
+  <A, E, R>(effect: Effect.Effect<A, E | HttpClientError.HttpClientError, R>): Effect.Effect<A, Exclude<E, HttpClientError.HttpClientError> | UpstreamFailure, R> =>
+    Effect.catchIf(
+      effect,
+      (e): e is HttpClientError.HttpClientError => typeof e === "object" && e !== null && "_tag" in e && (e._tag === "RequestError" || e._tag === "ResponseError"),
+      (e) => Effect.fail(transportFailure((e as { cause?: unknown }).cause ?? e, name))
+    ) as Effect.Effect<A, Exclude<E, HttpClientError.HttpClientError> | UpstreamFailure, R>
+
+/** The failure of an attempt that took longer than its timeout: retryable. */
+export const timeoutFailure = (name: string, ms: number) => () =>
+  new UpstreamFailure({ reason: "timeout", message: `provider ${name} did not answer within ${ms} ms`, retryable: true })

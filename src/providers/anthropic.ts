@@ -19,7 +19,7 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Chunk, Duration, Effect, Either, Option, Redacted, Stream } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
-import { type ChatProvider, statusFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
+import { catchTransport, type ChatProvider, statusFailure, timeoutFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
 import { sseData } from "./sse.ts"
 
 type AnthropicConfig = Extract<ProviderConfig, { type: "anthropic" }>
@@ -368,13 +368,6 @@ export const makeStreamTranslator = (name: string, fallbackModel: string) => {
 // ---------------------------------------------------------------------------
 // the provider
 
-const transportFailure = (cause: unknown, name: string): UpstreamFailure =>
-  new UpstreamFailure({
-    reason: "connect",
-    message: `could not reach provider ${name}: ${cause instanceof Error ? cause.message : String(cause)}`,
-    retryable: true
-  })
-
 export const anthropicMessagesUrl = (baseUrl: string | undefined): string =>
   `${(baseUrl ?? DEFAULT_ANTHROPIC_BASE_URL).replace(/\/+$/, "").replace(/\/v1$/, "")}/v1/messages`
 
@@ -388,8 +381,7 @@ export const makeAnthropicProvider = (
   const secret = apiKey === undefined ? undefined : Redacted.make(apiKey)
   const url = anthropicMessagesUrl(config.base_url)
   const timeout = Duration.millis(config.timeout_ms ?? defaultTimeoutMs)
-  const timedOut = () =>
-    new UpstreamFailure({ reason: "timeout", message: `provider ${name} did not answer within ${Duration.toMillis(timeout)} ms`, retryable: true })
+  const timedOut = timeoutFailure(name, Duration.toMillis(timeout))
   const protocol = (message: string) => new UpstreamFailure({ reason: "protocol", message: `provider ${name} ${message}`, retryable: true })
 
   const request = (route: RouteConfig, body: Json, stream: boolean) => {
@@ -422,20 +414,14 @@ export const makeAnthropicProvider = (
         return { raw: JSON.stringify(completion), json: completion }
       })
     ).pipe(
-      Effect.catchTags({
-        RequestError: (e) => Effect.fail(transportFailure(e.cause ?? e, name)),
-        ResponseError: (e) => Effect.fail(transportFailure(e.cause ?? e, name))
-      }),
+      catchTransport(name),
       Effect.timeoutFail({ duration: timeout, onTimeout: timedOut })
     )
 
   const stream: ChatProvider["stream"] = (route, body) =>
     Effect.gen(function* () {
       const res = yield* client.execute(request(route, body, true)).pipe(
-        Effect.catchTags({
-          RequestError: (e) => Effect.fail(transportFailure(e.cause ?? e, name)),
-          ResponseError: (e) => Effect.fail(transportFailure(e.cause ?? e, name))
-        })
+        catchTransport(name)
       )
       if (res.status >= 400) {
         const text = yield* res.text.pipe(Effect.orElseSucceed(() => ""))

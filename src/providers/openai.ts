@@ -5,17 +5,10 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Duration, Effect, Redacted, Stream } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
-import { type ChatProvider, statusFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
+import { catchTransport, type ChatProvider, statusFailure, timeoutFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
 import { sseData } from "./sse.ts"
 
 type OpenAIConfig = Extract<ProviderConfig, { type: "openai" }>
-
-const transportFailure = (cause: unknown, name: string): UpstreamFailure =>
-  new UpstreamFailure({
-    reason: "connect",
-    message: `could not reach provider ${name}: ${cause instanceof Error ? cause.message : String(cause)}`,
-    retryable: true
-  })
 
 export const makeOpenAIProvider = (
   name: string,
@@ -27,8 +20,7 @@ export const makeOpenAIProvider = (
   const secret = apiKey === undefined ? undefined : Redacted.make(apiKey)
   const url = `${config.base_url.replace(/\/+$/, "")}/chat/completions`
   const timeout = Duration.millis(config.timeout_ms ?? defaultTimeoutMs)
-  const timedOut = () =>
-    new UpstreamFailure({ reason: "timeout", message: `provider ${name} did not answer within ${Duration.toMillis(timeout)} ms`, retryable: true })
+  const timedOut = timeoutFailure(name, Duration.toMillis(timeout))
 
   const request = (route: RouteConfig, body: Record<string, unknown>) => {
     const req = HttpClientRequest.post(url).pipe(
@@ -55,20 +47,14 @@ export const makeOpenAIProvider = (
         return { raw: text, json: json as Record<string, unknown> }
       })
     ).pipe(
-      Effect.catchTags({
-        RequestError: (e) => Effect.fail(transportFailure(e.cause ?? e, name)),
-        ResponseError: (e) => Effect.fail(transportFailure(e.cause ?? e, name))
-      }),
+      catchTransport(name),
       Effect.timeoutFail({ duration: timeout, onTimeout: timedOut })
     )
 
   const stream: ChatProvider["stream"] = (route, body) =>
     Effect.gen(function* () {
       const res = yield* client.execute(request(route, body)).pipe(
-        Effect.catchTags({
-          RequestError: (e) => Effect.fail(transportFailure(e.cause ?? e, name)),
-          ResponseError: (e) => Effect.fail(transportFailure(e.cause ?? e, name))
-        }),
+        catchTransport(name),
         Effect.timeoutFail({ duration: timeout, onTimeout: timedOut })
       )
       if (res.status >= 400) {
