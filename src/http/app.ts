@@ -35,7 +35,7 @@ const header = (req: HttpServerRequest.HttpServerRequest, name: string): string 
  * The body as text, at most `maxBytes`. Past the limit the rest is drained unbuffered rather than
  * destroyed (as `withMaxBodySize` does), so a chunked upload still receives its 413 instead of a reset.
  */
-const readBodyText = (req: HttpServerRequest.HttpServerRequest, maxBytes: number, tooLarge: PayloadTooLarge) =>
+const readBodyText = (req: HttpServerRequest.HttpServerRequest, maxBytes: number, tooLarge: () => PayloadTooLarge) =>
   Effect.async<string, PayloadTooLarge | InvalidRequest>((resume) => {
     const source = NodeHttpServerRequest.toIncomingMessage(req)
     const chunks: Array<Buffer> = []
@@ -50,7 +50,7 @@ const readBodyText = (req: HttpServerRequest.HttpServerRequest, maxBytes: number
     source.on("data", (chunk: Buffer) => {
       if (done) return
       bytes += chunk.length
-      if (bytes > maxBytes) finish(Effect.fail(tooLarge))
+      if (bytes > maxBytes) finish(Effect.fail(tooLarge()))
       else chunks.push(chunk)
     })
     source.once("end", () => finish(Effect.succeed(Buffer.concat(chunks).toString("utf8"))))
@@ -62,8 +62,9 @@ export const readJson = (maxBytes: number) =>
   Effect.gen(function* () {
     const req = yield* HttpServerRequest.HttpServerRequest
     const declared = Number(header(req, "content-length") ?? "0")
-    const tooLarge = new PayloadTooLarge({ message: `The request body exceeds the limit of ${maxBytes} bytes.` })
-    if (declared > maxBytes) return yield* tooLarge
+    // Built only when needed: an Effect error captures a stack trace, too costly for every request.
+    const tooLarge = () => new PayloadTooLarge({ message: `The request body exceeds the limit of ${maxBytes} bytes.` })
+    if (declared > maxBytes) return yield* tooLarge()
     const text = yield* readBodyText(req, maxBytes, tooLarge)
     if (text.length === 0) return yield* new InvalidRequest({ message: "The request body is empty; send a JSON object.", param: null })
     try {

@@ -9,6 +9,7 @@ import { Effect, Layer } from "effect"
 import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import { Settings } from "../domain/config.ts"
+import { installGroupCommit } from "./groupCommit.ts"
 import { runMigrations } from "./migrations.ts"
 
 export const sqliteFilename = (databaseUrl: string): string => {
@@ -33,7 +34,10 @@ export const DatabaseLive = Layer.unwrapEffect(
     const filename = sqliteFilename(settings.databaseUrl)
     if (filename !== ":memory:") mkdirSync(dirname(filename), { recursive: true })
     const client = SqliteClient.layer({ filename })
-    const setup = Layer.effectDiscard(Effect.zipRight(pragmas, runMigrations).pipe(Effect.orDie))
+    // Group commit (src/store/groupCommit.ts): one fsync per batch of transactions, same guarantees.
+    const setup = Layer.effectDiscard(
+      Effect.zipRight(pragmas, runMigrations).pipe(Effect.zipRight(Effect.flatMap(SqlClient.SqlClient, installGroupCommit)), Effect.orDie)
+    )
     return Layer.provideMerge(setup, client)
   })
 )

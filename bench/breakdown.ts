@@ -1,0 +1,64 @@
+/**
+ * `npx tsx bench/breakdown.ts` (N=1000 by default): where a governed call's CPU goes, in-process,
+ * without the HTTP server: each building block run N times in sequence on the real services
+ * (SQLite file with WAL + synchronous=FULL, the bench mock upstream with no delay), CPU and wall
+ * time per operation. Complements bench/profile.ts, whose flat Effect stacks hide the caller.
+ */
+import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { SqlClient } from "@effect/sql"
+import { makeSettings, Settings } from "../src/domain/config.ts"
+import { ServicesLive } from "../src/server.ts"
+import { Bootstrap } from "../src/services/Bootstrap.ts"
+import { KeyRegistry } from "../src/services/KeyRegistry.ts"
+import { Gateway } from "../src/services/Gateway.ts"
+import { IdempotencyStore } from "../src/services/IdempotencyStore.ts"
+import { Ledger } from "../src/services/Ledger.ts"
+import { Router } from "../src/services/Router.ts"
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { FiberSet, Fiber } from "effect"
+import { countChat } from "../src/services/Tokenizer.ts"
+import { chatCompletionsSurface } from "../src/services/surfaces/chatCompletions.ts"
+import { startChild } from "./lib/procs.ts"
+
+const mock = await startChild<{ port: number }>("mock", process.execPath, ["--import", "tsx", "bench/targets/mock.ts", "--delay", "0"], { cwd: process.cwd() })
+const dir = mkdtempSync(join(tmpdir(), "tg-bd-"))
+const model = "gpt-4o-mini"
+const settings = makeSettings({
+  databaseUrl: process.env.MEM ? "sqlite::memory:" : `sqlite:${join(dir, "t.db")}`,
+  adminToken: Option.some(Redacted.make("x")),
+  gateway: {
+    providers: { mock: { type: "openai", base_url: `http://127.0.0.1:${mock.ready.port}/v1` } },
+    routes: [{ name: model, provider: "mock", upstream_model: model, max_output_tokens: 4096, auto: true }],
+    rate_cards: [{ version: "rc_2020-01", effective_from: "2020-01-01T00:00:00Z", prices: { [model]: { input: 150, output: 600 } } }],
+    default_project: { budget_credits: 1e15, requests_per_minute: 60_000_000, burst: 1_000_000 }
+  }
+})
+const rt = ManagedRuntime.make(ServicesLive.pipe(Layer.provide(Layer.succeed(Settings, settings)), Layer.provide(Layer.setTracerEnabled(false))))
+const key = await rt.runPromise(Effect.map(Bootstrap, (b) => b.firstStart!.developmentKey))
+const principal = await rt.runPromise(Effect.flatMap(KeyRegistry, (k) => k.authenticate(`Bearer ${key}`)))
+const scope = { projectId: principal.projectId, environment: principal.environment }
+const body = (n: number) => ({ model, messages: [{ role: "system", content: "You are a concise assistant for an e-commerce support team." }, { role: "user", content: "Where is my order 48213-CX? It has said label created since Monday." }], max_tokens: 400, metadata: { idempotency_key: `bd-${Date.now()}-${n}` } })
+
+const measure = async (name: string, n: number, f: (i: number) => Effect.Effect<unknown, unknown, any>) => {
+  await rt.runPromise(Effect.forEach(Array.from({ length: 50 }, (_, i) => i), (i) => Effect.ignore(f(-i - 1)), { discard: true }))
+  const c0 = process.cpuUsage(); const t0 = performance.now()
+  await rt.runPromise(Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) => Effect.ignore(f(i)), { discard: true }))
+  const c = process.cpuUsage(c0); const wall = performance.now() - t0
+  console.log(name.padEnd(34), `cpu ${((c.user + c.system) / n).toFixed(0).padStart(5)} µs/op   wall ${((wall * 1000) / n).toFixed(0).padStart(5)} µs/op`)
+}
+const N = Number(process.env.N ?? 1000)
+await measure("authenticate (cached)", N, () => Effect.flatMap(KeyRegistry, (k) => k.authenticate(`Bearer ${key}`)))
+await measure("idempotency.peek", N, (i) => Effect.flatMap(IdempotencyStore, (s) => s.peek(scope, `nope-${i}`, "fp")))
+await measure("ledger.window", N, () => Effect.flatMap(Ledger, (l) => l.window(principal.projectId, "2026-11")))
+await measure("sql SELECT 1", N, () => Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SELECT 1`))
+await measure("sql withTransaction(SELECT 1)", N, () => Effect.flatMap(SqlClient.SqlClient, (sql) => sql.withTransaction(sql`SELECT 1`)))
+await measure("router.complete (upstream call)", N, () => Effect.flatMap(Router, (r) => Effect.flatMap(r.candidates(model), (chain) => r.complete(chain, () => body(0) as any))))
+await measure("HttpClient raw post+text", N, () => Effect.flatMap(HttpClient.HttpClient, (c) => Effect.scoped(Effect.flatMap(c.execute(HttpClientRequest.post(`http://127.0.0.1:${mock.ready.port}/v1/chat/completions`).pipe(HttpClientRequest.bodyText(JSON.stringify(body(0)), "application/json"))), (r) => r.text))))
+await measure("countChat", N, () => Effect.sync(() => countChat(body(0).messages)))
+await measure("FiberSet.run+join noop", N, () => Effect.scoped(Effect.flatMap(FiberSet.make(), (fs) => Effect.flatMap(FiberSet.run(fs, Effect.void), Fiber.join))))
+await measure("gateway.handle non-stream (full)", N, (i) => Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: body(i), idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} })))
+await measure("gateway.handle no idempotency key", N, (i) => { const b = body(i) as any; delete b.metadata; return Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: b, idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} })) })
+await rt.dispose(); await mock.stop()

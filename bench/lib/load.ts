@@ -1,0 +1,214 @@
+/**
+ * Load generators.
+ *
+ * - `openLoad`: open model. Requests are dispatched on a fixed schedule (rate R, evenly spaced)
+ *   whatever the target's latency, over an undici Pool with many connections, so a slow target
+ *   builds a backlog instead of slowing the generator down (no coordinated omission by the client).
+ *   Latency runs from the dispatch call to the last body byte; `ttfb` to the first body byte.
+ *   How late the generator itself dispatched (its own event-loop lag) is reported as `lagP99Ms`.
+ * - `closedLoad`: closed model with autocannon: N connections, each sends its next request when the
+ *   previous answer arrives. Its throughput is the target's maximum at that concurrency.
+ *
+ * Every request body is unique (a counter in the idempotency key) so idempotency never replays.
+ */
+import autocannon from "autocannon"
+import { Pool } from "undici"
+import { summarize, type Summary } from "./stats.ts"
+
+export interface TargetEndpoint {
+  readonly name: string
+  /** e.g. http://127.0.0.1:PORT */
+  readonly origin: string
+  readonly path: string
+  readonly headers: Readonly<Record<string, string>>
+}
+
+export interface PhaseResult {
+  readonly mode: "open" | "closed"
+  readonly stream: boolean
+  /** Requested rate (open) or connections (closed). */
+  readonly rate?: number
+  readonly connections?: number
+  readonly durationS: number
+  readonly sent: number
+  readonly ok: number
+  readonly errors: number
+  readonly errorKinds: Record<string, number>
+  /** Successful responses per second over the whole phase (including the drain of a backlog). */
+  readonly achievedRps: number
+  readonly latencyMs: Summary
+  readonly ttfbMs?: Summary
+  /** Generator's own dispatch lag (open model): a sanity check on the client, not the target. */
+  readonly lagP99Ms?: number
+}
+
+export interface OpenOptions {
+  readonly rate: number
+  readonly durationMs: number
+  readonly stream: boolean
+  readonly body: (n: number) => string
+  readonly timeoutMs?: number
+  readonly connections?: number
+  /** After the last dispatch, wait at most this long for answers; the rest count as errors ("unfinished"). */
+  readonly drainMs?: number
+}
+
+const bump = (kinds: Record<string, number>, k: string) => {
+  kinds[k] = (kinds[k] ?? 0) + 1
+}
+
+export const openLoad = async (t: TargetEndpoint, o: OpenOptions): Promise<PhaseResult> => {
+  const timeoutMs = o.timeoutMs ?? 15_000
+  const pool = new Pool(t.origin, {
+    connections: o.connections ?? 512,
+    pipelining: 1,
+    keepAliveTimeout: 30_000,
+    headersTimeout: timeoutMs,
+    bodyTimeout: timeoutMs
+  })
+  const headers = { ...t.headers, "content-type": "application/json" }
+  const total = Math.max(1, Math.floor((o.rate * o.durationMs) / 1000))
+  const interval = 1000 / o.rate
+  const latency = new Float64Array(total)
+  const ttfb = new Float64Array(total)
+  const lag = new Float64Array(total)
+  const kinds: Record<string, number> = {}
+  let ok = 0
+  let errors = 0
+  let sent = 0
+  let lastDone = 0
+  let aborting = false
+  const inflight = new Set<Promise<void>>()
+
+  const fire = (n: number, intended: number) => {
+    const t0 = performance.now()
+    lag[n] = t0 - intended
+    const p = pool
+      .request({ method: "POST", path: t.path, headers, body: o.body(n) })
+      .then(
+        async (res) => {
+          let first = -1
+          try {
+            for await (const _chunk of res.body) if (first < 0) first = performance.now()
+          } catch (e) {
+            lastDone = performance.now()
+            errors++
+            bump(kinds, aborting ? "unfinished" : ((e as { code?: string }).code ?? "body_error"))
+            return
+          }
+          const t1 = performance.now()
+          lastDone = t1
+          if (res.statusCode === 200) {
+            latency[ok] = t1 - t0
+            ttfb[ok] = (first < 0 ? t1 : first) - t0
+            ok++
+          } else {
+            errors++
+            bump(kinds, `http_${res.statusCode}`)
+          }
+        },
+        (err: { code?: string; message?: string }) => {
+          lastDone = performance.now()
+          errors++
+          bump(kinds, aborting ? "unfinished" : (err.code ?? err.message ?? "error"))
+        }
+      )
+      .finally(() => inflight.delete(p))
+    inflight.add(p)
+  }
+
+  const start = performance.now()
+  await new Promise<void>((resolve) => {
+    const tick = () => {
+      const due = Math.min(total, Math.floor((performance.now() - start) / interval) + 1)
+      while (sent < due) {
+        fire(sent, start + sent * interval)
+        sent++
+      }
+      if (sent >= total) return resolve()
+      setTimeout(tick, Math.max(0, start + sent * interval - performance.now()))
+    }
+    tick()
+  })
+  const sendEnd = performance.now()
+  // A saturated target builds a backlog; bound the drain so one slow target cannot stall the run.
+  const drained = await Promise.race([
+    Promise.allSettled([...inflight]).then(() => true),
+    new Promise<false>((r) => setTimeout(() => r(false), o.drainMs ?? 5_000).unref())
+  ])
+  if (!drained) {
+    aborting = true
+    await pool.destroy().catch(() => undefined)
+    await Promise.allSettled([...inflight])
+  } else {
+    await pool.close()
+  }
+  const elapsedS = (Math.max(sendEnd, lastDone) - start) / 1000
+  return {
+    mode: "open",
+    stream: o.stream,
+    rate: o.rate,
+    durationS: o.durationMs / 1000,
+    sent,
+    ok,
+    errors,
+    errorKinds: kinds,
+    achievedRps: ok / elapsedS,
+    latencyMs: summarize(latency.subarray(0, ok)),
+    ...(o.stream ? { ttfbMs: summarize(ttfb.subarray(0, ok)) } : {}),
+    lagP99Ms: summarize(lag.subarray(0, sent)).p99
+  }
+}
+
+export interface ClosedOptions {
+  readonly connections: number
+  readonly durationMs: number
+  /** The n-th request's body (autocannon's own `idReplacement` miscounts content-length, so a counter it is). */
+  readonly body: (n: number) => string
+  readonly timeoutS?: number
+}
+
+export const closedLoad = (t: TargetEndpoint, o: ClosedOptions): Promise<PhaseResult> =>
+  new Promise((resolve, reject) => {
+    let n = 0
+    autocannon(
+      {
+        url: `${t.origin}${t.path}`,
+        method: "POST",
+        headers: { ...t.headers, "content-type": "application/json" },
+        requests: [{ setupRequest: (req) => ({ ...req, body: o.body(n++) }) }],
+        connections: o.connections,
+        pipelining: 1,
+        duration: o.durationMs / 1000,
+        timeout: o.timeoutS ?? 15
+      },
+      (err: Error | null, r: autocannon.Result) => {
+        if (err) return reject(err)
+        const kinds: Record<string, number> = {}
+        if (r.non2xx > 0) kinds.non_2xx = r.non2xx
+        if (r.errors > 0) kinds.socket_errors = r.errors - r.timeouts
+        if (r.timeouts > 0) kinds.timeouts = r.timeouts
+        const ok = r["2xx"]
+        const errors = r.non2xx + r.errors
+        resolve({
+          mode: "closed",
+          stream: false,
+          connections: o.connections,
+          durationS: r.duration,
+          sent: ok + errors,
+          ok,
+          errors,
+          errorKinds: kinds,
+          achievedRps: ok / r.duration,
+          latencyMs: {
+            n: ok,
+            mean: r.latency.average,
+            p50: r.latency.p50,
+            p90: r.latency.p90,
+            p99: r.latency.p99,
+            max: r.latency.max
+          }
+        })
+      }
+    )
+  })

@@ -1,0 +1,139 @@
+/**
+ * Child processes for the bench: one per target, so each has its own event loop, CPU time and RSS,
+ * and none shares a loop with the load generator. Everything listens on 127.0.0.1 only.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { readFileSync } from "node:fs"
+import { createServer } from "node:net"
+
+export interface Child<R> {
+  readonly name: string
+  readonly pid: number
+  readonly ready: R
+  /** Last lines of stderr (and stdout before ready), for error reports. */
+  readonly log: () => string
+  readonly stop: () => Promise<void>
+}
+
+export interface StartOptions<R> {
+  readonly cwd?: string
+  readonly env?: NodeJS.ProcessEnv
+  readonly timeoutMs?: number
+  /** Default: the first stdout line that parses as JSON with `ready: true`. */
+  readonly probe?: () => Promise<R | undefined>
+}
+
+export const startChild = <R>(name: string, command: string, args: ReadonlyArray<string>, o: StartOptions<R> = {}): Promise<Child<R>> =>
+  new Promise((resolve, reject) => {
+    const proc: ChildProcess = spawn(command, args, {
+      cwd: o.cwd,
+      env: { ...process.env, ...o.env },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    const lines: Array<string> = []
+    const keep = (s: string) => {
+      for (const l of s.split("\n")) if (l.trim() !== "") lines.push(l)
+      if (lines.length > 60) lines.splice(0, lines.length - 60)
+    }
+    let settled = false
+    let buffered = ""
+    const timer = setTimeout(() => fail(new Error(`${name} did not become ready in ${o.timeoutMs ?? 30_000} ms`)), o.timeoutMs ?? 30_000)
+    const child = (ready: R): Child<R> => ({
+      name,
+      pid: proc.pid!,
+      ready,
+      log: () => lines.join("\n"),
+      stop: () =>
+        new Promise<void>((done) => {
+          if (proc.exitCode !== null || proc.signalCode !== null) return done()
+          const kill = setTimeout(() => proc.kill("SIGKILL"), 5_000)
+          proc.once("exit", () => {
+            clearTimeout(kill)
+            done()
+          })
+          proc.kill("SIGTERM")
+        })
+    })
+    const succeed = (ready: R) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      resolve(child(ready))
+    }
+    const fail = (e: Error) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      proc.kill("SIGKILL")
+      reject(new Error(`${e.message}\n--- ${name} output ---\n${lines.join("\n")}`))
+    }
+    proc.stdout!.setEncoding("utf8")
+    proc.stderr!.setEncoding("utf8")
+    proc.stderr!.on("data", keep)
+    proc.stdout!.on("data", (s: string) => {
+      if (settled) return
+      keep(s)
+      if (o.probe !== undefined) return
+      buffered += s
+      let nl: number
+      while ((nl = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, nl).trim()
+        buffered = buffered.slice(nl + 1)
+        if (!line.startsWith("{")) continue
+        try {
+          const parsed = JSON.parse(line) as { ready?: boolean }
+          if (parsed.ready === true) return succeed(parsed as R)
+        } catch {
+          // a log line that is not ours
+        }
+      }
+    })
+    proc.once("exit", (code, signal) => fail(new Error(`${name} exited early (code ${code}, signal ${signal})`)))
+    proc.once("error", fail)
+    if (o.probe !== undefined) {
+      const probe = o.probe
+      const poll = async () => {
+        while (!settled) {
+          const r = await probe().catch(() => undefined)
+          if (r !== undefined) return succeed(r)
+          await new Promise((res) => setTimeout(res, 100))
+        }
+      }
+      void poll()
+    }
+  })
+
+/** A free loopback port (for servers that cannot be told to pick one themselves). */
+export const freePort = (): Promise<number> =>
+  new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once("error", reject)
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port
+      s.close(() => resolve(port))
+    })
+  })
+
+const CLK_TCK = 100
+
+export interface ProcSample {
+  /** User + system CPU time so far, ms. */
+  readonly cpuMs: number
+  readonly rssMb: number
+  /** Peak RSS so far (VmHWM), MB. */
+  readonly peakRssMb: number
+}
+
+/** CPU time and memory of a process, from /proc (Linux). */
+export const sampleProc = (pid: number): ProcSample => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    const ticks = Number(fields[11]) + Number(fields[12])
+    const status = readFileSync(`/proc/${pid}/status`, "utf8")
+    const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+)`, "m").exec(status)?.[1] ?? NaN)
+    return { cpuMs: (ticks * 1000) / CLK_TCK, rssMb: kb("VmRSS") / 1024, peakRssMb: kb("VmHWM") / 1024 }
+  } catch {
+    return { cpuMs: NaN, rssMb: NaN, peakRssMb: NaN }
+  }
+}

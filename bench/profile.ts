@@ -1,0 +1,134 @@
+/**
+ * `npx tsx bench/profile.ts [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory]`
+ *
+ * Profiles Tollgate's chat path: starts the bench mock upstream and a Tollgate child, warms it up,
+ * then records a V8 CPU profile (inspector, toggled by SIGUSR2 in bench/targets/tollgate.ts) over
+ * exactly the measured closed-loop load (unique idempotency keys), and prints where the CPU went
+ * (self time by function and by package). Open the .cpuprofile in Chrome DevTools or speedscope.
+ * Effect's fibers run from its scheduler, so JS stacks do not show the logical caller: read self
+ * time, and confirm a suspicion with an A/B run of `npm run bench`.
+ */
+import { existsSync, mkdirSync, mkdtempSync, readFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join, resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import { arg, flag, numArg } from "./lib/args.ts"
+import { closedLoad } from "./lib/load.ts"
+import { sampleProc, startChild } from "./lib/procs.ts"
+
+const here = dirname(fileURLToPath(import.meta.url))
+const root = resolve(here, "..")
+const out = resolve(arg("--out") ?? mkdtempSync(join(tmpdir(), "tollgate-prof-")))
+mkdirSync(out, { recursive: true })
+const durationMs = numArg("--duration", 10) * 1000
+const connections = numArg("--connections", 32)
+const stream = flag("--stream")
+
+const body = (n: number) =>
+  JSON.stringify({
+    model: "gpt-4o-mini",
+    messages: [
+      { role: "system", content: "You are a concise assistant for an e-commerce support team." },
+      { role: "user", content: `Where is my order 48213-CX? It has said 'label created' since Monday. (${n})` }
+    ],
+    max_tokens: 400,
+    ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+    metadata: { idempotency_key: `prof-${Date.now().toString(36)}-${n}` }
+  })
+
+const mock = await startChild<{ port: number }>("mock", process.execPath, ["--import", "tsx", join(here, "targets/mock.ts"), "--delay", "20"], { cwd: root })
+// Never leave a child behind, whatever fails below.
+process.once("exit", () => {
+  try {
+    process.kill(mock.pid, "SIGKILL")
+  } catch {
+    // already gone
+  }
+})
+const profileFile = join(out, `tollgate-${Date.now()}.cpuprofile`)
+const tollgate = await startChild<{ port: number; key: string }>(
+  "tollgate",
+  process.execPath,
+  [
+    "--import",
+    "tsx",
+    join(here, "targets/tollgate.ts"),
+    "--upstream",
+    `http://127.0.0.1:${mock.ready.port}`,
+    "--profile",
+    profileFile,
+    ...(arg("--db") === undefined ? [] : ["--db", arg("--db")!])
+  ],
+  { cwd: root, timeoutMs: 60_000 }
+)
+process.once("exit", () => {
+  try {
+    process.kill(tollgate.pid, "SIGKILL")
+  } catch {
+    // already gone
+  }
+})
+const endpoint = {
+  name: "tollgate",
+  origin: `http://127.0.0.1:${tollgate.ready.port}`,
+  path: "/v1/chat/completions",
+  headers: { authorization: `Bearer ${tollgate.ready.key}` }
+}
+// Warm-up (JIT, caches), then profile exactly the measured phase.
+await closedLoad(endpoint, { connections: 8, durationMs: 3000, body: (n) => body(-n - 1) })
+const before = sampleProc(tollgate.pid)
+process.kill(tollgate.pid, "SIGUSR2")
+const r = await closedLoad(endpoint, { connections, durationMs, body })
+process.kill(tollgate.pid, "SIGUSR2")
+const after = sampleProc(tollgate.pid)
+for (let i = 0; i < 100 && !existsSync(profileFile); i++) await new Promise((res) => setTimeout(res, 100))
+await new Promise((res) => setTimeout(res, 300))
+await tollgate.stop()
+await mock.stop()
+console.log(
+  `${r.ok} ok, ${r.errors} errors, ${r.achievedRps.toFixed(0)} RPS, p50 ${r.latencyMs.p50} ms p99 ${r.latencyMs.p99} ms, ` +
+    `${(((after.cpuMs - before.cpuMs) * 1000) / Math.max(1, r.ok)).toFixed(0)} µs CPU per request`
+)
+
+interface Node {
+  id: number
+  callFrame: { functionName: string; url: string; lineNumber: number }
+  children?: Array<number>
+}
+const profile = JSON.parse(readFileSync(profileFile, "utf8")) as {
+  nodes: Array<Node>
+  startTime: number
+  endTime: number
+  samples: Array<number>
+  timeDeltas: Array<number>
+}
+const hits = new Map<number, number>()
+for (const id of profile.samples) hits.set(id, (hits.get(id) ?? 0) + 1)
+const inWindow = profile.samples.length
+const usPerSample = (profile.endTime - profile.startTime) / Math.max(1, inWindow)
+const byFn = new Map<string, number>()
+const byPkg = new Map<string, number>()
+let total = 0
+for (const n of profile.nodes) {
+  const count = hits.get(n.id) ?? 0
+  if (count === 0) continue
+  const { functionName, url, lineNumber } = n.callFrame
+  if (functionName === "(idle)" || functionName === "(program)") continue
+  total += count
+  const short = url.replace(/^file:\/\//, "").replace(root + "/", "")
+  const key = `${functionName || "(anonymous)"}  ${short}:${lineNumber + 1}`
+  byFn.set(key, (byFn.get(key) ?? 0) + count)
+  const pkg =
+    /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(short)?.[1] ??
+    (short.startsWith("src/") || short.startsWith("spec/") || short.startsWith("bench/") ? short : short === "" ? functionName : `node:${short.split("/")[0]}`)
+  byPkg.set(pkg, (byPkg.get(pkg) ?? 0) + count)
+}
+const show = (title: string, m: Map<string, number>, k: number) => {
+  console.log(`\n${title} (measured phase: ${total} busy samples of ${inWindow}, ≈ ${((total * usPerSample) / 1000).toFixed(0)} ms busy)`)
+  for (const [name, hits] of [...m].sort((a, b) => b[1] - a[1]).slice(0, k)) {
+    console.log(`${((hits / total) * 100).toFixed(1).padStart(5)}%  ${name}`)
+  }
+}
+show("self time by package / file", byPkg, 25)
+show("self time by function", byFn, 40)
+console.log(`\nprofile: ${profileFile}`)

@@ -1,0 +1,476 @@
+/**
+ * `npm run bench [-- --quick]`: Tollgate against a baseline, a bare Node proxy and Portkey, on loopback.
+ *
+ * Everything runs here, on this machine: the mock upstream, each target (its own child process) and
+ * the load generator (this process). Per round and per scenario the targets are run one after
+ * another in a rotating order (interleaved), so drift on a shared box hits every target alike; the
+ * report gives medians over rounds. A benchmark, not a test: it never fails on speed (it exits
+ * non-zero only if a target cannot start or answers wrongly).
+ *
+ * Flags: --quick (< 60 s), --rounds N, --duration S, --warmup S, --rates 200,1000,2000,
+ *        --stream-rates 200,1000, --connections N (closed model), --delay MS (mock latency),
+ *        --chunk-delay MS, --chunks N (content events per stream), --out DIR, --no-write,
+ *        --targets baseline,bare,tollgate,portkey (default; add `effect` for the Effect 3 HTTP floor)
+ */
+import { execSync } from "node:child_process"
+import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
+import { cpus, loadavg, release, tmpdir, totalmem } from "node:os"
+import { dirname, join, relative, resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import { request } from "undici"
+import { arg, args, flag, numArg } from "./lib/args.ts"
+import { closedLoad, openLoad, type PhaseResult, type TargetEndpoint } from "./lib/load.ts"
+import { type Child, freePort, sampleProc, startChild } from "./lib/procs.ts"
+import { median, spread } from "./lib/stats.ts"
+
+const here = dirname(fileURLToPath(import.meta.url))
+const root = resolve(here, "..")
+const quick = flag("--quick")
+const list = (name: string, fallback: string) => (arg(name) ?? fallback).split(",").filter((s) => s !== "").map((s) => s.trim())
+
+const config = {
+  quick,
+  rounds: numArg("--rounds", quick ? 1 : 3),
+  durationS: numArg("--duration", quick ? 2.5 : 8),
+  warmupS: numArg("--warmup", quick ? 1 : 3),
+  /** Open model: how long to wait for a saturated target's backlog after the last dispatch. */
+  drainS: numArg("--drain", quick ? 2 : 5),
+  rates: list("--rates", quick ? "1000" : "200,1000,2000").map(Number),
+  streamRates: list("--stream-rates", quick ? "200" : "200,1000").map(Number),
+  connections: numArg("--connections", 128),
+  upstreamDelayMs: numArg("--delay", 20),
+  chunkDelayMs: numArg("--chunk-delay", 1),
+  streamChunks: numArg("--chunks", 20),
+  targets: list("--targets", "baseline,bare,tollgate,portkey"),
+  model: "gpt-4o-mini"
+}
+const KNOWN = ["baseline", "bare", "effect", "tollgate", "portkey"]
+for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
+if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
+
+// ---- Workload: a realistic chat call (≈ 200 prompt tokens, ≈ 120 completion tokens) ----
+
+const SYSTEM =
+  "You are a concise assistant for an e-commerce support team. Answer in plain English, cite the order number when you use it, " +
+  "never invent tracking numbers, and escalate to a human when the customer mentions a chargeback, legal action or a safety issue."
+const USER =
+  "Hi, I ordered a pair of trail running shoes (order 48213-CX) two weeks ago and the tracking page has said 'label created' since " +
+  "last Monday. I need them for a race on Saturday. Can you tell me whether the parcel has actually shipped, what my options are if it " +
+  "will not arrive in time, and whether I can switch to express delivery or pick the shoes up at a store near the harbour instead? " +
+  "I would also like to know how refunds work if I cancel now, and whether the discount code I used will still apply to a new order."
+const REPLY =
+  "Thanks for reaching out about order 48213-CX. The label was created on Monday, but the carrier has not scanned the parcel yet, so " +
+  "it has not left our warehouse. I have flagged it for priority dispatch today. If it cannot reach you before Saturday, you have three " +
+  "options: switch to express delivery at no extra cost, collect the shoes from the Harbour Street store from Thursday, or cancel for a " +
+  "full refund to your original payment method within five business days. Your discount code stays valid for a replacement order."
+
+const bodyText = (stream: boolean, key: string) =>
+  JSON.stringify({
+    model: config.model,
+    messages: [
+      { role: "system", content: SYSTEM },
+      { role: "user", content: USER }
+    ],
+    max_tokens: 400,
+    temperature: 0.2,
+    ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+    metadata: { idempotency_key: key }
+  })
+
+const runId = Date.now().toString(36)
+
+// ---- Targets ----
+
+interface Target {
+  readonly name: string
+  readonly child: Child<unknown>
+  readonly endpoint: TargetEndpoint
+  readonly idleRssMb: number
+}
+
+const tsxNode = (script: string, extra: ReadonlyArray<string>) => [process.execPath, ["--import", "tsx", join(here, script), ...extra]] as const
+
+const stopAll: Array<() => Promise<void>> = []
+const cleanup = async () => {
+  await Promise.allSettled(stopAll.splice(0).map((s) => s()))
+}
+process.once("SIGINT", () => void cleanup().finally(() => process.exit(130)))
+
+const log = (s: string) => process.stderr.write(`${s}\n`)
+
+const machine = () => {
+  const sh = (cmd: string) => {
+    try {
+      return execSync(cmd, { cwd: root, stdio: ["ignore", "pipe", "ignore"] }).toString().trim()
+    } catch {
+      return "unknown"
+    }
+  }
+  const c = cpus()
+  return {
+    cpu: c[0]?.model ?? "unknown",
+    cores: c.length,
+    memoryGb: Math.round((totalmem() / 2 ** 30) * 10) / 10,
+    node: process.version,
+    os: `${process.platform} ${release()}`,
+    tmpdirFs: sh(`stat -f -c %T ${tmpdir()}`),
+    commit: sh("git rev-parse --short HEAD") + (sh("git status --porcelain -- src bench package.json").length > 0 ? "+dirty" : ""),
+    loadavgStart: loadavg().map((x) => Math.round(x * 100) / 100)
+  }
+}
+
+const checkTarget = async (t: TargetEndpoint) => {
+  for (const stream of [false, true]) {
+    const res = await request(`${t.origin}${t.path}`, {
+      method: "POST",
+      headers: { ...t.headers, "content-type": "application/json" },
+      body: bodyText(stream, `bench-${runId}-check-${t.name}-${stream}`)
+    })
+    const text = await res.body.text()
+    if (res.statusCode !== 200) throw new Error(`${t.name} answered ${res.statusCode} to a ${stream ? "streaming" : "plain"} call: ${text.slice(0, 300)}`)
+    if (stream && !text.trimEnd().endsWith("data: [DONE]")) throw new Error(`${t.name}: the stream did not end with [DONE]: ${text.slice(-300)}`)
+    if (!stream && !text.includes('"usage"')) throw new Error(`${t.name}: no usage in the reply: ${text.slice(0, 300)}`)
+    if (t.name === "tollgate" && !text.includes('"governance"')) throw new Error(`tollgate: no governance evidence in the reply: ${text.slice(-300)}`)
+  }
+}
+
+// ---- Phases ----
+
+interface Scenario {
+  readonly id: string
+  readonly label: string
+  readonly run: (t: Target, round: number) => Promise<PhaseResult>
+}
+
+const scenarios: Array<Scenario> = [
+  ...config.rates.map(
+    (rate): Scenario => ({
+      id: `open-${rate}`,
+      label: `non-streaming, open model ${rate} RPS`,
+      run: (t, round) =>
+        openLoad(t.endpoint, { rate, durationMs: config.durationS * 1000, drainMs: config.drainS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-o${rate}-r${round}-${n}`) })
+    })
+  ),
+  ...config.streamRates.map(
+    (rate): Scenario => ({
+      id: `stream-${rate}`,
+      label: `streaming, open model ${rate} RPS`,
+      run: (t, round) =>
+        openLoad(t.endpoint, { rate, durationMs: config.durationS * 1000, drainMs: config.drainS * 1000, stream: true, body: (n) => bodyText(true, `bench-${runId}-${t.name}-s${rate}-r${round}-${n}`) })
+    })
+  ),
+  {
+    id: "closed",
+    label: `non-streaming, closed model ${config.connections} connections (max throughput)`,
+    run: (t, round) => closedLoad(t.endpoint, { connections: config.connections, durationMs: config.durationS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-c-r${round}-${n}`) })
+  }
+]
+
+interface Measured extends PhaseResult {
+  readonly target: string
+  readonly scenario: string
+  readonly round: number
+  /** Target process CPU time per successful request during the phase, µs. */
+  readonly cpuUsPerReq: number
+  /** Target process CPU utilisation during the phase (1.0 = one core). */
+  readonly cpuCores: number
+  /** The load generator's own CPU utilisation (this process), to show it was not the bottleneck. */
+  readonly generatorCores: number
+  /** 1-minute load average at the end of the phase: how busy the shared machine was. */
+  readonly loadavg: number
+}
+
+const measure = async (t: Target, s: Scenario, round: number): Promise<Measured> => {
+  const before = sampleProc(t.child.pid)
+  const self = process.cpuUsage()
+  const t0 = performance.now()
+  const r = await s.run(t, round)
+  const wallMs = performance.now() - t0
+  const after = sampleProc(t.child.pid)
+  const own = process.cpuUsage(self)
+  const cpuMs = after.cpuMs - before.cpuMs
+  return {
+    ...r,
+    target: t.name,
+    scenario: s.id,
+    round,
+    cpuUsPerReq: r.ok > 0 ? (cpuMs * 1000) / r.ok : NaN,
+    cpuCores: cpuMs / wallMs,
+    generatorCores: (own.user + own.system) / 1000 / wallMs,
+    loadavg: loadavg()[0]!
+  }
+}
+
+const pause = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+// ---- Report ----
+
+const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "–")
+const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "–")
+const f0 = (x: number) => (Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "–")
+const signed = (x: number, f = f2) => (Number.isFinite(x) ? (x >= 0 ? "+" : "") + f(x) : "–")
+
+const main = async () => {
+  const started = new Date()
+  const info = machine()
+  log(`tollgate bench ${quick ? "(quick)" : ""}: ${JSON.stringify(config)}`)
+  log(`machine: ${info.cpu}, ${info.cores} cores, ${info.memoryGb} GiB, node ${info.node}, load ${info.loadavgStart.join(" ")}`)
+
+  // Mock upstream first; every target points at it.
+  const [mockCmd, mockArgs] = tsxNode("targets/mock.ts", ["--delay", String(config.upstreamDelayMs), "--chunk-delay", String(config.chunkDelayMs), "--chunks", String(config.streamChunks), "--reply", REPLY])
+  const mock = await startChild<{ port: number }>("mock", mockCmd, mockArgs, { cwd: root })
+  stopAll.push(mock.stop)
+  const upstream = `http://127.0.0.1:${mock.ready.port}`
+
+  const starters: Record<string, () => Promise<Target>> = {
+    baseline: async () => ({
+      name: "baseline",
+      child: mock,
+      endpoint: { name: "baseline", origin: upstream, path: "/v1/chat/completions", headers: { authorization: "Bearer sk-bench" } },
+      idleRssMb: sampleProc(mock.pid).rssMb
+    }),
+    bare: async () => {
+      const [c, a] = tsxNode("targets/bareProxy.ts", ["--upstream", upstream])
+      const child = await startChild<{ port: number }>("bare", c, a, { cwd: root })
+      stopAll.push(child.stop)
+      return {
+        name: "bare",
+        child,
+        endpoint: { name: "bare", origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: "Bearer sk-bench" } },
+        idleRssMb: sampleProc(child.pid).rssMb
+      }
+    },
+    effect: async () => {
+      const [c, a] = tsxNode("targets/effectProxy.ts", ["--upstream", upstream])
+      const child = await startChild<{ port: number }>("effect", c, a, { cwd: root, timeoutMs: 60_000 })
+      stopAll.push(child.stop)
+      return {
+        name: "effect",
+        child,
+        endpoint: { name: "effect", origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: "Bearer sk-bench" } },
+        idleRssMb: sampleProc(child.pid).rssMb
+      }
+    },
+    tollgate: async () => {
+      const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model])
+      const child = await startChild<{ port: number; key: string }>("tollgate", c, a, { cwd: root, timeoutMs: 60_000 })
+      stopAll.push(child.stop)
+      return {
+        name: "tollgate",
+        child,
+        endpoint: { name: "tollgate", origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
+        idleRssMb: sampleProc(child.pid).rssMb
+      }
+    },
+    portkey: async () => {
+      const port = await freePort()
+      const entry = join(root, "node_modules/@portkey-ai/gateway/build/start-server.js")
+      const origin = `http://127.0.0.1:${port}`
+      const child = await startChild<{ port: number }>(
+        "portkey",
+        process.execPath,
+        ["--import", join(here, "targets/loopback.mjs"), "--import", join(here, "targets/portkey-compat.mjs"), entry, `--port=${port}`, "--headless"],
+        {
+          cwd: root,
+          timeoutMs: 60_000,
+          probe: async () => {
+            const res = await request(`${origin}/`)
+            await res.body.dump()
+            return res.statusCode === 200 ? { port } : undefined
+          }
+        }
+      )
+      stopAll.push(child.stop)
+      return {
+        name: "portkey",
+        child,
+        endpoint: {
+          name: "portkey",
+          origin,
+          path: "/v1/chat/completions",
+          headers: { authorization: "Bearer sk-bench", "x-portkey-provider": "openai", "x-portkey-custom-host": `${upstream}/v1` }
+        },
+        idleRssMb: sampleProc(child.pid).rssMb
+      }
+    }
+  }
+
+  const targets = await Promise.all(config.targets.map((name) => starters[name]!()))
+  for (const t of targets) await checkTarget(t.endpoint)
+  log(`targets up: ${targets.map((t) => `${t.name} (pid ${t.child.pid}, ${t.endpoint.origin})`).join(", ")}`)
+
+  // Warm-up (JIT, connection pools, SQLite page cache): closed loop, not recorded.
+  for (const t of targets) {
+    await closedLoad(t.endpoint, { connections: 32, durationMs: config.warmupS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-warm-${n}`) })
+    await pause(200)
+  }
+
+  const results: Array<Measured> = []
+  for (let round = 1; round <= config.rounds; round++) {
+    for (const s of scenarios) {
+      // Rotate the order each round so no target always runs first (or last) after a scenario change.
+      const order = targets.map((_, i) => targets[(i + round - 1) % targets.length]!)
+      for (const t of order) {
+        const m = await measure(t, s, round)
+        results.push(m)
+        log(
+          `round ${round} ${s.id.padEnd(12)} ${t.name.padEnd(9)} ok ${String(m.ok).padStart(6)} err ${String(m.errors).padStart(4)} ` +
+            `${f0(m.achievedRps).padStart(6)} rps  p50 ${f2(m.latencyMs.p50)} p90 ${f2(m.latencyMs.p90)} p99 ${f2(m.latencyMs.p99)} ms` +
+            (m.ttfbMs ? `  ttfb p50 ${f2(m.ttfbMs.p50)}` : "") +
+            `  cpu ${f0(m.cpuUsPerReq)} µs/req, gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
+            (m.lagP99Ms !== undefined && m.lagP99Ms > 2 ? `  (generator lag p99 ${f1(m.lagP99Ms)} ms)` : "")
+        )
+        await pause(300)
+      }
+    }
+  }
+
+  const finalSamples = Object.fromEntries(targets.map((t) => [t.name, sampleProc(t.child.pid)]))
+  const finished = new Date()
+  const loadavgEnd = loadavg().map((x) => Math.round(x * 100) / 100)
+
+  // ---- Aggregate: medians over rounds of (target − baseline of the same round) ----
+  const get = (target: string, scenario: string, round: number) => results.find((r) => r.target === target && r.scenario === scenario && r.round === round)
+  const rounds = Array.from({ length: config.rounds }, (_, i) => i + 1)
+  const overhead = (target: string, scenario: string, pick: (r: Measured) => number | undefined) => {
+    const xs = rounds.map((round) => {
+      const a = get(target, scenario, round)
+      const b = get("baseline", scenario, round)
+      const va = a === undefined ? undefined : pick(a)
+      const vb = b === undefined ? undefined : pick(b)
+      return va === undefined || vb === undefined ? NaN : va - vb
+    })
+    return { median: median(xs), spread: spread(xs) }
+  }
+  const med = (target: string, scenario: string, pick: (r: Measured) => number) =>
+    median(rounds.map((round) => get(target, scenario, round)).filter((r): r is Measured => r !== undefined).map(pick))
+  const ok = (r: Measured) => r.sent > 0 && r.errors / r.sent < 0.01
+
+  const headlineRate = config.rates.includes(1000) ? 1000 : config.rates[0]!
+  const headlineStream = config.streamRates[0]
+  const summary = targets.map((t) => {
+    const maxRps = median(
+      rounds.map((round) => Math.max(0, ...results.filter((r) => r.target === t.name && r.round === round && ok(r)).map((r) => r.achievedRps)))
+    )
+    const errors = results.filter((r) => r.target === t.name).reduce((n, r) => n + r.errors, 0)
+    const requests = results.filter((r) => r.target === t.name).reduce((n, r) => n + r.sent, 0)
+    const latency = Object.fromEntries(
+      config.rates.map((rate) => {
+        const id = `open-${rate}`
+        return [
+          id,
+          {
+            absolute: { p50: med(t.name, id, (r) => r.latencyMs.p50), p90: med(t.name, id, (r) => r.latencyMs.p90), p99: med(t.name, id, (r) => r.latencyMs.p99) },
+            added: { p50: overhead(t.name, id, (r) => r.latencyMs.p50), p90: overhead(t.name, id, (r) => r.latencyMs.p90), p99: overhead(t.name, id, (r) => r.latencyMs.p99) },
+            achievedRps: med(t.name, id, (r) => r.achievedRps),
+            cpuUsPerReq: med(t.name, id, (r) => r.cpuUsPerReq),
+            cpuCores: med(t.name, id, (r) => r.cpuCores)
+          }
+        ]
+      })
+    )
+    const stream = Object.fromEntries(
+      config.streamRates.map((rate) => {
+        const id = `stream-${rate}`
+        return [
+          id,
+          {
+            absolute: { ttfbP50: med(t.name, id, (r) => r.ttfbMs?.p50 ?? NaN), totalP50: med(t.name, id, (r) => r.latencyMs.p50) },
+            ttfbAdded: { p50: overhead(t.name, id, (r) => r.ttfbMs?.p50), p99: overhead(t.name, id, (r) => r.ttfbMs?.p99) },
+            totalAdded: { p50: overhead(t.name, id, (r) => r.latencyMs.p50), p99: overhead(t.name, id, (r) => r.latencyMs.p99) },
+            cpuUsPerReq: med(t.name, id, (r) => r.cpuUsPerReq)
+          }
+        ]
+      })
+    )
+    return {
+      target: t.name,
+      maxRps,
+      closedRps: med(t.name, "closed", (r) => r.achievedRps),
+      errors,
+      requests,
+      idleRssMb: t.idleRssMb,
+      peakRssMb: finalSamples[t.name]!.peakRssMb,
+      latency,
+      stream
+    }
+  })
+
+  // ---- Markdown ----
+  const command = `npm run bench${args.length > 0 ? ` -- ${args.join(" ")}` : ""}`
+  const bare = summary.find((s) => s.target === "bare")
+  const names: Record<string, string> = {
+    baseline: "baseline (direct to mock)",
+    bare: "bare proxy (node:http + undici)",
+    effect: "Effect HttpRouter + HttpClient pass-through",
+    tollgate: "Tollgate (full governance, SQLite FULL)",
+    portkey: "Portkey gateway 1.15 (no governance)"
+  }
+  const md: Array<string> = []
+  md.push(`### Benchmark ${quick ? "(quick)" : ""} — ${started.toISOString().slice(0, 16).replace("T", " ")} UTC`, "")
+  md.push(`Command: \`${command}\``, "")
+  md.push(
+    `Machine: ${info.cpu}, ${info.cores} cores, ${info.memoryGb} GiB, ${info.os}, Node ${info.node}, temp dir on ${info.tmpdirFs}; ` +
+      `commit ${info.commit}; load average ${info.loadavgStart.join("/")} at start, ${loadavgEnd.join("/")} at end. ` +
+      `Mock upstream: ${config.upstreamDelayMs} ms before headers, ${config.streamChunks} content events per stream ${config.chunkDelayMs} ms apart, ≈200 prompt / ≈120 completion tokens. ` +
+      `${config.rounds} round(s) × ${config.durationS} s per phase, targets interleaved; figures are medians over rounds.`,
+    ""
+  )
+  const h = headlineRate
+  md.push(
+    `| target | added p50 @${f0(h)} RPS | added p90 | added p99 | max RPS (<1% err) | vs bare | errors | CPU µs/req @${f0(h)} | RSS idle → peak MB | stream TTFB added p50 / p99 @${headlineStream ?? "–"} | stream total added p50 / p99 |`,
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  )
+  for (const s of summary) {
+    const l = s.latency[`open-${h}`]
+    const st = headlineStream === undefined ? undefined : s.stream[`stream-${headlineStream}`]
+    const isBase = s.target === "baseline"
+    md.push(
+      `| ${names[s.target]} | ${isBase ? `${f2(l?.absolute.p50 ?? NaN)} ms (abs)` : `${signed(l?.added.p50.median ?? NaN)} ms`} | ${isBase ? `${f2(l?.absolute.p90 ?? NaN)} (abs)` : signed(l?.added.p90.median ?? NaN)} | ${isBase ? `${f2(l?.absolute.p99 ?? NaN)} (abs)` : signed(l?.added.p99.median ?? NaN)} | ${f0(s.maxRps)} | ${bare && !isBase ? `${Math.round((s.maxRps / bare.maxRps) * 100)}%` : "–"} | ${s.errors} / ${f0(s.requests)} | ${f0(l?.cpuUsPerReq ?? NaN)} | ${f0(s.idleRssMb)} → ${f0(s.peakRssMb)} | ${isBase ? `${f2(st?.absolute.ttfbP50 ?? NaN)} ms (abs)` : `${signed(st?.ttfbAdded.p50.median ?? NaN)} / ${signed(st?.ttfbAdded.p99.median ?? NaN)}`} | ${isBase ? `${f2(st?.absolute.totalP50 ?? NaN)} ms (abs)` : `${signed(st?.totalAdded.p50.median ?? NaN)} / ${signed(st?.totalAdded.p99.median ?? NaN)}`} |`
+    )
+  }
+  md.push("")
+  md.push("<details><summary>Every phase (medians over rounds; added = target − baseline in the same round; [min, max] over rounds)</summary>", "")
+  md.push("| scenario | target | achieved RPS | p50 ms | p90 ms | p99 ms | added p50 | added p99 [spread] | TTFB p50 | errors | target CPU (cores) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+  for (const s of scenarios) {
+    for (const t of targets) {
+      const rs = results.filter((r) => r.target === t.name && r.scenario === s.id)
+      const p99 = overhead(t.name, s.id, (r) => r.latencyMs.p99)
+      md.push(
+        `| ${s.id} | ${t.name} | ${f0(med(t.name, s.id, (r) => r.achievedRps))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p50))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p90))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p99))} | ` +
+          `${t.name === "baseline" ? "–" : signed(overhead(t.name, s.id, (r) => r.latencyMs.p50).median)} | ${t.name === "baseline" ? "–" : `${signed(p99.median)} [${f1(p99.spread[0])}, ${f1(p99.spread[1])}]`} | ` +
+          `${s.id.startsWith("stream") ? f2(med(t.name, s.id, (r) => r.ttfbMs?.p50 ?? NaN)) : "–"} | ${rs.reduce((n, r) => n + r.errors, 0)} | ${f2(med(t.name, s.id, (r) => r.cpuCores))} |`
+      )
+    }
+  }
+  md.push("", "</details>", "")
+  md.push(
+    "Notes: latency is measured by an open-model generator (fixed arrival rate, 512-connection undici pool) from dispatch to the last byte; " +
+      "\"added\" is the difference of the percentiles, not the percentile of differences. Max RPS is the best successful throughput of any phase " +
+      `with < 1% errors, normally the closed-model phase (autocannon, ${config.connections} connections). On this machine the load generator, the mock ` +
+      "upstream and the target share the cores, so absolute numbers are pessimistic for every target alike. The baseline row's \"(abs)\" cells are absolute times.",
+    ""
+  )
+  const markdown = md.join("\n")
+
+  const report = { config, machine: { ...info, loadavgEnd }, command, started: started.toISOString(), finished: finished.toISOString(), summary, results }
+  process.stdout.write(`\n${markdown}\n`)
+  if (!flag("--no-write")) {
+    const out = resolve(arg("--out") ?? join(here, "results"))
+    mkdirSync(out, { recursive: true })
+    const stamp = started.toISOString().replace(/[:.]/g, "-").slice(0, 19) + (quick ? "-quick" : "")
+    writeFileSync(join(out, `${stamp}.json`), JSON.stringify(report, null, 2) + "\n")
+    writeFileSync(join(out, `${stamp}.md`), markdown + "\n")
+    copyFileSync(join(out, `${stamp}.json`), join(out, "latest.json"))
+    copyFileSync(join(out, `${stamp}.md`), join(out, "latest.md"))
+    log(`wrote ${relative(process.cwd(), join(out, `${stamp}.md`))} and .json (also latest.md / latest.json)`)
+  }
+  log(`took ${((finished.getTime() - started.getTime()) / 1000).toFixed(0)} s`)
+}
+
+main()
+  .catch((e: unknown) => {
+    log(`bench failed: ${e instanceof Error ? e.message : String(e)}`)
+    process.exitCode = 1
+  })
+  .finally(() => cleanup())
