@@ -83,11 +83,16 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
     const claim = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number): Effect.Effect<ClaimOutcome> =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
-        yield* sql`DELETE FROM idempotency WHERE project_id = ${scope.projectId} AND environment = ${scope.environment}
-                   AND key = ${key} AND expires_at <= ${now}`
-        const won = yield* sql`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
+        const insert = sql`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
                    VALUES (${scope.projectId}, ${scope.environment}, ${key}, ${fingerprint}, ${requestId}, 'in_flight', ${now}, ${claimExpiresAt})
                    ON CONFLICT DO NOTHING RETURNING request_id`
+        let won = yield* insert
+        if (won.length === 0) {
+          // Taken: by a live record, or by an expired one that may be replaced (the rare path).
+          const expired = yield* sql`DELETE FROM idempotency WHERE project_id = ${scope.projectId} AND environment = ${scope.environment}
+                     AND key = ${key} AND expires_at <= ${now} RETURNING key`
+          if (expired.length > 0) won = yield* insert
+        }
         if (won.length === 1) return { _tag: "Claimed" } as const
         const existing = yield* find(scope, key, now)
         // Deleted between the INSERT and the SELECT is impossible inside the transaction; treat it as in flight.

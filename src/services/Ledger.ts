@@ -67,12 +67,17 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
     const reserve = (hold: Hold): Effect.Effect<void, BudgetExceeded> =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
-        yield* sql`INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (${hold.projectId}, ${hold.period}, 0, 0)
-                   ON CONFLICT DO NOTHING`
-        const held = yield* sql`UPDATE budget_windows SET reserved = reserved + ${hold.amount}
+        const guarded = sql`UPDATE budget_windows SET reserved = reserved + ${hold.amount}
             WHERE project_id = ${hold.projectId} AND period = ${hold.period}
               AND spent + reserved + ${hold.amount} <= (SELECT budget_credits FROM projects WHERE id = ${hold.projectId})
             RETURNING reserved`
+        let held = yield* guarded
+        if (held.length === 0) {
+          // The window may not exist yet (first hold of the month): open it and try once more.
+          const opened = yield* sql`INSERT INTO budget_windows (project_id, period, spent, reserved)
+                     VALUES (${hold.projectId}, ${hold.period}, 0, 0) ON CONFLICT DO NOTHING RETURNING period`
+          if (opened.length > 0) held = yield* guarded
+        }
         if (held.length === 0) {
           return yield* new BudgetExceeded({
             message: `This request needs up to ${hold.amount} Credits but the project's remaining budget for ${hold.period} is smaller. Raise the budget cap or wait for the next settlement window.`,
@@ -96,13 +101,15 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
     const settle = (s: Settlement): Effect.Effect<Receipt> =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
-        // Clamp to the amount stored with the hold, never to what the caller says it reserved.
-        const stored = yield* sql<{ amount: number }>`SELECT amount FROM reservations WHERE id = ${s.hold.reservationId} AND state = 'held'`
-        if (stored[0] === undefined) return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
-        const charge = Math.min(s.charge, stored[0].amount)
-        const resolved = yield* resolve(s.hold.reservationId, "settled", charge, now)
+        // One guarded UPDATE resolves the hold and clamps the charge to the amount stored with it
+        // (never to what the caller says it reserved).
+        const resolved = yield* sql<{ amount: number; charge: number; project_id: string; period: string }>`
+          UPDATE reservations SET state = 'settled', resolved_at = ${now},
+            charge = CASE WHEN ${s.charge} < amount THEN ${s.charge} ELSE amount END
+          WHERE id = ${s.hold.reservationId} AND state = 'held' RETURNING amount, charge, project_id, period`
         const row = resolved[0]
         if (row === undefined) return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
+        const charge = row.charge
         yield* sql`UPDATE budget_windows SET spent = spent + ${charge}, reserved = reserved - ${row.amount}
                    WHERE project_id = ${row.project_id} AND period = ${row.period}`
         const head = yield* sql<{ seq: number; hash: string }>`SELECT seq, hash FROM chain_heads WHERE project_id = ${row.project_id}`
