@@ -40,7 +40,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
     const metrics = yield* Metrics
     const providers = new Map<string, ChatProvider>()
     for (const [name, p] of Object.entries(settings.gateway.providers)) {
-      if (p.type === "openai") providers.set(name, makeOpenAIProvider(name, p, http, settings.upstreamTimeoutMs))
+      if (p.type === "openai") providers.set(name, makeOpenAIProvider(name, p, settings.upstreamTimeoutMs))
       else if (p.type === "anthropic") providers.set(name, makeAnthropicProvider(name, p, http, settings.upstreamTimeoutMs))
       else if (p.type === "demo") providers.set(name, makeDemoProvider(p.delay_ms ?? 0))
     }
