@@ -95,8 +95,10 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
         }
         if (won.length === 1) return { _tag: "Claimed" } as const
         const existing = yield* find(scope, key, now)
-        // Deleted between the INSERT and the SELECT is impossible inside the transaction; treat it as in flight.
-        return Option.match(existing, { onNone: (): ClaimOutcome => ({ _tag: "InFlight", requestId: "" }), onSome: (r) => outcomeOf(r, fingerprint) })
+        // Gone between the INSERT and the SELECT: impossible inside one SQLite transaction, but a racing
+        // claim outside one may have deleted the expired record and not yet inserted its own. Claim again.
+        if (Option.isNone(existing)) return yield* claim(scope, key, fingerprint, requestId, claimExpiresAt)
+        return outcomeOf(existing.value, fingerprint)
       }).pipe(Effect.orDie)
 
     /**

@@ -73,10 +73,11 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
             RETURNING reserved`
         let held = yield* guarded
         if (held.length === 0) {
-          // The window may not exist yet (first hold of the month): open it and try once more.
-          const opened = yield* sql`INSERT INTO budget_windows (project_id, period, spent, reserved)
-                     VALUES (${hold.projectId}, ${hold.period}, 0, 0) ON CONFLICT DO NOTHING RETURNING period`
-          if (opened.length > 0) held = yield* guarded
+          // The window may not exist yet (first hold of the month): open it and try once more. Retry even
+          // when a racing hold opened it first, or that race would turn a fitting hold into a false 402.
+          yield* sql`INSERT INTO budget_windows (project_id, period, spent, reserved)
+                     VALUES (${hold.projectId}, ${hold.period}, 0, 0) ON CONFLICT DO NOTHING`
+          held = yield* guarded
         }
         if (held.length === 0) {
           return yield* new BudgetExceeded({

@@ -1,0 +1,24 @@
+/** A failure that charged nothing frees the key — only the owner's in-flight claim, never a finished one. */
+import { Effect } from "effect"
+import * as Idem from "../../../spec/idempotency.ts"
+import { IdempotencyStore } from "../../../src/services/IdempotencyStore.ts"
+import { nowMillis, run } from "../support/runtime.ts"
+import { checkInvariants, type IdemCommand, type IdemModel, type IdemReal, specScope, sweep } from "./model.ts"
+
+export class ReleaseCommand implements IdemCommand {
+  constructor(readonly pick: number) {}
+  check = (m: Readonly<IdemModel>) => m.claims.length > 0
+  async run(m: IdemModel, r: IdemReal): Promise<void> {
+    const c = m.claims[this.pick % m.claims.length]!
+    const scope = r.scopes[c.scope]!
+    const now = await nowMillis(r.rt)
+    await run(r.rt, Effect.flatMap(IdempotencyStore, (s) => s.release(scope, c.key, c.requestId)))
+    sweep(m, now)
+    const step = Idem.release(m.state, specScope(scope), c.key, c.requestId)
+    r.coverage.hit("Release", step.outcome._tag)
+    m.state = step.state
+    if (step.outcome._tag === "Released") m.deadlines.delete(Idem.recordKey(specScope(scope), c.key))
+    await checkInvariants(m, r, { key: c.key })
+  }
+  toString = () => `Release(#${this.pick})`
+}

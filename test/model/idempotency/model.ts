@@ -1,0 +1,128 @@
+/**
+ * IdempotencyStore model run: the real store (SQLite, TestClock) against spec/idempotency.ts.
+ *
+ * Expiry: the store expires records lazily (a read ignores, a claim deletes, rows past `expires_at`);
+ * an in-flight claim expires at the deadline its caller passes (the reservation deadline, so a
+ * crashed request frees its key) and a finished record `idempotencyTtl` after it finished. The spec's
+ * `Expire` sweep counts every TTL from creation, which is coarser; the model therefore keeps the
+ * spec's records and outcomes, plus the deadline of each record, and sweeps by those deadlines
+ * before every command — what a lazy store looks like from outside.
+ */
+import { Effect } from "effect"
+import type fc from "fast-check"
+import { expect } from "vitest"
+import * as Idem from "../../../spec/idempotency.ts"
+import { type ClaimOutcome, IdempotencyStore, type Scope } from "../../../src/services/IdempotencyStore.ts"
+import type { Coverage } from "../support/coverage.ts"
+import { nowMillis, run, select, type ServicesRuntime } from "../support/runtime.ts"
+
+/** The claim deadline callers pass (the reservation TTL) and the finished-record TTL (≥ 24 h). */
+export const CLAIM_TTL_MS = 15 * 60_000
+export const RESULT_TTL_MS = Idem.MIN_TTL_MILLIS
+/** A small key space so claims collide; a key with a leading space and one with a trailing one. */
+export const KEYS = ["k-1", "k-2", " lead", "trail "] as const
+export const FINGERPRINTS = ["fp-a", "fp-b"] as const
+
+export interface IdemModel {
+  state: Idem.IdempotencyState
+  /** recordKey → the instant the record stops existing. */
+  readonly deadlines: Map<string, number>
+  /** Every claim that won, for finish/release to pick from (including stale ones). */
+  readonly claims: Array<{ readonly scope: number; readonly key: string; readonly requestId: string }>
+}
+
+export interface IdemReal {
+  readonly rt: ServicesRuntime
+  readonly coverage: Coverage
+  readonly scopes: ReadonlyArray<Scope>
+  /** Drives the start order of racing claims (a scheduler of its own, see ConcurrentClaimCommand). */
+  readonly scheduler: fc.Scheduler | undefined
+  nextId: () => string
+}
+
+export type IdemCommand = fc.AsyncCommand<IdemModel, IdemReal>
+
+export const specScope = (s: Scope): Idem.Scope => ({ project: s.projectId, environment: s.environment })
+
+/** Drop the records whose deadline has passed: the store's lazy expiry, seen from outside. */
+export const sweep = (m: IdemModel, now: number): void => {
+  const records = new Map(m.state.records)
+  for (const [k, at] of m.deadlines) {
+    if (at <= now) {
+      records.delete(k)
+      m.deadlines.delete(k)
+    }
+  }
+  m.state = { records }
+}
+
+/** The outcome the model expects a claim (or a peek) to meet, as the store reports it. */
+export const expectedOutcome = (o: Idem.Outcome): unknown => {
+  switch (o._tag) {
+    case "Claimed":
+    case "Conflict":
+      return { _tag: o._tag }
+    case "InFlight":
+      return { _tag: "InFlight", requestId: o.requestId }
+    case "Replay":
+      return { _tag: "Replay", status: o.result.status, body: o.result.body, requestId: o.requestId }
+    default:
+      throw new Error(`not a claim outcome: ${o._tag}`)
+  }
+}
+
+const decoder = new TextDecoder()
+export const observed = (o: ClaimOutcome): unknown =>
+  o._tag === "Replay" ? { _tag: "Replay", status: o.result.status, body: decoder.decode(o.result.body), requestId: o.result.requestId } : o
+
+interface RecordRow {
+  project_id: string
+  environment: string
+  key: string
+  fingerprint: string
+  request_id: string
+  state: string
+  status: number | null
+  body: Uint8Array | null
+}
+
+/**
+ * The store equals the model: every live row is the model's record (same fingerprint, owner, state,
+ * stored status and bytes) and vice versa; and reads through `peek` agree with the model's claim
+ * outcome — for every key and fingerprint of the scopes in `focus` (the command's key in every
+ * scope, so a write that leaks into another scope is seen), or for all of them when `focus` is absent.
+ */
+export const checkInvariants = async (m: IdemModel, r: IdemReal, focus?: { readonly key: string }): Promise<void> => {
+  const now = await nowMillis(r.rt)
+  sweep(m, now)
+  const probes = r.scopes.flatMap((scope) => KEYS.filter((k) => focus === undefined || k === focus.key).flatMap((key) => FINGERPRINTS.map((fp) => ({ scope, key, fp }))))
+  const [peeks, rows] = await run(
+    r.rt,
+    Effect.all([
+      Effect.flatMap(IdempotencyStore, (s) => Effect.forEach(probes, (p) => s.peek(p.scope, p.key, p.fp))),
+      select<RecordRow>(
+        `SELECT project_id, environment, key, fingerprint, request_id, state, status, body FROM idempotency
+         WHERE project_id IN (${r.scopes.map(() => "?").join(",")}) AND expires_at > ?`,
+        ...r.scopes.map((s) => s.projectId),
+        now
+      )
+    ])
+  )
+  probes.forEach((p, i) => {
+    const want = expectedOutcome(Idem.claim(m.state, specScope(p.scope), p.key, p.fp, "probe", now).outcome)
+    expect(observed(peeks[i]!), `peek ${JSON.stringify(p.scope)} ${JSON.stringify(p.key)} ${p.fp}`).toEqual(want)
+  })
+  const stored = rows
+    .map((x) => ({
+      record: Idem.recordKey({ project: x.project_id, environment: x.environment }, x.key),
+      fingerprint: x.fingerprint,
+      requestId: x.request_id,
+      state: x.state,
+      result: x.state === "finished" ? { status: x.status, body: decoder.decode(x.body ?? new Uint8Array()) } : undefined
+    }))
+    .sort((a, b) => a.record.localeCompare(b.record))
+  const modelled = [...m.state.records.entries()]
+    .map(([record, x]) => ({ record, fingerprint: x.fingerprint, requestId: x.requestId, state: x.state, result: x.state === "finished" ? x.result : undefined }))
+    .sort((a, b) => a.record.localeCompare(b.record))
+  expect(stored).toEqual(modelled)
+}

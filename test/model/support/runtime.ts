@@ -1,0 +1,95 @@
+/**
+ * The real services for service-level model runs over an in-memory SQLite store: `ServicesLive`
+ * on the live clock, or the governance services on Effect's TestClock so commands move time.
+ * One runtime serves a whole property; each fc run gets its own projects (fresh ids), so runs
+ * never see each other's state and no store is rebuilt per run.
+ */
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Layer, ManagedRuntime, TestClock, TestContext } from "effect"
+import { makeSettings, Settings } from "../../../src/domain/config.ts"
+import { ServicesLive } from "../../../src/server.ts"
+import { IdempotencyStore } from "../../../src/services/IdempotencyStore.ts"
+import { KeyRegistry } from "../../../src/services/KeyRegistry.ts"
+import { Ledger } from "../../../src/services/Ledger.ts"
+import { Projects } from "../../../src/services/Projects.ts"
+import { RateLimiter } from "../../../src/services/RateLimiter.ts"
+import { ReceiptSigner } from "../../../src/services/ReceiptSigner.ts"
+import { DatabaseLive } from "../../../src/store/Database.ts"
+
+const servicesLayer = ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: "sqlite::memory:" }))))
+
+/**
+ * The governance services without the Gateway and the Recovery sweep, on TestClock (time starts at 0
+ * and moves only by `advance`): for models where time matters. The sweep is left out on purpose: it
+ * sleeps 30 s in a loop, so TestClock.adjust(24 h) would have to run it 2,880 times.
+ */
+const timedLayer = Layer.mergeAll(KeyRegistry.Default, Ledger.Default).pipe(
+  Layer.provideMerge(Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, ReceiptSigner.Default)),
+  Layer.provideMerge(DatabaseLive),
+  Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: "sqlite::memory:" })))
+)
+
+export const makeServicesRuntime = () => ManagedRuntime.make(timedLayer.pipe(Layer.provideMerge(TestContext.TestContext)))
+
+/**
+ * On the live clock, for models where time does not matter (the Ledger): TestContext makes every
+ * call 3–4× slower, which the deep profile's 10,000 runs feel.
+ */
+export const makeLiveServicesRuntime = (): ServicesRuntime => ManagedRuntime.make(servicesLayer) as unknown as ServicesRuntime
+
+/**
+ * Fiber yield budgets for racing operations: small budgets make fibers interleave statement by
+ * statement. Budgets of 16 ops or fewer can make Effect 3's runtime hang on a contended Semaphore
+ * (reproducible with a bare `Effect.makeSemaphore`, unrelated to Tollgate), so stay above that.
+ */
+export const yieldBudgets = [32, 64, 128, 2048] as const
+
+export type ServicesRuntime = ReturnType<typeof makeServicesRuntime>
+export type Services = ManagedRuntime.ManagedRuntime.Context<ServicesRuntime>
+
+/** Run an effect on the runtime and return its Exit (failures and defects are data, for comparison). */
+export const runExit = <A, E>(rt: ServicesRuntime, effect: Effect.Effect<A, E, Services>) => rt.runPromiseExit(effect)
+
+export const run = <A, E>(rt: ServicesRuntime, effect: Effect.Effect<A, E, Services>): Promise<A> => rt.runPromise(effect)
+
+/** Move the TestClock forward. */
+export const advance = (rt: ServicesRuntime, millis: number) => rt.runPromise(TestClock.adjust(Duration.millis(millis)))
+
+export const nowMillis = (rt: ServicesRuntime) => rt.runPromise(Effect.clockWith((c) => c.currentTimeMillis))
+
+/** Raw read of the store, for invariants the service interfaces do not expose. */
+export const select = <Row extends object>(text: string, ...params: ReadonlyArray<unknown>) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<Row>(text, params as Array<any>)).pipe(Effect.orDie)
+
+export const query = <Row extends object>(rt: ServicesRuntime, text: string, ...params: ReadonlyArray<unknown>) =>
+  rt.runPromise(select<Row>(text, ...params))
+
+/**
+ * A runtime that is replaced by a fresh one (fresh in-memory store) every `runsPerStore` runs:
+ * thousands of runs in one store make its tables large enough that the per-command invariant
+ * queries dominate the deep profile.
+ */
+export class RuntimePool {
+  private current: ServicesRuntime | undefined
+  private used = 0
+  private readonly retired: Array<ServicesRuntime> = []
+  constructor(private readonly make: () => ServicesRuntime, private readonly runsPerStore = 250) {}
+
+  /** The runtime for the next run. */
+  next(): ServicesRuntime {
+    if (this.current === undefined || this.used >= this.runsPerStore) {
+      if (this.current !== undefined) this.retired.push(this.current)
+      this.current = this.make()
+      this.used = 0
+    }
+    this.used++
+    return this.current
+  }
+
+  async dispose(): Promise<void> {
+    const all = [...this.retired, ...(this.current === undefined ? [] : [this.current])]
+    this.retired.length = 0
+    this.current = undefined
+    await Promise.all(all.map((rt) => rt.dispose()))
+  }
+}
