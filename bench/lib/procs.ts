@@ -3,7 +3,7 @@
  * and none shares a loop with the load generator. Everything listens on 127.0.0.1 only.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { readFileSync } from "node:fs"
+import { appendFileSync, readFileSync } from "node:fs"
 import { createServer } from "node:net"
 
 export interface Child<R> {
@@ -70,6 +70,11 @@ export const startChild = <R>(name: string, command: string, args: ReadonlyArray
     proc.stdout!.setEncoding("utf8")
     proc.stderr!.setEncoding("utf8")
     proc.stderr!.on("data", keep)
+    // BENCH_CHILD_LOG_DIR=dir keeps each child's whole stderr in dir/<name>.log (crash forensics).
+    if (process.env.BENCH_CHILD_LOG_DIR) {
+      const file = `${process.env.BENCH_CHILD_LOG_DIR}/${name}.log`
+      proc.stderr!.on("data", (s: string) => appendFileSync(file, s))
+    }
     proc.stdout!.on("data", (s: string) => {
       if (settled) return
       keep(s)

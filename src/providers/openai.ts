@@ -30,6 +30,29 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
         ? timedOut()
         : transportFailure(e, name)
 
+  /**
+   * Run `work` with a signal that aborts on interruption (Effect's `signal`) or after `timeoutMs`.
+   * A whole completion must finish within it; a stream only has to start (its body is then bounded by
+   * the idle `bodyTimeout`). undici's own headersTimeout is coarse (its timers tick at ≈ 1 s).
+   */
+  const bounded = <A>(signal: AbortSignal, work: (signal: AbortSignal) => Promise<A>): Promise<A> => {
+    const controller = new AbortController()
+    let timedOutNow = false
+    const timer = setTimeout(() => {
+      timedOutNow = true
+      controller.abort()
+    }, timeoutMs)
+    const forward = () => controller.abort()
+    signal.addEventListener("abort", forward, { once: true })
+    return work(controller.signal).then(
+      (a) => a,
+      (e: unknown) => Promise.reject(timedOutNow ? timedOut() : e)
+    ).finally(() => {
+      clearTimeout(timer)
+      signal.removeEventListener("abort", forward)
+    })
+  }
+
   const send = (route: RouteConfig, body: Record<string, unknown>, signal: AbortSignal) =>
     request(url, {
       method: "POST",
@@ -56,10 +79,11 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
 
   const complete: ChatProvider["complete"] = (route, body) =>
     Effect.tryPromise({
-      try: async (signal) => {
-        const res = await send(route, body, signal)
-        return { status: res.statusCode, text: await res.body.text() }
-      },
+      try: (signal) =>
+        bounded(signal, async (bounded) => {
+          const res = await send(route, body, bounded)
+          return { status: res.statusCode, text: await res.body.text() }
+        }),
       catch: failureOf
     }).pipe(
       Effect.flatMap(({ status, text }) =>
@@ -70,8 +94,10 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
   const stream: ChatProvider["stream"] = (route, body) =>
     Effect.gen(function* () {
       const res = yield* Effect.acquireRelease(
-        Effect.tryPromise({ try: (signal) => send(route, body, signal), catch: failureOf }),
-        (res) => Effect.sync(() => res.body.destroy())
+        Effect.tryPromise({ try: (signal) => bounded(signal, (bounded) => send(route, body, bounded)), catch: failureOf }),
+        // Destroying an unfinished undici body emits 'error' (RequestAbortedError): absorb it, or a
+        // client that hangs up mid-stream would crash the process with an unhandled 'error' event.
+        (res) => Effect.sync(() => res.body.on("error", () => {}).destroy())
       )
       if (res.statusCode >= 400) {
         const text = yield* Effect.tryPromise(() => res.body.text()).pipe(Effect.orElseSucceed(() => ""))

@@ -1,0 +1,90 @@
+/**
+ * The `tollgate` CLI's admin commands, run as a user runs them (bin/tollgate.mjs in a child process)
+ * against a running gateway's admin API.
+ */
+import { execFile } from "node:child_process"
+import OpenAI from "openai"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { ADMIN_TOKEN, mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
+
+interface Run {
+  readonly code: number
+  readonly stdout: string
+  readonly stderr: string
+}
+
+describe("tollgate CLI: projects and keys through the admin API", () => {
+  let upstream: MockUpstream
+  let gw: TestGateway
+  /** `token: null` runs with no TOLLGATE_ADMIN_TOKEN at all. */
+  const cli = (args: ReadonlyArray<string>, token: string | null = ADMIN_TOKEN): Promise<Run> =>
+    new Promise((resolve) => {
+      const env: NodeJS.ProcessEnv = { ...process.env, TOLLGATE_URL: gw.origin }
+      if (token === null) delete env.TOLLGATE_ADMIN_TOKEN
+      else env.TOLLGATE_ADMIN_TOKEN = token
+      execFile(process.execPath, ["bin/tollgate.mjs", ...args], { cwd: process.cwd(), env }, (err, stdout, stderr) =>
+        resolve({ code: err === null ? 0 : Number(err.code), stdout, stderr })
+      )
+    })
+  const json = (r: Run) => JSON.parse(r.stdout) as any
+
+  beforeAll(async () => {
+    upstream = await startMockUpstream()
+    gw = await startGateway(mockGatewayFile(upstream.url))
+  })
+  afterAll(async () => {
+    await gw.close()
+    await upstream.close()
+  })
+
+  it("creates a project, issues a key that works at once, rotates it with grace, revokes the new one", async () => {
+    const created = await cli(["projects", "create", "--name", "cli-test", "--budget", "5000", "--rpm", "120", "--burst", "12"])
+    expect(created.code).toBe(0)
+    const project = json(created)
+    expect(project).toMatchObject({ name: "cli-test", budget_credits: 5000, rate_limit: { requests_per_minute: 120, burst: 12 } })
+
+    const issued = await cli(["keys", "create", project.id, "--environment", "production"])
+    expect(issued.code).toBe(0)
+    const key = json(issued)
+    expect(key.secret).toMatch(/^tg_prd_/)
+    const client = (secret: string) => new OpenAI({ baseURL: gw.url, apiKey: secret, maxRetries: 0 })
+    const ok = await client(key.secret).chat.completions.create({ model: "auto", messages: [{ role: "user", content: "cli" }] })
+    expect((ok as any).governance.status).toBe("completed")
+
+    const rotated = await cli(["keys", "rotate", key.id, "--grace-seconds", "3600"])
+    expect(rotated.code).toBe(0)
+    const fresh = json(rotated)
+    expect(fresh.replaces).toBe(key.id)
+    await client(key.secret).models.list()
+    await client(fresh.secret).models.list()
+
+    const revoked = await cli(["keys", "revoke", fresh.id])
+    expect(revoked.code).toBe(0)
+    expect(json(revoked).status).toBe("revoked")
+    const denied = await client(fresh.secret).models.list().catch((e) => e)
+    expect(denied.status).toBe(401)
+
+    const updated = await cli(["projects", "update", project.id, "--budget", "9000"])
+    expect(json(updated).budget_credits).toBe(9000)
+    const listed = await cli(["keys", "list", project.id])
+    expect(json(listed).data.map((k: any) => [k.id, k.status])).toEqual([
+      [key.id, "rotated"],
+      [fresh.id, "revoked"]
+    ])
+    const got = await cli(["projects", "get", project.id])
+    expect(json(got).current_window.budget_credits).toBe(9000)
+  }, 60_000)
+
+  it("fails clearly: a wrong admin token is 401 (exit 1), a missing token exits 2, an unknown project is 404", async () => {
+    const wrong = await cli(["projects", "get", gw.projectId], "not-the-token")
+    expect(wrong.code).toBe(1)
+    expect(JSON.parse(wrong.stderr).error.code).toBe("invalid_admin_token")
+    const missing = await cli(["projects", "get", gw.projectId], null)
+    expect(missing.code).toBe(2)
+    expect(missing.stderr).toContain("TOLLGATE_ADMIN_TOKEN")
+    const unknown = await cli(["projects", "get", "prj_doesnotexist"])
+    expect(unknown.code).toBe(1)
+    expect(JSON.parse(unknown.stderr).error.code).toBe("not_found")
+  }, 60_000)
+})
