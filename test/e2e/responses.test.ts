@@ -1,25 +1,17 @@
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
-import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { useMockedGateway } from "../support/gateway.ts"
 
 describe("POST /v1/responses through the official SDK", () => {
-  let upstream: MockUpstream
-  let gw: TestGateway
+  const env = useMockedGateway({ beforeAll, afterAll })
   let client: OpenAI
-  beforeAll(async () => {
-    upstream = await startMockUpstream()
-    gw = await startGateway(mockGatewayFile(upstream.url))
-    client = new OpenAI({ baseURL: gw.url, apiKey: gw.devKey, maxRetries: 0 })
-  })
-  afterAll(async () => {
-    await gw.close()
-    await upstream.close()
+  beforeAll(() => {
+    client = new OpenAI({ baseURL: env.gateway.url, apiKey: env.gateway.devKey, maxRetries: 0 })
   })
 
   it("responses.create: string input and instructions reach the upstream as messages; output_text and governance come back", async () => {
-    upstream.pushBehavior({ reply: "Paris is the capital of France." })
-    const before = upstream.requests.length
+    env.upstream.pushBehavior({ reply: "Paris is the capital of France." })
+    const before = env.upstream.requests.length
     const response = await client.responses.create({
       model: "gpt-test",
       instructions: "Answer briefly.",
@@ -28,7 +20,7 @@ describe("POST /v1/responses through the official SDK", () => {
     })
     expect(response.output_text).toBe("Paris is the capital of France.")
     expect(response.status).toBe("completed")
-    const sent = upstream.requests[before]!.body as { messages: Array<{ role: string; content: string }>; max_tokens: number }
+    const sent = env.upstream.requests[before]!.body as { messages: Array<{ role: string; content: string }>; max_tokens: number }
     expect(sent.messages).toEqual([
       { role: "system", content: "Answer briefly." },
       { role: "user", content: "What is the capital of France?" }
@@ -37,15 +29,15 @@ describe("POST /v1/responses through the official SDK", () => {
     const governance = (response as unknown as { governance: any }).governance
     expect(governance.status).toBe("completed")
     expect(response.usage!.output_tokens).toBeGreaterThan(0)
-    const receipt: any = await (await fetch(`${gw.url}/requests/${governance.request_id}/receipt`, { headers: { authorization: `Bearer ${gw.devKey}` } })).json()
+    const receipt: any = await (await fetch(`${env.gateway.url}/requests/${governance.request_id}/receipt`, { headers: { authorization: `Bearer ${env.gateway.devKey}` } })).json()
     expect(receipt.credits_charged).toBe(governance.credits_charged)
     expect(receipt.tokens.input + receipt.tokens.cached_input).toBe(response.usage!.input_tokens)
-    const status: any = await (await fetch(`${gw.url}/requests/${governance.request_id}`, { headers: { authorization: `Bearer ${gw.devKey}` } })).json()
+    const status: any = await (await fetch(`${env.gateway.url}/requests/${governance.request_id}`, { headers: { authorization: `Bearer ${env.gateway.devKey}` } })).json()
     expect(status.endpoint).toBe("/v1/responses")
   })
 
   it("responses.create: message items with input_text parts; truncation by max_output_tokens is 'incomplete'", async () => {
-    upstream.pushBehavior({ reply: "one two three four five six seven eight nine ten eleven twelve" })
+    env.upstream.pushBehavior({ reply: "one two three four five six seven eight nine ten eleven twelve" })
     const response = await client.responses.create({
       model: "auto",
       input: [{ role: "user", content: [{ type: "input_text", text: "count" }] }],
@@ -57,7 +49,7 @@ describe("POST /v1/responses through the official SDK", () => {
   })
 
   it("responses.stream: the SDK accumulates the event sequence into the final response, which carries governance", async () => {
-    upstream.pushBehavior({ reply: "Streaming through the gateway works." })
+    env.upstream.pushBehavior({ reply: "Streaming through the gateway works." })
     const stream = client.responses.stream({ model: "gpt-test", input: "stream it" })
     const deltas: Array<string> = []
     stream.on("response.output_text.delta", (e) => deltas.push(e.delta))
@@ -81,7 +73,7 @@ describe("POST /v1/responses through the official SDK", () => {
 
   it("an image input is 422 unsupported_workflow; previous_response_id is 422; missing input is 400", async () => {
     const post = (body: unknown) =>
-      fetch(`${gw.url}/responses`, { method: "POST", headers: { authorization: `Bearer ${gw.devKey}`, "content-type": "application/json" }, body: JSON.stringify(body) })
+      fetch(`${env.gateway.url}/responses`, { method: "POST", headers: { authorization: `Bearer ${env.gateway.devKey}`, "content-type": "application/json" }, body: JSON.stringify(body) })
     const image = await post({ model: "auto", input: [{ role: "user", content: [{ type: "input_image", image_url: "https://x/y.png" }] }] })
     expect(image.status).toBe(422)
     expect(((await image.json()) as any).error.code).toBe("unsupported_workflow")
@@ -95,12 +87,12 @@ describe("POST /v1/responses through the official SDK", () => {
   it("idempotent replay of a Responses call returns the same bytes and calls the upstream once", async () => {
     const body = JSON.stringify({ model: "gpt-test", input: "once", metadata: { idempotency_key: "resp-once-1" } })
     const post = () =>
-      fetch(`${gw.url}/responses`, { method: "POST", headers: { authorization: `Bearer ${gw.devKey}`, "content-type": "application/json" }, body })
-    const calls = upstream.calls
+      fetch(`${env.gateway.url}/responses`, { method: "POST", headers: { authorization: `Bearer ${env.gateway.devKey}`, "content-type": "application/json" }, body })
+    const calls = env.upstream.calls
     const first = await post()
     const second = await post()
     expect(await second.text()).toBe(await first.text())
     expect(second.headers.get("idempotent-replayed")).toBe("true")
-    expect(upstream.calls - calls).toBe(1)
+    expect(env.upstream.calls - calls).toBe(1)
   })
 })

@@ -1,20 +1,12 @@
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
-import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { useMockedGateway } from "../support/gateway.ts"
 
 describe("smoke: the governed path end to end", () => {
-  let upstream: MockUpstream
-  let gw: TestGateway
+  const env = useMockedGateway({ beforeAll, afterAll })
   let client: OpenAI
-  beforeAll(async () => {
-    upstream = await startMockUpstream()
-    gw = await startGateway(mockGatewayFile(upstream.url))
-    client = new OpenAI({ baseURL: gw.url, apiKey: gw.devKey, maxRetries: 0 })
-  })
-  afterAll(async () => {
-    await gw.close()
-    await upstream.close()
+  beforeAll(() => {
+    client = new OpenAI({ baseURL: env.gateway.url, apiKey: env.gateway.devKey, maxRetries: 0 })
   })
 
   it("non-streaming completion carries governance evidence and a receipt", async () => {
@@ -26,7 +18,7 @@ describe("smoke: the governed path end to end", () => {
     expect(governance.status).toBe("completed")
     expect(governance.verification.state).toBe("verified")
     expect(governance.credits_charged).toBeGreaterThan(0)
-    const receipt: any = await (await fetch(`${gw.url}/requests/${governance.request_id}/receipt`, { headers: { authorization: `Bearer ${gw.devKey}` } })).json()
+    const receipt: any = await (await fetch(`${env.gateway.url}/requests/${governance.request_id}/receipt`, { headers: { authorization: `Bearer ${env.gateway.devKey}` } })).json()
     expect(receipt.receipt_id).toBe(governance.receipt_id)
     expect(receipt.credits_charged).toBe(governance.credits_charged)
   })

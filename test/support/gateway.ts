@@ -10,6 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { type GatewayFile, type GatewaySettings, makeSettings, Settings } from "../../src/domain/config.ts"
 import { ServerLive } from "../../src/server.ts"
+import { type MockUpstream, startMockUpstream } from "./mockUpstream.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
 
 export const ADMIN_TOKEN = "test-admin-token"
@@ -95,4 +96,25 @@ export const startGateway = async (
       rmSync(dir, { recursive: true, force: true })
     }
   }
+}
+
+/**
+ * For a describe block: a real mock upstream and a gateway routed to it, started in beforeAll and
+ * closed in afterAll. Read `.upstream` / `.gateway` inside tests (they exist once beforeAll ran).
+ */
+export const useMockedGateway = (
+  hooks: { readonly beforeAll: (f: () => Promise<void>) => void; readonly afterAll: (f: () => Promise<void>) => void },
+  file: (upstreamUrl: string) => GatewayFile = (url) => mockGatewayFile(url),
+  overrides: Partial<GatewaySettings> = {}
+) => {
+  const handle = {} as { upstream: MockUpstream; gateway: TestGateway }
+  hooks.beforeAll(async () => {
+    handle.upstream = await startMockUpstream()
+    handle.gateway = await startGateway(file(handle.upstream.url), overrides)
+  })
+  hooks.afterAll(async () => {
+    await handle.gateway?.close()
+    await handle.upstream?.close()
+  })
+  return handle
 }
