@@ -10,6 +10,7 @@
  * reservation. Exit code: 0 clean, 1 findings, 2 the audit could not run.
  */
 import Database from "better-sqlite3"
+import { sqliteFilename } from "../store/databaseUrl.ts"
 import { readFileSync } from "node:fs"
 import { parseArgs } from "node:util"
 import {
@@ -55,20 +56,14 @@ export interface AuditResult {
   readonly keySource: "store" | "pinned"
 }
 
-/**
- * The SQLite file of a DATABASE_URL. Same rule as `sqliteFilename` in src/store/Database.ts, repeated
- * here because importing that module loads the whole Effect SQL stack (seconds of CLI start-up).
- */
+/** The SQLite file to audit: a DATABASE_URL (`sqlite:<path>`) or a plain path. */
 export const databaseFile = (database: string): string => {
-  if (database.startsWith("sqlite:")) {
-    const path = database.slice("sqlite:".length).replace(/^\/\/(?=\/)/, "")
-    if (path === "" || path === ":memory:") throw new Error("an in-memory store cannot be audited from outside the gateway")
-    return path
-  }
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(database)) {
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(database) && !database.startsWith("sqlite:")) {
     throw new Error(`tollgate audit reads SQLite stores (sqlite:<path>); got ${database.split(":")[0]}:…`)
   }
-  return database
+  const path = database.startsWith("sqlite:") ? sqliteFilename(database) : database
+  if (path === ":memory:") throw new Error("an in-memory store cannot be audited from outside the gateway")
+  return path
 }
 
 const RECEIPT_COLUMNS = `

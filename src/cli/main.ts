@@ -16,7 +16,6 @@
  * Admin commands call the running gateway's admin API (TOLLGATE_URL, default http://localhost:8080,
  * with TOLLGATE_ADMIN_TOKEN), so the server stays the only writer of its store.
  */
-import { parseArgs } from "node:util"
 import { adminCommand } from "./admin.ts"
 
 const usage = `usage: tollgate <serve|projects|keys|audit|verify-receipt> ...  (see README.md, "CLI")`
@@ -49,9 +48,6 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
       return 2
   }
 }
-
-// parseArgs is imported by subcommands; referenced here so a bare `tollgate` stays cheap to start.
-void parseArgs
 
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),

@@ -13,7 +13,16 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Exit, Fiber, FiberSet, Option, Schedule, Scope, Stream } from "effect"
-import { chargeFor, chargeWithinReservation, decideOutputCap, type Prices, type TokenCounts, tokensFromUsage, worstCase } from "../../spec/pricing.ts"
+import {
+  chargeFor,
+  chargeWithinReservation,
+  decideOutputCap,
+  type Prices,
+  settledCharge,
+  type TokenCounts,
+  tokensFromUsage,
+  worstCase
+} from "../../spec/pricing.ts"
 import { type ChatRequest, parseChatRequest, parseMaxCredits, upstreamBody } from "../domain/chat.ts"
 import { Settings } from "../domain/config.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, type InvalidRequest, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
@@ -316,7 +325,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     ) =>
       Effect.gen(function* () {
         const { prices, version } = p.prices.get(served.route.name)!
-        const charge = Math.min(chargeFor(tokens, prices), p.hold.amount)
+        const charge = settledCharge(tokens, prices, p.hold.amount)
         const verification = verificationOf({ route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) })
         const receiptId = newReceiptId()
         const governance: Governance = {

@@ -225,6 +225,5 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
       })
 
     return { authenticate, create, rotate, revoke, info, list, forgetProject } as const
-  }),
-  dependencies: []
+  })
 }) {}

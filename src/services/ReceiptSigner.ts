@@ -19,7 +19,7 @@ import { receiptKeyId } from "../../spec/audit.ts"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { type Receipt, receiptHash, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
-import { sqliteFilename } from "../store/Database.ts"
+import { sqliteFilename } from "../store/databaseUrl.ts"
 
 export interface PublicReceiptKey {
   readonly id: string

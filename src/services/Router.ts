@@ -91,7 +91,6 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
     const available = (projectId: string): Effect.Effect<ReadonlyArray<Route>> =>
       Effect.map(Clock.currentTimeMillis, (now) => routes.filter((r) => allowedFor(r, projectId) && isAvailable(r, now)))
 
-    const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)
 
     const attemptsOf = <A, R>(
       chain: ReadonlyArray<Route>,
@@ -150,6 +149,9 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
 
     const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>) =>
       attemptsOf<Stream.Stream<string, UpstreamFailure>, Scope.Scope>(chain, (provider, route) => provider.stream(route, bodyFor(route)))
+
+    /** The breaker state of a route now: closed, open or half_open (for operators and tests). */
+    const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)
 
     return { candidates, available, breakerStatus, complete, openStream, routes } as const
   }),

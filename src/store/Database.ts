@@ -10,15 +10,10 @@ import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import { Settings } from "../domain/config.ts"
 import { installGroupCommit } from "./groupCommit.ts"
+import { sqliteFilename } from "./databaseUrl.ts"
 import { runMigrations } from "./migrations.ts"
 
-export const sqliteFilename = (databaseUrl: string): string => {
-  if (!databaseUrl.startsWith("sqlite:")) {
-    throw new Error(`DATABASE_URL must be sqlite:<path> (got ${databaseUrl.split(":")[0]}:…)`)
-  }
-  const path = databaseUrl.slice("sqlite:".length).replace(/^\/\/(?=\/)/, "")
-  return path === "" ? ":memory:" : path
-}
+export { sqliteFilename }
 
 const pragmas = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
