@@ -1,8 +1,8 @@
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { endpointLabel } from "../../src/http/app.ts"
-import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
-import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { startMockUpstream } from "../support/mockUpstream.ts"
+import { mockGatewayFile, startGateway, useMockedGateway } from "../support/gateway.ts"
 
 const value = (text: string, metric: string, labels: string): number => {
   const line = text.split("\n").find((l) => l.startsWith(`${metric}{`) && labels.split(",").every((p) => l.includes(p)))
@@ -10,24 +10,15 @@ const value = (text: string, metric: string, labels: string): number => {
 }
 
 describe("GET /metrics (Prometheus text format)", () => {
-  let upstream: MockUpstream
-  let gw: TestGateway
-  beforeAll(async () => {
-    upstream = await startMockUpstream()
-    gw = await startGateway(mockGatewayFile(upstream.url))
-  })
-  afterAll(async () => {
-    await gw.close()
-    await upstream.close()
-  })
+  const env = useMockedGateway({ beforeAll, afterAll })
 
   it("counts requests by endpoint and status, attempts by route, and credits charged per project", async () => {
-    const client = new OpenAI({ baseURL: gw.url, apiKey: gw.devKey, maxRetries: 0 })
-    const before = await (await fetch(`${gw.origin}/metrics`)).text()
+    const client = new OpenAI({ baseURL: env.gateway.url, apiKey: env.gateway.devKey, maxRetries: 0 })
+    const before = await (await fetch(`${env.gateway.origin}/metrics`)).text()
     const completion = await client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "metrics" }] })
     await client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }).catch(() => undefined)
-    await fetch(`${gw.url}/requests/req_unknownxx`, { headers: { authorization: `Bearer ${gw.devKey}` } })
-    const res = await fetch(`${gw.origin}/metrics`)
+    await fetch(`${env.gateway.url}/requests/req_unknownxx`, { headers: { authorization: `Bearer ${env.gateway.devKey}` } })
+    const res = await fetch(`${env.gateway.origin}/metrics`)
     expect(res.headers.get("content-type")).toMatch(/text\/plain/)
     const after = await res.text()
     const delta = (metric: string, labels: string) => value(after, metric, labels) - value(before, metric, labels)
@@ -35,7 +26,7 @@ describe("GET /metrics (Prometheus text format)", () => {
     expect(delta("tollgate_http_requests_total", 'endpoint="/v1/chat/completions",status="503"')).toBe(1)
     expect(delta("tollgate_http_requests_total", 'endpoint="/v1/requests/{id}",status="404"')).toBe(1)
     expect(delta("tollgate_upstream_attempts_total", 'route="gpt-test",outcome="ok"')).toBe(1)
-    expect(delta("tollgate_credits_charged_total", `project="${gw.projectId}"`)).toBe((completion as any).governance.credits_charged)
+    expect(delta("tollgate_credits_charged_total", `project="${env.gateway.projectId}"`)).toBe((completion as any).governance.credits_charged)
     expect(after).toContain('tollgate_http_request_duration_seconds_bucket{endpoint="/v1/chat/completions",le="+Inf"}')
   })
 

@@ -2,27 +2,17 @@ import { Schema } from "effect"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as S from "../../src/http/schemas.ts"
-import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
-import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { useMockedGateway } from "../support/gateway.ts"
 
 describe("OpenAPI document and the wire schemas", () => {
-  let upstream: MockUpstream
-  let gw: TestGateway
+  const env = useMockedGateway({ beforeAll, afterAll })
   const get = async (path: string) => {
-    const res = await fetch(`${gw.url}${path}`, { headers: { authorization: `Bearer ${gw.devKey}` } })
+    const res = await fetch(`${env.gateway.url}${path}`, { headers: { authorization: `Bearer ${env.gateway.devKey}` } })
     return { status: res.status, body: (await res.json()) as unknown }
   }
-  beforeAll(async () => {
-    upstream = await startMockUpstream()
-    gw = await startGateway(mockGatewayFile(upstream.url))
-  })
-  afterAll(async () => {
-    await gw.close()
-    await upstream.close()
-  })
 
   it("/openapi.json is OpenAPI 3.1 and documents every public path with its error codes", async () => {
-    const doc: any = await (await fetch(`${gw.origin}/openapi.json`)).json()
+    const doc: any = await (await fetch(`${env.gateway.origin}/openapi.json`)).json()
     expect(doc.openapi).toBe("3.1.0")
     expect(Object.keys(doc.paths).sort()).toEqual(
       ["/healthz", "/v1/chat/completions", "/v1/models", "/v1/rate_cards", "/v1/receipts/keys", "/v1/requests/{id}", "/v1/requests/{id}/receipt", "/v1/responses", "/v1/routing/evaluate", "/v1/usage"].sort()
@@ -36,7 +26,7 @@ describe("OpenAPI document and the wire schemas", () => {
   })
 
   it("real responses decode with the schemas the document is generated from", async () => {
-    const client = new OpenAI({ baseURL: gw.url, apiKey: gw.devKey, maxRetries: 0 })
+    const client = new OpenAI({ baseURL: env.gateway.url, apiKey: env.gateway.devKey, maxRetries: 0 })
     const completion = await client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "schema check" }] })
     const decode = <A, I>(schema: Schema.Schema<A, I>, value: unknown) => Schema.decodeUnknownSync(schema)(value)
     const governance = decode(S.ChatCompletion, completion).governance
@@ -50,9 +40,9 @@ describe("OpenAPI document and the wire schemas", () => {
     expect(cards.data[0]!.prices["gpt-test"]).toEqual({ input: 1000, output: 2000 })
     const response = await client.responses.create({ model: "auto", input: "schema check" })
     decode(S.ResponseObject, response)
-    const evaluation = await fetch(`${gw.url}/routing/evaluate`, {
+    const evaluation = await fetch(`${env.gateway.url}/routing/evaluate`, {
       method: "POST",
-      headers: { authorization: `Bearer ${gw.devKey}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${env.gateway.devKey}`, "content-type": "application/json" },
       body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: "x" }] })
     })
     decode(S.Evaluation, await evaluation.json())
@@ -68,7 +58,7 @@ describe("OpenAPI document and the wire schemas", () => {
   })
 
   it("/docs is an HTML page that renders from /openapi.json", async () => {
-    const res = await fetch(`${gw.origin}/docs`)
+    const res = await fetch(`${env.gateway.origin}/docs`)
     expect(res.headers.get("content-type")).toMatch(/text\/html/)
     expect(await res.text()).toContain('fetch("/openapi.json")')
   })
