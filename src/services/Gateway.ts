@@ -11,7 +11,6 @@
  *
  * The same pipeline serves every surface (chat completions, responses); a Surface only renders.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Exit, Fiber, FiberSet, Option, Schedule, Scope, Stream } from "effect"
 import {
   chargeFor,
@@ -27,6 +26,7 @@ import { type ChatRequest, parseChatRequest, parseMaxCredits, upstreamBody } fro
 import { Settings } from "../domain/config.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, type InvalidRequest, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
 import { newReceiptId, newRequestId, newReservationId } from "../domain/ids.ts"
+import { Sqlite } from "../store/Database.ts"
 import type { UpstreamFailure } from "../providers/Provider.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, IdempotencyStore, type Scope as TenantScope, type StoredResult } from "./IdempotencyStore.ts"
 import type { Principal } from "./KeyRegistry.ts"
@@ -119,7 +119,7 @@ const admitRequest = (principal: Principal, body: unknown, maxCreditsHeader: str
 export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
   scoped: Effect.gen(function* () {
     const settings = yield* Settings
-    const sql = yield* SqlClient.SqlClient
+    const store = yield* Sqlite
     const rateLimiter = yield* RateLimiter
     const idempotency = yield* IdempotencyStore
     const router = yield* Router
@@ -261,31 +261,29 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           scope
         }
         const first = q.chain[0]!
-        return yield* sql.withTransaction(
-          Effect.gen(function* () {
-            if (key !== undefined) {
-              const claimed = yield* idempotency.claim(scope, key, fingerprint, requestId, hold.deadline)
-              if (claimed._tag !== "Claimed") return yield* Effect.fail(new ClaimLost(claimed))
-            }
-            yield* requests.insertPending({
-              id: requestId,
-              projectId: principal.projectId,
-              environment: principal.environment,
-              keyId: principal.keyId,
-              endpoint: surface.path,
-              model: request.model,
-              route: first.name,
-              stream: request.stream,
-              idempotencyKey: key ?? null,
-              rateCardVersion: q.prices.get(first.name)!.version,
-              creditsReserved: reservation,
-              createdAt: now
-            })
-            yield* ledger.reserve(hold)
+        // The claim, the pending request row and the hold: one synchronous transaction (src/store/syncTransactions.ts).
+        return yield* store.transact<Plan | GatewayReply, ClaimLost | BudgetExceeded>((abort) => {
+          if (key !== undefined) {
+            const claimed = idempotency.claimSync(scope, key, fingerprint, requestId, hold.deadline, now)
+            if (claimed._tag !== "Claimed") abort(new ClaimLost(claimed))
+          }
+          requests.insertPendingSync({
+            id: requestId,
+            projectId: principal.projectId,
+            environment: principal.environment,
+            keyId: principal.keyId,
+            endpoint: surface.path,
+            model: request.model,
+            route: first.name,
+            stream: request.stream,
+            idempotencyKey: key ?? null,
+            rateCardVersion: q.prices.get(first.name)!.version,
+            creditsReserved: reservation,
+            createdAt: now
           })
-        ).pipe(
-          Effect.as<Plan | GatewayReply>(planned),
-          Effect.catchTag("SqlError", Effect.die),
+          ledger.reserveSync(hold, now, abort)
+          return planned
+        }).pipe(
           Effect.catchIf(
             (e): e is ClaimLost => e instanceof ClaimLost,
             (lost) =>
@@ -302,16 +300,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
     /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
     const abandon = (p: Plan, code: string, message: string, attempts: ReadonlyArray<Attempt>) =>
-      Effect.gen(function* () {
-        const now = yield* Clock.currentTimeMillis
-        yield* sql.withTransaction(
-          Effect.gen(function* () {
-            yield* ledger.release(p.hold.reservationId)
-            yield* requests.fail(p.requestId, { code, message, attempts, completedAt: now })
-            if (p.idempotency !== undefined) yield* idempotency.release(p.scope, p.idempotency.key, p.requestId)
-          })
-        ).pipe(Effect.orDie)
-      }).pipe(Effect.uninterruptible)
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        store.transact(() => {
+          ledger.releaseSync(p.hold.reservationId, now)
+          requests.failSync(p.requestId, { code, message, attempts, completedAt: now })
+          if (p.idempotency !== undefined) idempotency.releaseSync(p.scope, p.idempotency.key, p.requestId)
+        })
+      ).pipe(Effect.uninterruptible)
 
     /** Charge, receipt, request completion and idempotent result, in one transaction. */
     const settle = (
@@ -338,35 +333,33 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         }
         const rendered = render(governance)
         const now = yield* Clock.currentTimeMillis
-        yield* sql.withTransaction(
-          Effect.gen(function* () {
-            yield* ledger.settle({
-              hold: p.hold,
-              receiptId,
-              organization: principal.organization,
-              environment: principal.environment,
-              model: p.request.model,
-              route: served.route.name,
-              rateCardVersion: version,
-              tokens,
-              usageSource,
-              charge,
-              verification
-            })
-            yield* requests.complete(p.requestId, {
-              route: served.route.name,
-              creditsCharged: charge,
-              receiptId,
-              verification,
-              attempts: served.attempts,
-              completedAt: now
-            })
-            if (p.idempotency !== undefined) {
-              const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
-              yield* idempotency.finish(p.scope, p.idempotency.key, p.requestId, { status: rendered.status, contentType: rendered.contentType, body }, settings.idempotencyTtlMs)
-            }
+        yield* store.transact(() => {
+          ledger.settleSync({
+            hold: p.hold,
+            receiptId,
+            organization: principal.organization,
+            environment: principal.environment,
+            model: p.request.model,
+            route: served.route.name,
+            rateCardVersion: version,
+            tokens,
+            usageSource,
+            charge,
+            verification
+          }, now)
+          requests.completeSync(p.requestId, {
+            route: served.route.name,
+            creditsCharged: charge,
+            receiptId,
+            verification,
+            attempts: served.attempts,
+            completedAt: now
           })
-        ).pipe(Effect.orDie)
+          if (p.idempotency !== undefined) {
+            const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
+            idempotency.finishSync(p.scope, p.idempotency.key, p.requestId, { status: rendered.status, contentType: rendered.contentType, body }, settings.idempotencyTtlMs, now)
+          }
+        })
         metrics.settled(principal.projectId, usageSource, charge)
         return rendered
       }).pipe(Effect.uninterruptible)

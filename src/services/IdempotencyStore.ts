@@ -7,11 +7,12 @@
  * charged nothing deletes the claim so a retry runs again. Records live at least 24 h.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Option } from "effect"
+import { Clock, Duration, Effect } from "effect"
 import { createHash } from "node:crypto"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { isValidKey } from "../../spec/idempotency.ts"
 import { IdempotencyConflict, InvalidRequest } from "../domain/errors.ts"
+import { Sqlite } from "../store/Database.ts"
 
 export interface Scope {
   readonly projectId: string
@@ -64,65 +65,82 @@ const outcomeOf = (row: Row, fingerprint: string): ClaimOutcome => {
 export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollgate/IdempotencyStore", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
+    const { db, transact } = yield* Sqlite
 
-    const find = (scope: Scope, key: string, now: number) =>
-      Effect.map(
-        sql<Row>`SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
-                 WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key}
-                   AND expires_at > ${now}`,
-        (rows) => Option.fromNullable(rows[0])
-      ).pipe(Effect.orDie)
+    // The chat path's statements, prepared once on the store's connection (src/store/Database.ts).
+    const selectLive = db.prepare<[string, string, string, number], Row>(
+      `SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
+       WHERE project_id = ? AND environment = ? AND key = ? AND expires_at > ?`
+    )
+    const insertClaim = db.prepare<[string, string, string, string, string, number, number]>(
+      `INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
+       VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?) ON CONFLICT DO NOTHING`
+    )
+    const deleteExpired = db.prepare<[string, string, string, number]>(
+      "DELETE FROM idempotency WHERE project_id = ? AND environment = ? AND key = ? AND expires_at <= ?"
+    )
+    const updateFinished = db.prepare<[number, string, Uint8Array, number, string, string, string, string, number]>(
+      `UPDATE idempotency SET state = 'finished', status = ?, content_type = ?, body = ?, expires_at = ?
+       WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight' AND expires_at > ?`
+    )
+    const deleteClaim = db.prepare<[string, string, string, string]>(
+      "DELETE FROM idempotency WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight'"
+    )
+    const updateExpiry = db.prepare<[number, string, string, string, string]>(
+      "UPDATE idempotency SET expires_at = ? WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight'"
+    )
+
+    const find = (scope: Scope, key: string, now: number): Row | undefined => selectLive.get(scope.projectId, scope.environment, key, now)
 
     /** Read-only look: what a claim would meet. Fast path before routing and pricing. */
     const peek = (scope: Scope, key: string, fingerprint: string): Effect.Effect<ClaimOutcome> =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        Effect.map(find(scope, key, now), Option.match({ onNone: (): ClaimOutcome => ({ _tag: "Claimed" }), onSome: (r) => outcomeOf(r, fingerprint) }))
-      )
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        const row = find(scope, key, now)
+        return row === undefined ? { _tag: "Claimed" } : outcomeOf(row, fingerprint)
+      })
 
-    /** The atomic claim. Run it inside the reservation transaction. */
+    /**
+     * The atomic claim, synchronous: call it inside a transaction (`Sqlite.transact`), where the
+     * INSERT and the rare expired-record DELETE cannot interleave with any other claim.
+     */
+    const claimSync = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number, now: number): ClaimOutcome => {
+      const args = [scope.projectId, scope.environment, key, fingerprint, requestId, now, claimExpiresAt] as const
+      if (insertClaim.run(...args).changes === 1) return { _tag: "Claimed" }
+      // Taken: by a live record, or by an expired one that may be replaced (the rare path).
+      if (deleteExpired.run(scope.projectId, scope.environment, key, now).changes > 0 && insertClaim.run(...args).changes === 1) {
+        return { _tag: "Claimed" }
+      }
+      return outcomeOf(find(scope, key, now)!, fingerprint)
+    }
+
+    /** The atomic claim in a transaction of its own (or of the caller's open one). */
     const claim = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number): Effect.Effect<ClaimOutcome> =>
-      Effect.gen(function* () {
-        const now = yield* Clock.currentTimeMillis
-        const insert = sql`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
-                   VALUES (${scope.projectId}, ${scope.environment}, ${key}, ${fingerprint}, ${requestId}, 'in_flight', ${now}, ${claimExpiresAt})
-                   ON CONFLICT DO NOTHING RETURNING request_id`
-        let won = yield* insert
-        if (won.length === 0) {
-          // Taken: by a live record, or by an expired one that may be replaced (the rare path).
-          const expired = yield* sql`DELETE FROM idempotency WHERE project_id = ${scope.projectId} AND environment = ${scope.environment}
-                     AND key = ${key} AND expires_at <= ${now} RETURNING key`
-          if (expired.length > 0) won = yield* insert
-        }
-        if (won.length === 1) return { _tag: "Claimed" } as const
-        const existing = yield* find(scope, key, now)
-        // Gone between the INSERT and the SELECT: impossible inside one SQLite transaction, but a racing
-        // claim outside one may have deleted the expired record and not yet inserted its own. Claim again.
-        if (Option.isNone(existing)) return yield* claim(scope, key, fingerprint, requestId, claimExpiresAt)
-        return outcomeOf(existing.value, fingerprint)
-      }).pipe(Effect.orDie)
+      Effect.flatMap(Clock.currentTimeMillis, (now) => transact(() => claimSync(scope, key, fingerprint, requestId, claimExpiresAt, now)))
 
     /**
      * Store the final response so replays return it byte for byte. Part of the settlement transaction.
      * Only the owner's live in-flight claim: a finished result is final, an expired claim is gone.
      */
+    const finishSync = (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number, now: number): void => {
+      const body = Buffer.isBuffer(result.body) ? result.body : Buffer.from(result.body.buffer, result.body.byteOffset, result.body.byteLength)
+      updateFinished.run(result.status, result.contentType, body, now + ttlMs, scope.projectId, scope.environment, key, requestId, now)
+    }
+
     const finish = (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number) =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        sql`UPDATE idempotency SET state = 'finished', status = ${result.status}, content_type = ${result.contentType},
-              body = ${result.body}, expires_at = ${now + ttlMs}
-            WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key} AND request_id = ${requestId}
-              AND state = 'in_flight' AND expires_at > ${now}`
-      ).pipe(Effect.orDie, Effect.asVoid)
+      Effect.flatMap(Clock.currentTimeMillis, (now) => transact(() => finishSync(scope, key, requestId, result, ttlMs, now)))
 
     /** Keep an in-flight claim alive as long as its hold (see Ledger.extendHold). */
     const extendClaim = (scope: Scope, key: string, requestId: string, expiresAt: number) =>
-      sql`UPDATE idempotency SET expires_at = ${expiresAt}
-          WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key}
-            AND request_id = ${requestId} AND state = 'in_flight'`.pipe(Effect.orDie, Effect.asVoid)
+      transact(() => {
+        updateExpiry.run(expiresAt, scope.projectId, scope.environment, key, requestId)
+      })
 
     /** A failure that charged nothing frees the key, so a retry runs again. */
-    const release = (scope: Scope, key: string, requestId: string) =>
-      sql`DELETE FROM idempotency WHERE project_id = ${scope.projectId} AND environment = ${scope.environment}
-          AND key = ${key} AND request_id = ${requestId} AND state = 'in_flight'`.pipe(Effect.orDie, Effect.asVoid)
+    const releaseSync = (scope: Scope, key: string, requestId: string): void => {
+      deleteClaim.run(scope.projectId, scope.environment, key, requestId)
+    }
+
+    const release = (scope: Scope, key: string, requestId: string) => transact(() => releaseSync(scope, key, requestId))
 
     /** Release every in-flight claim of the given requests (recovery sweep). */
     const releaseRequests = (requestIds: ReadonlyArray<string>) =>
@@ -152,6 +170,6 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
         }
       })
 
-    return { peek, claim, finish, release, releaseRequests, extendClaim, awaitSettled } as const
+    return { peek, claim, claimSync, finish, finishSync, release, releaseSync, releaseRequests, extendClaim, awaitSettled } as const
   })
 }) {}

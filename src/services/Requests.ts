@@ -6,6 +6,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import { RequestNotFound } from "../domain/errors.ts"
+import { Sqlite } from "../store/Database.ts"
 import type { Scope } from "./IdempotencyStore.ts"
 
 export interface Verification {
@@ -60,6 +61,22 @@ interface Row {
   readonly completed_at: number | null
 }
 
+export interface Completion {
+  readonly route: string
+  readonly creditsCharged: number
+  readonly receiptId: string
+  readonly verification: Verification
+  readonly attempts: ReadonlyArray<Attempt>
+  readonly completedAt: number
+}
+
+export interface Failure {
+  readonly code: string
+  readonly message: string
+  readonly attempts: ReadonlyArray<Attempt>
+  readonly completedAt: number
+}
+
 export const requestView = (r: Row) => ({
   id: r.id,
   object: "governed_request" as const,
@@ -83,32 +100,39 @@ export class Requests extends Effect.Service<Requests>()("tollgate/Requests", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
 
-    const insertPending = (r: NewRequest) =>
-      sql`INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
-            idempotency_key, rate_card_version, credits_reserved, created_at)
-          VALUES (${r.id}, ${r.projectId}, ${r.environment}, ${r.keyId}, ${r.endpoint}, ${r.model}, ${r.route},
-            ${r.stream ? 1 : 0}, 'pending', ${r.idempotencyKey}, ${r.rateCardVersion}, ${r.creditsReserved}, ${r.createdAt})`.pipe(
-        Effect.orDie,
-        Effect.asVoid
-      )
+    const { db, transact } = yield* Sqlite
 
-    const complete = (id: string, c: {
-      readonly route: string
-      readonly creditsCharged: number
-      readonly receiptId: string
-      readonly verification: Verification
-      readonly attempts: ReadonlyArray<Attempt>
-      readonly completedAt: number
-    }) =>
-      sql`UPDATE requests SET status = 'completed', route = ${c.route}, credits_charged = ${c.creditsCharged},
-            receipt_id = ${c.receiptId}, verification = ${JSON.stringify(c.verification)},
-            attempts = ${JSON.stringify(c.attempts)}, completed_at = ${c.completedAt}
-          WHERE id = ${id} AND status = 'pending'`.pipe(Effect.orDie, Effect.asVoid)
+    // The chat path's statements, prepared once on the store's connection (src/store/Database.ts).
+    const insertRow = db.prepare<[string, string, string, string, string, string, string, number, string | null, string, number, number]>(
+      `INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
+         idempotency_key, rate_card_version, credits_reserved, created_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)`
+    )
+    const updateCompleted = db.prepare<[string, number, string, string, string, number, string]>(
+      `UPDATE requests SET status = 'completed', route = ?, credits_charged = ?, receipt_id = ?, verification = ?,
+         attempts = ?, completed_at = ? WHERE id = ? AND status = 'pending'`
+    )
+    const updateFailed = db.prepare<[string, string, string, number, string]>(
+      `UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ?, error_message = ?, attempts = ?, completed_at = ?
+       WHERE id = ? AND status = 'pending'`
+    )
 
-    const fail = (id: string, f: { readonly code: string; readonly message: string; readonly attempts: ReadonlyArray<Attempt>; readonly completedAt: number }) =>
-      sql`UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ${f.code}, error_message = ${f.message},
-            attempts = ${JSON.stringify(f.attempts)}, completed_at = ${f.completedAt}
-          WHERE id = ${id} AND status = 'pending'`.pipe(Effect.orDie, Effect.asVoid)
+    /** Synchronous: call inside a transaction (`Sqlite.transact`). */
+    const insertPendingSync = (r: NewRequest): void => {
+      insertRow.run(r.id, r.projectId, r.environment, r.keyId, r.endpoint, r.model, r.route, r.stream ? 1 : 0, r.idempotencyKey, r.rateCardVersion, r.creditsReserved, r.createdAt)
+    }
+    const insertPending = (r: NewRequest) => transact(() => insertPendingSync(r))
+
+    /** Synchronous: call inside the settlement transaction. */
+    const completeSync = (id: string, c: Completion): void => {
+      updateCompleted.run(c.route, c.creditsCharged, c.receiptId, JSON.stringify(c.verification), JSON.stringify(c.attempts), c.completedAt, id)
+    }
+    const complete = (id: string, c: Completion) => transact(() => completeSync(id, c))
+
+    const failSync = (id: string, f: Failure): void => {
+      updateFailed.run(f.code, f.message, JSON.stringify(f.attempts), f.completedAt, id)
+    }
+    const fail = (id: string, f: Failure) => transact(() => failSync(id, f))
 
     const find = (id: string, scope: Scope) =>
       Effect.flatMap(
@@ -120,6 +144,6 @@ export class Requests extends Effect.Service<Requests>()("tollgate/Requests", {
           })
       )
 
-    return { insertPending, complete, fail, find } as const
+    return { insertPending, insertPendingSync, complete, completeSync, fail, failSync, find } as const
   })
 }) {}

@@ -2,18 +2,27 @@
  * The SQL store behind every service. `DATABASE_URL=sqlite:<path>` (default) opens an embedded
  * SQLite file through @effect/sql-sqlite-node with WAL and synchronous=FULL, so a settled charge is
  * on disk before its response leaves. Migrations run at start-up.
+ *
+ * Two ways in, one connection: `SqlClient` (@effect/sql) for everything, and `Sqlite` — the same
+ * better-sqlite3 connection with synchronous group-committed transactions — for the chat path's
+ * prepared statements (src/store/syncTransactions.ts).
  */
 import { SqlClient } from "@effect/sql"
 import { SqliteClient } from "@effect/sql-sqlite-node"
-import { Effect, Layer } from "effect"
+import BetterSqlite3 from "better-sqlite3"
+import { Context, Effect, Layer } from "effect"
 import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import { Settings } from "../domain/config.ts"
-import { installGroupCommit } from "./groupCommit.ts"
 import { sqliteFilename } from "./databaseUrl.ts"
+import { installGroupCommit } from "./groupCommit.ts"
 import { runMigrations } from "./migrations.ts"
+import { makeSyncTransactions, type SyncTransactions } from "./syncTransactions.ts"
 
 export { sqliteFilename }
+
+/** The store's better-sqlite3 connection (the one SqlClient uses) and its synchronous transactions. */
+export class Sqlite extends Context.Tag("tollgate/Sqlite")<Sqlite, SyncTransactions & { readonly db: BetterSqlite3.Database }>() {}
 
 const pragmas = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
@@ -22,17 +31,40 @@ const pragmas = Effect.gen(function* () {
   yield* sql.unsafe("PRAGMA foreign_keys = ON")
 })
 
-/** SqlClient for the configured DATABASE_URL, migrated and tuned. */
-export const DatabaseLive = Layer.unwrapEffect(
+/**
+ * Build SqliteClient's layer and keep the better-sqlite3 connection it opens. The client keeps its
+ * connection private; it sets `journal_mode = WAL` through `pragma()` right after opening it, so the
+ * first `pragma()` call on a connection to `filename` while the layer is built is that connection.
+ */
+const clientWithConnection = (filename: string) =>
+  Effect.gen(function* () {
+    const proto = BetterSqlite3.prototype as { pragma: (this: BetterSqlite3.Database, ...args: Array<unknown>) => unknown }
+    const original = proto.pragma
+    let captured: BetterSqlite3.Database | undefined
+    proto.pragma = function (this: BetterSqlite3.Database, ...args) {
+      if (captured === undefined && this.name === filename) captured = this
+      return original.apply(this, args)
+    }
+    const context = yield* Layer.build(SqliteClient.layer({ filename })).pipe(Effect.ensuring(Effect.sync(() => { proto.pragma = original })))
+    if (captured === undefined) return yield* Effect.dieMessage("SqliteClient opened no connection to capture (is better-sqlite3 installed twice?)")
+    return { context, db: captured }
+  })
+
+/** SqlClient and Sqlite for the configured DATABASE_URL, migrated and tuned. */
+export const DatabaseLive: Layer.Layer<SqlClient.SqlClient | SqliteClient.SqliteClient | Sqlite, never, Settings> = Layer.scopedContext(
   Effect.gen(function* () {
     const settings = yield* Settings
     const filename = sqliteFilename(settings.databaseUrl)
     if (filename !== ":memory:") mkdirSync(dirname(filename), { recursive: true })
-    const client = SqliteClient.layer({ filename })
-    // Group commit (src/store/groupCommit.ts): one fsync per batch of transactions, same guarantees.
-    const setup = Layer.effectDiscard(
-      Effect.zipRight(pragmas, runMigrations).pipe(Effect.zipRight(Effect.flatMap(SqlClient.SqlClient, installGroupCommit)), Effect.orDie)
+    const { context, db } = yield* clientWithConnection(filename).pipe(Effect.orDie)
+    const sql = Context.get(context, SqlClient.SqlClient)
+    yield* pragmas.pipe(
+      Effect.zipRight(runMigrations),
+      // Group commit (src/store/groupCommit.ts): one fsync per batch of transactions, same guarantees.
+      Effect.zipRight(installGroupCommit(sql)),
+      Effect.provideService(SqlClient.SqlClient, sql),
+      Effect.orDie
     )
-    return Layer.provideMerge(setup, client)
+    return Context.add(context, Sqlite, { db, ...makeSyncTransactions(db) })
   })
 )
