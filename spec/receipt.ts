@@ -48,8 +48,11 @@ export const unsignedPart = (r: Receipt | UnsignedReceipt): UnsignedReceipt => {
   return rest
 }
 
-export const receiptHash = (unsigned: UnsignedReceipt): string =>
-  createHash("sha256").update(canonicalJson(unsigned), "utf8").digest("hex")
+/** The bytes that are hashed and signed. */
+export const receiptBytes = (unsigned: UnsignedReceipt): Buffer => Buffer.from(canonicalJson(unsigned), "utf8")
+
+export const receiptHash = (unsigned: UnsignedReceipt, bytes: Buffer = receiptBytes(unsigned)): string =>
+  createHash("sha256").update(bytes).digest("hex")
 
 export type ReceiptCheck = "hash" | "signature"
 

@@ -104,10 +104,7 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
         return yield* statusFailure(res.statusCode, upstreamErrorDetail(text))
       }
       const bytes = Stream.fromAsyncIterable(res.body as AsyncIterable<Uint8Array>, (e) => failureOf(e))
-      return sseData(bytes).pipe(
-        Stream.mapError((e) => (e instanceof UpstreamFailure ? e : failureOf(e))),
-        Stream.takeWhile((data) => data !== "[DONE]")
-      )
+      return sseData(bytes).pipe(Stream.takeWhile((data) => data !== "[DONE]"))
     })
 
   return { type: "openai", complete, stream }

@@ -16,8 +16,7 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject,
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { dirname, join } from "node:path"
 import { receiptKeyId } from "../../spec/audit.ts"
-import { canonicalJson } from "../../spec/canonicalJson.ts"
-import { type Receipt, receiptHash, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { type Receipt, receiptBytes, receiptHash, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
 import { sqliteFilename } from "../store/databaseUrl.ts"
 
@@ -68,11 +67,10 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
     }
 
     /** Hash and sign a receipt body (which already carries its prev_hash and key id). */
-    const seal = (unsigned: UnsignedReceipt): Receipt => ({
-      ...unsigned,
-      hash: receiptHash(unsigned),
-      signature: sign(null, Buffer.from(canonicalJson(unsigned), "utf8"), privateKey).toString("base64url")
-    })
+    const seal = (unsigned: UnsignedReceipt): Receipt => {
+      const bytes = receiptBytes(unsigned)
+      return { ...unsigned, hash: receiptHash(unsigned, bytes), signature: sign(null, bytes, privateKey).toString("base64url") }
+    }
 
     const publicKeys = Effect.map(
       sql<{ id: string; public_key: string; created_at: number; retired_at: number | null }>`
