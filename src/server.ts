@@ -8,6 +8,7 @@ import { Effect, Layer, Logger } from "effect"
 import { createServer } from "node:http"
 import { Settings } from "./domain/config.ts"
 import { app } from "./http/app.ts"
+import { makeRequestListener } from "./http/fast.ts"
 import { Bootstrap } from "./services/Bootstrap.ts"
 import { Gateway } from "./services/Gateway.ts"
 import { IdempotencyStore } from "./services/IdempotencyStore.ts"
@@ -33,8 +34,24 @@ export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, R
   Layer.provideMerge(Layer.mergeAll(DatabaseLive, NodeHttpClient.layerUndici))
 )
 
-/** The Node HTTP server on Settings.port/host. */
-export const NodeServerLive = Layer.unwrapEffect(Effect.map(Settings, (s) => NodeHttpServer.layer(createServer, { port: s.port, host: s.host })))
+/**
+ * The Node HTTP server on Settings.port/host, with one 'request' listener: the governed endpoints on
+ * the raw fast path (src/http/fast.ts), everything else on the Effect `app`. The listener is installed
+ * before the server listens; `HttpServer.HttpServer` (its address) is the platform's, over the same server.
+ */
+export const HttpLive = Layer.unwrapEffect(
+  Effect.map(Settings, (s) => {
+    const server = createServer()
+    const serve = Layer.scopedDiscard(
+      Effect.gen(function* () {
+        const listener = yield* makeRequestListener(app)
+        server.on("request", listener)
+        yield* Effect.addFinalizer(() => Effect.sync(() => server.off("request", listener)))
+      })
+    )
+    return NodeHttpServer.layer(() => server, { port: s.port, host: s.host }).pipe(Layer.provideMerge(serve))
+  })
+)
 
 /** Prints, once, what a new user needs to make a first call. Secrets here are shown once and never logged. */
 const Welcome = Layer.effectDiscard(
@@ -63,8 +80,8 @@ const Welcome = Layer.effectDiscard(
  * span per request, per SQL statement and per upstream call (and inject trace headers upstream),
  * a measurable share of the chat path's CPU (bench/README.md). Re-enable it with an exporter.
  */
-export const ServerLive = Layer.mergeAll(HttpServer.serve(app), Welcome).pipe(
-  Layer.provideMerge(NodeServerLive),
+export const ServerLive = Welcome.pipe(
+  Layer.provideMerge(HttpLive),
   Layer.provideMerge(ServicesLive),
   Layer.provide(Logger.json),
   Layer.provide(Layer.setTracerEnabled(false))

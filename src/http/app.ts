@@ -1,7 +1,9 @@
 /**
- * HTTP surface on @effect/platform's HttpRouter (the chat path is the hot path; HttpRouter costs less
- * per request than HttpApi decoding). Handlers are thin: read, call a service, write. Every failure,
- * including unknown routes and defects, leaves through src/http/errors.ts as an OpenAI error body.
+ * HTTP surface on @effect/platform's HttpRouter (HttpRouter costs less per request than HttpApi
+ * decoding). Handlers are thin: read, call a service, write. Every failure, including unknown routes
+ * and defects, leaves through src/http/errors.ts as an OpenAI error body. In the running server the
+ * two governed endpoints are served by src/http/fast.ts from the same `governedCalls`; their routes
+ * here stay for the OpenAPI document, router tests and as the reference the fast path is tested against.
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
@@ -23,6 +25,7 @@ import { responsesSurface, responsesToChat } from "../services/surfaces/response
 import type { Surface } from "../services/surfaces/Surface.ts"
 import { openApiDocument } from "./api.ts"
 import { docsPage } from "./docs.ts"
+import { readJsonBody } from "./body.ts"
 import * as S from "./schemas.ts"
 import { errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
 
@@ -31,51 +34,13 @@ const header = (req: HttpServerRequest.HttpServerRequest, name: string): string 
   return typeof v === "string" ? v : undefined
 }
 
-/**
- * The body as text, at most `maxBytes`. Past the limit the rest is drained unbuffered rather than
- * destroyed (as `withMaxBodySize` does), so a chunked upload still receives its 413 instead of a reset.
- */
-const readBodyText = (req: HttpServerRequest.HttpServerRequest, maxBytes: number, tooLarge: () => PayloadTooLarge) =>
-  Effect.async<string, PayloadTooLarge | InvalidRequest>((resume) => {
-    const source = NodeHttpServerRequest.toIncomingMessage(req)
-    const chunks: Array<Buffer> = []
-    let bytes = 0
-    let done = false
-    const finish = (result: Effect.Effect<string, PayloadTooLarge | InvalidRequest>) => {
-      if (done) return
-      done = true
-      chunks.length = 0
-      resume(result)
-    }
-    source.on("data", (chunk: Buffer) => {
-      if (done) return
-      bytes += chunk.length
-      if (bytes > maxBytes) finish(Effect.fail(tooLarge()))
-      else chunks.push(chunk)
-    })
-    source.once("end", () => finish(Effect.succeed(Buffer.concat(chunks).toString("utf8"))))
-    source.once("error", () => finish(Effect.fail(new InvalidRequest({ message: "The request body could not be read.", param: null }))))
-  })
-
-/** Read and parse a JSON body within the size limit: 413 when larger, 400 when not JSON. */
+/** Read and parse a JSON body within the size limit: 413 when larger, 400 when not JSON (src/http/body.ts). */
 export const readJson = (maxBytes: number) =>
-  Effect.gen(function* () {
-    const req = yield* HttpServerRequest.HttpServerRequest
-    const declared = Number(header(req, "content-length") ?? "0")
-    // Built only when needed: an Effect error captures a stack trace, too costly for every request.
-    const tooLarge = () => new PayloadTooLarge({ message: `The request body exceeds the limit of ${maxBytes} bytes.` })
-    if (declared > maxBytes) return yield* tooLarge()
-    const text = yield* readBodyText(req, maxBytes, tooLarge)
-    if (text.length === 0) return yield* new InvalidRequest({ message: "The request body is empty; send a JSON object.", param: null })
-    try {
-      return JSON.parse(text) as unknown
-    } catch {
-      return yield* new InvalidRequest({
-        message: "We could not parse the JSON body of your request. Send valid JSON with 'Content-Type: application/json'.",
-        param: null
-      })
-    }
-  })
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) =>
+    Effect.async<unknown, PayloadTooLarge | InvalidRequest>((resume) =>
+      readJsonBody(NodeHttpServerRequest.toIncomingMessage(req), maxBytes, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
+    )
+  )
 
 const toResponse = (reply: GatewayReply, headers: Record<string, string>): HttpServerResponse.HttpServerResponse =>
   reply._tag === "Sse"
@@ -107,8 +72,18 @@ const authenticated = <A, E, R>(f: (principal: Principal, req: HttpServerRequest
     return yield* f(principal, req)
   })
 
+/** What a governed endpoint hands the Gateway: the surface that renders, and the chat body to govern. */
+export type GovernedCall = (body: unknown) => Effect.Effect<{ readonly surface: Surface; readonly body: unknown }, GovernanceError>
+
+/** The governed endpoints by path; the fast path (src/http/fast.ts) serves the same table. */
+export const governedCalls: Readonly<Record<"/v1/chat/completions" | "/v1/responses", GovernedCall>> = {
+  "/v1/chat/completions": (body) => Effect.succeed({ surface: chatCompletionsSurface, body }),
+  "/v1/responses": (body) =>
+    Effect.map(responsesToChat(body), (chat) => ({ surface: responsesSurface(body as Record<string, unknown>), body: chat }))
+}
+
 /** A governed endpoint: authenticate, read the body, hand it to the Gateway on `surface`. */
-const governed = (toCall: (body: unknown) => Effect.Effect<{ readonly surface: Surface; readonly body: unknown }, GovernanceError>) =>
+const governed = (toCall: GovernedCall) =>
   Effect.gen(function* () {
     const settings = yield* Settings
     const gateway = yield* Gateway
@@ -134,11 +109,9 @@ const governed = (toCall: (body: unknown) => Effect.Effect<{ readonly surface: S
     )
   })
 
-const chatCompletions = governed((body) => Effect.succeed({ surface: chatCompletionsSurface, body }))
+const chatCompletions = governed(governedCalls["/v1/chat/completions"])
 
-const responses = governed((body) =>
-  Effect.map(responsesToChat(body), (chat) => ({ surface: responsesSurface(body as Record<string, unknown>), body: chat }))
-)
+const responses = governed(governedCalls["/v1/responses"])
 
 const routingEvaluate = Effect.gen(function* () {
   const settings = yield* Settings
@@ -377,7 +350,6 @@ export const router = HttpRouter.empty.pipe(
   HttpRouter.concat(adminRoutes)
 )
 
-/** The whole app: the router plus the catch-all that turns unknown routes and defects into OpenAI errors. */
 /** A bounded label for a request path (ids folded), for metrics and logs. */
 export const endpointLabel = (url: string): string => {
   const path = url.split("?")[0] ?? ""
@@ -403,6 +375,35 @@ const withCatchAll = router.pipe(
   )
 )
 
+/**
+ * One access log line, written directly in Logger.json's shape: the Effect logger costs ≈ 140 µs a
+ * line (bench/README.md). The caller is a key id and project, never the secret.
+ */
+export const logAccess = (
+  method: string,
+  endpoint: string,
+  status: number,
+  seconds: number,
+  requestId: string | undefined,
+  caller: { readonly keyId: string; readonly projectId: string } | undefined
+): void =>
+  console.log(
+    JSON.stringify({
+      message: "request",
+      logLevel: "INFO",
+      timestamp: new Date().toISOString(),
+      annotations: {
+        method,
+        endpoint,
+        status,
+        duration_ms: Math.round(seconds * 10_000) / 10,
+        request_id: requestId ?? null,
+        key_id: caller?.keyId ?? null,
+        project_id: caller?.projectId ?? null
+      }
+    })
+  )
+
 /** The whole app: the router, the catch-all, and per request one metric update and one access log line. */
 export const app = Effect.gen(function* () {
   const settings = yield* Settings
@@ -414,24 +415,8 @@ export const app = Effect.gen(function* () {
   const endpoint = endpointLabel(req.url)
   metrics.request(endpoint, response.status, seconds)
   if (settings.accessLog) {
-    // Written directly in Logger.json's shape: the Effect logger costs ≈ 140 µs a line (bench/README.md).
     const caller = yield* FiberRef.get(CurrentCaller)
-    console.log(
-      JSON.stringify({
-        message: "request",
-        logLevel: "INFO",
-        timestamp: new Date().toISOString(),
-        annotations: {
-          method: req.method,
-          endpoint,
-          status: response.status,
-          duration_ms: Math.round(seconds * 10_000) / 10,
-          request_id: response.headers["x-request-id"] ?? null,
-          key_id: caller?.keyId ?? null,
-          project_id: caller?.projectId ?? null
-        }
-      })
-    )
+    logAccess(req.method, endpoint, response.status, seconds, response.headers["x-request-id"], caller)
   }
   return response
 })

@@ -1,0 +1,194 @@
+/**
+ * The hot path on raw node:http: `POST /v1/chat/completions` and `POST /v1/responses` are served by a
+ * plain request listener that calls the same services as the Effect handlers in src/http/app.ts, and
+ * every other request goes to the Effect app unchanged. The Effect HTTP server costs several hundred
+ * µs of CPU per request (bench/README.md); here the per-request work is one fiber for the governed
+ * call, headers read straight from IncomingMessage, and one write.
+ *
+ * What a client sees is the same as through `app`: the same statuses, headers and bodies (errors
+ * through src/http/errors.ts, bodies read by src/http/body.ts), the same metric and access log line.
+ * As under the Effect server, the governed call itself is not interrupted when the client hangs up
+ * (the platform runs a handler uninterruptibly); a stream is, so the Gateway's finalizers settle it.
+ * One deliberate difference: when the client left before the stream's headers, the Effect server
+ * interrupted the stream before it ran, so its finalizer never did and the request stayed pending
+ * until the recovery sweep; here the stream is started, then interrupted, and settles at once.
+ */
+import { type HttpApp, HttpServerError, type HttpServerResponse } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Cause, Chunk, Effect, Exit, Option, Runtime, Stream } from "effect"
+import type { IncomingMessage, ServerResponse } from "node:http"
+import { Settings } from "../domain/config.ts"
+import type { GovernanceError } from "../domain/errors.ts"
+import { Gateway, type GatewayReply } from "../services/Gateway.ts"
+import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
+import { Metrics } from "../services/Metrics.ts"
+import { type GovernedCall, governedCalls, logAccess } from "./app.ts"
+import { readJsonBody } from "./body.ts"
+import { errorResponse, internalError, logDefect, wireError } from "./errors.ts"
+
+type FastPath = keyof typeof governedCalls
+
+const header = (req: IncomingMessage, name: string): string | undefined => {
+  const v = req.headers[name]
+  return typeof v === "string" ? v : undefined
+}
+
+/** The governed endpoint a request is for, or undefined when the Effect app serves it. */
+export const fastPathOf = (req: IncomingMessage): FastPath | undefined => {
+  if (req.method !== "POST") return undefined
+  const url = req.url ?? ""
+  const q = url.indexOf("?")
+  const path = q === -1 ? url : url.slice(0, q)
+  return path === "/v1/chat/completions" || path === "/v1/responses" ? path : undefined
+}
+
+/** Write a response built for the Effect server (JSON error bodies), as its node handler does. */
+const writeResponse = (res: ServerResponse, response: HttpServerResponse.HttpServerResponse): void => {
+  if (res.writableEnded) return
+  res.writeHead(response.status, response.headers)
+  res.end(response.body._tag === "Uint8Array" ? response.body.body : undefined)
+}
+
+/** Write a JSON (or replayed) reply with the headers gathered along the pipeline. */
+const writeBody = (res: ServerResponse, reply: Extract<GatewayReply, { _tag: "Body" }>, headers: Record<string, string>): void => {
+  if (res.writableEnded) return
+  const length = typeof reply.body === "string" ? Buffer.byteLength(reply.body) : reply.body.byteLength
+  const out: Record<string, string> = { ...headers, "content-type": reply.contentType }
+  if (length > 0) out["content-length"] = String(length)
+  res.writeHead(reply.status, out)
+  res.end(reply.body)
+}
+
+/**
+ * Pipe an SSE stream into the response, waiting for 'drain' when the socket buffer is full. Ends the
+ * response however the stream ends; a defect is logged (the client has its headers already).
+ */
+const pipeStream = (stream: Stream.Stream<Uint8Array>, res: ServerResponse): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const drained = Effect.unsafeMakeLatch()
+    res.on("drain", () => drained.unsafeOpen())
+    return stream.pipe(
+      Stream.runForEachChunk((chunk) => {
+        let full = false
+        for (const bytes of Chunk.toReadonlyArray(chunk)) full = !res.write(bytes)
+        if (!full) return Effect.void
+        drained.unsafeClose()
+        return drained.await
+      }),
+      Effect.onExit((exit) =>
+        Effect.suspend(() => {
+          if (!res.writableEnded) res.end()
+          return Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause) ? logDefect(exit.cause) : Effect.void
+        })
+      )
+    )
+  })
+
+/**
+ * The fast-path handler, built once at server start with the services and a Runtime captured there
+ * (the logger and tracer settings of ServerLive included).
+ */
+export const makeFastHandler = Effect.gen(function* () {
+  const settings = yield* Settings
+  const metrics = yield* Metrics
+  const keys = yield* KeyRegistry
+  const gateway = yield* Gateway
+  const runtime = yield* Effect.runtime<never>()
+  const runFork = Runtime.runFork(runtime)
+
+  const readJson = (req: IncomingMessage) =>
+    Effect.async<unknown, GovernanceError>((resume) =>
+      readJsonBody(req, settings.maxBodyBytes, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
+    )
+
+  return (req: IncomingMessage, res: ServerResponse, path: FastPath): void => {
+    const start = performance.now()
+    const toCall: GovernedCall = governedCalls[path]
+    const headers: Record<string, string> = {}
+    let caller: Principal | undefined
+    const call = Effect.flatMap(keys.authenticate(header(req, "authorization")), (principal) => {
+      caller = principal
+      return Effect.flatMap(readJson(req), (clientBody) =>
+        Effect.flatMap(toCall(clientBody), ({ body, surface }) =>
+          gateway.handle({
+            principal,
+            surface,
+            body,
+            clientBody,
+            idempotencyKeyHeader: header(req, "idempotency-key"),
+            maxCreditsHeader: header(req, "x-max-credits"),
+            headers
+          })
+        )
+      )
+    })
+
+    const record = (status: number, requestId: string | undefined) => {
+      const seconds = (performance.now() - start) / 1000
+      metrics.request(path, status, seconds)
+      if (settings.accessLog) logAccess("POST", path, status, seconds, requestId, caller)
+    }
+
+    const respond = (exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
+      if (Exit.isSuccess(exit)) {
+        const reply = exit.value
+        if (reply._tag === "Body") {
+          record(reply.status, headers["x-request-id"])
+          return writeBody(res, reply, headers)
+        }
+        record(200, headers["x-request-id"])
+        res.writeHead(200, { ...headers, "cache-control": "no-cache", "x-accel-buffering": "no", "content-type": "text/event-stream" })
+        const streaming = runFork(pipeStream(reply.stream, res))
+        // A client that hangs up interrupts the stream, so the Gateway settles for what was delivered;
+        // one already gone is interrupted once the stream has started (its finalizer registered).
+        const hangUp = () => {
+          if (!res.writableEnded) streaming.unsafeInterruptAsFork(HttpServerError.clientAbortFiberId)
+        }
+        if (res.destroyed) hangUp()
+        else res.once("close", hangUp)
+        return
+      }
+      const failure = Cause.failureOption(exit.cause)
+      if (Option.isSome(failure)) {
+        const response = errorResponse(wireError(failure.value), headers)
+        record(response.status, response.headers["x-request-id"])
+        return writeResponse(res, response)
+      }
+      if (Cause.isInterruptedOnly(exit.cause)) {
+        // Only a shutting-down runtime interrupts the call; the Effect server answers 503 then.
+        if (!res.headersSent) res.writeHead(503)
+        res.end()
+        return
+      }
+      runFork(logDefect(exit.cause))
+      record(internalError.status, internalError.headers["x-request-id"])
+      writeResponse(res, internalError)
+    }
+
+    runFork(call).addObserver((exit) => {
+      try {
+        respond(exit)
+      } catch (error) {
+        // Writing failed (a header node rejects, say): a defect of ours, never a crash of the process.
+        runFork(logDefect(Cause.die(error)))
+        if (!res.headersSent) writeResponse(res, internalError)
+        else res.destroy()
+      }
+    })
+  }
+})
+
+/**
+ * The server's one 'request' listener: the governed endpoints on the fast path, everything else on
+ * the Effect `app` through the platform's own node handler (routes, errors, metrics, access log).
+ */
+export const makeRequestListener = <E, R>(app: HttpApp.Default<E, R>) =>
+  Effect.gen(function* () {
+    const effectHandler = yield* NodeHttpServer.makeHandler(app)
+    const fast = yield* makeFastHandler
+    return (req: IncomingMessage, res: ServerResponse): void => {
+      const path = fastPathOf(req)
+      if (path === undefined) effectHandler(req, res)
+      else fast(req, res, path)
+    }
+  })

@@ -1,0 +1,342 @@
+/**
+ * The raw node:http fast path for POST /v1/chat/completions and /v1/responses (src/http/fast.ts).
+ * Parity: the same requests through the Effect `app` and through the fast path, on the same services,
+ * get the same statuses, headers and bodies. Then, on the real server (ServerLive): what is specific
+ * to a hand-written handler — draining an oversized upload, counting and logging its requests, and
+ * settling a stream whose client hangs up.
+ */
+import { NodeHttpServer } from "@effect/platform-node"
+import { Effect, Layer, Logger, ManagedRuntime } from "effect"
+import { Agent, createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
+import type { AddressInfo } from "node:net"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { makeSettings, Settings } from "../../src/domain/config.ts"
+import { app } from "../../src/http/app.ts"
+import { makeRequestListener } from "../../src/http/fast.ts"
+import { ServicesLive } from "../../src/server.ts"
+import { Bootstrap } from "../../src/services/Bootstrap.ts"
+import { Gateway } from "../../src/services/Gateway.ts"
+import { mockGatewayFile, useMockedGateway } from "../support/gateway.ts"
+import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
+
+const MAX_BODY = 64 * 1024
+
+interface RawReply {
+  readonly status: number
+  readonly headers: IncomingHttpHeaders
+  readonly body: string
+  /** The request went out on a kept-alive connection that had served an earlier request. */
+  readonly reusedSocket: boolean
+}
+
+/** One raw HTTP/1.1 call; `chunks` sends a chunked body (no Content-Length) piece by piece. */
+const send = (
+  origin: string,
+  path: string,
+  opts: { method?: string; headers?: Record<string, string>; body?: string; chunks?: ReadonlyArray<string>; agent?: Agent; signal?: AbortSignal } = {}
+): Promise<RawReply> =>
+  new Promise((resolve, reject) => {
+    const req = request(`${origin}${path}`, { method: opts.method ?? "POST", headers: opts.headers, agent: opts.agent, signal: opts.signal }, (res) => {
+      let body = ""
+      res.setEncoding("utf8")
+      res.on("data", (d: string) => (body += d))
+      res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, body, reusedSocket: req.reusedSocket }))
+      res.on("error", reject)
+    })
+    req.on("error", reject)
+    if (opts.chunks !== undefined) {
+      const pieces = [...opts.chunks]
+      const next = () => {
+        const piece = pieces.shift()
+        if (piece === undefined) req.end()
+        else req.write(piece, next)
+      }
+      next()
+    } else req.end(opts.body)
+  })
+
+const listen = (server: Server): Promise<string> =>
+  new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)))
+
+const close = (server: Server): Promise<void> =>
+  new Promise((resolve) => {
+    server.closeAllConnections()
+    server.close(() => resolve())
+  })
+
+/** Ids, timestamps and the rate-limit counters differ between two calls; everything else must not. */
+const normalize = (r: RawReply) => {
+  const { date: _date, connection: _connection, "keep-alive": _keepAlive, ...headers } = r.headers
+  for (const h of ["x-request-id", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"]) if (h in headers) headers[h] = "<varies>"
+  const body = r.body
+    .replace(/\b(chatcmpl-|resp_|msg_|req_|rcpt_)[a-z0-9]+/g, "$1<id>")
+    .replace(/"(created|created_at)":\d+/g, '"$1":0')
+  // Ids are fixed-length, so Content-Length must match too; check it against the body actually sent.
+  if (headers["content-length"] !== undefined) expect(Number(headers["content-length"])).toBe(Buffer.byteLength(r.body))
+  return { status: r.status, headers, body }
+}
+
+const servicesRuntime = (settings: ReturnType<typeof makeSettings>) =>
+  ManagedRuntime.make(
+    ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json), Layer.provide(Layer.setTracerEnabled(false)))
+  )
+
+describe("the fast path answers exactly like the Effect handlers", () => {
+  let upstream: MockUpstream
+  let runtime: ReturnType<typeof servicesRuntime>
+  let viaEffect: Server
+  let viaFast: Server
+  let origins: { effect: string; fast: string }
+  let key: string
+
+  beforeAll(async () => {
+    upstream = await startMockUpstream()
+    const settings = makeSettings({
+      gateway: mockGatewayFile(upstream.url, [
+        { name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true },
+        { name: "broken", provider: "mock", upstream_model: "broken-model", max_output_tokens: 256, auto: false }
+      ]),
+      maxBodyBytes: MAX_BODY,
+      upstreamRetries: 0
+    })
+    upstream.behaviorsByModel.set("broken-model", { status: 500 })
+    runtime = servicesRuntime(settings)
+    // Both servers on the same services (one store, one rate limiter): only the HTTP handling differs.
+    viaEffect = createServer(await runtime.runPromise(NodeHttpServer.makeHandler(app)))
+    viaFast = createServer(await runtime.runPromise(makeRequestListener(app)))
+    origins = { effect: await listen(viaEffect), fast: await listen(viaFast) }
+    key = (await runtime.runPromise(Bootstrap)).firstStart!.developmentKey
+  })
+
+  afterAll(async () => {
+    await close(viaEffect)
+    await close(viaFast)
+    await runtime.dispose()
+    await upstream.close()
+  })
+
+  const auth = () => ({ authorization: `Bearer ${key}`, "content-type": "application/json" })
+  const chat = (extra: Record<string, unknown> = {}) => JSON.stringify({ model: "auto", messages: [{ role: "user", content: "parity" }], ...extra })
+  const big = JSON.stringify({ model: "auto", messages: [{ role: "user", content: "x".repeat(MAX_BODY) }] })
+
+  const cases: ReadonlyArray<[string, string, () => Parameters<typeof send>[2]]> = [
+    ["401: no key", "/v1/chat/completions", () => ({ headers: { "content-type": "application/json" }, body: chat() })],
+    ["401: a malformed key", "/v1/responses", () => ({ headers: { authorization: "Bearer sk-nope" }, body: "{}" })],
+    ["400: an empty body", "/v1/chat/completions", () => ({ headers: auth(), body: "" })],
+    ["400: malformed JSON", "/v1/chat/completions", () => ({ headers: auth(), body: "{not json" })],
+    ["400: malformed JSON on /v1/responses", "/v1/responses", () => ({ headers: auth(), body: "[" })],
+    ["400: not an object", "/v1/chat/completions", () => ({ headers: auth(), body: "[]" })],
+    ["400: a Responses body that does not translate", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto" }) })],
+    ["400: a bad X-Max-Credits", "/v1/chat/completions", () => ({ headers: { ...auth(), "x-max-credits": "lots" }, body: chat() })],
+    ["413: declared by Content-Length", "/v1/chat/completions", () => ({ headers: auth(), body: big })],
+    ["413: chunked, no Content-Length", "/v1/responses", () => ({ headers: auth(), chunks: big.match(/[\s\S]{1,4096}/g)! })],
+    ["422: an image part", "/v1/chat/completions", () => ({
+      headers: auth(),
+      body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://x/y.png" } }] }] })
+    })],
+    ["503: an unknown model", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ model: "nope" }) })],
+    ["503: the upstream fails (request id and rate-limit headers kept)", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ model: "broken" }) })],
+    ["200: chat completion, with a query string", "/v1/chat/completions?x=1", () => ({ headers: auth(), body: chat() })],
+    ["200: responses", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto", input: "parity" }) })],
+    ["200: a stream", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ stream: true, stream_options: { include_usage: true } }) })],
+    ["200: a Responses stream", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto", input: "parity", stream: true }) })]
+  ]
+
+  for (const [name, path, opts] of cases) {
+    it(name, async () => {
+      const effect = normalize(await send(origins.effect, path, opts()))
+      const fast = normalize(await send(origins.fast, path, opts()))
+      expect(fast).toEqual(effect)
+      expect(fast.status).toBe(Number(name.slice(0, 3)))
+    })
+  }
+
+  it("an idempotent replay: the stored body again, flagged idempotent-replayed", async () => {
+    const twice = async (origin: string, idempotencyKey: string) => {
+      const opts = { headers: { ...auth(), "idempotency-key": idempotencyKey }, body: chat() }
+      const first = await send(origin, "/v1/chat/completions", opts)
+      const second = await send(origin, "/v1/chat/completions", opts)
+      expect(second.headers["idempotent-replayed"]).toBe("true")
+      expect(second.headers["x-request-id"]).toBe(first.headers["x-request-id"])
+      expect(second.body).toBe(first.body)
+      return normalize(second)
+    }
+    expect(await twice(origins.fast, "parity-fast")).toEqual(await twice(origins.effect, "parity-effect"))
+  })
+
+  it("every other request still goes to the Effect app", async () => {
+    for (const [method, path] of [["GET", "/v1/chat/completions"], ["PUT", "/v1/responses"], ["POST", "/v1/chat/completion"]] as const) {
+      const effect = normalize(await send(origins.effect, path, { method, headers: auth() }))
+      const fast = normalize(await send(origins.fast, path, { method, headers: auth() }))
+      expect(fast).toEqual(effect)
+      expect(JSON.parse(fast.body).error.code).toBe("unknown_url")
+    }
+    const models = await send(origins.fast, "/v1/models", { method: "GET", headers: auth() })
+    expect(models.status).toBe(200)
+  })
+})
+
+describe("a defect on the fast path", () => {
+  it("is the same generic 500 as through the Effect app, logged for operators, never a stack trace to the client", async () => {
+    const upstream = await startMockUpstream()
+    const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
+    const dying = Layer.succeed(
+      Gateway,
+      Gateway.make({ handle: () => Effect.die(new Error("secret internals")), evaluate: () => Effect.die("unused") })
+    )
+    const runtime = ManagedRuntime.make(
+      Layer.merge(ServicesLive, dying).pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json))
+    )
+    const viaEffect = createServer(await runtime.runPromise(NodeHttpServer.makeHandler(app)))
+    const viaFast = createServer(await runtime.runPromise(makeRequestListener(app)))
+    const lines: Array<string> = []
+    const original = console.log
+    try {
+      const origins = [await listen(viaEffect), await listen(viaFast)]
+      const key = (await runtime.runPromise(Bootstrap)).firstStart!.developmentKey
+      const opts = { headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: "die" }] }) }
+      console.log = (...args: Array<unknown>) => void lines.push(args.map(String).join(" "))
+      const [effect, fast] = [normalize(await send(origins[0]!, "/v1/chat/completions", opts)), normalize(await send(origins[1]!, "/v1/chat/completions", opts))]
+      await new Promise((r) => setTimeout(r, 50))
+      console.log = original
+      expect(fast).toEqual(effect)
+      expect(fast.status).toBe(500)
+      expect(JSON.parse(fast.body).error.code).toBe("internal_error")
+      expect(fast.body).not.toContain("secret internals")
+      const defects = lines.filter((l) => l.includes("unhandled failure") && l.includes("secret internals"))
+      expect(defects).toHaveLength(2)
+    } finally {
+      console.log = original
+      await close(viaEffect)
+      await close(viaFast)
+      await runtime.dispose()
+      await upstream.close()
+    }
+  })
+})
+
+describe("the fast path on the real server", () => {
+  const env = useMockedGateway({ beforeAll, afterAll }, (url) => mockGatewayFile(url), { maxBodyBytes: MAX_BODY })
+  const auth = () => ({ authorization: `Bearer ${env.gateway.devKey}`, "content-type": "application/json" })
+
+  const requestStatus = async (id: string): Promise<string> => {
+    const res = await fetch(`${env.gateway.url}/requests/${id}`, { headers: { authorization: `Bearer ${env.gateway.devKey}` } })
+    expect(res.status).toBe(200)
+    return ((await res.json()) as { status: string }).status
+  }
+
+  const settledStatus = async (id: string): Promise<string> => {
+    const deadline = Date.now() + 5_000
+    for (;;) {
+      const status = await requestStatus(id)
+      if (status !== "pending" || Date.now() > deadline) return status
+      await new Promise((r) => setTimeout(r, 25))
+    }
+  }
+
+  it("a chunked upload 16× over the limit gets its 413 and the connection stays usable (drained, not reset)", async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    try {
+      const huge = JSON.stringify({ model: "auto", messages: [{ role: "user", content: "z".repeat(16 * MAX_BODY) }] })
+      const tooLarge = await send(env.gateway.origin, "/v1/chat/completions", { headers: auth(), chunks: huge.match(/[\s\S]{1,16384}/g)!, agent })
+      expect(tooLarge.status).toBe(413)
+      expect(JSON.parse(tooLarge.body).error.code).toBe("request_too_large")
+      const next = await send(env.gateway.origin, "/v1/chat/completions", { headers: auth(), body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: "after" }] }), agent })
+      expect(next.status).toBe(200)
+      expect(next.reusedSocket).toBe(true)
+    } finally {
+      agent.destroy()
+    }
+  })
+
+  const abortedStream = async (abortWhen: "headers" | "before-headers") => {
+    const ac = new AbortController()
+    let requestId: string | undefined
+    const body = JSON.stringify({ model: "auto", stream: true, messages: [{ role: "user", content: `abort ${abortWhen}` }] })
+    const res = fetch(`${env.gateway.url}/chat/completions`, { method: "POST", headers: auth(), body, signal: ac.signal })
+    if (abortWhen === "before-headers") setTimeout(() => ac.abort(), 100)
+    await res.then(
+      async (r) => {
+        requestId = r.headers.get("x-request-id")!
+        const reader = r.body!.getReader()
+        await reader.read()
+        ac.abort()
+      },
+      (e: Error) => expect(e.name).toBe("AbortError")
+    )
+    return requestId
+  }
+
+  it("a client that hangs up mid-stream leaves its request settled, never pending", async () => {
+    env.upstream.pushBehavior({ chunkDelayMs: 200 })
+    const id = (await abortedStream("headers"))!
+    expect(["completed", "failed"]).toContain(await settledStatus(id))
+  })
+
+  // Under the Effect server this request stayed pending (the stream was interrupted before it ran, so
+  // its finalizer never did) until the recovery sweep; the fast path starts the stream, then interrupts it.
+  it("a client that hangs up before the stream's headers leaves its request failed, never pending", async () => {
+    const db = env.gateway.db()
+    const count = () => (db.prepare("SELECT count(*) AS n FROM requests").get() as { n: number }).n
+    const before = count()
+    env.upstream.pushBehavior({ delayMs: 400 })
+    expect(await abortedStream("before-headers")).toBeUndefined()
+    // The request id never reached the client: find the request in the store.
+    const deadline = Date.now() + 5_000
+    while (count() === before && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 25))
+    const row = db.prepare("SELECT id FROM requests ORDER BY rowid DESC LIMIT 1").get() as { id: string }
+    expect(await settledStatus(row.id)).toBe("failed")
+  })
+})
+
+describe("the fast path's metrics and access log", () => {
+  const logged = useMockedGateway({ beforeAll, afterAll }, (url) => mockGatewayFile(url), { accessLog: true })
+  const auth = () => ({ authorization: `Bearer ${logged.gateway.devKey}`, "content-type": "application/json" })
+
+  it("counts and logs its requests like the Effect app: endpoint, status, request id, key id (never the secret)", async () => {
+    const metric = async (labels: string) => {
+      const text = await (await fetch(`${logged.gateway.origin}/metrics`)).text()
+      const line = text.split("\n").find((l) => l.startsWith("tollgate_http_requests_total{") && l.includes(labels))
+      return line === undefined ? 0 : Number(line.split(" ").at(-1))
+    }
+    const labels = {
+      chat401: 'endpoint="/v1/chat/completions",status="401"',
+      chat400: 'endpoint="/v1/chat/completions",status="400"',
+      chat200: 'endpoint="/v1/chat/completions",status="200"',
+      responses200: 'endpoint="/v1/responses",status="200"'
+    }
+    const before = Object.fromEntries(await Promise.all(Object.entries(labels).map(async ([k, l]) => [k, await metric(l)] as const)))
+    const lines: Array<string> = []
+    const original = console.log
+    console.log = (...args: Array<unknown>) => void lines.push(args.map(String).join(" "))
+    let replies: Array<RawReply>
+    try {
+      replies = [
+        await send(logged.gateway.origin, "/v1/chat/completions", { headers: { "content-type": "application/json" }, body: "{}" }),
+        await send(logged.gateway.origin, "/v1/chat/completions", { headers: auth(), body: "{oops" }),
+        await send(logged.gateway.origin, "/v1/chat/completions", { headers: auth(), body: JSON.stringify({ model: "auto", stream: true, messages: [{ role: "user", content: "log" }] }) }),
+        await send(logged.gateway.origin, "/v1/responses", { headers: auth(), body: JSON.stringify({ model: "auto", input: "log" }) })
+      ]
+    } finally {
+      console.log = original
+    }
+    expect(replies.map((r) => r.status)).toEqual([401, 400, 200, 200])
+    for (const [k, l] of Object.entries(labels)) expect(await metric(l), k).toBe(before[k]! + 1)
+
+    const entries = lines.map((l) => JSON.parse(l)).filter((l) => l.message === "request").map((l) => l.annotations)
+    expect(entries).toHaveLength(4)
+    expect(entries.map((e) => [e.method, e.endpoint, e.status])).toEqual([
+      ["POST", "/v1/chat/completions", 401],
+      ["POST", "/v1/chat/completions", 400],
+      ["POST", "/v1/chat/completions", 200],
+      ["POST", "/v1/responses", 200]
+    ])
+    expect(entries[0]).toMatchObject({ key_id: null, project_id: null, request_id: null })
+    expect(entries[1]).toMatchObject({ project_id: logged.gateway.projectId, request_id: null })
+    expect(entries[1].key_id).toMatch(/^key_/)
+    expect(entries[2].request_id).toBe(replies[2]!.headers["x-request-id"])
+    expect(entries[3].request_id).toBe(replies[3]!.headers["x-request-id"])
+    for (const e of entries) expect(e.duration_ms).toBeGreaterThanOrEqual(0)
+    expect(lines.join("\n")).not.toContain(logged.gateway.devKey.split("_")[3]!)
+  })
+})
