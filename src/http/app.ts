@@ -7,7 +7,7 @@
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { Cause, Clock, Effect, FiberRef, Option } from "effect"
+import { Cause, Clock, Effect, FiberRef, Option, Stream } from "effect"
 import { Settings } from "../domain/config.ts"
 import { type AdminError, type GovernanceError, InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
@@ -44,7 +44,7 @@ export const readJson = (maxBytes: number) =>
 
 const toResponse = (reply: GatewayReply, headers: Record<string, string>): HttpServerResponse.HttpServerResponse =>
   reply._tag === "Sse"
-    ? HttpServerResponse.stream(reply.stream, {
+    ? HttpServerResponse.stream(Stream.fromAsyncIterable(reply.frames, (e: unknown) => e).pipe(Stream.ensuring(Effect.sync(reply.cancel))), {
         contentType: "text/event-stream",
         headers: { ...headers, "cache-control": "no-cache", "x-accel-buffering": "no" }
       })

@@ -8,14 +8,13 @@
  * What a client sees is the same as through `app`: the same statuses, headers and bodies (errors
  * through src/http/errors.ts, bodies read by src/http/body.ts), the same metric and access log line.
  * As under the Effect server, the governed call itself is not interrupted when the client hangs up
- * (the platform runs a handler uninterruptibly); a stream is, so the Gateway's finalizers settle it.
- * One deliberate difference: when the client left before the stream's headers, the Effect server
- * interrupted the stream before it ran, so its finalizer never did and the request stayed pending
- * until the recovery sweep; here the stream is started, then interrupted, and settles at once.
+ * (the platform runs a handler uninterruptibly); a stream is cancelled, and the Gateway settles it for
+ * what was delivered — also when the client left before the stream's headers (under the Effect server
+ * such a request used to stay pending until the recovery sweep).
  */
-import { type HttpApp, HttpServerError, type HttpServerResponse } from "@effect/platform"
+import type { HttpApp, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Cause, Chunk, Effect, Exit, Option, Runtime, Stream } from "effect"
+import { Cause, Effect, Exit, Option, Runtime } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Settings } from "../domain/config.ts"
 import type { GovernanceError } from "../domain/errors.ts"
@@ -59,30 +58,38 @@ const writeBody = (res: ServerResponse, reply: Extract<GatewayReply, { _tag: "Bo
   res.end(reply.body)
 }
 
-/**
- * Pipe an SSE stream into the response, waiting for 'drain' when the socket buffer is full. Ends the
- * response however the stream ends; a defect is logged (the client has its headers already).
- */
-const pipeStream = (stream: Stream.Stream<Uint8Array>, res: ServerResponse): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    const drained = Effect.unsafeMakeLatch()
-    res.on("drain", () => drained.unsafeOpen())
-    return stream.pipe(
-      Stream.runForEachChunk((chunk) => {
-        let full = false
-        for (const bytes of Chunk.toReadonlyArray(chunk)) full = !res.write(bytes)
-        if (!full) return Effect.void
-        drained.unsafeClose()
-        return drained.await
-      }),
-      Effect.onExit((exit) =>
-        Effect.suspend(() => {
-          if (!res.writableEnded) res.end()
-          return Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause) ? logDefect(exit.cause) : Effect.void
-        })
-      )
-    )
+/** Resolve once the response can take more bytes, or is gone. */
+const drainedOrClosed = (res: ServerResponse) =>
+  new Promise<void>((resolve) => {
+    const done = () => {
+      res.off("drain", done)
+      res.off("close", done)
+      resolve()
+    }
+    res.on("drain", done)
+    res.on("close", done)
   })
+
+/**
+ * Write a streamed reply's frames, waiting for 'drain' when the socket buffer is full. A client that
+ * hangs up cancels the reply (the Gateway stops reading the upstream and settles for what was
+ * delivered); the frames are then read to their end unwritten, so the settlement completes.
+ */
+const pipeFrames = async (reply: Extract<GatewayReply, { _tag: "Sse" }>, res: ServerResponse): Promise<void> => {
+  const hangUp = () => {
+    if (!res.writableEnded) reply.cancel()
+  }
+  if (res.destroyed) hangUp()
+  else res.once("close", hangUp)
+  try {
+    for await (const frame of reply.frames) {
+      if (res.destroyed) continue
+      if (!res.write(frame)) await drainedOrClosed(res)
+    }
+  } finally {
+    if (!res.writableEnded) res.end()
+  }
+}
 
 /**
  * The fast-path handler, built once at server start with the services and a Runtime captured there
@@ -138,14 +145,7 @@ export const makeFastHandler = Effect.gen(function* () {
         }
         record(200, headers["x-request-id"])
         res.writeHead(200, { ...headers, "cache-control": "no-cache", "x-accel-buffering": "no", "content-type": "text/event-stream" })
-        const streaming = runFork(pipeStream(reply.stream, res))
-        // A client that hangs up interrupts the stream, so the Gateway settles for what was delivered;
-        // one already gone is interrupted once the stream has started (its finalizer registered).
-        const hangUp = () => {
-          if (!res.writableEnded) streaming.unsafeInterruptAsFork(HttpServerError.clientAbortFiberId)
-        }
-        if (res.destroyed) hangUp()
-        else res.once("close", hangUp)
+        pipeFrames(reply, res).catch((error: unknown) => runFork(logDefect(Cause.die(error))))
         return
       }
       const failure = Cause.failureOption(exit.cause)

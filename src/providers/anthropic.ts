@@ -19,7 +19,7 @@
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Chunk, Duration, Effect, Either, Option, Redacted, Stream } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
-import { catchTransport, type ChatProvider, statusFailure, timeoutFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
+import { catchTransport, type ChatProvider, dataEventsOf, statusFailure, timeoutFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
 import { sseData } from "./sse.ts"
 
 type AnthropicConfig = Extract<ProviderConfig, { type: "anthropic" }>
@@ -453,7 +453,7 @@ export const makeAnthropicProvider = (
         else if (Option.isSome(next.left)) return yield* next.left.value
         else ended = true
       }
-      return ended ? Stream.fromChunk(first) : Stream.concat(Stream.fromChunk(first), Stream.repeatEffectChunkOption(pull))
+      return yield* dataEventsOf(ended ? Stream.fromChunk(first) : Stream.concat(Stream.fromChunk(first), Stream.repeatEffectChunkOption(pull)))
     }).pipe(Effect.timeoutFail({ duration: timeout, onTimeout: timedOut }))
 
   return { type: "anthropic", complete, stream }

@@ -2,11 +2,11 @@
  * The built-in `demo` provider: a deterministic echo model that needs no network, so `npm start`
  * serves a working route on a fresh machine. Token counts are real (o200k_base), usage is reported.
  */
-import { Effect, Stream } from "effect"
+import { Effect } from "effect"
 import { decode, encode } from "gpt-tokenizer"
 import { randomBase32 } from "../domain/ids.ts"
 import { countChat, countText } from "../services/Tokenizer.ts"
-import type { ChatProvider } from "./Provider.ts"
+import type { ChatProvider, DataEvents } from "./Provider.ts"
 
 const lastUserText = (messages: unknown): string => {
   if (!Array.isArray(messages)) return ""
@@ -78,7 +78,8 @@ export const makeDemoProvider = (delayMs = 0): ChatProvider => {
           chunk([{ index: 0, delta: {}, finish_reason: r.finish }]),
           chunk([], { usage: usageOf(r) })
         ]
-        return Stream.fromIterable(events)
+        // Each event its own batch, as a real upstream's would arrive.
+        return { async *[Symbol.asyncIterator]() { for (const e of events) yield [e] } } satisfies DataEvents
       })
     )
 

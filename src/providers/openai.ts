@@ -7,11 +7,11 @@
  * call on the bench box (bench/README.md). Timeouts are undici's own (headers, and idle time between
  * body chunks), and an interrupted call aborts its request.
  */
-import { Effect, Redacted, Stream } from "effect"
+import { Effect, Redacted } from "effect"
 import { Agent, errors as undiciErrors, request } from "undici"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
 import { type ChatProvider, statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
-import { sseData } from "./sse.ts"
+import { sseEvents } from "./sse.ts"
 
 type OpenAIConfig = Extract<ProviderConfig, { type: "openai" }>
 
@@ -103,8 +103,8 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
         const text = yield* Effect.tryPromise(() => res.body.text()).pipe(Effect.orElseSucceed(() => ""))
         return yield* statusFailure(res.statusCode, upstreamErrorDetail(text))
       }
-      const bytes = Stream.fromAsyncIterable(res.body as AsyncIterable<Uint8Array>, (e) => failureOf(e))
-      return sseData(bytes).pipe(Stream.takeWhile((data) => data !== "[DONE]"))
+      res.body.on("error", () => {}) // iteration sees the error; stopping at [DONE] destroys the body
+      return sseEvents(res.body, failureOf)
     })
 
   return { type: "openai", complete, stream }

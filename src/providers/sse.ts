@@ -7,6 +7,7 @@
  * 20 events through decodeText → splitLines → mapAccum → flatten cost ≈ 4× more CPU).
  */
 import { Stream } from "effect"
+import type { DataEvents, UpstreamFailure } from "./Provider.ts"
 
 const LINE_END = /\r\n|\r|\n/g
 
@@ -49,3 +50,58 @@ export const sseData = <E>(bytes: Stream.Stream<Uint8Array, E>): Stream.Stream<s
     const parser = makeSseParser()
     return Stream.mapConcat(bytes, parser.push)
   })
+
+/** After `[DONE]`, how long the rest of the body (normally just its end) may take before it is cut. */
+const AFTER_DONE_MS = 1_000
+
+/** Read an iterator to its end, for at most `ms`. True when it ended. */
+const drainFor = (it: AsyncIterator<unknown>, ms: number): Promise<boolean> => {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const ended = (async () => {
+    while (!(await it.next()).done) {
+      // discard
+    }
+    return true
+  })().catch(() => true)
+  const late = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms)
+  })
+  return Promise.race([ended, late]).finally(() => clearTimeout(timer))
+}
+
+/**
+ * The event data of an SSE byte stream, a batch per network read, up to `[DONE]` (not included).
+ * After `[DONE]` the body is read to its end (an upstream closes right after it) rather than cut:
+ * destroying an unfinished HTTP body costs an error object and the pooled connection. An upstream
+ * that keeps sending after `[DONE]` is cut after a second. A failure of the byte stream before
+ * `[DONE]` is thrown as `toFailure(error)`.
+ */
+export const sseEvents = (bytes: AsyncIterable<Uint8Array>, toFailure: (e: unknown) => UpstreamFailure): DataEvents => ({
+  async *[Symbol.asyncIterator]() {
+    const parser = makeSseParser()
+    const it = bytes[Symbol.asyncIterator]()
+    try {
+      for (;;) {
+        let next: IteratorResult<Uint8Array>
+        try {
+          next = await it.next()
+        } catch (e) {
+          throw toFailure(e)
+        }
+        if (next.done === true) return
+        const events = parser.push(next.value)
+        const end = events.indexOf("[DONE]")
+        if (end < 0) {
+          if (events.length > 0) yield events
+          continue
+        }
+        if (end > 0) yield events.slice(0, end)
+        if (await drainFor(it, AFTER_DONE_MS)) return
+        break
+      }
+    } finally {
+      // Stopped early (cancelled, or a late upstream after [DONE]): release the body.
+      await it.return?.()
+    }
+  }
+})

@@ -7,7 +7,7 @@
  * Every attempt is recorded for GET /v1/requests/{id}.
  */
 import { HttpClient } from "@effect/platform"
-import { Clock, Duration, Effect, Random, type Scope, type Stream } from "effect"
+import { Clock, Duration, Effect, Random, type Scope } from "effect"
 import { Metrics } from "./Metrics.ts"
 import * as Health from "./RouteHealth.ts"
 import { type RouteConfig, Settings } from "../domain/config.ts"
@@ -15,7 +15,7 @@ import { InvalidRequest, RouteUnavailable } from "../domain/errors.ts"
 import { makeAnthropicProvider } from "../providers/anthropic.ts"
 import { makeDemoProvider } from "../providers/demo.ts"
 import { makeOpenAIProvider } from "../providers/openai.ts"
-import type { ChatProvider, UpstreamFailure, UpstreamReply } from "../providers/Provider.ts"
+import type { ChatProvider, DataEvents, UpstreamFailure, UpstreamReply } from "../providers/Provider.ts"
 import type { Attempt } from "./Requests.ts"
 
 export interface Route extends RouteConfig {
@@ -148,7 +148,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
       attemptsOf<UpstreamReply, never>(chain, (provider, route) => provider.complete(route, bodyFor(route)))
 
     const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>) =>
-      attemptsOf<Stream.Stream<string, UpstreamFailure>, Scope.Scope>(chain, (provider, route) => provider.stream(route, bodyFor(route)))
+      attemptsOf<DataEvents, Scope.Scope>(chain, (provider, route) => provider.stream(route, bodyFor(route)))
 
     /** The breaker state of a route now: closed, open or half_open (for operators and tests). */
     const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)

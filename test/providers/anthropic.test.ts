@@ -4,13 +4,13 @@
  */
 import { HttpClient } from "@effect/platform"
 import { NodeHttpClient } from "@effect/platform-node"
-import { Effect, Either, Stream } from "effect"
+import { Effect, Either } from "effect"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import type { RouteConfig } from "../../src/domain/config.ts"
 import { anthropicMessagesUrl, makeAnthropicProvider, toAnthropicRequest } from "../../src/providers/anthropic.ts"
-import type { ChatProvider } from "../../src/providers/Provider.ts"
+import type { ChatProvider, UpstreamFailure } from "../../src/providers/Provider.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 
 const KEY_ENV = "TOLLGATE_TEST_ANTHROPIC_KEY"
@@ -52,8 +52,16 @@ const streamAll = (body: Record<string, unknown>, baseUrl = mock.url) =>
         const opened = yield* Effect.either(p.stream(route, body))
         if (Either.isLeft(opened)) return { opened: false as const, failure: opened.left, payloads: [] as Array<string> }
         const payloads: Array<string> = []
-        const ended = yield* Effect.either(Stream.runForEach(opened.right, (s) => Effect.sync(() => payloads.push(s))))
-        return { opened: true as const, failure: Either.isLeft(ended) ? ended.left : undefined, payloads }
+        const events = opened.right
+        const failure = yield* Effect.promise(async () => {
+          try {
+            for await (const batch of events) payloads.push(...batch)
+            return undefined
+          } catch (e) {
+            return e as UpstreamFailure
+          }
+        })
+        return { opened: true as const, failure, payloads }
       })
     )
   )

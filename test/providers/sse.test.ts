@@ -4,8 +4,9 @@
  */
 import { Chunk, Effect, Stream } from "effect"
 import fc from "fast-check"
-import { describe, expect, it } from "vitest"
-import { sseData } from "../../src/providers/sse.ts"
+import { describe, expect, it, vi } from "vitest"
+import { UpstreamFailure } from "../../src/providers/Provider.ts"
+import { sseData, sseEvents } from "../../src/providers/sse.ts"
 
 const encoder = new TextEncoder()
 
@@ -65,5 +66,68 @@ describe("sseData", () => {
 
   it("drops an event not closed by a blank line before the end", () => {
     expect(read([encoder.encode("data: one\n\ndata: two\n")])).toEqual(["one"])
+  })
+})
+
+describe("sseEvents (the upstream reader)", () => {
+  /** Bytes that arrive as given, then either end or hang (an upstream that keeps the body open). */
+  const source = (parts: ReadonlyArray<string>, then: "end" | "hang" | "fail") => {
+    const state = { returned: false }
+    const iterator: AsyncIterator<Uint8Array> = {
+      next: () => {
+        const part = parts[0]
+        if (part !== undefined) {
+          parts = parts.slice(1)
+          return Promise.resolve({ done: false, value: encoder.encode(part) })
+        }
+        if (then === "end") return Promise.resolve({ done: true, value: undefined })
+        if (then === "fail") return Promise.reject(new Error("socket reset"))
+        return new Promise(() => {})
+      },
+      return: () => {
+        state.returned = true
+        return Promise.resolve({ done: true, value: undefined })
+      }
+    }
+    return { bytes: { [Symbol.asyncIterator]: () => iterator }, state }
+  }
+  const toFailure = (e: unknown) => new UpstreamFailure({ reason: "connect", message: String(e), retryable: true })
+  const collect = async (events: AsyncIterable<ReadonlyArray<string>>) => {
+    const got: Array<string> = []
+    for await (const batch of events) got.push(...batch)
+    return got
+  }
+
+  it("stops at [DONE] and reads the body to its end", async () => {
+    const { bytes } = source(["data: a\n\ndata: b\n\n", "data: [DONE]\n\n"], "end")
+    expect(await collect(sseEvents(bytes, toFailure))).toEqual(["a", "b"])
+  })
+
+  it("cuts an upstream that keeps the body open after [DONE], a second later", async () => {
+    vi.useFakeTimers()
+    try {
+      const { bytes, state } = source(["data: a\n\n", "data: [DONE]\n\n"], "hang")
+      let result: Array<string> | undefined
+      const done = collect(sseEvents(bytes, toFailure)).then((r) => (result = r))
+      await vi.advanceTimersByTimeAsync(900)
+      expect(result).toBeUndefined()
+      await vi.advanceTimersByTimeAsync(200)
+      await done
+      expect(result).toEqual(["a"])
+      expect(state.returned).toBe(true)
+    } finally {
+      vi.useRealTimers()
+    }
+  })
+
+  it("a body that breaks before [DONE] throws the mapped UpstreamFailure", async () => {
+    const { bytes } = source(["data: a\n\n"], "fail")
+    const got: Array<string> = []
+    await expect(
+      (async () => {
+        for await (const batch of sseEvents(bytes, toFailure)) got.push(...batch)
+      })()
+    ).rejects.toMatchObject({ _tag: "UpstreamFailure", message: "Error: socket reset" })
+    expect(got).toEqual(["a"])
   })
 })
