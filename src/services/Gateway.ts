@@ -243,10 +243,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         if (q.decision._tag === "OverBudget") return yield* q.decision.error
         const { outputCap, reservation } = q.decision
         const now = yield* Clock.currentTimeMillis
-        const requestId = newRequestId()
+        const requestId = newRequestId(now)
         headers["x-request-id"] = requestId
         const hold: Hold = {
-          reservationId: newReservationId(),
+          reservationId: newReservationId(now),
           requestId,
           projectId: principal.projectId,
           period: q.period,
@@ -328,7 +328,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         const { prices, version } = p.prices.get(served.route.name)!
         const charge = settledCharge(tokens, prices, p.hold.amount)
         const verification = verificationOf({ route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) })
-        const receiptId = newReceiptId()
+        const now = yield* Clock.currentTimeMillis
+        const receiptId = newReceiptId(now)
         const governance: Governance = {
           request_id: p.requestId,
           status: "completed",
@@ -338,7 +339,6 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           receipt_id: receiptId
         }
         const rendered = render(governance)
-        const now = yield* Clock.currentTimeMillis
         yield* store.transact(() => {
           ledger.settleSync({
             hold: p.hold,

@@ -18,8 +18,8 @@ const JAN = "2026-01"
 const FEB = "2026-02"
 
 const holdOf = (projectId: string, amount: number, period = JAN): Hold => ({
-  reservationId: newReservationId(),
-  requestId: newRequestId(),
+  reservationId: newReservationId(Date.now()),
+  requestId: newRequestId(Date.now()),
   projectId,
   period,
   amount,
@@ -30,7 +30,7 @@ const TOKENS: TokenCounts = { input: 10, cached_input: 2, output: 5, reasoning: 
 
 const settlementOf = (hold: Hold, charge: number, extra: Partial<Settlement> = {}): Settlement => ({
   hold,
-  receiptId: newReceiptId(),
+  receiptId: newReceiptId(Date.now()),
   organization: "org_test",
   environment: "development",
   model: "auto",

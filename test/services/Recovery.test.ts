@@ -29,7 +29,7 @@ const startRequest = (projectId: string, amount: number, deadline: number, key: 
     const ledger = yield* Ledger
     const requests = yield* Requests
     const idempotency = yield* IdempotencyStore
-    const hold: Hold = { reservationId: newReservationId(), requestId: newRequestId(), projectId, period: PERIOD, amount, deadline }
+    const hold: Hold = { reservationId: newReservationId(Date.now()), requestId: newRequestId(Date.now()), projectId, period: PERIOD, amount, deadline }
     const scope = { projectId, environment: "development" }
     yield* ledger.reserve(hold)
     yield* requests.insertPending({
@@ -84,7 +84,7 @@ describe("Recovery.sweep", () => {
         completed_at: new Date(2_000).toISOString()
       })
       expect(yield* claimsOf(stale.hold.requestId)).toBe(0)
-      expect(yield* idempotency.claim(stale.scope, "stale", FP, newRequestId(), 100_000)).toEqual({ _tag: "Claimed" })
+      expect(yield* idempotency.claim(stale.scope, "stale", FP, newRequestId(Date.now()), 100_000)).toEqual({ _tag: "Claimed" })
 
       expect((yield* requests.find(fresh.hold.requestId, fresh.scope)).status).toBe("pending")
       expect(yield* claimsOf(fresh.hold.requestId)).toBe(1)
