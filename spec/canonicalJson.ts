@@ -9,13 +9,26 @@ export const canonicalJson = (value: unknown): string => {
     if (!Number.isFinite(value)) throw new Error("canonicalJson: non-finite number")
     return JSON.stringify(value)
   }
-  if (Array.isArray(value)) return `[${value.map((v) => (v === undefined ? "null" : canonicalJson(v))).join(",")}]`
+  if (Array.isArray(value)) {
+    let out = "["
+    for (let i = 0; i < value.length; i++) {
+      const v: unknown = value[i]
+      out += (i === 0 ? "" : ",") + (v === undefined ? "null" : canonicalJson(v))
+    }
+    return out + "]"
+  }
   if (typeof value === "object") {
-    const entries = Object.keys(value as object)
-      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`)
-    return `{${entries.join(",")}}`
+    const record = value as Record<string, unknown>
+    const keys = Object.keys(record).sort()
+    let out = "{"
+    let first = true
+    for (const k of keys) {
+      const v = record[k]
+      if (v === undefined) continue
+      out += (first ? "" : ",") + JSON.stringify(k) + ":" + canonicalJson(v)
+      first = false
+    }
+    return out + "}"
   }
   throw new Error(`canonicalJson: unsupported ${typeof value}`)
 }
