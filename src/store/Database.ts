@@ -31,24 +31,35 @@ const pragmas = Effect.gen(function* () {
   yield* sql.unsafe("PRAGMA foreign_keys = ON")
 })
 
+/** One build at a time: the capture below patches a prototype for the duration of a build. */
+const buildLock = Effect.unsafeMakeSemaphore(1)
+
 /**
  * Build SqliteClient's layer and keep the better-sqlite3 connection it opens. The client keeps its
  * connection private; it sets `journal_mode = WAL` through `pragma()` right after opening it, so the
- * first `pragma()` call on a connection to `filename` while the layer is built is that connection.
+ * connection to `filename` that makes that call while the layer is built is that connection.
  */
 const clientWithConnection = (filename: string) =>
-  Effect.gen(function* () {
-    const proto = BetterSqlite3.prototype as { pragma: (this: BetterSqlite3.Database, ...args: Array<unknown>) => unknown }
-    const original = proto.pragma
-    let captured: BetterSqlite3.Database | undefined
-    proto.pragma = function (this: BetterSqlite3.Database, ...args) {
-      if (captured === undefined && this.name === filename) captured = this
-      return original.apply(this, args)
-    }
-    const context = yield* Layer.build(SqliteClient.layer({ filename })).pipe(Effect.ensuring(Effect.sync(() => { proto.pragma = original })))
-    if (captured === undefined) return yield* Effect.dieMessage("SqliteClient opened no connection to capture (is better-sqlite3 installed twice?)")
-    return { context, db: captured }
-  })
+  buildLock.withPermits(1)(
+    Effect.gen(function* () {
+      const proto = BetterSqlite3.prototype as { pragma: (this: BetterSqlite3.Database, ...args: Array<unknown>) => unknown }
+      const original = proto.pragma
+      let captured: BetterSqlite3.Database | undefined
+      proto.pragma = function (this: BetterSqlite3.Database, ...args) {
+        if (captured === undefined && this.name === filename && args[0] === "journal_mode = WAL") captured = this
+        return original.apply(this, args)
+      }
+      const context = yield* Layer.build(SqliteClient.layer({ filename })).pipe(
+        Effect.ensuring(
+          Effect.sync(() => {
+            proto.pragma = original
+          })
+        )
+      )
+      if (captured === undefined) return yield* Effect.dieMessage("SqliteClient opened no connection to capture (is better-sqlite3 installed twice?)")
+      return { context, db: captured }
+    })
+  )
 
 /** SqlClient and Sqlite for the configured DATABASE_URL, migrated and tuned. */
 export const DatabaseLive: Layer.Layer<SqlClient.SqlClient | SqliteClient.SqliteClient | Sqlite, never, Settings> = Layer.scopedContext(

@@ -58,8 +58,13 @@ export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactio
   const drain = (): void => {
     scheduled = false
     if (queue.length === 0) return
-    // An @effect/sql transaction is open across turns: our BEGIN would nest inside it. Wait a turn.
-    if (db.inTransaction) return schedule()
+    // An @effect/sql transaction is open across turns: our BEGIN would nest inside it. Try again
+    // shortly (a timer, not the next turn: that transaction may be waiting on a timer itself).
+    if (db.inTransaction) {
+      scheduled = true
+      setTimeout(drain, 1)
+      return
+    }
     const batch = queue
     queue = []
     if (batch.length === 1) return batch[0]!.resume(outcomeOf(batch[0]!.body))
