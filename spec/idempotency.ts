@@ -5,13 +5,17 @@
  * fingerprint of the request that claimed it (SHA-256 of method, path and canonical body), so a key
  * reused for a different request is refused instead of replaying someone else's answer.
  *
- *   claim   no record                      -> Claimed   (the caller runs the request)
+ *   claim   no live record                 -> Claimed   (the caller runs the request; the claim lives
+ *                                                       until the deadline the caller gives — the
+ *                                                       gateway gives its hold's, so a crashed
+ *                                                       request frees its key when its hold is swept)
  *           same fingerprint, finished     -> Replay    (the stored status and body, no new charge)
  *           same fingerprint, in flight    -> InFlight  (the caller waits, then replays)
  *           different fingerprint          -> Conflict  (409; nothing changes, even in flight)
- *   finish  in flight -> finished with the result to replay
+ *   finish  live claim -> finished with the result to replay, kept a TTL (≥ 24 h) from then
+ *   extend  live claim -> a later deadline (a stream that outlives its hold's first deadline)
  *   release in flight -> gone: a failure that charged nothing lets a retry run again
- *   expire  drops records whose TTL (≥ 24 h) has passed
+ *   expire  drops the records past their deadline (a record past it is already treated as absent)
  *
  * Pure functions `(state, command) -> { state, outcome }` on immutable data; a refused command
  * returns the state it was given, unchanged.
@@ -37,6 +41,8 @@ export type IdempotencyRecord =
       /** The request that owns the claim; only it may finish or release it. */
       readonly requestId: string
       readonly createdAtMillis: number
+      /** The claim is gone at this instant (the caller's deadline, see `claim`). */
+      readonly expiresAtMillis: number
     }
   | {
       readonly state: "finished"
@@ -45,6 +51,9 @@ export type IdempotencyRecord =
       readonly fingerprint: string
       readonly requestId: string
       readonly createdAtMillis: number
+      readonly finishedAtMillis: number
+      /** `finishedAtMillis` + a TTL of at least 24 h. */
+      readonly expiresAtMillis: number
       readonly result: StoredResult
     }
 
@@ -65,8 +74,14 @@ export const recordKey = (scope: Scope, key: string): string => JSON.stringify([
 /** 1–255 printable ASCII characters (DESIGN.md §5); checked at the edge, before any claim. */
 export const isValidKey = (key: string): boolean => /^[\x20-\x7e]{1,255}$/.test(key)
 
-export const lookup = (state: IdempotencyState, scope: Scope, key: string): IdempotencyRecord | undefined =>
-  state.records.get(recordKey(scope, key))
+/** The record of `key`; with `nowMillis`, only if it is still live then (a record past its deadline is absent). */
+export const lookup = (state: IdempotencyState, scope: Scope, key: string, nowMillis?: number): IdempotencyRecord | undefined => {
+  const r = state.records.get(recordKey(scope, key))
+  return r === undefined || (nowMillis !== undefined && !isLive(r, nowMillis)) ? undefined : r
+}
+
+/** A record exists until its deadline, exclusive. */
+export const isLive = (r: IdempotencyRecord, nowMillis: number): boolean => nowMillis < r.expiresAtMillis
 
 // ---------------------------------------------------------------------------------------------
 // Commands and outcomes
@@ -79,10 +94,20 @@ export type Command =
       readonly fingerprint: string
       readonly requestId: string
       readonly nowMillis: number
+      readonly expiresAtMillis: number
     }
-  | { readonly _tag: "Finish"; readonly scope: Scope; readonly key: string; readonly requestId: string; readonly result: StoredResult }
+  | {
+      readonly _tag: "Finish"
+      readonly scope: Scope
+      readonly key: string
+      readonly requestId: string
+      readonly result: StoredResult
+      readonly nowMillis: number
+      readonly ttlMillis: number
+    }
+  | { readonly _tag: "Extend"; readonly scope: Scope; readonly key: string; readonly requestId: string; readonly nowMillis: number; readonly expiresAtMillis: number }
   | { readonly _tag: "Release"; readonly scope: Scope; readonly key: string; readonly requestId: string }
-  | { readonly _tag: "Expire"; readonly nowMillis: number; readonly ttlMillis: number }
+  | { readonly _tag: "Expire"; readonly nowMillis: number }
 
 export type Outcome =
   | { readonly _tag: "Claimed" }
@@ -90,6 +115,7 @@ export type Outcome =
   | { readonly _tag: "Conflict" }
   | { readonly _tag: "InFlight"; readonly requestId: string }
   | { readonly _tag: "Finished" }
+  | { readonly _tag: "Extended" }
   | { readonly _tag: "Released" }
   | { readonly _tag: "UnknownKey" }
   /** finish/release of a record that is already finished: its result is final. */
@@ -104,18 +130,22 @@ export interface Step {
   readonly outcome: Outcome
 }
 
-/** Claim `key` for a request. Atomic in the real store: one insert on a unique index. */
+/**
+ * Claim `key` for a request, until `expiresAtMillis` unless it finishes first. Atomic in the real
+ * store: one insert on a unique index (a record past its deadline is replaced).
+ */
 export const claim = (
   state: IdempotencyState,
   scope: Scope,
   key: string,
   fingerprint: string,
   requestId: string,
-  nowMillis: number
+  nowMillis: number,
+  expiresAtMillis: number = nowMillis + DEFAULT_TTL_MILLIS
 ): Step => {
-  const existing = lookup(state, scope, key)
+  const existing = lookup(state, scope, key, nowMillis)
   if (existing === undefined) {
-    const record: IdempotencyRecord = { state: "in_flight", scope, key, fingerprint, requestId, createdAtMillis: nowMillis }
+    const record: IdempotencyRecord = { state: "in_flight", scope, key, fingerprint, requestId, createdAtMillis: nowMillis, expiresAtMillis }
     return { state: { records: new Map(state.records).set(recordKey(scope, key), record) }, outcome: { _tag: "Claimed" } }
   }
   // Checked before the in-flight case: a different request must never be told to wait for, or be
@@ -126,8 +156,8 @@ export const claim = (
 }
 
 /** The claim's owner, or why the caller may not touch the record. */
-const owned = (state: IdempotencyState, scope: Scope, key: string, requestId: string): IdempotencyRecord | Outcome => {
-  const r = lookup(state, scope, key)
+const owned = (state: IdempotencyState, scope: Scope, key: string, requestId: string, nowMillis?: number): IdempotencyRecord | Outcome => {
+  const r = lookup(state, scope, key, nowMillis)
   if (r === undefined) return { _tag: "UnknownKey" }
   if (r.requestId !== requestId) return { _tag: "NotOwner", requestId: r.requestId }
   if (r.state === "finished") return { _tag: "AlreadyFinished" }
@@ -136,12 +166,31 @@ const owned = (state: IdempotencyState, scope: Scope, key: string, requestId: st
 
 const isOutcome = (x: IdempotencyRecord | Outcome): x is Outcome => "_tag" in x
 
-/** Store the response to replay. In the real store this commits with the charge and the receipt. */
-export const finish = (state: IdempotencyState, scope: Scope, key: string, requestId: string, result: StoredResult): Step => {
-  const r = owned(state, scope, key, requestId)
+/**
+ * Store the response to replay, kept `ttlMillis` (≥ 24 h) from now. Only the owner's live claim: a
+ * claim past its deadline is gone. In the real store this commits with the charge and the receipt.
+ */
+export const finish = (
+  state: IdempotencyState,
+  scope: Scope,
+  key: string,
+  requestId: string,
+  result: StoredResult,
+  nowMillis: number,
+  ttlMillis: number = DEFAULT_TTL_MILLIS
+): Step => {
+  if (!(ttlMillis >= MIN_TTL_MILLIS)) return { state, outcome: { _tag: "TtlTooShort", ttlMillis } }
+  const r = owned(state, scope, key, requestId, nowMillis)
   if (isOutcome(r)) return { state, outcome: r }
-  const done: IdempotencyRecord = { ...r, state: "finished", result }
+  const done: IdempotencyRecord = { ...r, state: "finished", result, finishedAtMillis: nowMillis, expiresAtMillis: nowMillis + ttlMillis }
   return { state: { records: new Map(state.records).set(recordKey(scope, key), done) }, outcome: { _tag: "Finished" } }
+}
+
+/** Move the owner's live claim's deadline (never a finished record's: its TTL is fixed at finish). */
+export const extend = (state: IdempotencyState, scope: Scope, key: string, requestId: string, nowMillis: number, expiresAtMillis: number): Step => {
+  const r = owned(state, scope, key, requestId, nowMillis)
+  if (isOutcome(r)) return { state, outcome: r }
+  return { state: { records: new Map(state.records).set(recordKey(scope, key), { ...r, expiresAtMillis }) }, outcome: { _tag: "Extended" } }
 }
 
 /**
@@ -156,20 +205,10 @@ export const release = (state: IdempotencyState, scope: Scope, key: string, requ
   return { state: { records }, outcome: { _tag: "Released" } }
 }
 
-/** True when a record claimed at `createdAtMillis` has lived its TTL by `nowMillis`. */
-export const isExpired = (createdAtMillis: number, nowMillis: number, ttlMillis: number): boolean =>
-  nowMillis >= createdAtMillis + ttlMillis
-
-/**
- * Drop every record (finished or stuck in flight) whose TTL has passed. A TTL under 24 h is refused:
- * clients are promised their keys live at least that long.
- */
-export const expire = (state: IdempotencyState, nowMillis: number, ttlMillis: number = DEFAULT_TTL_MILLIS): Step => {
-  if (!(ttlMillis >= MIN_TTL_MILLIS)) return { state, outcome: { _tag: "TtlTooShort", ttlMillis } }
+/** Drop every record past its deadline (finished or stuck in flight); they are already absent to every read. */
+export const expire = (state: IdempotencyState, nowMillis: number): Step => {
   const records = new Map<string, IdempotencyRecord>()
-  for (const [k, r] of state.records) {
-    if (!isExpired(r.createdAtMillis, nowMillis, ttlMillis)) records.set(k, r)
-  }
+  for (const [k, r] of state.records) if (isLive(r, nowMillis)) records.set(k, r)
   return { state: { records }, outcome: { _tag: "Expired", removed: state.records.size - records.size } }
 }
 
@@ -177,12 +216,14 @@ export const expire = (state: IdempotencyState, nowMillis: number, ttlMillis: nu
 export const step = (state: IdempotencyState, command: Command): Step => {
   switch (command._tag) {
     case "Claim":
-      return claim(state, command.scope, command.key, command.fingerprint, command.requestId, command.nowMillis)
+      return claim(state, command.scope, command.key, command.fingerprint, command.requestId, command.nowMillis, command.expiresAtMillis)
     case "Finish":
-      return finish(state, command.scope, command.key, command.requestId, command.result)
+      return finish(state, command.scope, command.key, command.requestId, command.result, command.nowMillis, command.ttlMillis)
+    case "Extend":
+      return extend(state, command.scope, command.key, command.requestId, command.nowMillis, command.expiresAtMillis)
     case "Release":
       return release(state, command.scope, command.key, command.requestId)
     case "Expire":
-      return expire(state, command.nowMillis, command.ttlMillis)
+      return expire(state, command.nowMillis)
   }
 }

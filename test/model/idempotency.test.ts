@@ -52,7 +52,7 @@ const setup = (pool: RuntimePool, coverage: Coverage, scheduler?: fc.Scheduler) 
     { projectId: `prj_idem${run}b`, environment: "development" }
   ]
   const real: IdemReal = { rt, coverage, scopes, scheduler, nextId: () => `im${run}_${++counter}` }
-  return { model: { state: Idem.empty, deadlines: new Map(), claims: [] } satisfies IdemModel, real }
+  return { model: { state: Idem.empty, claims: [] } satisfies IdemModel, real }
 }
 
 describe("IdempotencyStore follows spec/idempotency.ts", () => {

@@ -24,14 +24,11 @@ export class ClaimCommand implements IdemCommand {
       Effect.flatMap(SqlClient.SqlClient, (sql) => sql.withTransaction(Effect.flatMap(IdempotencyStore, (s) => s.claim(scope, key, fp, requestId, now + CLAIM_TTL_MS)))).pipe(Effect.orDie)
     )
     sweep(m, now)
-    const step = Idem.claim(m.state, specScope(scope), key, fp, requestId, now)
+    const step = Idem.claim(m.state, specScope(scope), key, fp, requestId, now, now + CLAIM_TTL_MS)
     r.coverage.hit("Claim", step.outcome._tag)
     expect(observed(outcome)).toEqual(expectedOutcome(step.outcome))
     m.state = step.state
-    if (step.outcome._tag === "Claimed") {
-      m.deadlines.set(Idem.recordKey(specScope(scope), key), now + CLAIM_TTL_MS)
-      m.claims.push({ scope: this.scope, key, requestId })
-    }
+    if (step.outcome._tag === "Claimed") m.claims.push({ scope: this.scope, key, requestId })
     await checkInvariants(m, r, { key })
   }
   toString = () => `Claim(s${this.scope}, ${JSON.stringify(KEYS[this.key])}, ${FINGERPRINTS[this.fp]})`

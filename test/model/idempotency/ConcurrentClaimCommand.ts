@@ -31,12 +31,9 @@ export class ConcurrentClaimCommand implements IdemCommand {
     const order = [...racers.keys()].sort((a, b) => Number(outcomes[b]!._tag === "Claimed") - Number(outcomes[a]!._tag === "Claimed"))
     let state = m.state
     for (const i of order) {
-      const step = Idem.claim(state, specScope(scope), key, racers[i]!.fp, racers[i]!.requestId, now)
+      const step = Idem.claim(state, specScope(scope), key, racers[i]!.fp, racers[i]!.requestId, now, now + CLAIM_TTL_MS)
       expect(observed(outcomes[i]!), `racer ${i} of ${racers.length}`).toEqual(expectedOutcome(step.outcome))
-      if (step.outcome._tag === "Claimed") {
-        m.deadlines.set(Idem.recordKey(specScope(scope), key), now + CLAIM_TTL_MS)
-        m.claims.push({ scope: this.scope, key, requestId: racers[i]!.requestId })
-      }
+      if (step.outcome._tag === "Claimed") m.claims.push({ scope: this.scope, key, requestId: racers[i]!.requestId })
       state = step.state
     }
     m.state = state

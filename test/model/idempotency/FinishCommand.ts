@@ -16,10 +16,9 @@ export class FinishCommand implements IdemCommand {
     const now = await nowMillis(r.rt)
     await run(r.rt, Effect.flatMap(IdempotencyStore, (s) => s.finish(scope, c.key, c.requestId, { status: this.status, contentType: "application/json", body: encoder.encode(this.body) }, RESULT_TTL_MS)))
     sweep(m, now)
-    const step = Idem.finish(m.state, specScope(scope), c.key, c.requestId, { status: this.status, body: this.body })
+    const step = Idem.finish(m.state, specScope(scope), c.key, c.requestId, { status: this.status, body: this.body }, now, RESULT_TTL_MS)
     r.coverage.hit("Finish", step.outcome._tag)
     m.state = step.state
-    if (step.outcome._tag === "Finished") m.deadlines.set(Idem.recordKey(specScope(scope), c.key), now + RESULT_TTL_MS)
     await checkInvariants(m, r, { key: c.key })
   }
   toString = () => `Finish(#${this.pick}, ${this.status}, ${JSON.stringify(this.body)})`

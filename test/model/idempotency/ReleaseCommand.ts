@@ -17,7 +17,6 @@ export class ReleaseCommand implements IdemCommand {
     const step = Idem.release(m.state, specScope(scope), c.key, c.requestId)
     r.coverage.hit("Release", step.outcome._tag)
     m.state = step.state
-    if (step.outcome._tag === "Released") m.deadlines.delete(Idem.recordKey(specScope(scope), c.key))
     await checkInvariants(m, r, { key: c.key })
   }
   toString = () => `Release(#${this.pick})`

@@ -1,12 +1,11 @@
 /**
  * IdempotencyStore model run: the real store (SQLite, TestClock) against spec/idempotency.ts.
  *
- * Expiry: the store expires records lazily (a read ignores, a claim deletes, rows past `expires_at`);
- * an in-flight claim expires at the deadline its caller passes (the reservation deadline, so a
- * crashed request frees its key) and a finished record `idempotencyTtl` after it finished. The spec's
- * `Expire` sweep counts every TTL from creation, which is coarser; the model therefore keeps the
- * spec's records and outcomes, plus the deadline of each record, and sweeps by those deadlines
- * before every command — what a lazy store looks like from outside.
+ * Expiry follows the spec: an in-flight claim lives until the deadline its caller passes (the
+ * reservation deadline, so a crashed request frees its key), a finished record `idempotencyTtl`
+ * after it finished, and a record past its deadline is absent to every read. The store expires
+ * lazily (a read ignores, a claim deletes, rows past `expires_at`); the model sweeps with the spec's
+ * `expire` before comparing, which is what a lazy store looks like from outside.
  */
 import { Effect } from "effect"
 import type fc from "fast-check"
@@ -25,8 +24,6 @@ export const FINGERPRINTS = ["fp-a", "fp-b"] as const
 
 export interface IdemModel {
   state: Idem.IdempotencyState
-  /** recordKey → the instant the record stops existing. */
-  readonly deadlines: Map<string, number>
   /** Every claim that won, for finish/release to pick from (including stale ones). */
   readonly claims: Array<{ readonly scope: number; readonly key: string; readonly requestId: string }>
 }
@@ -44,16 +41,9 @@ export type IdemCommand = fc.AsyncCommand<IdemModel, IdemReal>
 
 export const specScope = (s: Scope): Idem.Scope => ({ project: s.projectId, environment: s.environment })
 
-/** Drop the records whose deadline has passed: the store's lazy expiry, seen from outside. */
+/** Drop the records past their deadline (the spec's `expire`): the store's lazy expiry, seen from outside. */
 export const sweep = (m: IdemModel, now: number): void => {
-  const records = new Map(m.state.records)
-  for (const [k, at] of m.deadlines) {
-    if (at <= now) {
-      records.delete(k)
-      m.deadlines.delete(k)
-    }
-  }
-  m.state = { records }
+  m.state = Idem.expire(m.state, now).state
 }
 
 /** The outcome the model expects a claim (or a peek) to meet, as the store reports it. */
