@@ -82,6 +82,31 @@ export const governedCalls: Readonly<Record<"/v1/chat/completions" | "/v1/respon
     Effect.map(responsesToChat(body), (chat) => ({ surface: responsesSurface(body as Record<string, unknown>), body: chat }))
 }
 
+/**
+ * Hand an authenticated caller's body to the Gateway on the endpoint's surface, with the request's
+ * Idempotency-Key and X-Max-Credits headers: the one place both HTTP paths build a governed call.
+ */
+export const handleGoverned = (
+  gateway: Gateway,
+  toCall: GovernedCall,
+  principal: Principal,
+  clientBody: unknown,
+  requestHeaders: Readonly<Record<string, unknown>>,
+  headers: Record<string, string>
+) =>
+  Effect.flatMap(toCall(clientBody), ({ body, surface }) => {
+    const text = (name: string) => (typeof requestHeaders[name] === "string" ? (requestHeaders[name] as string) : undefined)
+    return gateway.handle({
+      principal,
+      surface,
+      body,
+      clientBody,
+      idempotencyKeyHeader: text("idempotency-key"),
+      maxCreditsHeader: text("x-max-credits"),
+      headers
+    })
+  })
+
 /** A governed endpoint: authenticate, read the body, hand it to the Gateway on `surface`. */
 const governed = (toCall: GovernedCall) =>
   Effect.gen(function* () {
@@ -92,16 +117,7 @@ const governed = (toCall: GovernedCall) =>
       authenticated((principal, req) =>
         Effect.gen(function* () {
           const clientBody = yield* readJson(settings.maxBodyBytes)
-          const { surface, body } = yield* toCall(clientBody)
-          const reply = yield* gateway.handle({
-            principal,
-            surface,
-            body,
-            clientBody,
-            idempotencyKeyHeader: header(req, "idempotency-key"),
-            maxCreditsHeader: header(req, "x-max-credits"),
-            headers
-          })
+          const reply = yield* handleGoverned(gateway, toCall, principal, clientBody, req.headers, headers)
           return toResponse(reply, headers)
         })
       ),

@@ -21,7 +21,7 @@ import type { GovernanceError } from "../domain/errors.ts"
 import { Gateway, type GatewayReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
-import { type GovernedCall, governedCalls, logAccess } from "./app.ts"
+import { type GovernedCall, governedCalls, handleGoverned, logAccess } from "./app.ts"
 import { readJsonBody } from "./body.ts"
 import { errorResponse, internalError, logDefect, wireError } from "./errors.ts"
 
@@ -115,19 +115,7 @@ export const makeFastHandler = Effect.gen(function* () {
     let caller: Principal | undefined
     const call = Effect.flatMap(keys.authenticate(header(req, "authorization")), (principal) => {
       caller = principal
-      return Effect.flatMap(readJson(req), (clientBody) =>
-        Effect.flatMap(toCall(clientBody), ({ body, surface }) =>
-          gateway.handle({
-            principal,
-            surface,
-            body,
-            clientBody,
-            idempotencyKeyHeader: header(req, "idempotency-key"),
-            maxCreditsHeader: header(req, "x-max-credits"),
-            headers
-          })
-        )
-      )
+      return Effect.flatMap(readJson(req), (clientBody) => handleGoverned(gateway, toCall, principal, clientBody, req.headers, headers))
     })
 
     const record = (status: number, requestId: string | undefined) => {
