@@ -4,6 +4,7 @@
  */
 import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
+import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
 
 export const ProviderConfig = Schema.Union(
   Schema.Struct({
@@ -140,7 +141,7 @@ const settingsConfig = Config.all({
   upstreamDeadlineMs: Config.integer("TOLLGATE_UPSTREAM_DEADLINE_MS").pipe(Config.withDefault(120_000)),
   upstreamRetries: Config.integer("TOLLGATE_UPSTREAM_RETRIES").pipe(Config.withDefault(1)),
   reservationTtlMs: Config.integer("TOLLGATE_RESERVATION_TTL_MS").pipe(Config.withDefault(15 * 60_000)),
-  idempotencyTtlMs: Config.integer("TOLLGATE_IDEMPOTENCY_TTL_MS").pipe(Config.withDefault(24 * 3600_000)),
+  idempotencyTtlMs: Config.integer("TOLLGATE_IDEMPOTENCY_TTL_MS").pipe(Config.withDefault(DEFAULT_TTL_MILLIS)),
   keyCacheTtlMs: Config.integer("TOLLGATE_KEY_CACHE_TTL_MS").pipe(Config.withDefault(1000)),
   receiptKeyFile: Config.option(Config.string("TOLLGATE_RECEIPT_KEY_FILE")),
   breakerFailures: Config.integer("TOLLGATE_BREAKER_FAILURES").pipe(Config.withDefault(3)),
@@ -156,7 +157,7 @@ export const SettingsFromEnv = Layer.effect(
     const { configPath, ...rest } = yield* settingsConfig
     const file = Option.isSome(configPath) ? yield* loadGatewayFile(configPath.value) : defaultGatewayFile
     const gateway = yield* validateGatewayFile(file)
-    return { ...rest, idempotencyTtlMs: Math.max(rest.idempotencyTtlMs, 24 * 3600_000), gateway }
+    return { ...rest, idempotencyTtlMs: Math.max(rest.idempotencyTtlMs, MIN_TTL_MILLIS), gateway }
   }).pipe(Effect.orDie)
 )
 
@@ -172,7 +173,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   upstreamDeadlineMs: 20_000,
   upstreamRetries: 1,
   reservationTtlMs: 15 * 60_000,
-  idempotencyTtlMs: 24 * 3600_000,
+  idempotencyTtlMs: DEFAULT_TTL_MILLIS,
   keyCacheTtlMs: 1000,
   receiptKeyFile: Option.none(),
   breakerFailures: 3,

@@ -127,7 +127,6 @@ export class Requests extends Effect.Service<Requests>()("tollgate/Requests", {
     const completeSync = (id: string, c: Completion): void => {
       updateCompleted.run(c.route, c.creditsCharged, c.receiptId, JSON.stringify(c.verification), JSON.stringify(c.attempts), c.completedAt, id)
     }
-    const complete = (id: string, c: Completion) => transact(() => completeSync(id, c))
 
     const failSync = (id: string, f: Failure): void => {
       updateFailed.run(f.code, f.message, JSON.stringify(f.attempts), f.completedAt, id)
@@ -144,6 +143,6 @@ export class Requests extends Effect.Service<Requests>()("tollgate/Requests", {
           })
       )
 
-    return { insertPending, insertPendingSync, complete, completeSync, fail, failSync, find } as const
+    return { insertPending, insertPendingSync, completeSync, fail, failSync, find } as const
   })
 }) {}
