@@ -339,6 +339,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           receipt_id: receiptId
         }
         const rendered = render(governance)
+        // Encoded once: the same bytes are stored for replay and sent.
+        const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
         yield* store.transact(() => {
           ledger.settleSync({
             hold: p.hold,
@@ -362,12 +364,11 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             completedAt: now
           })
           if (p.idempotency !== undefined) {
-            const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
             idempotency.finishSync(p.scope, p.idempotency.key, p.requestId, { status: rendered.status, contentType: rendered.contentType, body }, settings.idempotencyTtlMs, now)
           }
         })
         metrics.settled(principal.projectId, usageSource, charge)
-        return rendered
+        return { status: rendered.status, contentType: rendered.contentType, body }
       }).pipe(Effect.uninterruptible)
 
     const fromRouteFailure = (p: Plan, failed: RouteFailed) =>
