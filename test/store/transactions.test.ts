@@ -65,8 +65,9 @@ describe("Sqlite.transact (synchronous, group-committed)", () => {
     expect(rows.some((t) => t.endsWith("7"))).toBe(false)
   })
 
-  it("is durable when it returns: a second connection to the file sees the committed rows", async () => {
-    await run(Effect.flatMap(Sqlite, ({ db, transact }) => transact(() => insert(db, "durable"))))
+  it("is committed when it returns: a second connection to the file sees the rows (the fsync itself is SQLite's, with synchronous=FULL)", async () => {
+    const mode = await run(Effect.flatMap(Sqlite, ({ db, transact }) => Effect.as(transact(() => insert(db, "durable")), [db.pragma("journal_mode", { simple: true }), db.pragma("synchronous", { simple: true })])))
+    expect(mode).toEqual(["wal", 2]) // WAL, synchronous=FULL: every COMMIT fsyncs the log
     const other = new Database(file, { readonly: true })
     try {
       expect(other.prepare("SELECT COUNT(*) AS n FROM t WHERE tag = 'durable'").get()).toEqual({ n: 1 })
