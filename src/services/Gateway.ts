@@ -429,9 +429,11 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           connection
         )
         const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId })
+        // Every frame sent, kept only when an idempotency key will store the stream for replay.
+        const keep = p.idempotency !== undefined
         const sent: Array<Uint8Array> = []
         const record = (frames: ReadonlyArray<Uint8Array>): ReadonlyArray<Uint8Array> => {
-          for (const f of frames) sent.push(f)
+          if (keep) for (const f of frames) sent.push(f)
           return frames
         }
         let delivered = ""
@@ -479,7 +481,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
                   how === "complete"
                     ? renderer.complete(g, tokens)
                     : renderer.broken(`The upstream stream broke: ${failure?.message ?? "client disconnected"}. Delivered tokens were charged.`, g)
-                return { status: 200, contentType: "text/event-stream", body: concat([...sent, ...tail]) }
+                return { status: 200, contentType: "text/event-stream", body: keep ? concat([...sent, ...tail]) : new Uint8Array() }
               }),
               () => tail
             )
