@@ -10,7 +10,9 @@
  * Flags: --quick (< 60 s), --rounds N, --duration S, --warmup S, --rates 200,1000,2000,
  *        --stream-rates 200,1000, --connections N (closed model), --delay MS (mock latency),
  *        --chunk-delay MS, --chunks N (content events per stream), --out DIR, --no-write,
- *        --targets baseline,bare,tollgate,portkey (default; add `effect` for the Effect 3 HTTP floor)
+ *        --targets baseline,bare,tollgate,portkey (default; add `effect` for the Effect 3 HTTP floor),
+ *        --compare DIR (adds target `tollgate-b`: Tollgate from another checkout, e.g. a `git worktree`
+ *        of the commit before a change, interleaved with this one for an A/B in one run)
  */
 import { execSync } from "node:child_process"
 import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
@@ -42,11 +44,13 @@ const config = {
   chunkDelayMs: numArg("--chunk-delay", 1),
   streamChunks: numArg("--chunks", 20),
   targets: list("--targets", "baseline,bare,tollgate,portkey"),
+  compare: arg("--compare"),
   model: "gpt-4o-mini"
 }
 const KNOWN = ["baseline", "bare", "effect", "tollgate", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
+if (config.compare !== undefined) config.targets.push("tollgate-b")
 
 // ---- Workload: a realistic chat call (≈ 200 prompt tokens, ≈ 120 completion tokens) ----
 
@@ -88,7 +92,8 @@ interface Target {
   readonly idleRssMb: number
 }
 
-const tsxNode = (script: string, extra: ReadonlyArray<string>) => [process.execPath, ["--import", "tsx", join(here, script), ...extra]] as const
+const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here) =>
+  [process.execPath, ["--import", "tsx", join(benchDir, script), ...extra]] as const
 
 const stopAll: Array<() => Promise<void>> = []
 const cleanup = async () => {
@@ -130,7 +135,7 @@ const checkTarget = async (t: TargetEndpoint) => {
     if (res.statusCode !== 200) throw new Error(`${t.name} answered ${res.statusCode} to a ${stream ? "streaming" : "plain"} call: ${text.slice(0, 300)}`)
     if (stream && !text.trimEnd().endsWith("data: [DONE]")) throw new Error(`${t.name}: the stream did not end with [DONE]: ${text.slice(-300)}`)
     if (!stream && !text.includes('"usage"')) throw new Error(`${t.name}: no usage in the reply: ${text.slice(0, 300)}`)
-    if (t.name === "tollgate" && !text.includes('"governance"')) throw new Error(`tollgate: no governance evidence in the reply: ${text.slice(-300)}`)
+    if (t.name.startsWith("tollgate") && !text.includes('"governance"')) throw new Error(`tollgate: no governance evidence in the reply: ${text.slice(-300)}`)
   }
 }
 
@@ -222,6 +227,19 @@ const main = async () => {
   stopAll.push(mock.stop)
   const upstream = `http://127.0.0.1:${mock.ready.port}`
 
+  /** Tollgate from the checkout at `dir` (its own bench target script and sources). */
+  const startTollgate = async (name: string, dir: string): Promise<Target> => {
+    const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model], join(dir, "bench"))
+    const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
+    stopAll.push(child.stop)
+    return {
+      name,
+      child,
+      endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
+      idleRssMb: sampleProc(child.pid).rssMb
+    }
+  }
+
   const starters: Record<string, () => Promise<Target>> = {
     baseline: async () => ({
       name: "baseline",
@@ -251,17 +269,8 @@ const main = async () => {
         idleRssMb: sampleProc(child.pid).rssMb
       }
     },
-    tollgate: async () => {
-      const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model])
-      const child = await startChild<{ port: number; key: string }>("tollgate", c, a, { cwd: root, timeoutMs: 60_000 })
-      stopAll.push(child.stop)
-      return {
-        name: "tollgate",
-        child,
-        endpoint: { name: "tollgate", origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
-        idleRssMb: sampleProc(child.pid).rssMb
-      }
-    },
+    tollgate: () => startTollgate("tollgate", root),
+    "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!)),
     portkey: async () => {
       const port = await freePort()
       const entry = join(root, "node_modules/@portkey-ai/gateway/build/start-server.js")
@@ -404,6 +413,7 @@ const main = async () => {
     bare: "bare proxy (node:http + undici)",
     effect: "Effect HttpRouter + HttpClient pass-through",
     tollgate: "Tollgate (full governance, SQLite FULL)",
+    "tollgate-b": `Tollgate from ${config.compare ?? ""} (A/B)`,
     portkey: "Portkey gateway 1.15 (no governance)"
   }
   const md: Array<string> = []
