@@ -3,9 +3,14 @@
  * without the HTTP server: each building block run N times in sequence on the real services
  * (SQLite file with WAL + synchronous=FULL, the bench mock upstream with no delay), CPU and wall
  * time per operation. Complements bench/profile.ts, whose flat Effect stacks hide the caller.
+ * `CONCURRENCY=32` keeps that many operations in flight (commits then batch as under load),
+ * `ONLY=gateway` runs only the blocks whose name contains it, `ALLOC=1` adds bytes allocated per
+ * operation. In-process figures vary ≈ 3% between runs where the HTTP bench varies ≈ 10%, but the
+ * first block of a run is slower (JIT warm-up): compare blocks run in alternation, not one run each.
  */
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import { mkdtempSync } from "node:fs"
+import { Session } from "node:inspector/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { SqlClient } from "@effect/sql"
@@ -42,12 +47,48 @@ const principal = await rt.runPromise(Effect.flatMap(KeyRegistry, (k) => k.authe
 const scope = { projectId: principal.projectId, environment: principal.environment }
 const body = (n: number) => ({ model, messages: [{ role: "system", content: "You are a concise assistant for an e-commerce support team." }, { role: "user", content: "Where is my order 48213-CX? It has said label created since Monday." }], max_tokens: 400, metadata: { idempotency_key: `bd-${Date.now()}-${n}` } })
 
+/** `CONCURRENCY=32`: calls in flight at once (default 1: one at a time, each commit pays its own fsync). */
+const CONCURRENCY = Number(process.env.CONCURRENCY ?? 1)
+/** `ONLY=gateway`: run only the blocks whose name contains it. */
+const ONLY = process.env.ONLY
+/**
+ * `ALLOC=1`: also the bytes allocated per operation, garbage included (V8's sampling heap profiler,
+ * one sample per 4 KiB allocated, keeping objects the GC collected). CPU figures then include its cost.
+ */
+const ALLOC = process.env.ALLOC === "1"
+const allocation = await (async () => {
+  const session = new Session()
+  session.connect()
+  if (ALLOC) await session.post("HeapProfiler.enable")
+  return {
+    start: () =>
+      session.post("HeapProfiler.startSampling", {
+        samplingInterval: 4096,
+        // Protocol flags newer than @types/node's copy of the protocol.
+        ...({ includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true } as object)
+      }),
+    stop: async () => {
+      const { profile } = await session.post("HeapProfiler.stopSampling")
+      let bytes = 0
+      const walk = (node: typeof profile.head): void => {
+        bytes += node.selfSize
+        for (const child of node.children) walk(child)
+      }
+      walk(profile.head)
+      return bytes
+    }
+  }
+})()
+
 const measure = async (name: string, n: number, f: (i: number) => Effect.Effect<unknown, unknown, any>) => {
+  if (ONLY !== undefined && !name.includes(ONLY)) return
   await rt.runPromise(Effect.forEach(Array.from({ length: 50 }, (_, i) => i), (i) => Effect.ignore(f(-i - 1)), { discard: true }))
+  if (ALLOC) await allocation.start()
   const c0 = process.cpuUsage(); const t0 = performance.now()
-  await rt.runPromise(Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) => Effect.ignore(f(i)), { discard: true }))
+  await rt.runPromise(Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) => Effect.ignore(f(i)), { discard: true, concurrency: CONCURRENCY }))
   const c = process.cpuUsage(c0); const wall = performance.now() - t0
-  console.log(name.padEnd(34), `cpu ${((c.user + c.system) / n).toFixed(0).padStart(5)} µs/op   wall ${((wall * 1000) / n).toFixed(0).padStart(5)} µs/op`)
+  const allocated = ALLOC ? `   allocated ${((await allocation.stop()) / n / 1024).toFixed(1).padStart(6)} KiB/op` : ""
+  console.log(name.padEnd(40), `cpu ${((c.user + c.system) / n).toFixed(0).padStart(5)} µs/op   wall ${((wall * 1000) / n).toFixed(0).padStart(5)} µs/op${allocated}`)
 }
 const N = Number(process.env.N ?? 1000)
 await measure("authenticate (cached)", N, () => Effect.flatMap(KeyRegistry, (k) => k.authenticate(`Bearer ${key}`)))
@@ -60,5 +101,6 @@ await measure("HttpClient raw post+text", N, () => Effect.flatMap(HttpClient.Htt
 await measure("countChat", N, () => Effect.sync(() => countChat(body(0).messages)))
 await measure("FiberSet.run+join noop", N, () => Effect.scoped(Effect.flatMap(FiberSet.make(), (fs) => Effect.flatMap(FiberSet.run(fs, Effect.void), Fiber.join))))
 await measure("gateway.handle non-stream (full)", N, (i) => Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: body(i), idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} })))
+await measure("gateway.handle owned fiber (fast path)", N, (i) => Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: body(i), idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {}, owned: true })))
 await measure("gateway.handle no idempotency key", N, (i) => { const b = body(i) as any; delete b.metadata; return Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: b, idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} })) })
 await rt.dispose(); await mock.stop()

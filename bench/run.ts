@@ -12,7 +12,9 @@
  *        --chunk-delay MS, --chunks N (content events per stream), --out DIR, --no-write,
  *        --targets baseline,bare,tollgate,portkey (default; add `effect` for the Effect 3 HTTP floor),
  *        --compare DIR (adds target `tollgate-b`: Tollgate from another checkout, e.g. a `git worktree`
- *        of the commit before a change, interleaved with this one for an A/B in one run)
+ *        of the commit before a change, interleaved with this one for an A/B in one run),
+ *        --compare-node-flags "FLAGS" (node flags for tollgate-b only, e.g. "--max-semi-space-size=32";
+ *        with --compare . the same tree is measured with and without them)
  */
 import { execSync } from "node:child_process"
 import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
@@ -45,6 +47,7 @@ const config = {
   streamChunks: numArg("--chunks", 20),
   targets: list("--targets", "baseline,bare,tollgate,portkey"),
   compare: arg("--compare"),
+  compareNodeFlags: (arg("--compare-node-flags") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
 const KNOWN = ["baseline", "bare", "effect", "tollgate", "portkey"]
@@ -92,8 +95,8 @@ interface Target {
   readonly idleRssMb: number
 }
 
-const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here) =>
-  [process.execPath, ["--import", "tsx", join(benchDir, script), ...extra]] as const
+const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, nodeFlags: ReadonlyArray<string> = []) =>
+  [process.execPath, [...nodeFlags, "--import", "tsx", join(benchDir, script), ...extra]] as const
 
 const stopAll: Array<() => Promise<void>> = []
 const cleanup = async () => {
@@ -228,8 +231,8 @@ const main = async () => {
   const upstream = `http://127.0.0.1:${mock.ready.port}`
 
   /** Tollgate from the checkout at `dir` (its own bench target script and sources). */
-  const startTollgate = async (name: string, dir: string): Promise<Target> => {
-    const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model], join(dir, "bench"))
+  const startTollgate = async (name: string, dir: string, nodeFlags: ReadonlyArray<string> = []): Promise<Target> => {
+    const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model], join(dir, "bench"), nodeFlags)
     const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {
@@ -270,7 +273,7 @@ const main = async () => {
       }
     },
     tollgate: () => startTollgate("tollgate", root),
-    "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!)),
+    "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!), config.compareNodeFlags),
     portkey: async () => {
       const port = await freePort()
       const entry = join(root, "node_modules/@portkey-ai/gateway/build/start-server.js")
@@ -413,7 +416,7 @@ const main = async () => {
     bare: "bare proxy (node:http + undici)",
     effect: "Effect HttpRouter + HttpClient pass-through",
     tollgate: "Tollgate (full governance, SQLite FULL)",
-    "tollgate-b": `Tollgate from ${config.compare ?? ""} (A/B)`,
+    "tollgate-b": `Tollgate from ${config.compare ?? ""} ${config.compareNodeFlags.join(" ")} (A/B)`,
     portkey: "Portkey gateway 1.15 (no governance)"
   }
   const md: Array<string> = []

@@ -65,6 +65,11 @@ export interface ChatCall {
   readonly maxCreditsHeader: string | undefined
   /** Filled as the pipeline proceeds. */
   readonly headers: ReplyHeaders
+  /**
+   * The caller runs this call in a fiber the Gateway owns (`adopt`): nothing but shutdown interrupts
+   * it, so the upstream call and settlement run in it directly instead of in a fiber of their own.
+   */
+  readonly owned?: boolean
 }
 
 const CHECKS = ["route", "schema", "budget"] as const
@@ -534,10 +539,17 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         const planned = yield* plan(call)
         if ("_tag" in planned) return planned
         if (planned.request.stream) return yield* completeStreaming(planned, call.principal)
-        // Run upstream + settlement in a service-owned fiber: a client hang-up must not strand the hold.
+        // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
+        if (call.owned === true) return yield* completeNonStreaming(planned, call.principal)
         const fiber = yield* FiberSet.run(inflight, completeNonStreaming(planned, call.principal))
         return yield* Fiber.join(fiber)
       })
+
+    /**
+     * Take ownership of a caller's fiber that runs `handle` with `owned: true`: shutdown interrupts it
+     * with the upstream calls of the service (its hold is then voided), nothing else may.
+     */
+    const adopt = (fiber: Fiber.RuntimeFiber<unknown, unknown>): void => FiberSet.unsafeAdd(inflight, fiber)
 
     /**
      * POST /v1/routing/evaluate: what a call would do — route, rate card, estimated and worst-case
@@ -576,7 +588,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         } satisfies Evaluation
       })
 
-    return { handle, evaluate } as const
+    return { handle, adopt, evaluate } as const
   })
 }) {}
 

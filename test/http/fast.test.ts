@@ -7,7 +7,11 @@
  */
 import { NodeHttpServer } from "@effect/platform-node"
 import { Effect, Layer, Logger, ManagedRuntime } from "effect"
+import Database from "better-sqlite3"
+import { mkdtempSync, rmSync } from "node:fs"
 import { Agent, createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeSettings, Settings } from "../../src/domain/config.ts"
@@ -16,7 +20,7 @@ import { makeRequestListener } from "../../src/http/fast.ts"
 import { ServicesLive } from "../../src/server.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
 import { Gateway } from "../../src/services/Gateway.ts"
-import { mockGatewayFile, useMockedGateway } from "../support/gateway.ts"
+import { mockGatewayFile, startGateway, useMockedGateway } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 
 const MAX_BODY = 64 * 1024
@@ -182,7 +186,7 @@ describe("a defect on the fast path", () => {
     const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
     const dying = Layer.succeed(
       Gateway,
-      Gateway.make({ handle: () => Effect.die(new Error("secret internals")), evaluate: () => Effect.die("unused") })
+      Gateway.make({ handle: () => Effect.die(new Error("secret internals")), adopt: () => undefined, evaluate: () => Effect.die("unused") })
     )
     const runtime = ManagedRuntime.make(
       Layer.merge(ServicesLive, dying).pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json))
@@ -338,5 +342,63 @@ describe("the fast path's metrics and access log", () => {
     expect(entries[3].request_id).toBe(replies[3]!.headers["x-request-id"])
     for (const e of entries) expect(e.duration_ms).toBeGreaterThanOrEqual(0)
     expect(lines.join("\n")).not.toContain(logged.gateway.devKey.split("_")[3]!)
+  })
+})
+
+describe("shutdown during a governed call on the fast path", () => {
+  const auth = (key: string) => ({ authorization: `Bearer ${key}`, "content-type": "application/json" })
+  const body = JSON.stringify({ model: "auto", messages: [{ role: "user", content: "shut down under me" }] })
+  const waitForPending = async (db: { prepare: (sql: string) => { get: () => unknown } }) => {
+    const pending = () => (db.prepare("SELECT count(*) AS n FROM requests WHERE status = 'pending'").get() as { n: number }).n
+    const deadline = Date.now() + 5_000
+    while (pending() === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+    return pending()
+  }
+
+  it("the server drains it first: the call completes and is charged once, nothing stays reserved", async () => {
+    const upstream = await startMockUpstream()
+    const gateway = await startGateway(mockGatewayFile(upstream.url))
+    const db = gateway.db()
+    try {
+      upstream.pushBehavior({ delayMs: 500 })
+      const reply = send(gateway.origin, "/v1/chat/completions", { headers: auth(gateway.devKey), body, agent: new Agent({ keepAlive: false }) })
+      expect(await waitForPending(db)).toBe(1) // reserved, upstream call in flight
+      await gateway.shutdown()
+      expect((await reply).status).toBe(200)
+      expect(db.prepare("SELECT status FROM requests").all()).toEqual([{ status: "completed" }])
+      expect(db.prepare("SELECT state FROM reservations").all()).toEqual([{ state: "settled" }])
+      const window = db.prepare("SELECT reserved, spent FROM budget_windows").get() as { reserved: number; spent: number }
+      const charged = db.prepare("SELECT sum(credits_charged) AS c FROM receipts").get() as { c: number }
+      expect(window).toEqual({ reserved: 0, spent: charged.c })
+    } finally {
+      await gateway.close()
+      await upstream.close()
+    }
+  })
+
+  it("when the services stop under it, the Gateway interrupts the call it owns: hold voided, request failed, 503", async () => {
+    const upstream = await startMockUpstream()
+    const dir = mkdtempSync(join(tmpdir(), "tollgate-fast-shutdown-"))
+    const file = join(dir, "store.db")
+    const runtime = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${file}`, gateway: mockGatewayFile(upstream.url) })))))
+    // A bare node server around the fast path: closing the runtime does not wait for its requests.
+    const server = createServer(await runtime.runPromise(makeRequestListener(app)))
+    const key = await runtime.runPromise(Effect.map(Bootstrap, (b) => b.firstStart!.developmentKey))
+    const db = new Database(file, { readonly: true })
+    try {
+      upstream.pushBehavior({ delayMs: 2_000 })
+      const reply = send(await listen(server), "/v1/chat/completions", { headers: auth(key), body, agent: new Agent({ keepAlive: false }) })
+      expect(await waitForPending(db)).toBe(1)
+      await runtime.dispose()
+      expect((await reply).status).toBe(503)
+      expect(db.prepare("SELECT status, error_code FROM requests").all()).toEqual([{ status: "failed", error_code: "interrupted" }])
+      expect(db.prepare("SELECT state FROM reservations").all()).toEqual([{ state: "voided" }])
+      expect(db.prepare("SELECT reserved, spent FROM budget_windows").all()).toEqual([{ reserved: 0, spent: 0 }])
+    } finally {
+      db.close()
+      server.close()
+      await upstream.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })

@@ -27,6 +27,8 @@ export interface TestGateway {
   readonly db: () => Database.Database
   /** Admin API call with the admin token. */
   readonly admin: (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }>
+  /** Shut the gateway down (its runtime's finalizers), keeping the store for assertions. */
+  readonly shutdown: () => Promise<void>
   readonly close: () => Promise<void>
 }
 
@@ -90,6 +92,7 @@ export const startGateway = async (
       })
       return { status: res.status, body: await res.json() }
     },
+    shutdown: () => runtime.dispose(),
     close: async () => {
       for (const h of handles) h.close()
       await runtime.dispose()
