@@ -31,27 +31,40 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
         : transportFailure(e, name)
 
   /**
-   * Run `work` with a signal that aborts on interruption (Effect's `signal`) or after `timeoutMs`.
-   * A whole completion must finish within it; a stream only has to start (its body is then bounded by
+   * Run `work` with ONE signal that aborts on interruption or after `timeoutMs`, as an Effect: a
+   * whole completion must finish within it; a stream only has to start (its body is then bounded by
    * the idle `bodyTimeout`). undici's own headersTimeout is coarse (its timers tick at ≈ 1 s).
+   * Effect.async rather than tryPromise: tryPromise's signal would be a second AbortController per call.
    */
-  const bounded = <A>(signal: AbortSignal, work: (signal: AbortSignal) => Promise<A>): Promise<A> => {
-    const controller = new AbortController()
-    let timedOutNow = false
-    const timer = setTimeout(() => {
-      timedOutNow = true
-      controller.abort()
-    }, timeoutMs)
-    const forward = () => controller.abort()
-    signal.addEventListener("abort", forward, { once: true })
-    return work(controller.signal).then(
-      (a) => a,
-      (e: unknown) => Promise.reject(timedOutNow ? timedOut() : e)
-    ).finally(() => {
-      clearTimeout(timer)
-      signal.removeEventListener("abort", forward)
+  const attempt = <A>(work: (signal: AbortSignal) => Promise<A>): Effect.Effect<A, UpstreamFailure> =>
+    Effect.async<A, UpstreamFailure>((resume) => {
+      const controller = new AbortController()
+      let timedOutNow = false
+      const timer = setTimeout(() => {
+        timedOutNow = true
+        controller.abort()
+      }, timeoutMs)
+      let running: Promise<A>
+      try {
+        running = work(controller.signal)
+      } catch (e) {
+        running = Promise.reject(e)
+      }
+      running.then(
+        (a) => {
+          clearTimeout(timer)
+          resume(Effect.succeed(a))
+        },
+        (e: unknown) => {
+          clearTimeout(timer)
+          resume(Effect.fail(timedOutNow ? timedOut() : failureOf(e)))
+        }
+      )
+      return Effect.sync(() => {
+        clearTimeout(timer)
+        controller.abort()
+      })
     })
-  }
 
   const send = (route: RouteConfig, body: Record<string, unknown>, signal: AbortSignal) =>
     request(url, {
@@ -78,13 +91,9 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
   }
 
   const complete: ChatProvider["complete"] = (route, body) =>
-    Effect.tryPromise({
-      try: (signal) =>
-        bounded(signal, async (bounded) => {
-          const res = await send(route, body, bounded)
-          return { status: res.statusCode, text: await res.body.text() }
-        }),
-      catch: failureOf
+    attempt(async (signal) => {
+      const res = await send(route, body, signal)
+      return { status: res.statusCode, text: await res.body.text() }
     }).pipe(
       Effect.flatMap(({ status, text }) =>
         status >= 400 ? Effect.fail(statusFailure(status, upstreamErrorDetail(text))) : Effect.map(parseObject(text), (json) => ({ raw: text, json }))
@@ -94,7 +103,7 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
   const stream: ChatProvider["stream"] = (route, body) =>
     Effect.gen(function* () {
       const res = yield* Effect.acquireRelease(
-        Effect.tryPromise({ try: (signal) => bounded(signal, (bounded) => send(route, body, bounded)), catch: failureOf }),
+        attempt((signal) => send(route, body, signal)),
         // Destroying an unfinished undici body emits 'error' (RequestAbortedError): absorb it, or a
         // client that hangs up mid-stream would crash the process with an unhandled 'error' event.
         (res) => Effect.sync(() => res.body.on("error", () => {}).destroy())
