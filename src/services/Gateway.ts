@@ -11,7 +11,7 @@
  *
  * The same pipeline serves every surface (chat completions, responses); a Surface only renders.
  */
-import { Clock, Duration, Effect, Exit, Fiber, FiberSet, Option, Runtime, Schedule, Scope } from "effect"
+import { Clock, Duration, Effect, Either, Exit, Fiber, FiberSet, Option, Runtime, Schedule, Scope } from "effect"
 import {
   chargeFor,
   chargeWithinReservation,
@@ -171,83 +171,90 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         }
       })
 
-    /** Route, price and size a request against the project's remaining budget. Reads only. */
-    const quote = (principal: Principal, request: ChatRequest, maxCredits: number | undefined, maxCreditsParam: string): Effect.Effect<Quote, RouteUnavailable> =>
-      Effect.gen(function* () {
-        const chain = yield* router.candidates(request.model, principal.projectId)
-        const now = yield* Clock.currentTimeMillis
-        const prices = new Map<string, { prices: Prices; version: string }>()
-        for (const route of chain) {
-          const priced = pricing.priceAt(route.name, now)
-          if (priced !== undefined) prices.set(route.name, { prices: priced.prices, version: priced.card.version })
+    /** Route, price and size a request at `now` against the project's remaining budget. Reads only. */
+    const quote = (
+      principal: Principal,
+      request: ChatRequest,
+      maxCredits: number | undefined,
+      maxCreditsParam: string,
+      now: number
+    ): Either.Either<Quote, RouteUnavailable> => {
+      const candidates = router.candidatesAt(request.model, principal.projectId, now)
+      if (Either.isLeft(candidates)) return Either.left(candidates.left)
+      const chain = candidates.right
+      const prices = new Map<string, { prices: Prices; version: string }>()
+      for (const route of chain) {
+        const priced = pricing.priceAt(route.name, now)
+        if (priced !== undefined) prices.set(route.name, { prices: priced.prices, version: priced.card.version })
+      }
+      const pricedChain = chain.filter((r) => prices.has(r.name))
+      if (pricedChain.length === 0) {
+        return Either.left(new RouteUnavailable({ message: `No rate card in force prices the route for '${request.model}'.`, retryable: false }))
+      }
+      const inputTokens = countChat(request.messages, request.tools)
+      const period = periodOf(now)
+      const window = ledger.windowSync(principal.projectId, period)
+      const remaining = Math.max(0, window.cap - window.spent - window.reserved)
+      const base = { chain: pricedChain, prices, inputTokens, period, cap: window.cap, remaining }
+      // With fallback any candidate may serve: the cap must fit every one of them, and the hold
+      // covers the most expensive, so whichever route answers, charge ≤ reservation ≤ available.
+      let outputCap = Infinity
+      for (const route of pricedChain) {
+        const decision = decideOutputCap({
+          inputTokens,
+          prices: prices.get(route.name)!.prices,
+          routeLimit: route.max_output_tokens,
+          requested: request.requestedMaxTokens,
+          remainingBudget: remaining,
+          maxCredits
+        })
+        if (decision._tag === "OverBudget") {
+          const error =
+            decision.limitedBy === "max_credits"
+              ? new BudgetExceeded({
+                  message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds ${maxCreditsParam} (${maxCredits}). Lower max_tokens or raise the limit.`,
+                  param: maxCreditsParam
+                })
+              : new BudgetExceeded({
+                  message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds the project's remaining budget for ${period} (${remaining} of ${window.cap} Credits). Raise the budget cap, or wait for the next settlement window.`,
+                  param: null
+                })
+          return Either.right({ ...base, decision: { _tag: "OverBudget", error } } satisfies Quote)
         }
-        const pricedChain = chain.filter((r) => prices.has(r.name))
-        if (pricedChain.length === 0) {
-          return yield* new RouteUnavailable({ message: `No rate card in force prices the route for '${request.model}'.`, retryable: false })
-        }
-        const inputTokens = countChat(request.messages, request.tools)
-        const period = periodOf(now)
-        const window = yield* ledger.window(principal.projectId, period)
-        const remaining = Math.max(0, window.cap - window.spent - window.reserved)
-        const base = { chain: pricedChain, prices, inputTokens, period, cap: window.cap, remaining }
-        // With fallback any candidate may serve: the cap must fit every one of them, and the hold
-        // covers the most expensive, so whichever route answers, charge ≤ reservation ≤ available.
-        let outputCap = Infinity
-        for (const route of pricedChain) {
-          const decision = decideOutputCap({
-            inputTokens,
-            prices: prices.get(route.name)!.prices,
-            routeLimit: route.max_output_tokens,
-            requested: request.requestedMaxTokens,
-            remainingBudget: remaining,
-            maxCredits
-          })
-          if (decision._tag === "OverBudget") {
-            const error =
-              decision.limitedBy === "max_credits"
-                ? new BudgetExceeded({
-                    message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds ${maxCreditsParam} (${maxCredits}). Lower max_tokens or raise the limit.`,
-                    param: maxCreditsParam
-                  })
-                : new BudgetExceeded({
-                    message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds the project's remaining budget for ${period} (${remaining} of ${window.cap} Credits). Raise the budget cap, or wait for the next settlement window.`,
-                    param: null
-                  })
-            return { ...base, decision: { _tag: "OverBudget", error } } satisfies Quote
-          }
-          outputCap = Math.min(outputCap, decision.outputCap)
-        }
-        let reservation = 0
-        for (const route of pricedChain) reservation = Math.max(reservation, worstCase(inputTokens, outputCap, prices.get(route.name)!.prices))
-        return { ...base, decision: { _tag: "Fits", outputCap, reservation } } satisfies Quote
-      })
+        outputCap = Math.min(outputCap, decision.outputCap)
+      }
+      let reservation = 0
+      for (const route of pricedChain) reservation = Math.max(reservation, worstCase(inputTokens, outputCap, prices.get(route.name)!.prices))
+      return Either.right({ ...base, decision: { _tag: "Fits", outputCap, reservation } } satisfies Quote)
+    }
 
     /** Everything up to and including the reservation. */
     const plan = (call: ChatCall): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
       Effect.gen(function* () {
         const { principal, headers, surface } = call
+        // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
+        const now = yield* Clock.currentTimeMillis
         const { request, maxCredits, maxCreditsParam } = yield* admitRequest(principal, call.body, call.maxCreditsHeader)
         const md = request.metadata
         const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
         const key = rawKey === undefined ? undefined : yield* checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
 
-        const verdict = yield* rateLimiter.admit(principal.projectId, principal.rateLimit)
+        const verdict = yield* rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
         Object.assign(headers, rateLimitHeaders(verdict))
 
         const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
         const fingerprint = key === undefined ? "" : fingerprintOf("POST", surface.path, call.clientBody ?? call.body)
         if (key !== undefined) {
-          const seen = yield* idempotency.peek(scope, key, fingerprint)
+          const seen = idempotency.peekAt(scope, key, fingerprint, now)
           if (seen._tag !== "Claimed") {
             const reply = yield* settleClaimOutcome(seen, scope, key, fingerprint, headers)
             if (Option.isSome(reply)) return reply.value
           }
         }
 
-        const q = yield* quote(principal, request, maxCredits, maxCreditsParam)
+        const q = yield* quote(principal, request, maxCredits, maxCreditsParam, now)
         if (q.decision._tag === "OverBudget") return yield* q.decision.error
         const { outputCap, reservation } = q.decision
-        const now = yield* Clock.currentTimeMillis
         const requestId = newRequestId(now)
         headers["x-request-id"] = requestId
         const hold: Hold = {
@@ -558,7 +565,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const evaluate = (principal: Principal, body: unknown, maxCreditsHeader: string | undefined): Effect.Effect<Evaluation, InvalidApiKey | InvalidRequest | UnsupportedWorkflow | RouteUnavailable> =>
       Effect.gen(function* () {
         const { request, maxCredits, maxCreditsParam } = yield* admitRequest(principal, body, maxCreditsHeader)
-        const q = yield* quote(principal, request, maxCredits, maxCreditsParam)
+        const q = yield* quote(principal, request, maxCredits, maxCreditsParam, yield* Clock.currentTimeMillis)
         const rateOk = yield* rateLimiter.peek(principal.projectId, principal.rateLimit)
         const route = q.chain[0]!
         const priced = q.prices.get(route.name)!

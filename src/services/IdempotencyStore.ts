@@ -92,12 +92,13 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
 
     const find = (scope: Scope, key: string, now: number): Row | undefined => selectLive.get(scope.projectId, scope.environment, key, now)
 
-    /** Read-only look: what a claim would meet. Fast path before routing and pricing. */
+    /** Read-only look at `now`: what a claim would meet. Fast path before routing and pricing. */
+    const peekAt = (scope: Scope, key: string, fingerprint: string, now: number): ClaimOutcome => {
+      const row = find(scope, key, now)
+      return row === undefined ? { _tag: "Claimed" } : outcomeOf(row, fingerprint)
+    }
     const peek = (scope: Scope, key: string, fingerprint: string): Effect.Effect<ClaimOutcome> =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        const row = find(scope, key, now)
-        return row === undefined ? { _tag: "Claimed" } : outcomeOf(row, fingerprint)
-      })
+      Effect.map(Clock.currentTimeMillis, (now) => peekAt(scope, key, fingerprint, now))
 
     /**
      * The atomic claim, synchronous: call it inside a transaction (`Sqlite.transact`), where the
@@ -170,6 +171,6 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
         }
       })
 
-    return { peek, claim, claimSync, finish, finishSync, release, releaseSync, releaseRequests, extendClaim, awaitSettled } as const
+    return { peek, peekAt, claim, claimSync, finish, finishSync, release, releaseSync, releaseRequests, extendClaim, awaitSettled } as const
   })
 }) {}

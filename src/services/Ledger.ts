@@ -101,11 +101,11 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
     )
     const updateDeadline = db.prepare<[number, string]>("UPDATE reservations SET deadline = ? WHERE id = ? AND state = 'held'")
 
-    const window = (projectId: string, period: string): Effect.Effect<BudgetWindow> =>
-      Effect.sync(() => {
-        const row = selectWindow.get(period, projectId)
-        return { period, cap: row?.cap ?? 0, spent: row?.spent ?? 0, reserved: row?.reserved ?? 0 }
-      })
+    const windowSync = (projectId: string, period: string): BudgetWindow => {
+      const row = selectWindow.get(period, projectId)
+      return { period, cap: row?.cap ?? 0, spent: row?.spent ?? 0, reserved: row?.reserved ?? 0 }
+    }
+    const window = (projectId: string, period: string): Effect.Effect<BudgetWindow> => Effect.sync(() => windowSync(projectId, period))
 
     /**
      * Hold `amount` Credits, or abort with 402 when it would not fit under the cap. Synchronous:
@@ -238,6 +238,6 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
         }))
       }).pipe(Effect.orDie)
 
-    return { window, reserve, reserveSync, settle, settleSync, release, releaseSync, extendHold, expiredHolds, receipt, usage, periodOf } as const
+    return { window, windowSync, reserve, reserveSync, settle, settleSync, release, releaseSync, extendHold, expiredHolds, receipt, usage, periodOf } as const
   })
 }) {}

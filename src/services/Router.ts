@@ -7,7 +7,7 @@
  * Every attempt is recorded for GET /v1/requests/{id}.
  */
 import { HttpClient } from "@effect/platform"
-import { Clock, Duration, Effect, Random, type Scope } from "effect"
+import { Clock, Duration, Effect, Either, Random, type Scope } from "effect"
 import { Metrics } from "./Metrics.ts"
 import * as Health from "./RouteHealth.ts"
 import { type RouteConfig, Settings } from "../domain/config.ts"
@@ -61,31 +61,32 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
      * The routes a model name may be served by, in the order they are tried: a named route, or the
      * `auto` routes this project may use whose breaker is not open.
      */
+    const candidatesAt = (model: string, projectId: string | undefined, now: number): Either.Either<ReadonlyArray<Route>, RouteUnavailable> => {
+      if (model === "auto") {
+        const usable = routes.filter((r) => r.auto && allowedFor(r, projectId))
+        const healthy = usable.filter((r) => isAvailable(r, now))
+        if (healthy.length > 0) return Either.right(healthy)
+        return Either.left(
+          new RouteUnavailable({
+            message: usable.length === 0 ? "No route is configured for model auto." : "Every auto route is failing right now (circuit open); retry later.",
+            retryable: usable.length > 0
+          })
+        )
+      }
+      const route = byName.get(model)
+      if (route === undefined || !allowedFor(route, projectId)) {
+        const known = ["auto", ...routes.filter((r) => allowedFor(r, projectId)).map((r) => r.name)].join(", ")
+        return Either.left(new RouteUnavailable({ message: `The model '${model}' is not a route available to this project. Available: ${known}.`, retryable: false }))
+      }
+      if (!isAvailable(route, now)) {
+        return Either.left(
+          new RouteUnavailable({ message: `Route '${model}' is failing right now (circuit open). Retry with model 'auto' so the router can pick an available route.`, retryable: true })
+        )
+      }
+      return Either.right([route])
+    }
     const candidates = (model: string, projectId?: string): Effect.Effect<ReadonlyArray<Route>, RouteUnavailable> =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        if (model === "auto") {
-          const usable = routes.filter((r) => r.auto && allowedFor(r, projectId))
-          const healthy = usable.filter((r) => isAvailable(r, now))
-          if (healthy.length > 0) return Effect.succeed(healthy)
-          return Effect.fail(
-            new RouteUnavailable({
-              message: usable.length === 0 ? "No route is configured for model auto." : "Every auto route is failing right now (circuit open); retry later.",
-              retryable: usable.length > 0
-            })
-          )
-        }
-        const route = byName.get(model)
-        if (route === undefined || !allowedFor(route, projectId)) {
-          const known = ["auto", ...routes.filter((r) => allowedFor(r, projectId)).map((r) => r.name)].join(", ")
-          return Effect.fail(new RouteUnavailable({ message: `The model '${model}' is not a route available to this project. Available: ${known}.`, retryable: false }))
-        }
-        if (!isAvailable(route, now)) {
-          return Effect.fail(
-            new RouteUnavailable({ message: `Route '${model}' is failing right now (circuit open). Retry with model 'auto' so the router can pick an available route.`, retryable: true })
-          )
-        }
-        return Effect.succeed([route])
-      })
+      Effect.flatMap(Clock.currentTimeMillis, (now) => candidatesAt(model, projectId, now))
 
     /** Routes this project may use that are available now (GET /v1/models). */
     const available = (projectId: string): Effect.Effect<ReadonlyArray<Route>> =>
@@ -153,7 +154,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
     /** The breaker state of a route now: closed, open or half_open (for operators and tests). */
     const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)
 
-    return { candidates, available, breakerStatus, complete, openStream, routes } as const
+    return { candidates, candidatesAt, available, breakerStatus, complete, openStream, routes } as const
   }),
   dependencies: [Metrics.Default]
 }) {}
