@@ -230,6 +230,19 @@ const main = async () => {
   stopAll.push(mock.stop)
   const upstream = `http://127.0.0.1:${mock.ready.port}`
 
+  /** A pass-through proxy target in front of the mock (it forwards the bench's bearer token). */
+  const startProxy = async (name: string, script: string): Promise<Target> => {
+    const [c, a] = tsxNode(script, ["--upstream", upstream])
+    const child = await startChild<{ port: number }>(name, c, a, { cwd: root, timeoutMs: 60_000 })
+    stopAll.push(child.stop)
+    return {
+      name,
+      child,
+      endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: "Bearer sk-bench" } },
+      idleRssMb: sampleProc(child.pid).rssMb
+    }
+  }
+
   /** Tollgate from the checkout at `dir` (its own bench target script and sources). */
   const startTollgate = async (name: string, dir: string, nodeFlags: ReadonlyArray<string> = []): Promise<Target> => {
     const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model], join(dir, "bench"), nodeFlags)
@@ -250,28 +263,8 @@ const main = async () => {
       endpoint: { name: "baseline", origin: upstream, path: "/v1/chat/completions", headers: { authorization: "Bearer sk-bench" } },
       idleRssMb: sampleProc(mock.pid).rssMb
     }),
-    bare: async () => {
-      const [c, a] = tsxNode("targets/bareProxy.ts", ["--upstream", upstream])
-      const child = await startChild<{ port: number }>("bare", c, a, { cwd: root })
-      stopAll.push(child.stop)
-      return {
-        name: "bare",
-        child,
-        endpoint: { name: "bare", origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: "Bearer sk-bench" } },
-        idleRssMb: sampleProc(child.pid).rssMb
-      }
-    },
-    effect: async () => {
-      const [c, a] = tsxNode("targets/effectProxy.ts", ["--upstream", upstream])
-      const child = await startChild<{ port: number }>("effect", c, a, { cwd: root, timeoutMs: 60_000 })
-      stopAll.push(child.stop)
-      return {
-        name: "effect",
-        child,
-        endpoint: { name: "effect", origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: "Bearer sk-bench" } },
-        idleRssMb: sampleProc(child.pid).rssMb
-      }
-    },
+    bare: () => startProxy("bare", "targets/bareProxy.ts"),
+    effect: () => startProxy("effect", "targets/effectProxy.ts"),
     tollgate: () => startTollgate("tollgate", root),
     "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!), config.compareNodeFlags),
     portkey: async () => {
