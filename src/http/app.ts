@@ -275,7 +275,7 @@ const projectView = (id: string) =>
     const ledger = yield* Ledger
     const keys = yield* KeyRegistry
     const project = yield* projects.get(id)
-    const now = Date.now()
+    const now = yield* Clock.currentTimeMillis
     const window = yield* ledger.window(id, ledger.periodOf(now))
     return {
       ...project,

@@ -17,7 +17,7 @@
  *   excludes both), cached_tokens = cache reads. No usage upstream → no usage here (the Gateway counts).
  */
 import { HttpClient, HttpClientRequest } from "@effect/platform"
-import { Chunk, Duration, Effect, Either, Option, Redacted, Stream } from "effect"
+import { Chunk, Clock, Duration, Effect, Either, Option, Redacted, Stream } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
 import { catchTransport, type ChatProvider, dataEventsOf, statusFailure, timeoutFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
 import { sseData } from "./sse.ts"
@@ -227,7 +227,7 @@ export const openAIUsage = (u: AnthropicUsage) => {
 }
 
 /** Anthropic Message → OpenAI chat.completion object. */
-export const toOpenAICompletion = (msg: Json, fallbackModel: string): Json => {
+export const toOpenAICompletion = (msg: Json, fallbackModel: string, nowMs: number): Json => {
   let text = ""
   const toolCalls: Array<Json> = []
   for (const block of Array.isArray(msg.content) ? msg.content : []) {
@@ -245,9 +245,9 @@ export const toOpenAICompletion = (msg: Json, fallbackModel: string): Json => {
   const message: Json = { role: "assistant", content: toolCalls.length > 0 && text.length === 0 ? null : text }
   if (toolCalls.length > 0) message.tool_calls = toolCalls
   const out: Json = {
-    id: typeof msg.id === "string" ? msg.id : `msg_${Date.now().toString(36)}`,
+    id: typeof msg.id === "string" ? msg.id : `msg_${nowMs.toString(36)}`,
     object: "chat.completion",
-    created: Math.floor(Date.now() / 1000),
+    created: Math.floor(nowMs / 1000),
     model: typeof msg.model === "string" ? msg.model : fallbackModel,
     choices: [{ index: 0, message, logprobs: null, finish_reason: finishReasonOf(msg.stop_reason) }]
   }
@@ -265,10 +265,10 @@ const RETRYABLE_STREAM_ERRORS = new Set(["overloaded_error", "api_error", "rate_
  * A per-stream translator: one Anthropic event `data` in, OpenAI chunk payloads out. `done` turns
  * true at `message_stop`; an `error` event or unparsable data is an UpstreamFailure.
  */
-export const makeStreamTranslator = (name: string, fallbackModel: string) => {
-  let id = `msg_${Date.now().toString(36)}`
+export const makeStreamTranslator = (name: string, fallbackModel: string, nowMs: number) => {
+  let id = `msg_${nowMs.toString(36)}`
   let model = fallbackModel
-  const created = Math.floor(Date.now() / 1000)
+  const created = Math.floor(nowMs / 1000)
   let usage: AnthropicUsage | undefined
   let stopReason: unknown = null
   let started = false
@@ -410,7 +410,7 @@ export const makeAnthropicProvider = (
         if (!isObject(json)) return yield* protocol("sent a body that is not a JSON object")
         if (json.type === "error") return yield* protocol(`answered with an error: ${upstreamErrorDetail(text)}`)
         if (!Array.isArray(json.content)) return yield* protocol("sent a body that is not an Anthropic message")
-        const completion = toOpenAICompletion(json, route.upstream_model)
+        const completion = toOpenAICompletion(json, route.upstream_model, yield* Clock.currentTimeMillis)
         return { raw: JSON.stringify(completion), json: completion }
       })
     ).pipe(
@@ -427,7 +427,7 @@ export const makeAnthropicProvider = (
         const text = yield* res.text.pipe(Effect.orElseSucceed(() => ""))
         return yield* statusFailure(res.status, upstreamErrorDetail(text))
       }
-      const translator = makeStreamTranslator(name, route.upstream_model)
+      const translator = makeStreamTranslator(name, route.upstream_model, yield* Clock.currentTimeMillis)
       const translated = sseData(res.stream).pipe(
         Stream.catchAll((e) =>
           Stream.fail(

@@ -2,7 +2,7 @@
  * The built-in `demo` provider: a deterministic echo model that needs no network, so `npm start`
  * serves a working route on a fresh machine. Token counts are real (o200k_base), usage is reported.
  */
-import { Effect } from "effect"
+import { Clock, Effect } from "effect"
 import { decode, encode } from "gpt-tokenizer"
 import { randomBase32 } from "../domain/ids.ts"
 import { countChat, countText } from "../services/Tokenizer.ts"
@@ -48,12 +48,12 @@ export const makeDemoProvider = (delayMs = 0): ChatProvider => {
   const complete: ChatProvider["complete"] = (route, body) =>
     Effect.zipRight(
       pause,
-      Effect.sync(() => {
+      Effect.map(Clock.currentTimeMillis, (now) => {
         const r = demoReply(body)
         const json = {
           id: `chatcmpl-${randomBase32(15)}`,
           object: "chat.completion",
-          created: Math.floor(Date.now() / 1000),
+          created: Math.floor(now / 1000),
           model: route.upstream_model,
           choices: [{ index: 0, message: { role: "assistant", content: r.text }, finish_reason: r.finish, logprobs: null }],
           usage: usageOf(r)
@@ -65,10 +65,10 @@ export const makeDemoProvider = (delayMs = 0): ChatProvider => {
   const stream: ChatProvider["stream"] = (route, body) =>
     Effect.zipRight(
       pause,
-      Effect.sync(() => {
+      Effect.map(Clock.currentTimeMillis, (now) => {
         const r = demoReply(body)
         const id = `chatcmpl-${randomBase32(15)}`
-        const created = Math.floor(Date.now() / 1000)
+        const created = Math.floor(now / 1000)
         const chunk = (choices: ReadonlyArray<unknown>, extra: Record<string, unknown> = {}) =>
           JSON.stringify({ id, object: "chat.completion.chunk", created, model: route.upstream_model, choices, ...extra })
         const words = r.text.match(/\S+\s*/g) ?? []

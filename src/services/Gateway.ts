@@ -334,7 +334,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       tokens: TokenCounts,
       usageSource: "reported" | "counted",
       schemaOk: boolean,
-      render: (g: Governance) => { readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
+      render: (g: Governance, now: number) => { readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
     ) =>
       Effect.gen(function* () {
         const { prices, version } = p.prices.get(served.route.name)!
@@ -350,7 +350,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           rate_card_version: version,
           receipt_id: receiptId
         }
-        const rendered = render(governance)
+        const rendered = render(governance, now)
         // Encoded once: the same bytes are stored for replay and sent.
         const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
         yield* store.transact(() => {
@@ -408,10 +408,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
               output: Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0,
               reasoning: 0
             }
-        const rendered = yield* settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk, (g) => ({
+        const rendered = yield* settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk, (g, now) => ({
           status: 200,
           contentType: "application/json",
-          body: p.surface.renderBody(served.value.raw, json, g, tokens)
+          body: p.surface.renderBody(served.value.raw, json, g, tokens, now)
         }))
         return { _tag: "Body", ...rendered } satisfies GatewayReply
       })
@@ -440,7 +440,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           Effect.repeat(Effect.delay(keepAlive, Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever),
           connection
         )
-        const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId })
+        const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: yield* Clock.currentTimeMillis })
         // Every frame sent, kept only when an idempotency key will store the stream for replay.
         const keep = p.idempotency !== undefined
         const sent: Array<Uint8Array> = []

@@ -74,6 +74,24 @@ describe("Router.candidates", () => {
         expect(served.value.json).toMatchObject({ object: "chat.completion", model: "d3" })
         expect(served.value.raw).toContain('You said: \\"ping\\"')
       }))
+
+    it.effect("a demo reply is dated by the Clock, streamed or not", () =>
+      Effect.gen(function* () {
+        const at = Date.UTC(2031, 0, 2, 3, 4, 5)
+        yield* TestClock.setTime(at)
+        const router = yield* Router
+        const chain = yield* router.candidates("named-only")
+        const served = yield* router.complete(chain, () => ({ messages: [{ role: "user", content: "when?" }] }))
+        expect(served.value.json.created).toBe(at / 1000)
+        const opened = yield* Effect.scoped(
+          Effect.gen(function* () {
+            const stream = yield* router.openStream(chain, () => ({ messages: [{ role: "user", content: "when?" }], stream: true }))
+            const first = yield* Effect.promise(() => stream.value[Symbol.asyncIterator]().next())
+            return first.done === true ? undefined : (JSON.parse(first.value[0]!) as { created: number })
+          })
+        )
+        expect(opened?.created).toBe(at / 1000)
+      }))
   })
 
   it.effect("with no auto route configured, auto is unavailable and not retryable", () =>

@@ -27,9 +27,12 @@ export interface StreamRenderer {
 export interface Surface {
   /** The public path, recorded on the request and part of the idempotency fingerprint. */
   readonly path: string
-  /** The non-streaming body: the upstream chat completion (raw text and parsed) plus governance. */
-  readonly renderBody: (raw: string, json: Record<string, unknown>, governance: Governance, tokens: TokenCounts) => string
-  readonly streamRenderer: (options: { readonly includeUsage: boolean; readonly requestId: string }) => StreamRenderer
+  /**
+   * The non-streaming body: the upstream chat completion (raw text and parsed) plus governance.
+   * `nowMs` (from the Clock) dates what the upstream left undated.
+   */
+  readonly renderBody: (raw: string, json: Record<string, unknown>, governance: Governance, tokens: TokenCounts, nowMs: number) => string
+  readonly streamRenderer: (options: { readonly includeUsage: boolean; readonly requestId: string; readonly nowMs: number }) => StreamRenderer
 }
 
 const encoder = new TextEncoder()

@@ -21,9 +21,9 @@ const errorFrame = (message: string, governance: Governance | undefined) =>
 export const chatCompletionsSurface: Surface = {
   path: "/v1/chat/completions",
   renderBody: (raw, _json, governance) => withGovernance(raw, governance),
-  streamRenderer: ({ includeUsage, requestId }) => {
+  streamRenderer: ({ includeUsage, requestId, nowMs }) => {
     let held: string | undefined
-    let meta = { id: `chatcmpl-${requestId}`, created: Math.floor(Date.now() / 1000), model: "" }
+    let meta = { id: `chatcmpl-${requestId}`, created: Math.floor(nowMs / 1000), model: "" }
     return {
       onChunk: (data, json) => {
         if (json === undefined) return [sseFrame(data)]

@@ -179,7 +179,7 @@ const toolCallsOf = (message: unknown): ReadonlyArray<ToolCall> => {
 
 export const responsesSurface = (original: Record<string, unknown>): Surface => ({
   path: "/v1/responses",
-  renderBody: (_raw, json, governance, tokens) => {
+  renderBody: (_raw, json, governance, tokens, nowMs) => {
     const choice = Array.isArray(json.choices) ? (json.choices[0] as { message?: { content?: unknown }; finish_reason?: unknown } | undefined) : undefined
     const content = choice?.message?.content
     const truncated = choice?.finish_reason === "length"
@@ -187,7 +187,7 @@ export const responsesSurface = (original: Record<string, unknown>): Surface => 
     return JSON.stringify(
       responseObject(original, {
         id: `resp_${governance.request_id.slice(4)}`,
-        createdAt: typeof json.created === "number" ? json.created : Math.floor(Date.now() / 1000),
+        createdAt: typeof json.created === "number" ? json.created : Math.floor(nowMs / 1000),
         model: String(json.model ?? original.model ?? ""),
         status: truncated ? "incomplete" : "completed",
         messageId: `msg_${governance.request_id.slice(4)}`,
@@ -199,10 +199,10 @@ export const responsesSurface = (original: Record<string, unknown>): Surface => 
       })
     )
   },
-  streamRenderer: ({ requestId }) => {
+  streamRenderer: ({ requestId, nowMs }) => {
     const id = `resp_${requestId.slice(4)}`
     const messageId = `msg_${requestId.slice(4)}`
-    const createdAt = Math.floor(Date.now() / 1000)
+    const createdAt = Math.floor(nowMs / 1000)
     let model = String(original.model ?? "")
     let seq = 0
     let started = false
