@@ -5,7 +5,38 @@
  */
 import { countTokens } from "gpt-tokenizer"
 
-export const countText = (text: string): number => (text.length === 0 ? 0 : countTokens(text))
+/**
+ * Recent counts, least recently used first out. Prompts repeat — the same system prompt on every
+ * call of an application, a conversation's history resent with each turn — and BPE costs ≈ 0.1 µs
+ * a character, so a long system prompt would be re-counted at a cost of hundreds of µs per call. A
+ * count is a pure function of the text, so a hit is exact. Bounded by entries and by characters held.
+ */
+export const makeCountCache = (count: (text: string) => number, maxEntries = 4096, maxChars = 4_000_000) => {
+  const counts = new Map<string, number>()
+  let chars = 0
+  return (text: string): number => {
+    const hit = counts.get(text)
+    if (hit !== undefined) {
+      counts.delete(text)
+      counts.set(text, hit)
+      return hit
+    }
+    const n = count(text)
+    if (text.length > maxChars) return n
+    counts.set(text, n)
+    chars += text.length
+    for (const oldest of counts.keys()) {
+      if (counts.size <= maxEntries && chars <= maxChars) break
+      counts.delete(oldest)
+      chars -= oldest.length
+    }
+    return n
+  }
+}
+
+const countCached = makeCountCache(countTokens)
+
+export const countText = (text: string): number => (text.length === 0 ? 0 : countCached(text))
 
 const contentText = (content: unknown): string => {
   if (typeof content === "string") return content

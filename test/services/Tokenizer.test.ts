@@ -1,0 +1,45 @@
+/**
+ * Token counting: the bounded cache of recent counts in front of the BPE tokenizer.
+ */
+import fc from "fast-check"
+import { countTokens } from "gpt-tokenizer"
+import { describe, expect, it } from "vitest"
+import { countChat, countText, makeCountCache } from "../../src/services/Tokenizer.ts"
+
+describe("the count cache", () => {
+  it("property: a cached count equals the tokenizer's count, whatever the order and repetition of texts", () => {
+    fc.assert(
+      fc.property(fc.array(fc.oneof(fc.constantFrom("You are a concise assistant.", "user", "system"), fc.fullUnicodeString({ maxLength: 40 })), { maxLength: 60 }), (texts) => {
+        const cached = makeCountCache(countTokens, 8, 200)
+        for (const t of texts) expect(cached(t)).toBe(countTokens(t))
+      })
+    )
+  })
+
+  it("counts a repeated text once, evicts the least recently used first, and keeps no text over its character bound", () => {
+    const seen: Array<string> = []
+    const cached = makeCountCache((t) => (seen.push(t), t.length), 3, 20)
+    for (const t of ["a", "b", "c", "a", "a"]) cached(t)
+    expect(seen).toEqual(["a", "b", "c"]) // the repeats of "a" were hits
+    cached("d") // four entries: "b", the least recently used, goes
+    cached("a")
+    cached("b")
+    expect(seen).toEqual(["a", "b", "c", "d", "b"])
+    cached("x".repeat(21)) // longer than the whole bound: counted, never kept
+    cached("x".repeat(21))
+    expect(seen.filter((t) => t.length === 21)).toHaveLength(2)
+    cached("y".repeat(20)) // fits only alone: every other entry goes
+    cached("b")
+    expect(seen.at(-1)).toBe("b")
+  })
+
+  it("countChat on the cached path agrees with the tokenizer: 3 per message, 3 to prime, role and content counted", () => {
+    const system = "You are a concise assistant for an e-commerce support team."
+    const user = "Where is my order 48213-CX?"
+    const expected = 3 + (3 + countTokens("system") + countTokens(system)) + (3 + countTokens("user") + countTokens(user))
+    for (let i = 0; i < 3; i++) {
+      expect(countChat([{ role: "system", content: system }, { role: "user", content: user }])).toBe(expected)
+    }
+    expect(countText("")).toBe(0)
+  })
+})
