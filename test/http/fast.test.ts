@@ -402,3 +402,37 @@ describe("shutdown during a governed call on the fast path", () => {
     }
   })
 })
+
+describe("a stream that outlives the reservation TTL", () => {
+  it("keeps its hold and idempotency claim alive while it runs, then settles once", async () => {
+    const upstream = await startMockUpstream()
+    // A 600 ms TTL: the hold's deadline is extended every 200 ms while the ≈ 1.5 s stream runs.
+    const gateway = await startGateway(mockGatewayFile(upstream.url), { reservationTtlMs: 600 })
+    const db = gateway.db()
+    try {
+      upstream.pushBehavior({ chunkDelayMs: 300 })
+      const body = JSON.stringify({ model: "auto", stream: true, messages: [{ role: "user", content: "a slow stream" }], metadata: { idempotency_key: "slow-stream-1" } })
+      const reply = send(gateway.origin, "/v1/chat/completions", { headers: { authorization: `Bearer ${gateway.devKey}`, "content-type": "application/json" }, body })
+      const held = () => db.prepare("SELECT created_at, deadline FROM reservations WHERE state = 'held'").get() as { created_at: number; deadline: number } | undefined
+      const claim = () => db.prepare("SELECT expires_at FROM idempotency WHERE key = 'slow-stream-1' AND state = 'in_flight'").get() as { expires_at: number } | undefined
+      let first: { created_at: number; deadline: number } | undefined
+      const deadline = Date.now() + 5_000
+      while ((first = held()) === undefined && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+      expect(first).toBeDefined()
+      // Past the original deadline, the stream is still running and its hold is still held, later.
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, first!.created_at + 900 - Date.now())))
+      const later = held()
+      expect(later).toBeDefined()
+      expect(later!.deadline).toBeGreaterThan(first!.deadline)
+      expect(claim()!.expires_at).toBeGreaterThan(first!.created_at + 600)
+      const r = await reply
+      expect(r.status).toBe(200)
+      expect(r.body).toContain("[DONE]")
+      expect(db.prepare("SELECT state FROM reservations").all()).toEqual([{ state: "settled" }])
+      expect(db.prepare("SELECT status FROM requests").all()).toEqual([{ status: "completed" }])
+    } finally {
+      await gateway.close()
+      await upstream.close()
+    }
+  })
+})
