@@ -102,5 +102,16 @@ await measure("countChat", N, () => Effect.sync(() => countChat(body(0).messages
 await measure("FiberSet.run+join noop", N, () => Effect.scoped(Effect.flatMap(FiberSet.make(), (fs) => Effect.flatMap(FiberSet.run(fs, Effect.void), Fiber.join))))
 await measure("gateway.handle non-stream (full)", N, (i) => Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: body(i), idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} })))
 await measure("gateway.handle owned fiber (fast path)", N, (i) => Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: body(i), idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {}, owned: true })))
+await measure("gateway.handle stream, frames drained", N, (i) =>
+  Effect.flatMap(Gateway, (g) =>
+    Effect.flatMap(g.handle({ principal, surface: chatCompletionsSurface, body: { ...body(i), stream: true }, idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {}, owned: true }), (reply) =>
+      reply._tag === "Sse"
+        ? Effect.promise(async () => {
+            for await (const _ of reply.frames) void _
+          })
+        : Effect.void
+    )
+  )
+)
 await measure("gateway.handle no idempotency key", N, (i) => { const b = body(i) as any; delete b.metadata; return Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: b, idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} })) })
 await rt.dispose(); await mock.stop()
