@@ -142,6 +142,25 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     // a call whose charge must still be settled; shutdown interrupts them and their holds are voided.
     const inflight = yield* FiberSet.make<unknown, unknown>()
 
+    // A stream may outlive the reservation TTL: while it is open, its hold and idempotency claim are
+    // pushed a TTL ahead every third of a TTL, so the recovery sweep never takes them. One timer for
+    // every open stream (a stream registers for its lifetime), not a fiber and a timer per stream.
+    const openStreams = new Set<Plan>()
+    const keepStreamsAlive = Effect.gen(function* () {
+      const deadline = (yield* Clock.currentTimeMillis) + settings.reservationTtlMs
+      yield* Effect.forEach(
+        openStreams,
+        (p) =>
+          Effect.zipRight(
+            ledger.extendHold(p.hold.reservationId, deadline),
+            p.idempotency === undefined ? Effect.void : idempotency.extendClaim(p.scope, p.idempotency.key, p.requestId, deadline)
+          ),
+        // Every extension is queued in the same turn: they commit together.
+        { concurrency: "unbounded", discard: true }
+      )
+    })
+    yield* Effect.forkScoped(Effect.repeat(Effect.delay(keepStreamsAlive, Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever))
+
     const replay = (result: StoredResult, headers: ReplyHeaders): GatewayReply => {
       headers["x-request-id"] = result.requestId
       headers["idempotent-replayed"] = "true"
@@ -430,16 +449,9 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Scope.close(connection, Exit.void))),
           Effect.catchAll((failed) => fromRouteFailure(p, failed))
         )
-        // A stream may outlive the reservation TTL: keep its hold (and idempotency claim) from being swept.
-        const keepAlive = Effect.gen(function* () {
-          const deadline = (yield* Clock.currentTimeMillis) + settings.reservationTtlMs
-          yield* ledger.extendHold(p.hold.reservationId, deadline)
-          if (p.idempotency !== undefined) yield* idempotency.extendClaim(p.scope, p.idempotency.key, p.requestId, deadline)
-        })
-        yield* Effect.forkIn(
-          Effect.repeat(Effect.delay(keepAlive, Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever),
-          connection
-        )
+        // Kept alive by `keepStreamsAlive` until its connection closes.
+        openStreams.add(p)
+        yield* Scope.addFinalizer(connection, Effect.sync(() => openStreams.delete(p)))
         const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: yield* Clock.currentTimeMillis })
         // Every frame sent, kept only when an idempotency key will store the stream for replay.
         const keep = p.idempotency !== undefined
