@@ -102,10 +102,13 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
         const start = yield* Clock.currentTimeMillis
         const deadline = start + settings.upstreamDeadlineMs
         let lastError = "no route was tried"
+        // The end of the previous attempt (or the start): no time passes between an attempt's end and
+        // the next one's start but a backoff sleep, after which the Clock is read again.
+        let now = start
         for (const route of chain) {
           const provider = providers.get(route.provider)!
           for (let attempt = 0; attempt <= settings.upstreamRetries; attempt++) {
-            const t0 = yield* Clock.currentTimeMillis
+            const t0 = now
             if (t0 >= deadline) break
             const admitted = Health.admission(stateOf(route.name), t0, settings.breakerOpenMs)
             if (admitted === "open") {
@@ -119,6 +122,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
               Effect.onInterrupt(() => Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))))
             )
             const t1 = yield* Clock.currentTimeMillis
+            now = t1
             metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")
             if (result._tag === "Right") {
               health.set(route.name, Health.onSuccess(stateOf(route.name)))
@@ -138,6 +142,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
               const backoff = Math.min(2000, 100 * 2 ** attempt) + jitter
               if (t1 + backoff >= deadline) break
               yield* Effect.sleep(Duration.millis(backoff))
+              now = yield* Clock.currentTimeMillis
             }
           }
         }
