@@ -18,7 +18,7 @@ import { makeSettings, Settings } from "../src/domain/config.ts"
 import { ServicesLive } from "../src/server.ts"
 import { Bootstrap } from "../src/services/Bootstrap.ts"
 import { KeyRegistry } from "../src/services/KeyRegistry.ts"
-import { Gateway } from "../src/services/Gateway.ts"
+import { Gateway, type GatewayReply } from "../src/services/Gateway.ts"
 import { IdempotencyStore } from "../src/services/IdempotencyStore.ts"
 import { Ledger } from "../src/services/Ledger.ts"
 import { Router } from "../src/services/Router.ts"
@@ -101,10 +101,17 @@ await measure("HttpClient raw post+text", N, () => Effect.flatMap(HttpClient.Htt
 await measure("countChat", N, () => Effect.sync(() => countChat(body(0).messages)))
 await measure("FiberSet.run+join noop", N, () => Effect.scoped(Effect.flatMap(FiberSet.make(), (fs) => Effect.flatMap(FiberSet.run(fs, Effect.void), Fiber.join))))
 await measure("gateway.handle non-stream (full)", N, (i) => Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: body(i), idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} })))
-await measure("gateway.handle owned fiber (fast path)", N, (i) => Effect.flatMap(Gateway, (g) => g.handle({ principal, surface: chatCompletionsSurface, body: body(i), idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {}, owned: true })))
+await measure("gateway.handle owned fiber (fast path)", N, (i) =>
+  Effect.flatMap(Gateway, (g) =>
+    Effect.withFiberRuntime<GatewayReply, unknown>((fiber) => {
+      g.adopt(fiber)
+      return g.handle({ principal, surface: chatCompletionsSurface, body: body(i), idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} })
+    })
+  )
+)
 await measure("gateway.handle stream, frames drained", N, (i) =>
   Effect.flatMap(Gateway, (g) =>
-    Effect.flatMap(g.handle({ principal, surface: chatCompletionsSurface, body: { ...body(i), stream: true }, idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {}, owned: true }), (reply) =>
+    Effect.flatMap(g.handle({ principal, surface: chatCompletionsSurface, body: { ...body(i), stream: true }, idempotencyKeyHeader: undefined, maxCreditsHeader: undefined, headers: {} }), (reply) =>
       reply._tag === "Sse"
         ? Effect.promise(async () => {
             for await (const _ of reply.frames) void _

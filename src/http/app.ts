@@ -85,7 +85,6 @@ export const governedCalls: Readonly<Record<"/v1/chat/completions" | "/v1/respon
 /**
  * Hand an authenticated caller's body to the Gateway on the endpoint's surface, with the request's
  * Idempotency-Key and X-Max-Credits headers: the one place both HTTP paths build a governed call.
- * `owned`: the caller's fiber is adopted by the Gateway (the fast path; see `ChatCall.owned`).
  */
 export const handleGoverned = (
   gateway: Gateway,
@@ -93,8 +92,7 @@ export const handleGoverned = (
   principal: Principal,
   clientBody: unknown,
   requestHeaders: Readonly<Record<string, unknown>>,
-  headers: Record<string, string>,
-  owned = false
+  headers: Record<string, string>
 ) =>
   Effect.flatMap(toCall(clientBody), ({ body, surface }) => {
     const text = (name: string) => (typeof requestHeaders[name] === "string" ? (requestHeaders[name] as string) : undefined)
@@ -105,8 +103,7 @@ export const handleGoverned = (
       clientBody,
       idempotencyKeyHeader: text("idempotency-key"),
       maxCreditsHeader: text("x-max-credits"),
-      headers,
-      owned
+      headers
     })
   })
 

@@ -115,7 +115,7 @@ export const makeFastHandler = Effect.gen(function* () {
     let caller: Principal | undefined
     const call = Effect.flatMap(keys.authenticate(header(req, "authorization")), (principal) => {
       caller = principal
-      return Effect.flatMap(readJson(req), (clientBody) => handleGoverned(gateway, toCall, principal, clientBody, req.headers, headers, true))
+      return Effect.flatMap(readJson(req), (clientBody) => handleGoverned(gateway, toCall, principal, clientBody, req.headers, headers))
     })
 
     const record = (status: number, requestId: string | undefined) => {

@@ -65,11 +65,6 @@ export interface ChatCall {
   readonly maxCreditsHeader: string | undefined
   /** Filled as the pipeline proceeds. */
   readonly headers: ReplyHeaders
-  /**
-   * The caller runs this call in a fiber the Gateway owns (`adopt`): nothing but shutdown interrupts
-   * it, so the upstream call and settlement run in it directly instead of in a fiber of their own.
-   */
-  readonly owned?: boolean
 }
 
 const CHECKS = ["route", "schema", "budget"] as const
@@ -141,6 +136,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     // Upstream calls run in fibers owned by the service, so a client that hangs up does not abandon
     // a call whose charge must still be settled; shutdown interrupts them and their holds are voided.
     const inflight = yield* FiberSet.make<unknown, unknown>()
+    /** Callers' fibers the service owns (`adopt`): a call running in one needs no fiber of its own. */
+    const adopted = new WeakSet<Fiber.RuntimeFiber<unknown, unknown>>()
 
     // A stream may outlive the reservation TTL: while it is open, its hold and idempotency claim are
     // pushed a TTL ahead every third of a TTL, so the recovery sweep never takes them. One timer for
@@ -559,16 +556,23 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         if ("_tag" in planned) return planned
         if (planned.request.stream) return yield* completeStreaming(planned, call.principal)
         // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
-        if (call.owned === true) return yield* completeNonStreaming(planned, call.principal)
-        const fiber = yield* FiberSet.run(inflight, completeNonStreaming(planned, call.principal))
-        return yield* Fiber.join(fiber)
+        // The caller's own, when the service adopted it; otherwise one forked for the purpose.
+        return yield* Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) =>
+          adopted.has(fiber)
+            ? completeNonStreaming(planned, call.principal)
+            : Effect.flatMap(FiberSet.run(inflight, completeNonStreaming(planned, call.principal)), Fiber.join)
+        )
       })
 
     /**
-     * Take ownership of a caller's fiber that runs `handle` with `owned: true`: shutdown interrupts it
-     * with the upstream calls of the service (its hold is then voided), nothing else may.
+     * Take ownership of a caller's fiber (the fast path's): shutdown interrupts it with the service's
+     * other upstream calls (its hold is then voided), nothing else may, and `handle` running in it
+     * calls the upstream without forking.
      */
-    const adopt = (fiber: Fiber.RuntimeFiber<unknown, unknown>): void => FiberSet.unsafeAdd(inflight, fiber)
+    const adopt = (fiber: Fiber.RuntimeFiber<unknown, unknown>): void => {
+      adopted.add(fiber)
+      FiberSet.unsafeAdd(inflight, fiber)
+    }
 
     /**
      * POST /v1/routing/evaluate: what a call would do — route, rate card, estimated and worst-case

@@ -6,7 +6,7 @@
  * settling a stream whose client hangs up.
  */
 import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer, Logger, ManagedRuntime } from "effect"
+import { Effect, Layer, Logger, ManagedRuntime, Supervisor } from "effect"
 import Database from "better-sqlite3"
 import { mkdtempSync, rmSync } from "node:fs"
 import { Agent, createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
@@ -19,7 +19,10 @@ import { app } from "../../src/http/app.ts"
 import { makeRequestListener } from "../../src/http/fast.ts"
 import { ServicesLive } from "../../src/server.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
-import { Gateway } from "../../src/services/Gateway.ts"
+import { KeyRegistry } from "../../src/services/KeyRegistry.ts"
+import { chatCompletionsSurface } from "../../src/services/surfaces/chatCompletions.ts"
+import { Gateway, type GatewayReply } from "../../src/services/Gateway.ts"
+import type { GovernanceError } from "../../src/domain/errors.ts"
 import { mockGatewayFile, startGateway, useMockedGateway } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 
@@ -432,6 +435,50 @@ describe("a stream that outlives the reservation TTL", () => {
       expect(db.prepare("SELECT status FROM requests").all()).toEqual([{ status: "completed" }])
     } finally {
       await gateway.close()
+      await upstream.close()
+    }
+  })
+})
+
+describe("a governed call in a fiber the Gateway adopted", () => {
+  /** Counts the fibers started under it. */
+  class Forks extends Supervisor.AbstractSupervisor<void> {
+    started = 0
+    value = Effect.void
+    override onStart() {
+      this.started++
+    }
+  }
+
+  it("runs its upstream call in that fiber; a call in a fiber it did not adopt gets one forked for it", async () => {
+    const upstream = await startMockUpstream()
+    const runtime = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ gateway: mockGatewayFile(upstream.url) })))))
+    try {
+      const forksOf = (adopt: boolean) =>
+        runtime.runPromise(
+          Effect.gen(function* () {
+            const gateway = yield* Gateway
+            const key = (yield* Bootstrap).firstStart!.developmentKey
+            const principal = yield* Effect.orDie((yield* KeyRegistry).authenticate(`Bearer ${key}`))
+            const forks = new Forks()
+            const reply = yield* Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) => {
+              if (adopt) gateway.adopt(fiber)
+              return gateway.handle({
+                principal,
+                surface: chatCompletionsSurface,
+                body: { model: "auto", messages: [{ role: "user", content: `adopted: ${adopt}` }] },
+                idempotencyKeyHeader: undefined,
+                maxCreditsHeader: undefined,
+                headers: {}
+              })
+            }).pipe(Effect.supervised(forks), Effect.orDie)
+            return { tag: reply._tag, forks: forks.started }
+          })
+        )
+      expect(await forksOf(true)).toEqual({ tag: "Body", forks: 0 })
+      expect(await forksOf(false)).toEqual({ tag: "Body", forks: 1 })
+    } finally {
+      await runtime.dispose()
       await upstream.close()
     }
   })
