@@ -33,21 +33,33 @@ const abort: Abort<unknown> = (error) => {
   throw new Aborted(error)
 }
 
-type Outcome = Effect.Effect<unknown, unknown>
+/** How a queued body ended: plain data, so it can cross a thread boundary (src/store/storeWorker.ts). */
+export type TxOutcome =
+  | { readonly _tag: "Committed"; readonly value: unknown }
+  | { readonly _tag: "Aborted"; readonly error: unknown }
+  | { readonly _tag: "Died"; readonly defect: unknown }
 
-interface Queued {
-  readonly body: (abort: Abort<unknown>) => unknown
-  readonly resume: (outcome: Outcome) => void
+export type TxBody = (abort: Abort<unknown>) => unknown
+
+export interface GroupCommit {
+  /** Queue `body`; `done` is called once, after the batch that ran it committed (or failed). */
+  readonly submit: (body: TxBody, done: (outcome: TxOutcome) => void) => void
 }
 
-export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactions => {
-  // One transaction function: BEGIN/COMMIT when alone, SAVEPOINT/RELEASE inside an open transaction.
-  const txn = db.transaction((body: (abort: Abort<unknown>) => unknown) => body(abort))
-  const outcomeOf = (body: Queued["body"]): Outcome => {
+/**
+ * The batching core, with no Effect in it: the main thread wraps it in `transact`, the store worker
+ * calls it from its message handler. `canBegin` says whether the connection is free for a batch now
+ * (the main thread's is not while an @effect/sql transaction is open on it).
+ */
+export const makeGroupCommit = (db: BetterSqlite3.Database, canBegin: () => boolean = () => true): GroupCommit => {
+  // One transaction function: BEGIN IMMEDIATE/COMMIT when alone (the write lock up front, so a batch
+  // never fails to upgrade a read lock while another connection writes), SAVEPOINT/RELEASE inside one.
+  const txn = db.transaction((body: TxBody) => body(abort))
+  const outcomeOf = (body: TxBody): TxOutcome => {
     try {
-      return Effect.succeed(txn(body))
+      return { _tag: "Committed", value: txn.immediate(body) }
     } catch (e) {
-      return e instanceof Aborted ? Effect.fail(e.error) : Effect.die(e)
+      return e instanceof Aborted ? { _tag: "Aborted", error: e.error } : { _tag: "Died", defect: e }
     }
   }
   const batchTxn = db.transaction((batch: ReadonlyArray<Queued>) => batch.map((q) => outcomeOf(q.body)))
@@ -58,42 +70,69 @@ export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactio
   const drain = (): void => {
     scheduled = false
     if (queue.length === 0) return
-    // An @effect/sql transaction is open across turns: our BEGIN would nest inside it. Try again
-    // shortly (a timer, not the next turn: that transaction may be waiting on a timer itself).
-    if (db.inTransaction) {
+    // A transaction is open across turns: our BEGIN would nest inside it. Try again shortly (a
+    // timer, not the next turn: that transaction may be waiting on a timer itself).
+    if (!canBegin()) {
       scheduled = true
       setTimeout(drain, 1)
       return
     }
     const batch = queue
     queue = []
-    if (batch.length === 1) return batch[0]!.resume(outcomeOf(batch[0]!.body))
-    let outcomes: ReadonlyArray<Outcome>
+    if (batch.length === 1) return batch[0]!.done(outcomeOf(batch[0]!.body))
+    let outcomes: ReadonlyArray<TxOutcome>
     try {
-      outcomes = batchTxn(batch)
+      outcomes = batchTxn.immediate(batch)
     } catch (e) {
       // The COMMIT itself failed: nothing of the batch is on disk.
-      const died = Effect.die(e)
-      for (const q of batch) q.resume(died)
+      const died: TxOutcome = { _tag: "Died", defect: e }
+      for (const q of batch) q.done(died)
       return
     }
-    batch.forEach((q, i) => q.resume(outcomes[i]!))
+    batch.forEach((q, i) => q.done(outcomes[i]!))
   }
-  const schedule = () => {
+
+  const submit = (body: TxBody, done: (outcome: TxOutcome) => void): void => {
+    queue.push({ body, done })
     if (scheduled) return
     scheduled = true
     setImmediate(drain)
   }
+  return { submit }
+}
+
+interface Queued {
+  readonly body: TxBody
+  readonly done: (outcome: TxOutcome) => void
+}
+
+/** An outcome as the Effect its caller resumes with. */
+export const outcomeEffect = <A, E>(outcome: TxOutcome): Effect.Effect<A, E> =>
+  outcome._tag === "Committed"
+    ? Effect.succeed(outcome.value as A)
+    : outcome._tag === "Aborted"
+      ? Effect.fail(outcome.error as E)
+      : Effect.die(outcome.defect)
+
+export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactions => {
+  const group = makeGroupCommit(db, () => !db.inTransaction)
+  // Inside an open @effect/sql transaction: a savepoint of it, at once.
+  const nested = db.transaction((body: TxBody) => body(abort))
 
   const transact = <A, E = never>(body: (abort: Abort<E>) => A): Effect.Effect<A, E> =>
     Effect.withFiberRuntime<A, E>((fiber) => {
       if (Context.getOption(fiber.currentContext, SqlClient.TransactionConnection)._tag === "Some") {
-        return Effect.suspend(() => outcomeOf(body as Queued["body"]) as Effect.Effect<A, E>)
+        return Effect.suspend(() => {
+          try {
+            return Effect.succeed(nested(body as TxBody) as A)
+          } catch (e) {
+            return e instanceof Aborted ? Effect.fail(e.error as E) : Effect.die(e)
+          }
+        })
       }
       return Effect.uninterruptible(
         Effect.async<A, E>((resume) => {
-          queue.push({ body: body as Queued["body"], resume: resume as Queued["resume"] })
-          schedule()
+          group.submit(body as TxBody, (outcome) => resume(outcomeEffect<A, E>(outcome)))
         })
       )
     })
