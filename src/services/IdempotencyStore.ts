@@ -7,6 +7,7 @@
  * charged nothing deletes the claim so a retry runs again. Records live at least 24 h.
  */
 import { SqlClient } from "@effect/sql"
+import type BetterSqlite3 from "better-sqlite3"
 import { Clock, Duration, Effect } from "effect"
 import { createHash } from "node:crypto"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
@@ -62,84 +63,95 @@ const outcomeOf = (row: Row, fingerprint: string): ClaimOutcome => {
   }
 }
 
+/** The idempotency records' statements over one better-sqlite3 connection, synchronous, inside its transactions. */
+export const makeIdempotencyWrites = (db: BetterSqlite3.Database) => {
+  // Prepared once on the connection the writes run on (the main thread's or the store worker's).
+  const selectLive = db.prepare<[string, string, string, number], Row>(
+    `SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
+     WHERE project_id = ? AND environment = ? AND key = ? AND expires_at > ?`
+  )
+  const insertClaim = db.prepare<[string, string, string, string, string, number, number]>(
+    `INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
+     VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?) ON CONFLICT DO NOTHING`
+  )
+  const deleteExpired = db.prepare<[string, string, string, number]>(
+    "DELETE FROM idempotency WHERE project_id = ? AND environment = ? AND key = ? AND expires_at <= ?"
+  )
+  const updateFinished = db.prepare<[number, string, Uint8Array, number, string, string, string, string, number]>(
+    `UPDATE idempotency SET state = 'finished', status = ?, content_type = ?, body = ?, expires_at = ?
+     WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight' AND expires_at > ?`
+  )
+  const deleteClaim = db.prepare<[string, string, string, string]>(
+    "DELETE FROM idempotency WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight'"
+  )
+  const updateExpiry = db.prepare<[number, string, string, string, string]>(
+    "UPDATE idempotency SET expires_at = ? WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight'"
+  )
+
+  const find = (scope: Scope, key: string, now: number): Row | undefined => selectLive.get(scope.projectId, scope.environment, key, now)
+
+  /** Read-only look at `now`: what a claim would meet. Fast path before routing and pricing. */
+  const peekAt = (scope: Scope, key: string, fingerprint: string, now: number): ClaimOutcome => {
+    const row = find(scope, key, now)
+    return row === undefined ? { _tag: "Claimed" } : outcomeOf(row, fingerprint)
+  }
+
+  /**
+   * The atomic claim, synchronous: call it inside a transaction (`Sqlite.transact`), where the
+   * INSERT and the rare expired-record DELETE cannot interleave with any other claim.
+   */
+  const claimSync = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number, now: number): ClaimOutcome => {
+    const args = [scope.projectId, scope.environment, key, fingerprint, requestId, now, claimExpiresAt] as const
+    if (insertClaim.run(...args).changes === 1) return { _tag: "Claimed" }
+    // Taken: by a live record, or by an expired one that may be replaced (the rare path).
+    if (deleteExpired.run(scope.projectId, scope.environment, key, now).changes > 0 && insertClaim.run(...args).changes === 1) {
+      return { _tag: "Claimed" }
+    }
+    return outcomeOf(find(scope, key, now)!, fingerprint)
+  }
+
+  /**
+   * Store the final response so replays return it byte for byte. Part of the settlement transaction.
+   * Only the owner's live in-flight claim: a finished result is final, an expired claim is gone.
+   */
+  const finishSync = (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number, now: number): void => {
+    const body = Buffer.isBuffer(result.body) ? result.body : Buffer.from(result.body.buffer, result.body.byteOffset, result.body.byteLength)
+    updateFinished.run(result.status, result.contentType, body, now + ttlMs, scope.projectId, scope.environment, key, requestId, now)
+  }
+
+  /** A failure that charged nothing frees the key, so a retry runs again. */
+  const releaseSync = (scope: Scope, key: string, requestId: string): void => {
+    deleteClaim.run(scope.projectId, scope.environment, key, requestId)
+  }
+
+  /** Keep an in-flight claim alive as long as its hold. */
+  const extendClaimSync = (scope: Scope, key: string, requestId: string, expiresAt: number): void => {
+    updateExpiry.run(expiresAt, scope.projectId, scope.environment, key, requestId)
+  }
+
+  return { peekAt, claimSync, finishSync, releaseSync, extendClaimSync } as const
+}
+
 export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollgate/IdempotencyStore", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const { db, transact } = yield* Sqlite
 
-    // The chat path's statements, prepared once on the store's connection (src/store/Database.ts).
-    const selectLive = db.prepare<[string, string, string, number], Row>(
-      `SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
-       WHERE project_id = ? AND environment = ? AND key = ? AND expires_at > ?`
-    )
-    const insertClaim = db.prepare<[string, string, string, string, string, number, number]>(
-      `INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
-       VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?) ON CONFLICT DO NOTHING`
-    )
-    const deleteExpired = db.prepare<[string, string, string, number]>(
-      "DELETE FROM idempotency WHERE project_id = ? AND environment = ? AND key = ? AND expires_at <= ?"
-    )
-    const updateFinished = db.prepare<[number, string, Uint8Array, number, string, string, string, string, number]>(
-      `UPDATE idempotency SET state = 'finished', status = ?, content_type = ?, body = ?, expires_at = ?
-       WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight' AND expires_at > ?`
-    )
-    const deleteClaim = db.prepare<[string, string, string, string]>(
-      "DELETE FROM idempotency WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight'"
-    )
-    const updateExpiry = db.prepare<[number, string, string, string, string]>(
-      "UPDATE idempotency SET expires_at = ? WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight'"
-    )
+    const { peekAt, claimSync, finishSync, releaseSync, extendClaimSync } = makeIdempotencyWrites(db)
 
-    const find = (scope: Scope, key: string, now: number): Row | undefined => selectLive.get(scope.projectId, scope.environment, key, now)
-
-    /** Read-only look at `now`: what a claim would meet. Fast path before routing and pricing. */
-    const peekAt = (scope: Scope, key: string, fingerprint: string, now: number): ClaimOutcome => {
-      const row = find(scope, key, now)
-      return row === undefined ? { _tag: "Claimed" } : outcomeOf(row, fingerprint)
-    }
     const peek = (scope: Scope, key: string, fingerprint: string): Effect.Effect<ClaimOutcome> =>
       Effect.map(Clock.currentTimeMillis, (now) => peekAt(scope, key, fingerprint, now))
-
-    /**
-     * The atomic claim, synchronous: call it inside a transaction (`Sqlite.transact`), where the
-     * INSERT and the rare expired-record DELETE cannot interleave with any other claim.
-     */
-    const claimSync = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number, now: number): ClaimOutcome => {
-      const args = [scope.projectId, scope.environment, key, fingerprint, requestId, now, claimExpiresAt] as const
-      if (insertClaim.run(...args).changes === 1) return { _tag: "Claimed" }
-      // Taken: by a live record, or by an expired one that may be replaced (the rare path).
-      if (deleteExpired.run(scope.projectId, scope.environment, key, now).changes > 0 && insertClaim.run(...args).changes === 1) {
-        return { _tag: "Claimed" }
-      }
-      return outcomeOf(find(scope, key, now)!, fingerprint)
-    }
 
     /** The atomic claim in a transaction of its own (or of the caller's open one). */
     const claim = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number): Effect.Effect<ClaimOutcome> =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => transact(() => claimSync(scope, key, fingerprint, requestId, claimExpiresAt, now)))
-
-    /**
-     * Store the final response so replays return it byte for byte. Part of the settlement transaction.
-     * Only the owner's live in-flight claim: a finished result is final, an expired claim is gone.
-     */
-    const finishSync = (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number, now: number): void => {
-      const body = Buffer.isBuffer(result.body) ? result.body : Buffer.from(result.body.buffer, result.body.byteOffset, result.body.byteLength)
-      updateFinished.run(result.status, result.contentType, body, now + ttlMs, scope.projectId, scope.environment, key, requestId, now)
-    }
 
     const finish = (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => transact(() => finishSync(scope, key, requestId, result, ttlMs, now)))
 
     /** Keep an in-flight claim alive as long as its hold (see Ledger.extendHold). */
     const extendClaim = (scope: Scope, key: string, requestId: string, expiresAt: number) =>
-      transact(() => {
-        updateExpiry.run(expiresAt, scope.projectId, scope.environment, key, requestId)
-      })
-
-    /** A failure that charged nothing frees the key, so a retry runs again. */
-    const releaseSync = (scope: Scope, key: string, requestId: string): void => {
-      deleteClaim.run(scope.projectId, scope.environment, key, requestId)
-    }
+      transact(() => extendClaimSync(scope, key, requestId, expiresAt))
 
     const release = (scope: Scope, key: string, requestId: string) => transact(() => releaseSync(scope, key, requestId))
 

@@ -45,6 +45,12 @@ const loadOrCreate = (path: string | undefined): KeyObject => {
   return privateKey
 }
 
+/** Hash and sign a receipt body (which already carries its prev_hash and key id). */
+export const sealReceipt = (privateKey: KeyObject, unsigned: UnsignedReceipt): Receipt => {
+  const bytes = receiptBytes(unsigned)
+  return { ...unsigned, hash: receiptHash(unsigned, bytes), signature: sign(null, bytes, privateKey).toString("base64url") }
+}
+
 export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/ReceiptSigner", {
   effect: Effect.gen(function* () {
     const settings = yield* Settings
@@ -66,11 +72,7 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
       yield* Effect.logInfo(`receipt signing key rotated: ${keyId} signs from now on; retired ${retired.map((r) => r.id).join(", ")}`)
     }
 
-    /** Hash and sign a receipt body (which already carries its prev_hash and key id). */
-    const seal = (unsigned: UnsignedReceipt): Receipt => {
-      const bytes = receiptBytes(unsigned)
-      return { ...unsigned, hash: receiptHash(unsigned, bytes), signature: sign(null, bytes, privateKey).toString("base64url") }
-    }
+    const seal = (unsigned: UnsignedReceipt): Receipt => sealReceipt(privateKey, unsigned)
 
     const publicKeys = Effect.map(
       sql<{ id: string; public_key: string; created_at: number; retired_at: number | null }>`
@@ -85,6 +87,9 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
         }))
     ).pipe(Effect.orDie)
 
-    return { keyId, publicPem, seal, publicKeys } as const
+    /** The private key itself: only for the store worker (src/store/storeWorker.ts), which signs in settlement. */
+    const signingKey = privateKey
+
+    return { keyId, publicPem, seal, signingKey, publicKeys } as const
   })
 }) {}

@@ -4,6 +4,7 @@
  * request of another project or environment answers exactly like an unknown id.
  */
 import { SqlClient } from "@effect/sql"
+import type BetterSqlite3 from "better-sqlite3"
 import { Effect, Option } from "effect"
 import { RequestNotFound } from "../domain/errors.ts"
 import { Sqlite } from "../store/Database.ts"
@@ -96,41 +97,48 @@ export const requestView = (r: Row) => ({
   completed_at: r.completed_at === null ? null : new Date(r.completed_at).toISOString()
 })
 
+/** The request records' writes over one better-sqlite3 connection, synchronous, inside its transactions. */
+export const makeRequestWrites = (db: BetterSqlite3.Database) => {
+  // Prepared once on the connection the writes run on (the main thread's or the store worker's).
+  const insertRow = db.prepare<[string, string, string, string, string, string, string, number, string | null, string, number, number]>(
+    `INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
+       idempotency_key, rate_card_version, credits_reserved, created_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)`
+  )
+  const updateCompleted = db.prepare<[string, number, string, string, string, number, string]>(
+    `UPDATE requests SET status = 'completed', route = ?, credits_charged = ?, receipt_id = ?, verification = ?,
+       attempts = ?, completed_at = ? WHERE id = ? AND status = 'pending'`
+  )
+  const updateFailed = db.prepare<[string, string, string, number, string]>(
+    `UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ?, error_message = ?, attempts = ?, completed_at = ?
+     WHERE id = ? AND status = 'pending'`
+  )
+
+  /** Synchronous: call inside a transaction (`Sqlite.transact`). */
+  const insertPendingSync = (r: NewRequest): void => {
+    insertRow.run(r.id, r.projectId, r.environment, r.keyId, r.endpoint, r.model, r.route, r.stream ? 1 : 0, r.idempotencyKey, r.rateCardVersion, r.creditsReserved, r.createdAt)
+  }
+
+  /** Synchronous: call inside the settlement transaction. */
+  const completeSync = (id: string, c: Completion): void => {
+    updateCompleted.run(c.route, c.creditsCharged, c.receiptId, JSON.stringify(c.verification), JSON.stringify(c.attempts), c.completedAt, id)
+  }
+
+  const failSync = (id: string, f: Failure): void => {
+    updateFailed.run(f.code, f.message, JSON.stringify(f.attempts), f.completedAt, id)
+  }
+
+  return { insertPendingSync, completeSync, failSync } as const
+}
+
 export class Requests extends Effect.Service<Requests>()("tollgate/Requests", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
 
     const { db, transact } = yield* Sqlite
 
-    // The chat path's statements, prepared once on the store's connection (src/store/Database.ts).
-    const insertRow = db.prepare<[string, string, string, string, string, string, string, number, string | null, string, number, number]>(
-      `INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
-         idempotency_key, rate_card_version, credits_reserved, created_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)`
-    )
-    const updateCompleted = db.prepare<[string, number, string, string, string, number, string]>(
-      `UPDATE requests SET status = 'completed', route = ?, credits_charged = ?, receipt_id = ?, verification = ?,
-         attempts = ?, completed_at = ? WHERE id = ? AND status = 'pending'`
-    )
-    const updateFailed = db.prepare<[string, string, string, number, string]>(
-      `UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ?, error_message = ?, attempts = ?, completed_at = ?
-       WHERE id = ? AND status = 'pending'`
-    )
-
-    /** Synchronous: call inside a transaction (`Sqlite.transact`). */
-    const insertPendingSync = (r: NewRequest): void => {
-      insertRow.run(r.id, r.projectId, r.environment, r.keyId, r.endpoint, r.model, r.route, r.stream ? 1 : 0, r.idempotencyKey, r.rateCardVersion, r.creditsReserved, r.createdAt)
-    }
+    const { insertPendingSync, completeSync, failSync } = makeRequestWrites(db)
     const insertPending = (r: NewRequest) => transact(() => insertPendingSync(r))
-
-    /** Synchronous: call inside the settlement transaction. */
-    const completeSync = (id: string, c: Completion): void => {
-      updateCompleted.run(c.route, c.creditsCharged, c.receiptId, JSON.stringify(c.verification), JSON.stringify(c.attempts), c.completedAt, id)
-    }
-
-    const failSync = (id: string, f: Failure): void => {
-      updateFailed.run(f.code, f.message, JSON.stringify(f.attempts), f.completedAt, id)
-    }
     const fail = (id: string, f: Failure) => transact(() => failSync(id, f))
 
     const find = (id: string, scope: Scope) =>
