@@ -99,6 +99,11 @@ export interface GatewaySettings {
   readonly breakerOpenMs: number
   /** One JSON log line per request (method, endpoint, status, duration, request id, key id — never a secret). */
   readonly accessLog: boolean
+  /**
+   * Run the governed call's write transactions on a worker thread that owns a second connection to the
+   * SQLite file (src/store/storeWorker.ts), off the event loop. An in-memory store always runs them inline.
+   */
+  readonly storeWorker: boolean
   readonly gateway: GatewayFile
 }
 
@@ -147,6 +152,7 @@ const settingsConfig = Config.all({
   breakerFailures: Config.integer("TOLLGATE_BREAKER_FAILURES").pipe(Config.withDefault(3)),
   breakerOpenMs: Config.integer("TOLLGATE_BREAKER_OPEN_MS").pipe(Config.withDefault(30_000)),
   accessLog: Config.boolean("TOLLGATE_ACCESS_LOG").pipe(Config.withDefault(true)),
+  storeWorker: Config.boolean("TOLLGATE_STORE_WORKER").pipe(Config.withDefault(true)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
@@ -179,6 +185,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   breakerFailures: 3,
   breakerOpenMs: 30_000,
   accessLog: false,
+  storeWorker: true,
   gateway: defaultGatewayFile,
   ...overrides
 })

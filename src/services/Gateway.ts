@@ -26,7 +26,7 @@ import { type ChatRequest, parseChatRequest, parseMaxCredits, upstreamBody } fro
 import { Settings } from "../domain/config.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, type InvalidRequest, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
 import { newReceiptId, newRequestId, newReservationId } from "../domain/ids.ts"
-import { Sqlite } from "../store/Database.ts"
+import { ChatStore } from "../store/ChatStore.ts"
 import { UpstreamFailure } from "../providers/Provider.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, IdempotencyStore, type Scope as TenantScope, type StoredResult } from "./IdempotencyStore.ts"
 import type { Principal } from "./KeyRegistry.ts"
@@ -34,7 +34,7 @@ import { type Hold, Ledger, periodOf } from "./Ledger.ts"
 import { Metrics } from "./Metrics.ts"
 import { Pricing } from "./Pricing.ts"
 import { RateLimiter, rateLimitHeaders } from "./RateLimiter.ts"
-import { type Attempt, Requests, type Verification } from "./Requests.ts"
+import type { Attempt, Verification } from "./Requests.ts"
 import { type Route, RouteFailed, Router } from "./Router.ts"
 import { deliveredText, type Governance, type Surface } from "./surfaces/Surface.ts"
 import { countChat, countText } from "./Tokenizer.ts"
@@ -101,11 +101,6 @@ interface Plan {
   readonly scope: TenantScope
 }
 
-class ClaimLost {
-  readonly _tag = "ClaimLost"
-  constructor(readonly outcome: ClaimOutcome) {}
-}
-
 /** Parse the body and check the metadata scope and client cap: the steps before the rate check. */
 const admitRequest = (principal: Principal, body: unknown, maxCreditsHeader: string | undefined) =>
   Effect.gen(function* () {
@@ -125,13 +120,12 @@ const admitRequest = (principal: Principal, body: unknown, maxCreditsHeader: str
 export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
   scoped: Effect.gen(function* () {
     const settings = yield* Settings
-    const store = yield* Sqlite
+    const store = yield* ChatStore
     const rateLimiter = yield* RateLimiter
     const idempotency = yield* IdempotencyStore
     const router = yield* Router
     const pricing = yield* Pricing
     const ledger = yield* Ledger
-    const requests = yield* Requests
     const metrics = yield* Metrics
     // Upstream calls run in fibers owned by the service, so a client that hangs up does not abandon
     // a call whose charge must still be settled; shutdown interrupts them and their holds are voided.
@@ -144,17 +138,16 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     // every open stream (a stream registers for its lifetime), not a fiber and a timer per stream.
     const openStreams = new Set<Plan>()
     const keepStreamsAlive = Effect.gen(function* () {
+      if (openStreams.size === 0) return
       const deadline = (yield* Clock.currentTimeMillis) + settings.reservationTtlMs
-      yield* Effect.forEach(
-        openStreams,
-        (p) =>
-          Effect.zipRight(
-            ledger.extendHold(p.hold.reservationId, deadline),
-            p.idempotency === undefined ? Effect.void : idempotency.extendClaim(p.scope, p.idempotency.key, p.requestId, deadline)
-          ),
-        // Every extension is queued in the same turn: they commit together.
-        { concurrency: "unbounded", discard: true }
-      )
+      yield* store.extend({
+        deadline,
+        streams: Array.from(openStreams, (p) => ({
+          reservationId: p.hold.reservationId,
+          requestId: p.requestId,
+          idempotent: p.idempotency === undefined ? undefined : { scope: p.scope, key: p.idempotency.key }
+        }))
+      })
     })
     yield* Effect.forkScoped(Effect.repeat(Effect.delay(keepStreamsAlive, Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever))
 
@@ -295,13 +288,11 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           scope
         }
         const first = q.chain[0]!
-        // The claim, the pending request row and the hold: one synchronous transaction (src/store/syncTransactions.ts).
-        return yield* store.transact<Plan | GatewayReply, ClaimLost | BudgetExceeded>((abort) => {
-          if (key !== undefined) {
-            const claimed = idempotency.claimSync(scope, key, fingerprint, requestId, hold.deadline, now)
-            if (claimed._tag !== "Claimed") abort(new ClaimLost(claimed))
-          }
-          requests.insertPendingSync({
+        // The claim, the pending request row and the hold: one transaction (src/store/chatTransactions.ts).
+        return yield* store.reserve({
+          now,
+          claim: key === undefined ? undefined : { scope, key, fingerprint },
+          request: {
             id: requestId,
             projectId: principal.projectId,
             environment: principal.environment,
@@ -314,20 +305,20 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             rateCardVersion: q.prices.get(first.name)!.version,
             creditsReserved: reservation,
             createdAt: now
-          })
-          ledger.reserveSync(hold, now, abort)
-          return planned
+          },
+          hold
         }).pipe(
-          Effect.catchIf(
-            (e): e is ClaimLost => e instanceof ClaimLost,
-            (lost) =>
-              settleClaimOutcome(lost.outcome, scope, key!, fingerprint, headers).pipe(
-                Effect.flatMap(Option.match({
-                  // The original was released while we waited: run again as a fresh request.
-                  onNone: () => plan(call),
-                  onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
-                }))
-              )
+          Effect.as<Plan | GatewayReply>(planned),
+          Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+            refused._tag === "OverBudget"
+              ? Effect.fail(new BudgetExceeded({ message: refused.message, param: null }))
+              : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
+                  Effect.flatMap(Option.match({
+                    // The original was released while we waited: run again as a fresh request.
+                    onNone: () => plan(call),
+                    onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
+                  }))
+                )
           )
         )
       })
@@ -335,10 +326,14 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
     const abandon = (p: Plan, code: string, message: string, attempts: ReadonlyArray<Attempt>) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) =>
-        store.transact(() => {
-          ledger.releaseSync(p.hold.reservationId, now)
-          requests.failSync(p.requestId, { code, message, attempts, completedAt: now })
-          if (p.idempotency !== undefined) idempotency.releaseSync(p.scope, p.idempotency.key, p.requestId)
+        store.abandon({
+          now,
+          reservationId: p.hold.reservationId,
+          requestId: p.requestId,
+          code,
+          message,
+          attempts,
+          idempotent: p.idempotency === undefined ? undefined : { scope: p.scope, key: p.idempotency.key }
         })
       ).pipe(Effect.uninterruptible)
 
@@ -369,31 +364,24 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         const rendered = render(governance, now)
         // Encoded once: the same bytes are stored for replay and sent.
         const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
-        yield* store.transact(() => {
-          ledger.settleSync({
-            hold: p.hold,
-            receiptId,
-            organization: principal.organization,
-            environment: principal.environment,
-            model: p.request.model,
-            route: served.route.name,
-            rateCardVersion: version,
-            tokens,
-            usageSource,
-            charge,
-            verification
-          }, now)
-          requests.completeSync(p.requestId, {
-            route: served.route.name,
-            creditsCharged: charge,
-            receiptId,
-            verification,
-            attempts: served.attempts,
-            completedAt: now
-          })
-          if (p.idempotency !== undefined) {
-            idempotency.finishSync(p.scope, p.idempotency.key, p.requestId, { status: rendered.status, contentType: rendered.contentType, body }, settings.idempotencyTtlMs, now)
-          }
+        yield* store.settle({
+          now,
+          hold: p.hold,
+          receiptId,
+          organization: principal.organization,
+          environment: principal.environment,
+          model: p.request.model,
+          route: served.route.name,
+          rateCardVersion: version,
+          tokens,
+          usageSource,
+          charge,
+          verification,
+          attempts: served.attempts,
+          idempotent:
+            p.idempotency === undefined
+              ? undefined
+              : { scope: p.scope, key: p.idempotency.key, ttlMs: settings.idempotencyTtlMs, result: { status: rendered.status, contentType: rendered.contentType, body } }
         })
         metrics.settled(principal.projectId, usageSource, charge)
         return { status: rendered.status, contentType: rendered.contentType, body }

@@ -1,0 +1,127 @@
+/**
+ * The governed call's four write transactions (DESIGN.md §3), as synchronous bodies over one
+ * better-sqlite3 connection. Their arguments and results are plain data, so the same bodies run on
+ * the main thread (`Sqlite.transact`, an in-memory store) or in the store worker that owns the write
+ * connection of a file store (src/store/storeWorker.ts), batched and group-committed either way:
+ *
+ * - reserve: the idempotency claim, the pending request row and the budget hold;
+ * - settle: the charge, the signed receipt, the request's completion and the stored idempotent result;
+ * - abandon: void the hold, fail the request, free the idempotency key (nothing was charged);
+ * - extend: push open streams' holds and claims a TTL ahead.
+ *
+ * A refused reservation rolls back and aborts with `ReserveRefused`, data the caller turns into its reply.
+ */
+import type BetterSqlite3 from "better-sqlite3"
+import type { TokenCounts } from "../../spec/pricing.ts"
+import { type ClaimOutcome, makeIdempotencyWrites, type Scope, type StoredResult } from "../services/IdempotencyStore.ts"
+import { type Hold, makeLedgerWrites, type Sealer } from "../services/Ledger.ts"
+import { type Attempt, makeRequestWrites, type NewRequest, type Verification } from "../services/Requests.ts"
+import type { Abort } from "./syncTransactions.ts"
+
+export interface ReserveArgs {
+  readonly now: number
+  /** The idempotency claim to take first, when the call carries a key. */
+  readonly claim: { readonly scope: Scope; readonly key: string; readonly fingerprint: string } | undefined
+  readonly request: NewRequest
+  readonly hold: Hold
+}
+
+/** Why a reservation was refused (and rolled back). */
+export type ReserveRefused =
+  | { readonly _tag: "ClaimLost"; readonly outcome: ClaimOutcome }
+  | { readonly _tag: "OverBudget"; readonly message: string }
+
+export interface SettleArgs {
+  readonly now: number
+  readonly hold: Hold
+  readonly receiptId: string
+  readonly organization: string
+  readonly environment: string
+  readonly model: string
+  readonly route: string
+  readonly rateCardVersion: string
+  readonly tokens: TokenCounts
+  readonly usageSource: "reported" | "counted"
+  readonly charge: number
+  readonly verification: Verification
+  readonly attempts: ReadonlyArray<Attempt>
+  /** The response to store for replay, when the call carries an idempotency key. */
+  readonly idempotent:
+    | { readonly scope: Scope; readonly key: string; readonly ttlMs: number; readonly result: Omit<StoredResult, "requestId"> }
+    | undefined
+}
+
+export interface AbandonArgs {
+  readonly now: number
+  readonly reservationId: string
+  readonly requestId: string
+  readonly code: string
+  readonly message: string
+  readonly attempts: ReadonlyArray<Attempt>
+  readonly idempotent: { readonly scope: Scope; readonly key: string } | undefined
+}
+
+export interface ExtendArgs {
+  readonly deadline: number
+  readonly streams: ReadonlyArray<{
+    readonly reservationId: string
+    readonly requestId: string
+    readonly idempotent: { readonly scope: Scope; readonly key: string } | undefined
+  }>
+}
+
+/** The transactions by name: what a message to the store worker names. */
+export interface ChatTransactions {
+  readonly reserve: (args: ReserveArgs, abort: Abort<ReserveRefused>) => void
+  readonly settle: (args: SettleArgs) => void
+  readonly abandon: (args: AbandonArgs) => void
+  readonly extend: (args: ExtendArgs) => void
+}
+
+export type ChatOp = keyof ChatTransactions
+
+export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer): ChatTransactions => {
+  const ledger = makeLedgerWrites(db, sealer)
+  const requests = makeRequestWrites(db)
+  const idempotency = makeIdempotencyWrites(db)
+
+  const reserve = (a: ReserveArgs, abort: Abort<ReserveRefused>): void => {
+    if (a.claim !== undefined) {
+      const { scope, key, fingerprint } = a.claim
+      const claimed = idempotency.claimSync(scope, key, fingerprint, a.request.id, a.hold.deadline, a.now)
+      if (claimed._tag !== "Claimed") abort({ _tag: "ClaimLost", outcome: claimed })
+    }
+    requests.insertPendingSync(a.request)
+    ledger.reserveSync(a.hold, a.now, (e) => abort({ _tag: "OverBudget", message: e.message }))
+  }
+
+  const settle = (a: SettleArgs): void => {
+    ledger.settleSync(a, a.now)
+    requests.completeSync(a.hold.requestId, {
+      route: a.route,
+      creditsCharged: a.charge,
+      receiptId: a.receiptId,
+      verification: a.verification,
+      attempts: a.attempts,
+      completedAt: a.now
+    })
+    if (a.idempotent !== undefined) {
+      idempotency.finishSync(a.idempotent.scope, a.idempotent.key, a.hold.requestId, a.idempotent.result, a.idempotent.ttlMs, a.now)
+    }
+  }
+
+  const abandon = (a: AbandonArgs): void => {
+    ledger.releaseSync(a.reservationId, a.now)
+    requests.failSync(a.requestId, { code: a.code, message: a.message, attempts: a.attempts, completedAt: a.now })
+    if (a.idempotent !== undefined) idempotency.releaseSync(a.idempotent.scope, a.idempotent.key, a.requestId)
+  }
+
+  const extend = (a: ExtendArgs): void => {
+    for (const s of a.streams) {
+      ledger.extendHoldSync(s.reservationId, a.deadline)
+      if (s.idempotent !== undefined) idempotency.extendClaimSync(s.idempotent.scope, s.idempotent.key, s.requestId, a.deadline)
+    }
+  }
+
+  return { reserve, settle, abandon, extend }
+}

@@ -1,0 +1,68 @@
+/**
+ * The store worker: a thread that owns a write connection to the SQLite file and runs the governed
+ * call's transactions (src/store/chatTransactions.ts) there, group-committed, with synchronous=FULL.
+ * The statements, the commits' fsyncs and the receipt signatures leave the event loop, which keeps
+ * the HTTP work, routing and pricing (src/store/ChatStore.ts).
+ *
+ * Protocol (MessagePort, structured clone): the main thread sends `{ id, op, args }`; the worker
+ * answers each batch it committed with one message `[{ id, outcome }, …]`. `{ op: "close" }`, sent
+ * once nothing is pending, closes the connection and ends the thread.
+ */
+import BetterSqlite3 from "better-sqlite3"
+import type { KeyObject } from "node:crypto"
+import { parentPort, workerData } from "node:worker_threads"
+import { sealReceipt } from "../services/ReceiptSigner.ts"
+import { type ChatOp, makeChatTransactions } from "./chatTransactions.ts"
+import { makeGroupCommit, type TxOutcome } from "./syncTransactions.ts"
+
+export interface StoreWorkerData {
+  readonly filename: string
+  readonly signingKey: KeyObject
+  readonly signingKeyId: string
+}
+
+export type ToWorker = { readonly id: number; readonly op: ChatOp; readonly args: unknown } | { readonly op: "close" }
+export type FromWorker = { readonly _tag: "Ready" } | { readonly _tag: "Done"; readonly replies: ReadonlyArray<{ readonly id: number; readonly outcome: TxOutcome }> }
+
+const port = parentPort!
+const data = workerData as StoreWorkerData
+const db = new BetterSqlite3(data.filename)
+db.pragma("journal_mode = WAL")
+db.pragma("synchronous = FULL")
+db.pragma("busy_timeout = 5000")
+db.pragma("foreign_keys = ON")
+
+const ops = makeChatTransactions(db, { keyId: data.signingKeyId, seal: (unsigned) => sealReceipt(data.signingKey, unsigned) })
+const group = makeGroupCommit(db)
+
+/** A defect crosses the thread as its message and stack: an Error's class does not survive the clone. */
+const portable = (outcome: TxOutcome): TxOutcome =>
+  outcome._tag === "Died" && outcome.defect instanceof Error
+    ? { _tag: "Died", defect: { name: outcome.defect.name, message: outcome.defect.message } }
+    : outcome
+
+// The replies of one batch arrive in the same turn: send them as one message.
+let replies: Array<{ id: number; outcome: TxOutcome }> = []
+const flush = () => {
+  const batch = replies
+  replies = []
+  port.postMessage({ _tag: "Done", replies: batch } satisfies FromWorker)
+}
+
+port.on("message", (message: ToWorker) => {
+  if (message.op === "close") {
+    db.close()
+    port.close()
+    return
+  }
+  const { id, op, args } = message
+  group.submit(
+    (abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => void)(args, abort),
+    (outcome) => {
+      if (replies.length === 0) queueMicrotask(flush)
+      replies.push({ id, outcome: portable(outcome) })
+    }
+  )
+})
+
+port.postMessage({ _tag: "Ready" } satisfies FromWorker)
