@@ -44,13 +44,9 @@ const startWorker = (data: StoreWorkerData) =>
   Effect.gen(function* () {
     const worker = new Worker(new URL("./storeWorker.mjs", import.meta.url), { workerData: data, execArgv: [] })
     const pending = new Map<number, (outcome: TxOutcome) => void>()
-    let broken: Error | undefined
-    let whenIdle: (() => void) | undefined
-    const failAll = (error: Error) => {
-      broken = error
-      for (const done of pending.values()) done({ _tag: "Died", defect: error })
-      pending.clear()
-    }
+    /** Set once the worker is gone: later calls fail at once instead of waiting for a reply. */
+    let gone: Error | undefined
+    let closing = false
 
     yield* Effect.async<void>((resume) => {
       const onError = (e: Error) => resume(Effect.die(e))
@@ -67,33 +63,35 @@ const startWorker = (data: StoreWorkerData) =>
         pending.delete(id)
         done?.(revive(outcome))
       }
-      if (pending.size === 0) whenIdle?.()
     })
-    worker.on("error", (e) => failAll(e))
-    worker.on("exit", (code) => failAll(new Error(`the store worker exited (code ${code})`)))
-    // The HTTP server keeps the process alive; a pending transaction keeps it until its reply.
+    // A worker that fails or exits fails what it still owed (its replies posted before it ended arrive first).
+    worker.on("error", (e) => {
+      gone = e
+    })
+    worker.on("exit", (code) => {
+      gone ??= new Error(closing ? "the store is closed (the gateway is shutting down)" : `the store worker exited (code ${code})`)
+      for (const done of pending.values()) done({ _tag: "Died", defect: gone })
+      pending.clear()
+    })
+    // The HTTP server keeps the process alive, not the worker.
     worker.unref()
 
-    // Shutdown: the Gateway's calls have finished (it closes first); let in-flight transactions
-    // commit, then close the worker's connection and wait for the thread to end.
+    // Shutdown (after the Gateway, whose calls have finished): the worker commits what it received,
+    // closes its connection and ends; wait for that.
     yield* Effect.addFinalizer(() =>
       Effect.async<void>((resume) => {
-        const close = () => {
-          worker.removeAllListeners("exit")
-          worker.once("exit", () => resume(Effect.void))
-          worker.ref()
-          worker.postMessage({ op: "close" } satisfies ToWorker)
-        }
-        if (broken !== undefined) return resume(Effect.void)
-        if (pending.size === 0) close()
-        else whenIdle = close
+        if (gone !== undefined) return resume(Effect.void)
+        closing = true
+        worker.once("exit", () => resume(Effect.void))
+        worker.ref()
+        worker.postMessage({ op: "close" } satisfies ToWorker)
       })
     )
 
     let nextId = 0
     const run: Run = <E>(op: ChatOp, args: unknown) =>
       Effect.async<void, E>((resume) => {
-        if (broken !== undefined) return resume(Effect.die(broken))
+        if (gone !== undefined || closing) return resume(Effect.die(gone ?? new Error("the store is closed (the gateway is shutting down)")))
         const id = nextId++
         pending.set(id, (outcome) => resume(outcomeEffect<void, E>(outcome)))
         worker.postMessage({ id, op, args } satisfies ToWorker)

@@ -5,8 +5,8 @@
  * the HTTP work, routing and pricing (src/store/ChatStore.ts).
  *
  * Protocol (MessagePort, structured clone): the main thread sends `{ id, op, args }`; the worker
- * answers each batch it committed with one message `[{ id, outcome }, …]`. `{ op: "close" }`, sent
- * once nothing is pending, closes the connection and ends the thread.
+ * answers each batch it committed with one message `[{ id, outcome }, …]`. `{ op: "close" }` lets
+ * every transaction received before it commit and reply, then closes the connection and ends the thread.
  */
 import BetterSqlite3 from "better-sqlite3"
 import type { KeyObject } from "node:crypto"
@@ -26,10 +26,9 @@ export type FromWorker = { readonly _tag: "Ready" } | { readonly _tag: "Done"; r
 
 const port = parentPort!
 const data = workerData as StoreWorkerData
-const db = new BetterSqlite3(data.filename)
+const db = new BetterSqlite3(data.filename, { timeout: 5000 })
 db.pragma("journal_mode = WAL")
 db.pragma("synchronous = FULL")
-db.pragma("busy_timeout = 5000")
 db.pragma("foreign_keys = ON")
 
 const ops = makeChatTransactions(db, { keyId: data.signingKeyId, seal: (unsigned) => sealReceipt(data.signingKey, unsigned) })
@@ -49,10 +48,15 @@ const flush = () => {
   port.postMessage({ _tag: "Done", replies: batch } satisfies FromWorker)
 }
 
+// Close after the transactions already received have committed (a close never cuts a batch).
+const close = () => {
+  db.close()
+  port.close()
+}
+
 port.on("message", (message: ToWorker) => {
   if (message.op === "close") {
-    db.close()
-    port.close()
+    group.submit(() => undefined, () => queueMicrotask(close))
     return
   }
   const { id, op, args } = message

@@ -1,0 +1,251 @@
+/**
+ * ChatStore: the governed call's transactions run the same way in the store worker (a file store)
+ * and inline (an in-memory store, or TOLLGATE_STORE_WORKER=false): same refusals, same rows, same
+ * signed receipt chain. The worker's connection and the main thread's write the same file, so the
+ * budget guard must hold across the two writers, and a transaction in flight at shutdown commits.
+ */
+import { SqlClient } from "@effect/sql"
+import Database from "better-sqlite3"
+import { Effect, Exit, Layer, ManagedRuntime } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { afterAll, describe, expect, it } from "vitest"
+import { verifyReceipt } from "../../spec/receipt.ts"
+import type { GatewaySettings } from "../../src/domain/config.ts"
+import { newReceiptId, newRequestId, newReservationId } from "../../src/domain/ids.ts"
+import { type Hold, Ledger } from "../../src/services/Ledger.ts"
+import { Projects } from "../../src/services/Projects.ts"
+import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import type { ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
+import { ChatStore } from "../../src/store/ChatStore.ts"
+import { Sqlite } from "../../src/store/Database.ts"
+import { newProject, storeLayer } from "../services/layers.ts"
+
+const dirs: Array<string> = []
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true })
+})
+
+const fileUrl = () => {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-chatstore-"))
+  dirs.push(dir)
+  return { url: `sqlite:${join(dir, "store.db")}`, file: join(dir, "store.db") }
+}
+
+const layerFor = (overrides: Partial<GatewaySettings>) =>
+  Layer.mergeAll(ChatStore.Default, Ledger.Default).pipe(
+    Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default)),
+    Layer.provideMerge(storeLayer(overrides))
+  )
+
+const PERIOD = "2026-01"
+const NOW = Date.UTC(2026, 0, 15)
+
+const reserveArgs = (projectId: string, amount: number, claim?: { key: string; fingerprint: string }): ReserveArgs => {
+  const requestId = newRequestId(NOW)
+  const hold: Hold = { reservationId: newReservationId(NOW), requestId, projectId, period: PERIOD, amount, deadline: NOW + 60_000 }
+  return {
+    now: NOW,
+    claim: claim === undefined ? undefined : { scope: { projectId, environment: "development" }, ...claim },
+    request: {
+      id: requestId,
+      projectId,
+      environment: "development",
+      keyId: "key_test",
+      endpoint: "/v1/chat/completions",
+      model: "auto",
+      route: "demo",
+      stream: false,
+      idempotencyKey: claim?.key ?? null,
+      rateCardVersion: "rc_2026-01",
+      creditsReserved: amount,
+      createdAt: NOW
+    },
+    hold
+  }
+}
+
+const settleArgs = (r: ReserveArgs, charge: number): SettleArgs => ({
+  now: NOW + 1,
+  hold: r.hold,
+  receiptId: newReceiptId(NOW),
+  organization: "org_test",
+  environment: "development",
+  model: "auto",
+  route: "demo",
+  rateCardVersion: "rc_2026-01",
+  tokens: { input: 10, cached_input: 0, output: 5, reasoning: 0 },
+  usageSource: "reported",
+  charge,
+  verification: { state: "verified", checks: ["route", "schema", "budget"], failed_checks: [] },
+  attempts: [{ route: "demo", provider: "demo", outcome: "ok", duration_ms: 1 }],
+  idempotent:
+    r.claim === undefined
+      ? undefined
+      : { scope: r.claim.scope, key: r.claim.key, ttlMs: 86_400_000, result: { status: 200, contentType: "application/json", body: new TextEncoder().encode('{"ok":true}') } }
+})
+
+/** Everything the four transactions write, in a comparable form (ids and times left out). */
+const snapshot = (db: Database.Database, projectId: string) => ({
+  window: db.prepare("SELECT spent, reserved FROM budget_windows WHERE project_id = ?").get(projectId),
+  reservations: db.prepare("SELECT amount, state, charge FROM reservations WHERE project_id = ? ORDER BY created_at, amount").all(projectId),
+  requests: db.prepare("SELECT status, credits_reserved, credits_charged, error_code FROM requests WHERE project_id = ? ORDER BY credits_reserved").all(projectId),
+  receipts: db.prepare("SELECT seq, credits_charged FROM receipts WHERE project_id = ? ORDER BY seq").all(projectId),
+  idempotency: db.prepare("SELECT key, state, status FROM idempotency WHERE project_id = ? ORDER BY key").all(projectId)
+})
+
+/** One scenario through every transaction: reserve (fits, over budget, claim lost), settle, abandon, extend. */
+const scenario =
+  Effect.gen(function* () {
+    const store = yield* ChatStore
+    const signer = yield* ReceiptSigner
+    const p = yield* newProject({ budget_credits: 1_000 })
+
+    const a = reserveArgs(p.id, 400, { key: "k-a", fingerprint: "f-a" })
+    yield* store.reserve(a)
+    const over = yield* Effect.flip(store.reserve(reserveArgs(p.id, 601)))
+    const lost = yield* Effect.flip(store.reserve(reserveArgs(p.id, 10, { key: "k-a", fingerprint: "f-other" })))
+    yield* store.settle(settleArgs(a, 150))
+
+    const b = reserveArgs(p.id, 300, { key: "k-b", fingerprint: "f-b" })
+    yield* store.reserve(b)
+    yield* store.extend({ deadline: NOW + 999_000, streams: [{ reservationId: b.hold.reservationId, requestId: b.request.id, idempotent: { scope: b.claim!.scope, key: "k-b" } }] })
+    yield* store.abandon({ now: NOW + 2, reservationId: b.hold.reservationId, requestId: b.request.id, code: "route_unavailable", message: "down", attempts: [], idempotent: { scope: b.claim!.scope, key: "k-b" } })
+
+    const c = reserveArgs(p.id, 200)
+    yield* store.reserve(c)
+    yield* store.extend({ deadline: NOW + 999_000, streams: [{ reservationId: c.hold.reservationId, requestId: c.request.id, idempotent: undefined }] })
+
+    return { over, lost, projectId: p.id, held: c.hold.reservationId, publicPem: signer.publicPem, runsIn: store.runsIn }
+  })
+
+/** What the scenario left in the store, read through `db`. */
+const inspect = (db: Database.Database, projectId: string, heldId: string) => ({
+  snap: snapshot(db, projectId),
+  receipt: JSON.parse((db.prepare("SELECT body FROM receipts WHERE project_id = ?").get(projectId) as { body: string }).body),
+  deadline: (db.prepare("SELECT deadline FROM reservations WHERE id = ?").get(heldId) as { deadline: number }).deadline
+})
+
+describe("ChatStore", () => {
+  it("runs every transaction in the worker exactly as inline: same refusals, same rows, a receipt signed with the service key", async () => {
+    const { url, file } = fileUrl()
+    const worker = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    const inlineRt = ManagedRuntime.make(layerFor({ databaseUrl: "sqlite::memory:" }))
+    try {
+      const w = await worker.runPromise(scenario)
+      const fileDb = new Database(file, { readonly: true })
+      const inW = { ...w, ...inspect(fileDb, w.projectId, w.held) }
+      fileDb.close()
+      const l = await inlineRt.runPromise(scenario)
+      // The inline store is in memory: read it through its own connection.
+      const inL = { ...l, ...inspect(await inlineRt.runPromise(Effect.map(Sqlite, (s) => s.db)), l.projectId, l.held) }
+
+      expect(inW.runsIn).toBe("worker")
+      expect(inL.runsIn).toBe("inline")
+      for (const r of [inW, inL]) {
+        expect(r.over._tag).toBe("OverBudget")
+        expect(r.lost).toEqual({ _tag: "ClaimLost", outcome: { _tag: "Conflict" } })
+        expect(r.snap.window).toEqual({ spent: 150, reserved: 200 })
+        expect(r.snap.reservations).toEqual([
+          { amount: 200, state: "held", charge: null },
+          { amount: 300, state: "voided", charge: 0 },
+          { amount: 400, state: "settled", charge: 150 }
+        ])
+        expect(r.snap.requests).toEqual([
+          { status: "pending", credits_reserved: 200, credits_charged: null, error_code: null },
+          { status: "failed", credits_reserved: 300, credits_charged: 0, error_code: "route_unavailable" },
+          { status: "completed", credits_reserved: 400, credits_charged: 150, error_code: null }
+        ])
+        expect(r.snap.receipts).toEqual([{ seq: 1, credits_charged: 150 }])
+        expect(r.snap.idempotency).toEqual([{ key: "k-a", state: "finished", status: 200 }])
+        expect(r.deadline).toBe(NOW + 999_000)
+        expect(verifyReceipt(r.receipt, r.publicPem)).toEqual([])
+      }
+    } finally {
+      await worker.dispose()
+      await inlineRt.dispose()
+    }
+  })
+
+  it("keeps spent + reserved ≤ cap when the worker and the main thread reserve on the same file at once", async () => {
+    const { url, file } = fileUrl()
+    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    try {
+      const outcome = await rt.runPromise(
+        Effect.gen(function* () {
+          const store = yield* ChatStore
+          const ledger = yield* Ledger
+          const p = yield* newProject({ budget_credits: 1_000 })
+          // 40 holds of 30 through the worker, 40 through the main thread's connection, interleaved.
+          const viaWorker = Array.from({ length: 40 }, () => Effect.exit(Effect.asVoid(Effect.mapError(store.reserve(reserveArgs(p.id, 30)), (e) => e._tag))))
+          const viaMain = Array.from({ length: 40 }, () => Effect.exit(Effect.mapError(ledger.reserve(reserveArgs(p.id, 30).hold), (e) => e._tag)))
+          const exits = yield* Effect.all(viaWorker.flatMap((w, i) => [w, viaMain[i]!]), { concurrency: "unbounded" })
+          return { p, exits }
+        })
+      )
+      const db = new Database(file, { readonly: true })
+      const window = db.prepare("SELECT spent, reserved FROM budget_windows WHERE project_id = ?").get(outcome.p.id) as { spent: number; reserved: number }
+      const held = db.prepare("SELECT COUNT(*) AS n FROM reservations WHERE project_id = ?").get(outcome.p.id) as { n: number }
+      db.close()
+      const granted = outcome.exits.filter(Exit.isSuccess).length
+      // 33 holds of 30 fit under 1,000; every other one was refused (never a defect: no SQLITE_BUSY).
+      expect(granted).toBe(33)
+      expect(outcome.exits.filter((e) => Exit.isFailure(e) && e.cause._tag === "Fail")).toHaveLength(80 - 33)
+      expect(window).toEqual({ spent: 0, reserved: 990 })
+      expect(held.n).toBe(33)
+    } finally {
+      await rt.dispose()
+    }
+  })
+
+  it("makes a worker transaction wait for a main-thread write transaction that spans turns, instead of failing busy", async () => {
+    const { url } = fileUrl()
+    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    try {
+      const { exit, order } = await rt.runPromise(
+        Effect.gen(function* () {
+          const store = yield* ChatStore
+          const sql = yield* SqlClient.SqlClient
+          const p = yield* newProject({ budget_credits: 1_000 })
+          const order: Array<string> = []
+          // The main connection holds the write lock for 300 ms (an admin transaction across turns).
+          const admin = sql.withTransaction(
+            Effect.gen(function* () {
+              yield* sql`UPDATE projects SET budget_credits = 2000 WHERE id = ${p.id}`
+              yield* Effect.sleep("300 millis")
+              order.push("admin")
+            })
+          )
+          const reserve = Effect.delay(store.reserve(reserveArgs(p.id, 1_500)), "50 millis").pipe(
+            Effect.tap(() => Effect.sync(() => order.push("reserve"))),
+            Effect.exit
+          )
+          const [, exit] = yield* Effect.all([admin, reserve], { concurrency: "unbounded" })
+          return { exit, order }
+        })
+      )
+      // It waited for the lock (busy_timeout), then saw the raised cap: 1,500 fits under 2,000.
+      expect(exit).toStrictEqual(Exit.void)
+      expect(order).toEqual(["admin", "reserve"])
+    } finally {
+      await rt.dispose()
+    }
+  })
+
+  it("commits every transaction sent before shutdown, then refuses new ones instead of hanging", async () => {
+    const { url, file } = fileUrl()
+    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    const { p, store } = await rt.runPromise(Effect.all({ p: newProject({ budget_credits: 1_000_000 }), store: ChatStore }))
+    const sent = Array.from({ length: 300 }, () => reserveArgs(p.id, 1))
+    const pending = sent.map((args) => rt.runPromise(store.reserve(args)))
+    await rt.dispose()
+    await Promise.all(pending)
+    const db = new Database(file, { readonly: true })
+    const held = db.prepare("SELECT COUNT(*) AS n, SUM(amount) AS total FROM reservations WHERE project_id = ? AND state = 'held'").get(p.id)
+    db.close()
+    expect(held).toEqual({ n: 300, total: 300 })
+    const after = await Effect.runPromiseExit(store.reserve(reserveArgs(p.id, 1)))
+    expect(Exit.isFailure(after) && after.cause._tag === "Die").toBe(true)
+  })
+})
