@@ -14,7 +14,7 @@ import { ReceiptSigner } from "../services/ReceiptSigner.ts"
 import { type AbandonArgs, type ChatOp, type ExtendArgs, makeChatTransactions, type ReserveArgs, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "./databaseUrl.ts"
-import type { FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
+import type { Call, FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
 import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
 
 export type { ReserveRefused } from "./chatTransactions.ts"
@@ -76,6 +76,15 @@ const startWorker = (data: StoreWorkerData) =>
     // The HTTP server keeps the process alive, not the worker.
     worker.unref()
 
+    // The calls of one event-loop turn go as one message, sent when the turn's I/O callbacks are done.
+    let outbox: Array<Call> = []
+    const send = () => {
+      if (outbox.length === 0) return
+      const calls = outbox
+      outbox = []
+      worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
+    }
+
     // Shutdown (after the Gateway, whose calls have finished): the worker commits what it received,
     // closes its connection and ends; wait for that.
     yield* Effect.addFinalizer(() =>
@@ -84,7 +93,8 @@ const startWorker = (data: StoreWorkerData) =>
         closing = true
         worker.once("exit", () => resume(Effect.void))
         worker.ref()
-        worker.postMessage({ op: "close" } satisfies ToWorker)
+        send()
+        worker.postMessage({ _tag: "Close" } satisfies ToWorker)
       })
     )
 
@@ -94,7 +104,8 @@ const startWorker = (data: StoreWorkerData) =>
         if (gone !== undefined || closing) return resume(Effect.die(gone ?? new Error("the store is closed (the gateway is shutting down)")))
         const id = nextId++
         pending.set(id, (outcome) => resume(outcomeEffect<void, E>(outcome)))
-        worker.postMessage({ id, op, args } satisfies ToWorker)
+        if (outbox.length === 0) setImmediate(send)
+        outbox.push({ id, op, args })
       }).pipe(Effect.uninterruptible)
     return run
   })

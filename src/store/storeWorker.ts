@@ -4,9 +4,10 @@
  * The statements, the commits' fsyncs and the receipt signatures leave the event loop, which keeps
  * the HTTP work, routing and pricing (src/store/ChatStore.ts).
  *
- * Protocol (MessagePort, structured clone): the main thread sends `{ id, op, args }`; the worker
- * answers each batch it committed with one message `[{ id, outcome }, …]`. `{ op: "close" }` lets
- * every transaction received before it commit and reply, then closes the connection and ends the thread.
+ * Protocol (MessagePort, structured clone): the main thread sends the calls of one event-loop turn
+ * as one message `Run [{ id, op, args }, …]`; the worker answers each batch it committed with one
+ * message `Done [{ id, outcome }, …]`. `Close` lets every transaction received before it commit and
+ * reply, then closes the connection and ends the thread.
  */
 import BetterSqlite3 from "better-sqlite3"
 import type { KeyObject } from "node:crypto"
@@ -21,7 +22,12 @@ export interface StoreWorkerData {
   readonly signingKeyId: string
 }
 
-export type ToWorker = { readonly id: number; readonly op: ChatOp; readonly args: unknown } | { readonly op: "close" }
+export interface Call {
+  readonly id: number
+  readonly op: ChatOp
+  readonly args: unknown
+}
+export type ToWorker = { readonly _tag: "Run"; readonly calls: ReadonlyArray<Call> } | { readonly _tag: "Close" }
 export type FromWorker = { readonly _tag: "Ready" } | { readonly _tag: "Done"; readonly replies: ReadonlyArray<{ readonly id: number; readonly outcome: TxOutcome }> }
 
 const port = parentPort!
@@ -54,12 +60,7 @@ const close = () => {
   port.close()
 }
 
-port.on("message", (message: ToWorker) => {
-  if (message.op === "close") {
-    group.submit(() => undefined, () => queueMicrotask(close))
-    return
-  }
-  const { id, op, args } = message
+const run = ({ id, op, args }: Call) =>
   group.submit(
     (abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => void)(args, abort),
     (outcome) => {
@@ -67,6 +68,10 @@ port.on("message", (message: ToWorker) => {
       replies.push({ id, outcome: portable(outcome) })
     }
   )
+
+port.on("message", (message: ToWorker) => {
+  if (message._tag === "Close") group.submit(() => undefined, () => queueMicrotask(close))
+  else for (const call of message.calls) run(call)
 })
 
 port.postMessage({ _tag: "Ready" } satisfies FromWorker)
