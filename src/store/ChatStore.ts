@@ -7,7 +7,7 @@
  * Either way a caller resumes only after its transaction is durable, and waits uninterruptibly once
  * it was sent: the transaction will run, and the caller must see how it ended.
  */
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Runtime } from "effect"
 import { Worker } from "node:worker_threads"
 import { Settings } from "../domain/config.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
@@ -42,6 +42,7 @@ const revive = (outcome: TxOutcome): TxOutcome => {
 
 const startWorker = (data: StoreWorkerData) =>
   Effect.gen(function* () {
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     const worker = new Worker(new URL("./storeWorker.mjs", import.meta.url), { workerData: data, execArgv: [] })
     const pending = new Map<number, (outcome: TxOutcome) => void>()
     /** Set once the worker is gone: later calls fail at once instead of waiting for a reply. */
@@ -69,6 +70,9 @@ const startWorker = (data: StoreWorkerData) =>
       gone = e
     })
     worker.on("exit", (code) => {
+      if (!closing) {
+        runFork(Effect.logError(`the store worker stopped (exit code ${code}${gone === undefined ? "" : `: ${gone.message}`}); governed calls fail until Tollgate restarts`))
+      }
       gone ??= new Error(closing ? "the store is closed (the gateway is shutting down)" : `the store worker exited (code ${code})`)
       for (const done of pending.values()) done({ _tag: "Died", defect: gone })
       pending.clear()

@@ -4,8 +4,9 @@
  * on disk before its response leaves. Migrations run at start-up.
  *
  * Two ways in, one connection: `SqlClient` (@effect/sql) for everything, and `Sqlite` — the same
- * better-sqlite3 connection with synchronous group-committed transactions — for the chat path's
- * prepared statements (src/store/syncTransactions.ts).
+ * better-sqlite3 connection with synchronous group-committed transactions (src/store/syncTransactions.ts).
+ * The chat path's writes go through `ChatStore` (src/store/ChatStore.ts), which for a file store runs
+ * them on a second connection, in a worker thread.
  */
 import { SqlClient } from "@effect/sql"
 import { SqliteClient } from "@effect/sql-sqlite-node"

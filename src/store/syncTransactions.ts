@@ -1,7 +1,9 @@
 /**
- * Synchronous, group-committed transactions on the store's one better-sqlite3 connection: the chat
- * path's two transactions (reservation, settlement) run here as plain functions over prepared
- * statements (≈ 2–5 µs a statement instead of ≈ 40–130 µs through `@effect/sql`, bench/README.md).
+ * Synchronous, group-committed transactions on a better-sqlite3 connection: plain functions over
+ * prepared statements (≈ 2–5 µs a statement instead of ≈ 40–130 µs through `@effect/sql`,
+ * bench/README.md). `makeGroupCommit` is the core, with no Effect in it: the store worker runs the
+ * chat path's transactions with it (src/store/storeWorker.ts); `transact` wraps it for the main
+ * thread's connection.
  *
  * `transact(body)` queues `body`; once per event-loop turn the queued bodies run inside ONE outer
  * transaction, each in its own SAVEPOINT, and one COMMIT (one fsync with synchronous=FULL) makes them
