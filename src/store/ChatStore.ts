@@ -4,15 +4,14 @@
  *   so the statements, the commits' fsyncs and the receipt signatures leave the event loop;
  * - an in-memory store (or TOLLGATE_STORE_WORKER=false): inline, on the main connection's
  *   group-committed `transact`.
- * Either way a caller resumes only after its transaction committed — on disk, for the ones a reply
- * depends on (`durableOps` in src/store/chatTransactions.ts) — and waits uninterruptibly once it was
- * sent: the transaction will run, and the caller must see how it ended.
+ * Either way a caller resumes only after its transaction is durable, and waits uninterruptibly once
+ * it was sent: the transaction will run, and the caller must see how it ended.
  */
 import { Context, Effect, Layer, Runtime } from "effect"
 import { Worker } from "node:worker_threads"
 import { Settings } from "../domain/config.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
-import { type AbandonArgs, type ChatOp, durableOps, type ExtendArgs, makeChatTransactions, type ReserveArgs, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
+import { type AbandonArgs, type ChatOp, type ExtendArgs, makeChatTransactions, type ReserveArgs, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "./databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
@@ -130,7 +129,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       } else {
         const ops = makeChatTransactions(store.db, signer)
         run = <E>(op: ChatOp, args: unknown) =>
-          store.transact<void, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => void)(args, abort), { durable: durableOps[op] })
+          store.transact<void, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => void)(args, abort))
       }
       return {
         reserve: (args) => run<ReserveRefused>("reserve", args),

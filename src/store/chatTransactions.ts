@@ -80,21 +80,6 @@ export interface ChatTransactions {
 
 export type ChatOp = keyof ChatTransactions
 
-/**
- * Which transactions must be on disk before their caller resumes (GroupCommit.submit). Only what a
- * client is answered on, or told "nothing was charged" on:
- * - settle: durable — the response (and its receipt) leaves only after the charge is on disk. Its
- *   fsync also makes the call's earlier reservation durable (one WAL, written in order).
- * - abandon: durable — the client is told nothing was charged and may retry with its key.
- * - reserve: not durable — no reply depends on it. If a power loss undoes a reservation, it undoes
- *   it with the process that was serving the call: no response was sent, nothing was charged, and
- *   no other process can have settled against it. Every connection sees it at once, so the budget
- *   guard and the idempotency claim are unchanged. This saves a call one fsync before the upstream
- *   (and before a stream's first byte).
- * - extend: not durable — a lost extension only matters to a stream that the power loss ended.
- */
-export const durableOps: Readonly<Record<ChatOp, boolean>> = { reserve: false, settle: true, abandon: true, extend: false }
-
 export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer): ChatTransactions => {
   const ledger = makeLedgerWrites(db, sealer)
   const requests = makeRequestWrites(db)

@@ -13,7 +13,7 @@ import BetterSqlite3 from "better-sqlite3"
 import type { KeyObject } from "node:crypto"
 import { parentPort, workerData } from "node:worker_threads"
 import { sealReceipt } from "../services/ReceiptSigner.ts"
-import { type ChatOp, durableOps, makeChatTransactions } from "./chatTransactions.ts"
+import { type ChatOp, makeChatTransactions } from "./chatTransactions.ts"
 import { makeGroupCommit, type TxOutcome } from "./syncTransactions.ts"
 
 export interface StoreWorkerData {
@@ -66,8 +66,7 @@ const run = ({ id, op, args }: Call) =>
     (outcome) => {
       if (replies.length === 0) queueMicrotask(flush)
       replies.push({ id, outcome: portable(outcome) })
-    },
-    durableOps[op]
+    }
   )
 
 port.on("message", (message: ToWorker) => {

@@ -24,16 +24,8 @@ import { Context, Effect } from "effect"
 /** Roll the current transaction back and fail the caller with `error`. */
 export type Abort<E> = (error: E) => never
 
-export interface TransactOptions {
-  /**
-   * false: the commit need not reach the disk before the caller resumes (see `GroupCommit.submit`).
-   * Default true.
-   */
-  readonly durable?: boolean
-}
-
 export interface SyncTransactions {
-  readonly transact: <A, E = never>(body: (abort: Abort<E>) => A, options?: TransactOptions) => Effect.Effect<A, E>
+  readonly transact: <A, E = never>(body: (abort: Abort<E>) => A) => Effect.Effect<A, E>
 }
 
 class Aborted {
@@ -52,15 +44,8 @@ export type TxOutcome =
 export type TxBody = (abort: Abort<unknown>) => unknown
 
 export interface GroupCommit {
-  /**
-   * Queue `body`; `done` is called once, after the batch that ran it committed (or failed).
-   * `durable` (default true): the COMMIT is on disk (synchronous=FULL: the WAL is fsynced) before
-   * `done`. A batch of only non-durable bodies commits with synchronous=NORMAL: atomic and visible
-   * to every connection at once, and written to the WAL (a crash of the process loses nothing),
-   * but a power loss may undo it — unless a durable commit came after it, since that commit's
-   * fsync covers every earlier frame of the WAL. A batch with one durable body is durable.
-   */
-  readonly submit: (body: TxBody, done: (outcome: TxOutcome) => void, durable?: boolean) => void
+  /** Queue `body`; `done` is called once, after the batch that ran it committed (or failed). */
+  readonly submit: (body: TxBody, done: (outcome: TxOutcome) => void) => void
 }
 
 /**
@@ -80,14 +65,6 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, canBegin: () => bool
     }
   }
   const batchTxn = db.transaction((batch: ReadonlyArray<Queued>) => batch.map((q) => outcomeOf(q.body)))
-  // The connection's own setting (FULL for the store) is what a durable batch gets; a batch of
-  // non-durable bodies drops to NORMAL for its COMMIT and restores it. (Not prepared statements:
-  // SQLite applies `PRAGMA synchronous = …` when it compiles it, so only a fresh one takes effect.)
-  const configured = db.pragma("synchronous", { simple: true }) as number
-  const relax = configured > 1 ? () => db.pragma("synchronous = NORMAL") : undefined
-  const restore = () => db.pragma(`synchronous = ${configured}`)
-  const run = (batch: ReadonlyArray<Queued>): ReadonlyArray<TxOutcome> =>
-    batch.length === 1 ? [outcomeOf(batch[0]!.body)] : batchTxn.immediate(batch)
 
   let queue: Array<Queued> = []
   let scheduled = false
@@ -104,24 +81,21 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, canBegin: () => bool
     }
     const batch = queue
     queue = []
-    const relaxed = relax !== undefined && !batch.some((q) => q.durable)
+    if (batch.length === 1) return batch[0]!.done(outcomeOf(batch[0]!.body))
     let outcomes: ReadonlyArray<TxOutcome>
     try {
-      if (relaxed) relax()
-      outcomes = run(batch)
+      outcomes = batchTxn.immediate(batch)
     } catch (e) {
       // The COMMIT itself failed: nothing of the batch is on disk.
       const died: TxOutcome = { _tag: "Died", defect: e }
       for (const q of batch) q.done(died)
       return
-    } finally {
-      if (relaxed) restore()
     }
     batch.forEach((q, i) => q.done(outcomes[i]!))
   }
 
-  const submit = (body: TxBody, done: (outcome: TxOutcome) => void, durable = true): void => {
-    queue.push({ body, done, durable })
+  const submit = (body: TxBody, done: (outcome: TxOutcome) => void): void => {
+    queue.push({ body, done })
     if (scheduled) return
     scheduled = true
     setImmediate(drain)
@@ -132,7 +106,6 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, canBegin: () => bool
 interface Queued {
   readonly body: TxBody
   readonly done: (outcome: TxOutcome) => void
-  readonly durable: boolean
 }
 
 /** An outcome as the Effect its caller resumes with. */
@@ -148,7 +121,7 @@ export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactio
   // Inside an open @effect/sql transaction: a savepoint of it, at once.
   const nested = db.transaction((body: TxBody) => body(abort))
 
-  const transact = <A, E = never>(body: (abort: Abort<E>) => A, options?: TransactOptions): Effect.Effect<A, E> =>
+  const transact = <A, E = never>(body: (abort: Abort<E>) => A): Effect.Effect<A, E> =>
     Effect.withFiberRuntime<A, E>((fiber) => {
       if (Context.getOption(fiber.currentContext, SqlClient.TransactionConnection)._tag === "Some") {
         return Effect.suspend(() => {
@@ -161,7 +134,7 @@ export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactio
       }
       return Effect.uninterruptible(
         Effect.async<A, E>((resume) => {
-          group.submit(body as TxBody, (outcome) => resume(outcomeEffect<A, E>(outcome)), options?.durable ?? true)
+          group.submit(body as TxBody, (outcome) => resume(outcomeEffect<A, E>(outcome)))
         })
       )
     })

@@ -76,26 +76,6 @@ describe("Sqlite.transact (synchronous, group-committed)", () => {
     }
   })
 
-  it("commits a batch with synchronous=FULL when any of its bodies is durable, NORMAL only when none is, and restores FULL", async () => {
-    // Each body reports the connection's synchronous level while it runs (2 = FULL, 1 = NORMAL).
-    const level = (db: Database.Database) => db.pragma("synchronous", { simple: true }) as number
-    const levels = await run(
-      Effect.flatMap(Sqlite, ({ db, transact }) =>
-        Effect.gen(function* () {
-          const alone = yield* transact(() => level(db), { durable: false })
-          const durableAlone = yield* transact(() => level(db))
-          const relaxedBatch = yield* Effect.all(Array.from({ length: 4 }, () => transact(() => level(db), { durable: false })), { concurrency: "unbounded" })
-          const mixedBatch = yield* Effect.all(
-            [transact(() => level(db), { durable: false }), transact(() => level(db)), transact(() => level(db), { durable: false })],
-            { concurrency: "unbounded" }
-          )
-          return { alone, durableAlone, relaxedBatch, mixedBatch, after: level(db) }
-        })
-      )
-    )
-    expect(levels).toEqual({ alone: 1, durableAlone: 2, relaxedBatch: [1, 1, 1, 1], mixedBatch: [2, 2, 2], after: 2 })
-  })
-
   it("waits while an @effect/sql transaction spans event-loop turns, and is not rolled back with it", async () => {
     await run(Effect.map(Sqlite, ({ db }) => db.exec("DELETE FROM t")))
     const result = await run(
