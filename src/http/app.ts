@@ -20,6 +20,7 @@ import { Projects } from "../services/Projects.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
 import { Requests } from "../services/Requests.ts"
 import { Router } from "../services/Router.ts"
+import { ChatStore } from "../store/ChatStore.ts"
 import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
 import { responsesSurface, responsesToChat } from "../services/surfaces/responses.ts"
 import type { Surface } from "../services/surfaces/Surface.ts"
@@ -348,6 +349,12 @@ const adminRoutes = HttpRouter.empty.pipe(
   )
 )
 
+/** Ready when the store can run the governed call's transactions (the store worker is up). */
+const readiness = Effect.map(ChatStore, (store) => {
+  const health = store.health()
+  return health.ok ? json({ status: "ready" }) : json({ status: "unavailable", reason: health.reason }, 503)
+})
+
 export const router = HttpRouter.empty.pipe(
   HttpRouter.post("/v1/chat/completions", chatCompletions),
   HttpRouter.post("/v1/responses", responses),
@@ -361,7 +368,7 @@ export const router = HttpRouter.empty.pipe(
   HttpRouter.get("/healthz", Effect.succeed(json({ status: "ok" }))),
   HttpRouter.get("/openapi.json", Effect.succeed(json(openApiDocument))),
   HttpRouter.get("/docs", Effect.succeed(HttpServerResponse.html(docsPage))),
-  HttpRouter.get("/readyz", Effect.succeed(json({ status: "ready" }))),
+  HttpRouter.get("/readyz", readiness),
   HttpRouter.get("/metrics", Effect.map(Metrics, (m) => HttpServerResponse.text(m.render(), { contentType: "text/plain; version=0.0.4" }))),
   HttpRouter.concat(adminRoutes)
 )

@@ -7,7 +7,7 @@
  * Either way a caller resumes only after its transaction is durable, and waits uninterruptibly once
  * it was sent: the transaction will run, and the caller must see how it ended.
  */
-import { Context, Effect, Layer, Runtime } from "effect"
+import { Clock, Context, Effect, Layer, Runtime } from "effect"
 import { Worker } from "node:worker_threads"
 import { Settings } from "../domain/config.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
@@ -24,9 +24,13 @@ export interface ChatStoreApi {
   readonly settle: (args: SettleArgs) => Effect.Effect<void>
   readonly abandon: (args: AbandonArgs) => Effect.Effect<void>
   readonly extend: (args: ExtendArgs) => Effect.Effect<void>
+  /** Whether transactions can run now (the store worker is up), for GET /readyz. */
+  readonly health: () => StoreHealth
   /** Where the transactions run. */
   readonly runsIn: "worker" | "inline"
 }
+
+export type StoreHealth = { readonly ok: true } | { readonly ok: false; readonly reason: string }
 
 type Run = <E = never>(op: ChatOp, args: unknown) => Effect.Effect<void, E>
 
@@ -40,78 +44,132 @@ const revive = (outcome: TxOutcome): TxOutcome => {
   return { _tag: "Died", defect: error }
 }
 
+/** The store worker's entry module. A test may start another one (that wraps it) to make it die. */
+export class StoreWorkerEntry extends Context.Reference<StoreWorkerEntry>()("tollgate/StoreWorkerEntry", {
+  defaultValue: () => new URL("./storeWorker.mjs", import.meta.url)
+}) {}
+
+/** Restart backoff after the worker dies: doubles from the first to the last, reset by a minute of life. */
+const RESTART_FIRST_MS = 100
+const RESTART_MAX_MS = 30_000
+const STABLE_MS = 60_000
+
+/** One started worker and what it owes. */
+interface Live {
+  readonly worker: Worker
+  readonly pending: Map<number, (outcome: TxOutcome) => void>
+  /** The calls of the current event-loop turn, sent together when its I/O callbacks are done. */
+  outbox: Array<Call>
+  error: Error | undefined
+  readonly startedAt: number
+}
+
+const closedError = () => new Error("the store is closed (the gateway is shutting down)")
+
+/**
+ * Start the worker and supervise it. A worker that dies (a native crash, running out of memory)
+ * fails the calls it still owed — whether their transactions committed is for the ledger to say; a
+ * hold that did commit is voided by the recovery sweep — and is started again after a backoff;
+ * meanwhile calls fail at once, and `health` says why (GET /readyz answers 503).
+ */
 const startWorker = (data: StoreWorkerData) =>
   Effect.gen(function* () {
-    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
-    const worker = new Worker(new URL("./storeWorker.mjs", import.meta.url), { workerData: data, execArgv: [] })
-    const pending = new Map<number, (outcome: TxOutcome) => void>()
-    /** Set once the worker is gone: later calls fail at once instead of waiting for a reply. */
-    let gone: Error | undefined
-    let closing = false
+    const runtime = yield* Effect.runtime<never>()
+    const runFork = Runtime.runFork(runtime)
+    const now = () => Runtime.runSync(runtime)(Clock.currentTimeMillis)
+    const entry = yield* StoreWorkerEntry
 
+    let current: Live | undefined
+    let down: string | undefined
+    let closing = false
+    let restartDelay = RESTART_FIRST_MS
+
+    const send = (live: Live) => {
+      if (live.outbox.length === 0) return
+      const calls = live.outbox
+      live.outbox = []
+      live.worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
+    }
+
+    const spawn = (): Live => {
+      const worker = new Worker(entry, { workerData: data, execArgv: [] })
+      const live: Live = { worker, pending: new Map(), outbox: [], error: undefined, startedAt: now() }
+      worker.on("message", (message: FromWorker) => {
+        if (message._tag !== "Done") return
+        for (const { id, outcome } of message.replies) {
+          const done = live.pending.get(id)
+          live.pending.delete(id)
+          done?.(revive(outcome))
+        }
+      })
+      worker.on("error", (e) => {
+        live.error = e
+      })
+      // Its replies posted before it ended arrive before this: what is still pending was never answered.
+      worker.on("exit", (code) => {
+        const error = closing ? closedError() : new Error(`the store worker stopped (exit code ${code}${live.error === undefined ? "" : `: ${live.error.message}`})`)
+        const owed = live.pending.size
+        for (const done of live.pending.values()) done({ _tag: "Died", defect: error })
+        live.pending.clear()
+        if (closing || current !== live) return
+        current = undefined
+        restartDelay = now() - live.startedAt >= STABLE_MS ? RESTART_FIRST_MS : restartDelay
+        down = `${error.message}; restarting in ${restartDelay} ms`
+        runFork(Effect.logError(`${down}; ${owed} transaction(s) in flight failed`))
+        const delay = restartDelay
+        restartDelay = Math.min(RESTART_MAX_MS, restartDelay * 2)
+        setTimeout(() => {
+          if (closing) return
+          current = spawn()
+          down = undefined
+        }, delay).unref()
+      })
+      // The HTTP server keeps the process alive, not the worker.
+      worker.unref()
+      return live
+    }
+
+    // The first start must succeed: a store that cannot open fails the gateway's start.
+    const first = spawn()
     yield* Effect.async<void>((resume) => {
       const onError = (e: Error) => resume(Effect.die(e))
-      worker.once("error", onError)
-      worker.once("message", () => {
-        worker.off("error", onError)
+      first.worker.once("error", onError)
+      first.worker.once("message", () => {
+        first.worker.off("error", onError)
         resume(Effect.void)
       })
     })
-    worker.on("message", (message: FromWorker) => {
-      if (message._tag !== "Done") return
-      for (const { id, outcome } of message.replies) {
-        const done = pending.get(id)
-        pending.delete(id)
-        done?.(revive(outcome))
-      }
-    })
-    // A worker that fails or exits fails what it still owed (its replies posted before it ended arrive first).
-    worker.on("error", (e) => {
-      gone = e
-    })
-    worker.on("exit", (code) => {
-      if (!closing) {
-        runFork(Effect.logError(`the store worker stopped (exit code ${code}${gone === undefined ? "" : `: ${gone.message}`}); governed calls fail until Tollgate restarts`))
-      }
-      gone ??= new Error(closing ? "the store is closed (the gateway is shutting down)" : `the store worker exited (code ${code})`)
-      for (const done of pending.values()) done({ _tag: "Died", defect: gone })
-      pending.clear()
-    })
-    // The HTTP server keeps the process alive, not the worker.
-    worker.unref()
-
-    // The calls of one event-loop turn go as one message, sent when the turn's I/O callbacks are done.
-    let outbox: Array<Call> = []
-    const send = () => {
-      if (outbox.length === 0) return
-      const calls = outbox
-      outbox = []
-      worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
-    }
+    current = first
 
     // Shutdown (after the Gateway, whose calls have finished): the worker commits what it received,
     // closes its connection and ends; wait for that.
     yield* Effect.addFinalizer(() =>
       Effect.async<void>((resume) => {
-        if (gone !== undefined) return resume(Effect.void)
         closing = true
-        worker.once("exit", () => resume(Effect.void))
-        worker.ref()
-        send()
-        worker.postMessage({ _tag: "Close" } satisfies ToWorker)
+        const live = current
+        if (live === undefined) return resume(Effect.void)
+        live.worker.once("exit", () => resume(Effect.void))
+        live.worker.ref()
+        send(live)
+        live.worker.postMessage({ _tag: "Close" } satisfies ToWorker)
       })
     )
 
     let nextId = 0
     const run: Run = <E>(op: ChatOp, args: unknown) =>
       Effect.async<void, E>((resume) => {
-        if (gone !== undefined || closing) return resume(Effect.die(gone ?? new Error("the store is closed (the gateway is shutting down)")))
+        const live = current
+        if (closing || live === undefined) {
+          return resume(Effect.die(closing ? closedError() : new Error(`the store is unavailable: ${down ?? "starting"}`)))
+        }
         const id = nextId++
-        pending.set(id, (outcome) => resume(outcomeEffect<void, E>(outcome)))
-        if (outbox.length === 0) setImmediate(send)
-        outbox.push({ id, op, args })
+        live.pending.set(id, (outcome) => resume(outcomeEffect<void, E>(outcome)))
+        if (live.outbox.length === 0) setImmediate(() => send(live))
+        live.outbox.push({ id, op, args })
       }).pipe(Effect.uninterruptible)
-    return run
+
+    const health = (): StoreHealth => (closing ? { ok: false, reason: "closed" } : down === undefined ? { ok: true } : { ok: false, reason: down })
+    return { run, health }
   })
 
 export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, ChatStoreApi>() {
@@ -124,8 +182,9 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       const filename = sqliteFilename(settings.databaseUrl)
       const inWorker = settings.storeWorker && filename !== ":memory:"
       let run: Run
+      let health = (): StoreHealth => ({ ok: true })
       if (inWorker) {
-        run = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId })
+        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId }))
       } else {
         const ops = makeChatTransactions(store.db, signer)
         run = <E>(op: ChatOp, args: unknown) =>
@@ -136,6 +195,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         settle: (args) => run("settle", args),
         abandon: (args) => run("abandon", args),
         extend: (args) => run("extend", args),
+        health,
         runsIn: inWorker ? "worker" : "inline"
       }
     })

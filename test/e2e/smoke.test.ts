@@ -9,6 +9,13 @@ describe("smoke: the governed path end to end", () => {
     client = new OpenAI({ baseURL: env.gateway.url, apiKey: env.gateway.devKey, maxRetries: 0 })
   })
 
+  it("is live and ready: the store worker is up", async () => {
+    const live = await fetch(`${env.gateway.origin}/healthz`)
+    expect([live.status, await live.json()]).toEqual([200, { status: "ok" }])
+    const ready = await fetch(`${env.gateway.origin}/readyz`)
+    expect([ready.status, await ready.json()]).toEqual([200, { status: "ready" }])
+  })
+
   it("non-streaming completion carries governance evidence and a receipt", async () => {
     const { data, response } = await client.chat.completions
       .create({ model: "auto", messages: [{ role: "user", content: "hello" }] })

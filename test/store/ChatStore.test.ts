@@ -6,7 +6,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import Database from "better-sqlite3"
-import { Effect, Exit, Layer, ManagedRuntime } from "effect"
+import { Cause, Effect, Exit, Layer, ManagedRuntime } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -18,7 +18,7 @@ import { type Hold, Ledger } from "../../src/services/Ledger.ts"
 import { Projects } from "../../src/services/Projects.ts"
 import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import type { ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
-import { ChatStore } from "../../src/store/ChatStore.ts"
+import { ChatStore, StoreWorkerEntry } from "../../src/store/ChatStore.ts"
 import { Sqlite } from "../../src/store/Database.ts"
 import { newProject, storeLayer } from "../services/layers.ts"
 
@@ -247,5 +247,40 @@ describe("ChatStore", () => {
     expect(held).toEqual({ n: 300, total: 300 })
     const after = await Effect.runPromiseExit(store.reserve(reserveArgs(p.id, 1)))
     expect(Exit.isFailure(after) && after.cause._tag === "Die").toBe(true)
+  })
+
+  it("restarts a worker that died: its call in flight fails, calls fail fast while it is down, and the new one serves", async () => {
+    const { url, file } = fileUrl()
+    const rt = ManagedRuntime.make(
+      layerFor({ databaseUrl: url }).pipe(Layer.provide(Layer.succeed(StoreWorkerEntry, new URL("../support/dyingStoreWorker.mjs", import.meta.url))))
+    )
+    const waitFor = async (ok: boolean) => {
+      for (let i = 0; i < 500 && (await rt.runPromise(ChatStore)).health().ok !== ok; i++) await new Promise((r) => setTimeout(r, 10))
+      return (await rt.runPromise(ChatStore)).health()
+    }
+    try {
+      const { p, store } = await rt.runPromise(Effect.all({ p: newProject({ budget_credits: 1_000 }), store: ChatStore }))
+      await rt.runPromise(store.reserve(reserveArgs(p.id, 10)))
+      expect(store.health()).toEqual({ ok: true })
+
+      // The worker dies with this call in hand, before running it.
+      const killed = await rt.runPromiseExit(store.reserve(reserveArgs(p.id, 13)))
+      expect(Exit.isFailure(killed) && killed.cause._tag === "Die" && String(Cause.squash(killed.cause))).toContain("the store worker stopped (exit code 3)")
+      const down = await waitFor(false)
+      expect(down.ok).toBe(false)
+      // While it is down a call fails at once, with the reason, instead of waiting.
+      const refused = await rt.runPromiseExit(store.reserve(reserveArgs(p.id, 20)))
+      expect(Exit.isFailure(refused) && String(Cause.squash(refused.cause))).toContain("the store is unavailable")
+
+      expect(await waitFor(true)).toEqual({ ok: true })
+      await rt.runPromise(store.reserve(reserveArgs(p.id, 30)))
+      const db = new Database(file, { readonly: true })
+      const amounts = db.prepare("SELECT amount FROM reservations WHERE project_id = ? ORDER BY amount").all(p.id)
+      db.close()
+      // The killed call never ran, the refused one was never sent: only the two served ones are held.
+      expect(amounts).toEqual([{ amount: 10 }, { amount: 30 }])
+    } finally {
+      await rt.dispose()
+    }
   })
 })
