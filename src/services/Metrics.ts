@@ -7,9 +7,24 @@ import { Effect } from "effect"
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const
 
 const escape = (v: string) => v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")
-const labelsOf = (labels: Record<string, string>) => {
+const render = (labels: Record<string, string>) => {
   const parts = Object.entries(labels).map(([k, v]) => `${k}="${escape(v)}"`)
   return parts.length === 0 ? "" : `{${parts.join(",")}}`
+}
+/**
+ * The rendered label set, memoised: the hot path records each request under a handful of label
+ * sets, so it should not escape and join them every time. Labels are bounded (see above), so is this.
+ */
+const rendered = new Map<string, string>()
+const labelsOf = (labels: Record<string, string>) => {
+  let raw = ""
+  for (const k in labels) raw += `${k}\u0000${labels[k]}\u0001`
+  let key = rendered.get(raw)
+  if (key === undefined) {
+    key = render(labels)
+    rendered.set(raw, key)
+  }
+  return key
 }
 
 class Counter {
