@@ -12,16 +12,7 @@
  * The same pipeline serves every surface (chat completions, responses); a Surface only renders.
  */
 import { Clock, Duration, Effect, Either, Exit, Fiber, FiberSet, Option, Runtime, Schedule, Scope } from "effect"
-import {
-  chargeFor,
-  chargeWithinReservation,
-  decideOutputCap,
-  type Prices,
-  settledCharge,
-  type TokenCounts,
-  tokensFromUsage,
-  worstCase
-} from "../../spec/pricing.ts"
+import { chargeFor, chargeWithinReservation, type Prices, settledCharge, type TokenCounts, tokensFromUsage } from "../../spec/pricing.ts"
 import { type ChatRequest, parseChatRequest, parseMaxCredits, upstreamBody } from "../domain/chat.ts"
 import { Settings } from "../domain/config.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, type InvalidRequest, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
@@ -36,6 +27,7 @@ import { Pricing } from "./Pricing.ts"
 import { RateLimiter, rateLimitHeaders } from "./RateLimiter.ts"
 import type { Attempt, Verification } from "./Requests.ts"
 import { type Route, RouteFailed, Router } from "./Router.ts"
+import { sizeReservation, type SizingRequest } from "./budgetSizing.ts"
 import { deliveredText, type Governance, type Surface } from "./surfaces/Surface.ts"
 import { countChat, countText } from "./Tokenizer.ts"
 
@@ -74,10 +66,18 @@ const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>): Verif
   return { state: failed.length === 0 ? "verified" : "unverified", checks: [...CHECKS], failed_checks: failed }
 }
 
-/** Route, prices and the worst case of a request, before anything is reserved. */
-export interface Quote {
+/** Where a request would go and what it would cost per token: routing and pricing, before any budget question. */
+interface Routed {
   readonly chain: ReadonlyArray<Route>
   readonly prices: ReadonlyMap<string, { readonly prices: Prices; readonly version: string }>
+  readonly inputTokens: number
+  readonly sizing: SizingRequest
+}
+
+/** Route, prices and the worst case of a request against a budget window (POST /v1/routing/evaluate). */
+export interface Quote {
+  readonly chain: ReadonlyArray<Route>
+  readonly prices: Routed["prices"]
   readonly inputTokens: number
   readonly period: string
   readonly cap: number
@@ -180,6 +180,37 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         }
       })
 
+    /** Route and price a request at `now`, and count its input: everything the reservation sizes. Reads no store. */
+    const route = (
+      principal: Principal,
+      request: ChatRequest,
+      maxCredits: number | undefined,
+      maxCreditsParam: string,
+      now: number
+    ): Either.Either<Routed, RouteUnavailable> => {
+      const candidates = router.candidatesAt(request.model, principal.projectId, now)
+      if (Either.isLeft(candidates)) return Either.left(candidates.left)
+      const prices = new Map<string, { prices: Prices; version: string }>()
+      for (const r of candidates.right) {
+        const priced = pricing.priceAt(r.name, now)
+        if (priced !== undefined) prices.set(r.name, { prices: priced.prices, version: priced.card.version })
+      }
+      const chain = candidates.right.filter((r) => prices.has(r.name))
+      if (chain.length === 0) {
+        return Either.left(new RouteUnavailable({ message: `No rate card in force prices the route for '${request.model}'.`, retryable: false }))
+      }
+      const inputTokens = countChat(request.messages, request.tools)
+      const sizing: SizingRequest = {
+        chain: chain.map((r) => ({ name: r.name, prices: prices.get(r.name)!.prices, routeLimit: r.max_output_tokens })),
+        inputTokens,
+        requested: request.requestedMaxTokens,
+        maxCredits,
+        maxCreditsParam,
+        period: periodOf(now)
+      }
+      return Either.right({ chain, prices, inputTokens, sizing })
+    }
+
     /** Route, price and size a request at `now` against the project's remaining budget. Reads only. */
     const quote = (
       principal: Principal,
@@ -187,55 +218,21 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       maxCredits: number | undefined,
       maxCreditsParam: string,
       now: number
-    ): Either.Either<Quote, RouteUnavailable> => {
-      const candidates = router.candidatesAt(request.model, principal.projectId, now)
-      if (Either.isLeft(candidates)) return Either.left(candidates.left)
-      const chain = candidates.right
-      const prices = new Map<string, { prices: Prices; version: string }>()
-      for (const route of chain) {
-        const priced = pricing.priceAt(route.name, now)
-        if (priced !== undefined) prices.set(route.name, { prices: priced.prices, version: priced.card.version })
-      }
-      const pricedChain = chain.filter((r) => prices.has(r.name))
-      if (pricedChain.length === 0) {
-        return Either.left(new RouteUnavailable({ message: `No rate card in force prices the route for '${request.model}'.`, retryable: false }))
-      }
-      const inputTokens = countChat(request.messages, request.tools)
-      const period = periodOf(now)
-      const window = ledger.windowSync(principal.projectId, period)
-      const remaining = Math.max(0, window.cap - window.spent - window.reserved)
-      const base = { chain: pricedChain, prices, inputTokens, period, cap: window.cap, remaining }
-      // With fallback any candidate may serve: the cap must fit every one of them, and the hold
-      // covers the most expensive, so whichever route answers, charge ≤ reservation ≤ available.
-      let outputCap = Infinity
-      for (const route of pricedChain) {
-        const decision = decideOutputCap({
-          inputTokens,
-          prices: prices.get(route.name)!.prices,
-          routeLimit: route.max_output_tokens,
-          requested: request.requestedMaxTokens,
-          remainingBudget: remaining,
-          maxCredits
-        })
-        if (decision._tag === "OverBudget") {
-          const error =
-            decision.limitedBy === "max_credits"
-              ? new BudgetExceeded({
-                  message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds ${maxCreditsParam} (${maxCredits}). Lower max_tokens or raise the limit.`,
-                  param: maxCreditsParam
-                })
-              : new BudgetExceeded({
-                  message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds the project's remaining budget for ${period} (${remaining} of ${window.cap} Credits). Raise the budget cap, or wait for the next settlement window.`,
-                  param: null
-                })
-          return Either.right({ ...base, decision: { _tag: "OverBudget", error } } satisfies Quote)
+    ): Either.Either<Quote, RouteUnavailable> =>
+      Either.map(route(principal, request, maxCredits, maxCreditsParam, now), (r) => {
+        const window = ledger.windowSync(principal.projectId, r.sizing.period)
+        const remaining = Math.max(0, window.cap - window.spent - window.reserved)
+        const sized = sizeReservation(r.sizing, window.cap, remaining)
+        return {
+          chain: r.chain,
+          prices: r.prices,
+          inputTokens: r.inputTokens,
+          period: r.sizing.period,
+          cap: window.cap,
+          remaining,
+          decision: sized._tag === "Fits" ? sized : { _tag: "OverBudget", error: new BudgetExceeded({ message: sized.message, param: sized.param }) }
         }
-        outputCap = Math.min(outputCap, decision.outputCap)
-      }
-      let reservation = 0
-      for (const route of pricedChain) reservation = Math.max(reservation, worstCase(inputTokens, outputCap, prices.get(route.name)!.prices))
-      return Either.right({ ...base, decision: { _tag: "Fits", outputCap, reservation } } satisfies Quote)
-    }
+      })
 
     /** Everything up to and including the reservation. */
     const plan = (call: ChatCall): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
@@ -253,42 +250,32 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
         const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
         const fingerprint = key === undefined ? "" : fingerprintOf("POST", surface.path, call.clientBody ?? call.body)
-        if (key !== undefined) {
-          const seen = idempotency.peekAt(scope, key, fingerprint, now)
-          if (seen._tag !== "Claimed") {
-            const reply = yield* settleClaimOutcome(seen, scope, key, fingerprint, headers)
-            if (Option.isSome(reply)) return reply.value
+        const routed = route(principal, request, maxCredits, maxCreditsParam, now)
+        if (Either.isLeft(routed)) {
+          // A replay (or a conflict, or an original in flight) answers even when the route is gone.
+          if (key !== undefined) {
+            const seen = idempotency.peekAt(scope, key, fingerprint, now)
+            if (seen._tag !== "Claimed") {
+              const reply = yield* settleClaimOutcome(seen, scope, key, fingerprint, headers)
+              if (Option.isSome(reply)) return reply.value
+            }
           }
+          return yield* routed.left
         }
-
-        const q = yield* quote(principal, request, maxCredits, maxCreditsParam, now)
-        if (q.decision._tag === "OverBudget") return yield* q.decision.error
-        const { outputCap, reservation } = q.decision
+        const { chain, prices, inputTokens, sizing } = routed.right
         const requestId = newRequestId(now)
         headers["x-request-id"] = requestId
-        const hold: Hold = {
+        const hold = {
           reservationId: newReservationId(now),
           requestId,
           projectId: principal.projectId,
-          period: q.period,
-          amount: reservation,
+          period: sizing.period,
           deadline: now + settings.reservationTtlMs
         }
-        const planned: Plan = {
-          requestId,
-          request,
-          body: call.body as Record<string, unknown>,
-          surface,
-          chain: q.chain,
-          prices: q.prices,
-          inputTokens: q.inputTokens,
-          outputCap,
-          hold,
-          idempotency: key === undefined ? undefined : { key, fingerprint },
-          scope
-        }
-        const first = q.chain[0]!
-        // The claim, the pending request row and the hold: one transaction (src/store/chatTransactions.ts).
+        const first = chain[0]!
+        // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
+        // original in flight answers first —, the output cap and hold sized on the budget window as
+        // it is in that transaction, the pending request row and the hold.
         return yield* store.reserve({
           now,
           claim: key === undefined ? undefined : { scope, key, fingerprint },
@@ -302,16 +289,28 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             route: first.name,
             stream: request.stream,
             idempotencyKey: key ?? null,
-            rateCardVersion: q.prices.get(first.name)!.version,
-            creditsReserved: reservation,
+            rateCardVersion: prices.get(first.name)!.version,
             createdAt: now
           },
-          hold
+          hold,
+          sizing
         }).pipe(
-          Effect.as<Plan | GatewayReply>(planned),
+          Effect.map((reserved): Plan | GatewayReply => ({
+            requestId,
+            request,
+            body: call.body as Record<string, unknown>,
+            surface,
+            chain,
+            prices,
+            inputTokens,
+            outputCap: reserved.outputCap,
+            hold: { ...hold, amount: reserved.reservation },
+            idempotency: key === undefined ? undefined : { key, fingerprint },
+            scope
+          })),
           Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
             refused._tag === "OverBudget"
-              ? Effect.fail(new BudgetExceeded({ message: refused.message, param: null }))
+              ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
               : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
                   Effect.flatMap(Option.match({
                     // The original was released while we waited: run again as a fresh request.

@@ -11,7 +11,7 @@ import { Clock, Context, Effect, Layer, Runtime } from "effect"
 import { Worker } from "node:worker_threads"
 import { Settings } from "../domain/config.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
-import { type AbandonArgs, type ChatOp, type ExtendArgs, makeChatTransactions, type ReserveArgs, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
+import { type AbandonArgs, type ChatOp, type ExtendArgs, makeChatTransactions, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "./databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
@@ -20,7 +20,7 @@ import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
 export type { ReserveRefused } from "./chatTransactions.ts"
 
 export interface ChatStoreApi {
-  readonly reserve: (args: ReserveArgs) => Effect.Effect<void, ReserveRefused>
+  readonly reserve: (args: ReserveArgs) => Effect.Effect<Reserved, ReserveRefused>
   readonly settle: (args: SettleArgs) => Effect.Effect<void>
   readonly abandon: (args: AbandonArgs) => Effect.Effect<void>
   readonly extend: (args: ExtendArgs) => Effect.Effect<void>
@@ -32,7 +32,7 @@ export interface ChatStoreApi {
 
 export type StoreHealth = { readonly ok: true } | { readonly ok: false; readonly reason: string }
 
-type Run = <E = never>(op: ChatOp, args: unknown) => Effect.Effect<void, E>
+type Run = <E = never>(op: ChatOp, args: unknown) => Effect.Effect<unknown, E>
 
 /** A defect from the worker arrives as `{ name, message }`: make it an Error again. */
 const revive = (outcome: TxOutcome): TxOutcome => {
@@ -157,13 +157,13 @@ const startWorker = (data: StoreWorkerData) =>
 
     let nextId = 0
     const run: Run = <E>(op: ChatOp, args: unknown) =>
-      Effect.async<void, E>((resume) => {
+      Effect.async<unknown, E>((resume) => {
         const live = current
         if (closing || live === undefined) {
           return resume(Effect.die(closing ? closedError() : new Error(`the store is unavailable: ${down ?? "starting"}`)))
         }
         const id = nextId++
-        live.pending.set(id, (outcome) => resume(outcomeEffect<void, E>(outcome)))
+        live.pending.set(id, (outcome) => resume(outcomeEffect<unknown, E>(outcome)))
         if (live.outbox.length === 0) setImmediate(() => send(live))
         live.outbox.push({ id, op, args })
       }).pipe(Effect.uninterruptible)
@@ -188,13 +188,13 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       } else {
         const ops = makeChatTransactions(store.db, signer)
         run = <E>(op: ChatOp, args: unknown) =>
-          store.transact<void, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => void)(args, abort))
+          store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort))
       }
       return {
-        reserve: (args) => run<ReserveRefused>("reserve", args),
-        settle: (args) => run("settle", args),
-        abandon: (args) => run("abandon", args),
-        extend: (args) => run("extend", args),
+        reserve: (args) => run<ReserveRefused>("reserve", args) as Effect.Effect<Reserved, ReserveRefused>,
+        settle: (args) => Effect.asVoid(run("settle", args)),
+        abandon: (args) => Effect.asVoid(run("abandon", args)),
+        extend: (args) => Effect.asVoid(run("extend", args)),
         health,
         runsIn: inWorker ? "worker" : "inline"
       }

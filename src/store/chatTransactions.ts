@@ -4,7 +4,8 @@
  * the main thread (`Sqlite.transact`, an in-memory store) or in the store worker that owns the write
  * connection of a file store (src/store/storeWorker.ts), batched and group-committed either way:
  *
- * - reserve: the idempotency claim, the pending request row and the budget hold;
+ * - reserve: the idempotency claim, the output cap and hold sized on the window read in the same
+ *   transaction, the pending request row and the budget hold;
  * - settle: the charge, the signed receipt, the request's completion and the stored idempotent result;
  * - abandon: void the hold, fail the request, free the idempotency key (nothing was charged);
  * - extend: push open streams' holds and claims a TTL ahead.
@@ -16,20 +17,29 @@ import type { TokenCounts } from "../../spec/pricing.ts"
 import { type ClaimOutcome, makeIdempotencyWrites, type Scope, type StoredResult } from "../services/IdempotencyStore.ts"
 import { type Hold, makeLedgerWrites, type Sealer } from "../services/Ledger.ts"
 import { type Attempt, makeRequestWrites, type NewRequest, type Verification } from "../services/Requests.ts"
+import { sizeReservation, type SizingRequest } from "../services/budgetSizing.ts"
 import type { Abort } from "./syncTransactions.ts"
 
 export interface ReserveArgs {
   readonly now: number
   /** The idempotency claim to take first, when the call carries a key. */
   readonly claim: { readonly scope: Scope; readonly key: string; readonly fingerprint: string } | undefined
-  readonly request: NewRequest
-  readonly hold: Hold
+  /** The pending request row and the hold, but for the amount: sized here, on the window read here. */
+  readonly request: Omit<NewRequest, "creditsReserved">
+  readonly hold: Omit<Hold, "amount">
+  readonly sizing: SizingRequest
+}
+
+/** What was reserved: the output cap the upstream call gets and the Credits held for it. */
+export interface Reserved {
+  readonly outputCap: number
+  readonly reservation: number
 }
 
 /** Why a reservation was refused (and rolled back). */
 export type ReserveRefused =
   | { readonly _tag: "ClaimLost"; readonly outcome: ClaimOutcome }
-  | { readonly _tag: "OverBudget"; readonly message: string }
+  | { readonly _tag: "OverBudget"; readonly message: string; readonly param: string | null }
 
 export interface SettleArgs {
   readonly now: number
@@ -72,7 +82,7 @@ export interface ExtendArgs {
 
 /** The transactions by name: what a message to the store worker names. */
 export interface ChatTransactions {
-  readonly reserve: (args: ReserveArgs, abort: Abort<ReserveRefused>) => void
+  readonly reserve: (args: ReserveArgs, abort: Abort<ReserveRefused>) => Reserved
   readonly settle: (args: SettleArgs) => void
   readonly abandon: (args: AbandonArgs) => void
   readonly extend: (args: ExtendArgs) => void
@@ -85,14 +95,22 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
   const requests = makeRequestWrites(db)
   const idempotency = makeIdempotencyWrites(db)
 
-  const reserve = (a: ReserveArgs, abort: Abort<ReserveRefused>): void => {
+  const reserve = (a: ReserveArgs, abort: Abort<ReserveRefused>): Reserved => {
+    // The claim first: a replay (or a conflict) answers before any budget question.
     if (a.claim !== undefined) {
       const { scope, key, fingerprint } = a.claim
       const claimed = idempotency.claimSync(scope, key, fingerprint, a.request.id, a.hold.deadline, a.now)
       if (claimed._tag !== "Claimed") abort({ _tag: "ClaimLost", outcome: claimed })
     }
-    requests.insertPendingSync(a.request)
-    ledger.reserveSync(a.hold, a.now, (e) => abort({ _tag: "OverBudget", message: e.message }))
+    // Sized on the window as it is inside this transaction: no other hold can come in between.
+    const window = ledger.windowSync(a.hold.projectId, a.hold.period)
+    const sized = sizeReservation(a.sizing, window.cap, Math.max(0, window.cap - window.spent - window.reserved))
+    if (sized._tag === "OverBudget") abort(sized)
+    const { outputCap, reservation } = sized as Extract<typeof sized, { _tag: "Fits" }>
+    requests.insertPendingSync({ ...a.request, creditsReserved: reservation })
+    // The guarded UPDATE stays the rule (spent + reserved ≤ cap), whatever the sizing said.
+    ledger.reserveSync({ ...a.hold, amount: reservation }, a.now, (e) => abort({ _tag: "OverBudget", message: e.message, param: null }))
+    return { outputCap, reservation }
   }
 
   const settle = (a: SettleArgs): void => {

@@ -42,9 +42,13 @@ const layerFor = (overrides: Partial<GatewaySettings>) =>
 const PERIOD = "2026-01"
 const NOW = Date.UTC(2026, 0, 15)
 
+/**
+ * A reservation that sizes to exactly `amount` Credits: `amount` input tokens at 1 Credit each
+ * (1,000,000 per million), free output, one output token.
+ */
 const reserveArgs = (projectId: string, amount: number, claim?: { key: string; fingerprint: string }): ReserveArgs => {
   const requestId = newRequestId(NOW)
-  const hold: Hold = { reservationId: newReservationId(NOW), requestId, projectId, period: PERIOD, amount, deadline: NOW + 60_000 }
+  const hold = { reservationId: newReservationId(NOW), requestId, projectId, period: PERIOD, deadline: NOW + 60_000 }
   return {
     now: NOW,
     claim: claim === undefined ? undefined : { scope: { projectId, environment: "development" }, ...claim },
@@ -59,16 +63,26 @@ const reserveArgs = (projectId: string, amount: number, claim?: { key: string; f
       stream: false,
       idempotencyKey: claim?.key ?? null,
       rateCardVersion: "rc_2026-01",
-      creditsReserved: amount,
       createdAt: NOW
     },
-    hold
+    hold,
+    sizing: {
+      chain: [{ name: "demo", prices: { input: 1_000_000, output: 0 }, routeLimit: 16 }],
+      inputTokens: amount,
+      requested: 1,
+      maxCredits: undefined,
+      maxCreditsParam: "X-Max-Credits",
+      period: PERIOD
+    }
   }
 }
 
-const settleArgs = (r: ReserveArgs, charge: number): SettleArgs => ({
+/** The hold a reservation of `amount` makes. */
+const holdOf = (r: ReserveArgs, amount: number): Hold => ({ ...r.hold, amount })
+
+const settleArgs = (r: ReserveArgs, amount: number, charge: number): SettleArgs => ({
   now: NOW + 1,
-  hold: r.hold,
+  hold: holdOf(r, amount),
   receiptId: newReceiptId(NOW),
   organization: "org_test",
   environment: "development",
@@ -103,10 +117,10 @@ const scenario =
     const p = yield* newProject({ budget_credits: 1_000 })
 
     const a = reserveArgs(p.id, 400, { key: "k-a", fingerprint: "f-a" })
-    yield* store.reserve(a)
+    expect(yield* store.reserve(a)).toEqual({ outputCap: 1, reservation: 400 })
     const over = yield* Effect.flip(store.reserve(reserveArgs(p.id, 601)))
     const lost = yield* Effect.flip(store.reserve(reserveArgs(p.id, 10, { key: "k-a", fingerprint: "f-other" })))
-    yield* store.settle(settleArgs(a, 150))
+    yield* store.settle(settleArgs(a, 400, 150))
 
     const b = reserveArgs(p.id, 300, { key: "k-b", fingerprint: "f-b" })
     yield* store.reserve(b)
@@ -168,6 +182,31 @@ describe("ChatStore", () => {
     }
   })
 
+  it("sizes each call's output cap on the budget left inside its own transaction: concurrent calls shrink to fit instead of failing", async () => {
+    const { url } = fileUrl()
+    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    try {
+      const results = await rt.runPromise(
+        Effect.gen(function* () {
+          const store = yield* ChatStore
+          const p = yield* newProject({ budget_credits: 1_000 })
+          // No max_tokens: the cap is what the budget allows, up to the route's 600 (1 Credit a token).
+          const open = (): ReserveArgs => {
+            const r = reserveArgs(p.id, 0)
+            return { ...r, sizing: { ...r.sizing, chain: [{ name: "demo", prices: { input: 0, output: 1_000_000 }, routeLimit: 600 }], inputTokens: 0, requested: undefined } }
+          }
+          // Sent in one turn: they run in one batch, one after another, each on the window the one before left.
+          return yield* Effect.all([store.reserve(open()), store.reserve(open()), Effect.flip(store.reserve(open()))], { concurrency: "unbounded" })
+        })
+      )
+      expect(results[0]).toEqual({ outputCap: 600, reservation: 600 })
+      expect(results[1]).toEqual({ outputCap: 400, reservation: 400 })
+      expect(results[2]).toMatchObject({ _tag: "OverBudget", param: null })
+    } finally {
+      await rt.dispose()
+    }
+  })
+
   it("keeps spent + reserved ≤ cap when the worker and the main thread reserve on the same file at once", async () => {
     const { url, file } = fileUrl()
     const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
@@ -179,7 +218,7 @@ describe("ChatStore", () => {
           const p = yield* newProject({ budget_credits: 1_000 })
           // 40 holds of 30 through the worker, 40 through the main thread's connection, interleaved.
           const viaWorker = Array.from({ length: 40 }, () => Effect.exit(Effect.asVoid(Effect.mapError(store.reserve(reserveArgs(p.id, 30)), (e) => e._tag))))
-          const viaMain = Array.from({ length: 40 }, () => Effect.exit(Effect.mapError(ledger.reserve(reserveArgs(p.id, 30).hold), (e) => e._tag)))
+          const viaMain = Array.from({ length: 40 }, () => Effect.exit(Effect.mapError(ledger.reserve(holdOf(reserveArgs(p.id, 30), 30)), (e) => e._tag)))
           const exits = yield* Effect.all(viaWorker.flatMap((w, i) => [w, viaMain[i]!]), { concurrency: "unbounded" })
           return { p, exits }
         })
@@ -226,7 +265,7 @@ describe("ChatStore", () => {
         })
       )
       // It waited for the lock (busy_timeout), then saw the raised cap: 1,500 fits under 2,000.
-      expect(exit).toStrictEqual(Exit.void)
+      expect(exit).toStrictEqual(Exit.succeed({ outputCap: 1, reservation: 1_500 }))
       expect(order).toEqual(["admin", "reserve"])
     } finally {
       await rt.dispose()
@@ -263,7 +302,7 @@ describe("ChatStore", () => {
       await rt.runPromise(store.reserve(reserveArgs(p.id, 10)))
       expect(store.health()).toEqual({ ok: true })
 
-      // The worker dies with this call in hand, before running it.
+      // The worker dies with this call in hand, before running it (test/support/dyingStoreWorker.mjs).
       const killed = await rt.runPromiseExit(store.reserve(reserveArgs(p.id, 13)))
       expect(Exit.isFailure(killed) && killed.cause._tag === "Die" && String(Cause.squash(killed.cause))).toContain("the store worker stopped (exit code 3)")
       const down = await waitFor(false)

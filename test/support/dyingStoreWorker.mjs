@@ -1,9 +1,9 @@
 // The store worker, made to die for tests (test/store/ChatStore.test.ts): it exits at once, before
-// running anything it received, when a call reserves exactly 13 Credits — a crash at a known point.
+// running anything it received, when a reservation counts exactly 13 input tokens — a crash at a known point.
 import { parentPort } from "node:worker_threads"
 
 await import("../../src/store/storeWorker.mjs")
 
 parentPort.on("message", (message) => {
-  if (message._tag === "Run" && message.calls.some((c) => c.op === "reserve" && c.args.hold.amount === 13)) process.exit(3)
+  if (message._tag === "Run" && message.calls.some((c) => c.op === "reserve" && c.args.sizing.inputTokens === 13)) process.exit(3)
 })

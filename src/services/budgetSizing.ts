@@ -1,0 +1,64 @@
+/**
+ * How much a call may generate and how much to hold for it, against the budget left in its window
+ * (DESIGN.md §4). Pure: the reservation transaction runs it on the window it reads inside that
+ * transaction (src/store/chatTransactions.ts), so the cap and the hold are decided on the same
+ * snapshot the guarded UPDATE then applies; POST /v1/routing/evaluate runs it on a plain read.
+ *
+ * With fallback any candidate may serve: the output cap must fit every one of them, and the hold
+ * covers the most expensive, so whichever route answers, charge ≤ reservation ≤ available.
+ */
+import { decideOutputCap, type Prices, worstCase } from "../../spec/pricing.ts"
+
+export interface PricedRoute {
+  readonly name: string
+  readonly prices: Prices
+  readonly routeLimit: number
+}
+
+/** Everything but the window: plain data, so it can cross to the store worker. */
+export interface SizingRequest {
+  readonly chain: ReadonlyArray<PricedRoute>
+  readonly inputTokens: number
+  /** The client's max_tokens, if any. */
+  readonly requested: number | undefined
+  readonly maxCredits: number | undefined
+  /** Where the client's cap came from, for the error: `metadata.max_credits` or `X-Max-Credits`. */
+  readonly maxCreditsParam: string
+  readonly period: string
+}
+
+export type Sizing =
+  | { readonly _tag: "Fits"; readonly outputCap: number; readonly reservation: number }
+  | { readonly _tag: "OverBudget"; readonly message: string; readonly param: string | null }
+
+/** Size the call against `remaining` of a window capped at `cap`. */
+export const sizeReservation = (r: SizingRequest, cap: number, remaining: number): Sizing => {
+  let outputCap = Infinity
+  for (const route of r.chain) {
+    const decision = decideOutputCap({
+      inputTokens: r.inputTokens,
+      prices: route.prices,
+      routeLimit: route.routeLimit,
+      requested: r.requested,
+      remainingBudget: remaining,
+      maxCredits: r.maxCredits
+    })
+    if (decision._tag === "OverBudget") {
+      return decision.limitedBy === "max_credits"
+        ? {
+            _tag: "OverBudget",
+            message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds ${r.maxCreditsParam} (${r.maxCredits}). Lower max_tokens or raise the limit.`,
+            param: r.maxCreditsParam
+          }
+        : {
+            _tag: "OverBudget",
+            message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds the project's remaining budget for ${r.period} (${remaining} of ${cap} Credits). Raise the budget cap, or wait for the next settlement window.`,
+            param: null
+          }
+    }
+    outputCap = Math.min(outputCap, decision.outputCap)
+  }
+  let reservation = 0
+  for (const route of r.chain) reservation = Math.max(reservation, worstCase(r.inputTokens, outputCap, route.prices))
+  return { _tag: "Fits", outputCap, reservation }
+}
