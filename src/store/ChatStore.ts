@@ -124,8 +124,9 @@ const startWorker = (data: StoreWorkerData) =>
           down = undefined
         }, delay).unref()
       })
-      // The HTTP server keeps the process alive, not the worker.
-      worker.unref()
+      // Once it is up the HTTP server keeps the process alive, not the worker; until then the worker
+      // does (a start awaited at the top level must not find an empty event loop).
+      worker.once("message", () => worker.unref())
       return live
     }
 

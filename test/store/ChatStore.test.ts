@@ -7,6 +7,7 @@
 import { SqlClient } from "@effect/sql"
 import Database from "better-sqlite3"
 import { Cause, Effect, Exit, Layer, ManagedRuntime } from "effect"
+import { spawnSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -321,5 +322,12 @@ describe("ChatStore", () => {
     } finally {
       await rt.dispose()
     }
+  })
+
+  it("starts under a top-level await with nothing else keeping the event loop alive, as a program does", () => {
+    const { file } = fileUrl()
+    const child = spawnSync(process.execPath, ["--import", "tsx", "test/support/startStore.ts", file], { encoding: "utf8", timeout: 60_000 })
+    // An unref'ed worker before it is up leaves the loop empty: Node then exits 13 (unsettled await).
+    expect({ status: child.status, out: child.stdout.trim() }).toEqual({ status: 0, out: JSON.stringify({ runsIn: "worker", health: { ok: true } }) })
   })
 })
