@@ -13,10 +13,9 @@
  * A refused reservation rolls back and aborts with `ReserveRefused`, data the caller turns into its reply.
  */
 import type BetterSqlite3 from "better-sqlite3"
-import type { TokenCounts } from "../../spec/pricing.ts"
 import { type ClaimOutcome, makeIdempotencyWrites, type Scope, type StoredResult } from "../services/IdempotencyStore.ts"
-import { type Hold, makeLedgerWrites, type Sealer } from "../services/Ledger.ts"
-import { type Attempt, makeRequestWrites, type NewRequest, type Verification } from "../services/Requests.ts"
+import { type Hold, makeLedgerWrites, type Sealer, type Settlement } from "../services/Ledger.ts"
+import { type Attempt, makeRequestWrites, type NewRequest } from "../services/Requests.ts"
 import { sizeReservation, type SizingRequest } from "../services/budgetSizing.ts"
 import type { Abort } from "./syncTransactions.ts"
 
@@ -41,19 +40,9 @@ export type ReserveRefused =
   | { readonly _tag: "ClaimLost"; readonly outcome: ClaimOutcome }
   | { readonly _tag: "OverBudget"; readonly message: string; readonly param: string | null }
 
-export interface SettleArgs {
+/** The ledger's settlement (charge and receipt), plus what the request row and the replay record need. */
+export interface SettleArgs extends Settlement {
   readonly now: number
-  readonly hold: Hold
-  readonly receiptId: string
-  readonly organization: string
-  readonly environment: string
-  readonly model: string
-  readonly route: string
-  readonly rateCardVersion: string
-  readonly tokens: TokenCounts
-  readonly usageSource: "reported" | "counted"
-  readonly charge: number
-  readonly verification: Verification
   readonly attempts: ReadonlyArray<Attempt>
   /** The response to store for replay, when the call carries an idempotency key. */
   readonly idempotent:
