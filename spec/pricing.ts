@@ -122,6 +122,30 @@ export const decideOutputCap = (args: {
 }
 
 /**
+ * A call with fallback may be served by any of its candidate routes: the output cap must fit every
+ * one of them, and the hold covers the most expensive, so whichever route answers,
+ * charge ≤ reservation ≤ available. Over budget as soon as one candidate cannot fit a single token
+ * (or the requested cap). `chain` is not empty (a call with no priced route never gets here).
+ */
+export const decideChainCap = (args: {
+  readonly inputTokens: number
+  readonly chain: ReadonlyArray<{ readonly prices: Prices; readonly routeLimit: number }>
+  readonly requested?: number | undefined
+  readonly remainingBudget: number
+  readonly maxCredits?: number | undefined
+}): OutputCapDecision => {
+  let outputCap = Infinity
+  for (const route of args.chain) {
+    const decision = decideOutputCap({ ...args, prices: route.prices, routeLimit: route.routeLimit })
+    if (decision._tag === "OverBudget") return decision
+    outputCap = Math.min(outputCap, decision.outputCap)
+  }
+  let reservation = 0
+  for (const route of args.chain) reservation = Math.max(reservation, worstCase(args.inputTokens, outputCap, route.prices))
+  return { _tag: "Capped", outputCap, reservation }
+}
+
+/**
  * What settlement posts: the exact charge, never more than was reserved. When the upstream reports
  * more input tokens than were estimated the excess is not charged (the `budget` check then fails,
  * see `chargeWithinReservation`), so spent + reserved ≤ cap holds whatever the upstream says.

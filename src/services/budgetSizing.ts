@@ -3,11 +3,9 @@
  * (DESIGN.md §4). Pure: the reservation transaction runs it on the window it reads inside that
  * transaction (src/store/chatTransactions.ts), so the cap and the hold are decided on the same
  * snapshot the guarded UPDATE then applies; POST /v1/routing/evaluate runs it on a plain read.
- *
- * With fallback any candidate may serve: the output cap must fit every one of them, and the hold
- * covers the most expensive, so whichever route answers, charge ≤ reservation ≤ available.
+ * The rule is the rulebook's (`decideChainCap` in spec/pricing.ts); this adds the error messages.
  */
-import { decideOutputCap, type Prices, worstCase } from "../../spec/pricing.ts"
+import { decideChainCap, type Prices } from "../../spec/pricing.ts"
 
 export interface PricedRoute {
   readonly name: string
@@ -31,34 +29,25 @@ export type Sizing =
   | { readonly _tag: "Fits"; readonly outputCap: number; readonly reservation: number }
   | { readonly _tag: "OverBudget"; readonly message: string; readonly param: string | null }
 
-/** Size the call against `remaining` of a window capped at `cap`. */
+/** Size the call against `remaining` of a window capped at `cap` (the rule: `decideChainCap`). */
 export const sizeReservation = (r: SizingRequest, cap: number, remaining: number): Sizing => {
-  let outputCap = Infinity
-  for (const route of r.chain) {
-    const decision = decideOutputCap({
-      inputTokens: r.inputTokens,
-      prices: route.prices,
-      routeLimit: route.routeLimit,
-      requested: r.requested,
-      remainingBudget: remaining,
-      maxCredits: r.maxCredits
-    })
-    if (decision._tag === "OverBudget") {
-      return decision.limitedBy === "max_credits"
-        ? {
-            _tag: "OverBudget",
-            message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds ${r.maxCreditsParam} (${r.maxCredits}). Lower max_tokens or raise the limit.`,
-            param: r.maxCreditsParam
-          }
-        : {
-            _tag: "OverBudget",
-            message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds the project's remaining budget for ${r.period} (${remaining} of ${cap} Credits). Raise the budget cap, or wait for the next settlement window.`,
-            param: null
-          }
-    }
-    outputCap = Math.min(outputCap, decision.outputCap)
-  }
-  let reservation = 0
-  for (const route of r.chain) reservation = Math.max(reservation, worstCase(r.inputTokens, outputCap, route.prices))
-  return { _tag: "Fits", outputCap, reservation }
+  const decision = decideChainCap({
+    inputTokens: r.inputTokens,
+    chain: r.chain,
+    requested: r.requested,
+    remainingBudget: remaining,
+    maxCredits: r.maxCredits
+  })
+  if (decision._tag === "Capped") return { _tag: "Fits", outputCap: decision.outputCap, reservation: decision.reservation }
+  return decision.limitedBy === "max_credits"
+    ? {
+        _tag: "OverBudget",
+        message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds ${r.maxCreditsParam} (${r.maxCredits}). Lower max_tokens or raise the limit.`,
+        param: r.maxCreditsParam
+      }
+    : {
+        _tag: "OverBudget",
+        message: `The worst-case cost of this request (${decision.worstCase} Credits) exceeds the project's remaining budget for ${r.period} (${remaining} of ${cap} Credits). Raise the budget cap, or wait for the next settlement window.`,
+        param: null
+      }
 }

@@ -128,6 +128,40 @@ describe("pricing properties", () => {
     )
   })
 
+  it("pricing: decideChainCap holds enough for whichever candidate serves, within what is available, at the largest cap every candidate allows", () => {
+    const chainArgs = fc.record(
+      {
+        inputTokens: fc.integer({ min: 0, max: 2_000_000 }),
+        chain: fc.array(fc.record({ prices, routeLimit: fc.integer({ min: 0, max: 200_000 }) }), { minLength: 1, maxLength: 4 }),
+        requested: fc.integer({ min: 0, max: 300_000 }),
+        remainingBudget: fc.integer({ min: 0, max: 100_000 }),
+        maxCredits: fc.integer({ min: 0, max: 100_000 })
+      },
+      { requiredKeys: ["inputTokens", "chain", "remainingBudget"] }
+    )
+    fc.assert(
+      fc.property(chainArgs, (args) => {
+        const d = Pricing.decideChainCap(args)
+        const alone = args.chain.map((r) => Pricing.decideOutputCap({ ...args, prices: r.prices, routeLimit: r.routeLimit }))
+        const available = Math.min(args.remainingBudget, args.maxCredits ?? Infinity)
+        if (d._tag === "OverBudget") {
+          // Refused only when some candidate alone is refused.
+          expect(alone.some((a) => a._tag === "OverBudget")).toBe(true)
+          return
+        }
+        expect(alone.every((a) => a._tag === "Capped")).toBe(true)
+        // The cap is the smallest any candidate allows alone...
+        expect(d.outputCap).toBe(Math.min(...alone.map((a) => (a._tag === "Capped" ? a.outputCap : Infinity))))
+        // ...the hold covers every candidate's worst case at that cap, and no more than the dearest...
+        const worst = args.chain.map((r) => Pricing.worstCase(args.inputTokens, d.outputCap, r.prices))
+        expect(d.reservation).toBe(Math.max(...worst))
+        // ...and fits what is available.
+        expect(d.reservation).toBeLessThanOrEqual(available)
+      }),
+      { numRuns }
+    )
+  })
+
   it("pricing: any usage within the estimated input and the output cap is charged at most the reservation", () => {
     fc.assert(
       fc.property(capArgs, fc.nat(), fc.nat(), fc.nat(), (args, a, b, c) => {
