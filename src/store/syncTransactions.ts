@@ -35,6 +35,15 @@ const abort: Abort<unknown> = (error) => {
   throw new Aborted(error)
 }
 
+/** Run `body` through a better-sqlite3 transaction function; how it ended, as data. */
+const attempt = (run: (body: TxBody) => unknown, body: TxBody): TxOutcome => {
+  try {
+    return { _tag: "Committed", value: run(body) }
+  } catch (e) {
+    return e instanceof Aborted ? { _tag: "Aborted", error: e.error } : { _tag: "Died", defect: e }
+  }
+}
+
 /** How a queued body ended: plain data, so it can cross a thread boundary (src/store/storeWorker.ts). */
 export type TxOutcome =
   | { readonly _tag: "Committed"; readonly value: unknown }
@@ -57,13 +66,7 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, canBegin: () => bool
   // One transaction function: BEGIN IMMEDIATE/COMMIT when alone (the write lock up front, so a batch
   // never fails to upgrade a read lock while another connection writes), SAVEPOINT/RELEASE inside one.
   const txn = db.transaction((body: TxBody) => body(abort))
-  const outcomeOf = (body: TxBody): TxOutcome => {
-    try {
-      return { _tag: "Committed", value: txn.immediate(body) }
-    } catch (e) {
-      return e instanceof Aborted ? { _tag: "Aborted", error: e.error } : { _tag: "Died", defect: e }
-    }
-  }
+  const outcomeOf = (body: TxBody): TxOutcome => attempt((b) => txn.immediate(b), body)
   const batchTxn = db.transaction((batch: ReadonlyArray<Queued>) => batch.map((q) => outcomeOf(q.body)))
 
   let queue: Array<Queued> = []
@@ -124,13 +127,7 @@ export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactio
   const transact = <A, E = never>(body: (abort: Abort<E>) => A): Effect.Effect<A, E> =>
     Effect.withFiberRuntime<A, E>((fiber) => {
       if (Context.getOption(fiber.currentContext, SqlClient.TransactionConnection)._tag === "Some") {
-        return Effect.suspend(() => {
-          try {
-            return Effect.succeed(nested(body as TxBody) as A)
-          } catch (e) {
-            return e instanceof Aborted ? Effect.fail(e.error as E) : Effect.die(e)
-          }
-        })
+        return Effect.suspend(() => outcomeEffect<A, E>(attempt(nested, body as TxBody)))
       }
       return Effect.uninterruptible(
         Effect.async<A, E>((resume) => {
