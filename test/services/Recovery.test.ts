@@ -12,7 +12,7 @@ import { Projects } from "../../src/services/Projects.ts"
 import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { Recovery } from "../../src/services/Recovery.ts"
 import { Requests } from "../../src/services/Requests.ts"
-import { newProject, storeLayer } from "./layers.ts"
+import { newProject, pendingRequest, storeLayer } from "./layers.ts"
 
 const Base = Ledger.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default, Requests.Default, IdempotencyStore.Default)),
@@ -33,18 +33,8 @@ const startRequest = (projectId: string, amount: number, deadline: number, key: 
     const scope = { projectId, environment: "development" }
     yield* ledger.reserve(hold)
     yield* requests.insertPending({
-      id: hold.requestId,
-      projectId,
-      environment: "development",
-      keyId: "key_test",
-      endpoint: "/v1/chat/completions",
-      model: "auto",
-      route: "demo",
-      stream: false,
-      idempotencyKey: key,
-      rateCardVersion: "rc_test",
-      creditsReserved: amount,
-      createdAt: 0
+      ...pendingRequest({ id: hold.requestId, projectId, idempotencyKey: key, rateCardVersion: "rc_test", createdAt: 0 }),
+      creditsReserved: amount
     })
     // The claim outlives the hold here, so only the sweep (not the claim's own expiry) can free it.
     expect(yield* idempotency.claim(scope, key, FP, hold.requestId, 10 * deadline)).toEqual({ _tag: "Claimed" })

@@ -5,6 +5,7 @@
 import { Effect, Layer } from "effect"
 import { type GatewaySettings, makeSettings, Settings } from "../../src/domain/config.ts"
 import { type NewProject, Projects } from "../../src/services/Projects.ts"
+import type { NewRequest } from "../../src/services/Requests.ts"
 import { DatabaseLive } from "../../src/store/Database.ts"
 
 export const settingsLayer = (overrides: Partial<GatewaySettings> = {}) => Layer.succeed(Settings, makeSettings(overrides))
@@ -22,3 +23,20 @@ export const newProject = (input: Partial<NewProject> = {}) =>
       rate_limit: input.rate_limit ?? { requests_per_minute: 60, burst: 10 }
     })
   ).pipe(Effect.orDie)
+
+/** A pending request row as the Gateway writes it with a reservation: a chat completion on `demo`. */
+export const pendingRequest = (r: {
+  readonly id: string
+  readonly projectId: string
+  readonly idempotencyKey: string | null
+  readonly rateCardVersion: string
+  readonly createdAt: number
+}): Omit<NewRequest, "creditsReserved"> => ({
+  ...r,
+  environment: "development",
+  keyId: "key_test",
+  endpoint: "/v1/chat/completions",
+  model: "auto",
+  route: "demo",
+  stream: false
+})

@@ -21,7 +21,7 @@ import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import type { ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
 import { ChatStore, StoreWorkerEntry } from "../../src/store/ChatStore.ts"
 import { Sqlite } from "../../src/store/Database.ts"
-import { newProject, storeLayer } from "../services/layers.ts"
+import { newProject, pendingRequest, storeLayer } from "../services/layers.ts"
 
 const dirs: Array<string> = []
 afterAll(() => {
@@ -53,19 +53,7 @@ const reserveArgs = (projectId: string, amount: number, claim?: { key: string; f
   return {
     now: NOW,
     claim: claim === undefined ? undefined : { scope: { projectId, environment: "development" }, ...claim },
-    request: {
-      id: requestId,
-      projectId,
-      environment: "development",
-      keyId: "key_test",
-      endpoint: "/v1/chat/completions",
-      model: "auto",
-      route: "demo",
-      stream: false,
-      idempotencyKey: claim?.key ?? null,
-      rateCardVersion: "rc_2026-01",
-      createdAt: NOW
-    },
+    request: pendingRequest({ id: requestId, projectId, idempotencyKey: claim?.key ?? null, rateCardVersion: "rc_2026-01", createdAt: NOW }),
     hold,
     sizing: {
       chain: [{ name: "demo", prices: { input: 1_000_000, output: 0 }, routeLimit: 16 }],
