@@ -10,7 +10,8 @@
  * Flags: --quick (< 60 s), --rounds N, --duration S, --warmup S, --rates 200,1000,2000,
  *        --stream-rates 200,1000, --connections N (closed model), --delay MS (mock latency),
  *        --chunk-delay MS, --chunks N (content events per stream), --out DIR, --no-write,
- *        --targets baseline,bare,tollgate,portkey (default; add `effect` for the Effect 3 HTTP floor),
+ *        --targets baseline,bare,tollgate,portkey (default; add `effect` for the Effect 3 HTTP floor,
+ *        `floor` for the governed floor: Tollgate's store worker and pure parts without its pipeline),
  *        --compare DIR (adds target `tollgate-b`: Tollgate from another checkout, e.g. a `git worktree`
  *        of the commit before a change, interleaved with this one for an A/B in one run),
  *        --compare-node-flags "FLAGS" (node flags for tollgate-b only, e.g. "--max-semi-space-size=32";
@@ -50,7 +51,7 @@ const config = {
   compareNodeFlags: (arg("--compare-node-flags") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "effect", "tollgate", "portkey"]
+const KNOWN = ["baseline", "bare", "effect", "floor", "tollgate", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
 if (config.compare !== undefined) config.targets.push("tollgate-b")
@@ -93,6 +94,8 @@ interface Target {
   readonly child: Child<unknown>
   readonly endpoint: TargetEndpoint
   readonly idleRssMb: number
+  /** False for a target that serves only non-streaming calls (the governed floor): stream phases skip it. */
+  readonly streams?: boolean
 }
 
 const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, nodeFlags: ReadonlyArray<string> = []) =>
@@ -127,8 +130,8 @@ const machine = () => {
   }
 }
 
-const checkTarget = async (t: TargetEndpoint) => {
-  for (const stream of [false, true]) {
+const checkTarget = async (t: TargetEndpoint, streams = true) => {
+  for (const stream of streams ? [false, true] : [false]) {
     const res = await request(`${t.origin}${t.path}`, {
       method: "POST",
       headers: { ...t.headers, "content-type": "application/json" },
@@ -138,7 +141,7 @@ const checkTarget = async (t: TargetEndpoint) => {
     if (res.statusCode !== 200) throw new Error(`${t.name} answered ${res.statusCode} to a ${stream ? "streaming" : "plain"} call: ${text.slice(0, 300)}`)
     if (stream && !text.trimEnd().endsWith("data: [DONE]")) throw new Error(`${t.name}: the stream did not end with [DONE]: ${text.slice(-300)}`)
     if (!stream && !text.includes('"usage"')) throw new Error(`${t.name}: no usage in the reply: ${text.slice(0, 300)}`)
-    if (t.name.startsWith("tollgate") && !text.includes('"governance"')) throw new Error(`tollgate: no governance evidence in the reply: ${text.slice(-300)}`)
+    if ((t.name.startsWith("tollgate") || t.name === "floor") && !text.includes('"governance"')) throw new Error(`tollgate: no governance evidence in the reply: ${text.slice(-300)}`)
   }
 }
 
@@ -265,6 +268,18 @@ const main = async () => {
     }),
     bare: () => startProxy("bare", "targets/bareProxy.ts"),
     effect: () => startProxy("effect", "targets/effectProxy.ts"),
+    floor: async () => {
+      const [c, a] = tsxNode("targets/governedFloor.ts", ["--upstream", upstream, "--model", config.model])
+      const child = await startChild<{ port: number; key: string }>("floor", c, a, { cwd: root, timeoutMs: 60_000 })
+      stopAll.push(child.stop)
+      return {
+        name: "floor",
+        child,
+        endpoint: { name: "floor", origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
+        idleRssMb: sampleProc(child.pid).rssMb,
+        streams: false
+      }
+    },
     tollgate: () => startTollgate("tollgate", root),
     "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!), config.compareNodeFlags),
     portkey: async () => {
@@ -301,7 +316,7 @@ const main = async () => {
   }
 
   const targets = await Promise.all(config.targets.map((name) => starters[name]!()))
-  for (const t of targets) await checkTarget(t.endpoint)
+  for (const t of targets) await checkTarget(t.endpoint, t.streams !== false)
   log(`targets up: ${targets.map((t) => `${t.name} (pid ${t.child.pid}, ${t.endpoint.origin})`).join(", ")}`)
 
   // Warm-up (JIT, connection pools, SQLite page cache): closed loop, not recorded.
@@ -316,6 +331,7 @@ const main = async () => {
       // Rotate the order each round so no target always runs first (or last) after a scenario change.
       const order = targets.map((_, i) => targets[(i + round - 1) % targets.length]!)
       for (const t of order) {
+        if (s.id.startsWith("stream-") && t.streams === false) continue
         const m = await measure(t, s, round)
         results.push(m)
         log(
@@ -408,6 +424,7 @@ const main = async () => {
     baseline: "baseline (direct to mock)",
     bare: "bare proxy (node:http + undici)",
     effect: "Effect HttpRouter + HttpClient pass-through",
+    floor: "governed floor (Tollgate's store worker, no pipeline; non-streaming only)",
     tollgate: "Tollgate (full governance, SQLite FULL)",
     "tollgate-b": `Tollgate from ${config.compare ?? ""} ${config.compareNodeFlags.join(" ")} (A/B)`,
     portkey: "Portkey gateway 1.15 (no governance)"

@@ -1,0 +1,239 @@
+/**
+ * Bench child: the governed floor — what the same governance costs with no Effect pipeline around it.
+ *
+ * The bare proxy is the floor of a Node proxy; this is the floor of a governed one BUILT THE WAY
+ * TOLLGATE IS: Tollgate's own store worker (src/store/storeWorker.mjs) runs Tollgate's own reserve and
+ * settle transactions (claim, sized hold, pending request; charge, signed receipt, completion, stored
+ * idempotent result) group-committed with synchronous=FULL, and the event loop does the rest with
+ * Tollgate's own pure parts (request fingerprint, token count, ids, pricing, governance rendering).
+ * What it leaves out is the orchestration: no fibers, no services, no validation beyond what the
+ * bench's requests need, one route, an in-memory token bucket, errors as bare 4xx/5xx. It answers one
+ * question for issue 4: how close to the bare proxy can a gateway get that keeps these durability and
+ * evidence guarantees on this machine? Tollgate's distance from this target is its pipeline's price;
+ * this target's distance from the bare proxy is the price of the guarantees themselves.
+ *
+ * The database is prepared by Tollgate's own layers (migrations, bootstrap project and key, receipt
+ * key), with the same gateway file as bench/targets/tollgate.ts. Prints `{"ready":true,"port":N,"key":…}`.
+ * Not a product: it answers only POST /v1/chat/completions, non-streaming.
+ */
+import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
+import type { AddressInfo } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { Worker } from "node:worker_threads"
+import { Agent, request } from "undici"
+import { settledCharge, tokensFromUsage, chargeWithinReservation } from "../../spec/pricing.ts"
+import { type GatewayFile, makeSettings, Settings } from "../../src/domain/config.ts"
+import { newReceiptId, newRequestId, newReservationId } from "../../src/domain/ids.ts"
+import { ServicesLive } from "../../src/server.ts"
+import { Bootstrap } from "../../src/services/Bootstrap.ts"
+import { fingerprintOf } from "../../src/services/IdempotencyStore.ts"
+import { KeyRegistry, type Principal } from "../../src/services/KeyRegistry.ts"
+import { periodOf } from "../../src/services/Ledger.ts"
+import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import { withGovernance } from "../../src/services/surfaces/Surface.ts"
+import { countChat } from "../../src/services/Tokenizer.ts"
+import type { Reserved, ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
+import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
+import type { TxOutcome } from "../../src/store/syncTransactions.ts"
+import { arg } from "../lib/args.ts"
+
+const upstream = (arg("--upstream") ?? "http://127.0.0.1:9100").replace(/\/+$/, "")
+const model = arg("--model") ?? "gpt-4o-mini"
+const dir = mkdtempSync(join(tmpdir(), "tollgate-floor-"))
+const dbPath = join(dir, "tollgate.db")
+const prices = { input: 150, cached_input: 75, output: 600 }
+const gateway: GatewayFile = {
+  providers: { mock: { type: "openai", base_url: `${upstream}/v1` } },
+  routes: [{ name: model, provider: "mock", upstream_model: model, max_output_tokens: 4096, auto: true }],
+  rate_cards: [{ version: "rc_2020-01", effective_from: "2020-01-01T00:00:00Z", prices: { [model]: prices } }],
+  default_project: { budget_credits: 1_000_000_000_000_000, requests_per_minute: 60_000_000, burst: 1_000_000 }
+}
+
+// ---- Set-up by Tollgate itself: schema, project, key, receipt signing key. Idle afterwards. ----
+const settings = makeSettings({
+  databaseUrl: `sqlite:${dbPath}`,
+  adminToken: Option.some(Redacted.make("bench-admin-token")),
+  // The main connection stays idle: the transactions below go to this target's own worker.
+  storeWorker: false,
+  gateway
+})
+const runtime = ManagedRuntime.make(ServicesLive.pipe(Layer.provide(Layer.succeed(Settings, settings)), Layer.provide(Layer.setTracerEnabled(false))))
+const setup = await runtime.runPromise(
+  Effect.gen(function* () {
+    const key = (yield* Bootstrap).firstStart!.developmentKey
+    const principal = yield* (yield* KeyRegistry).authenticate(`Bearer ${key}`)
+    const signer = yield* ReceiptSigner
+    return { key, principal, signingKey: signer.signingKey, signingKeyId: signer.keyId }
+  })
+)
+/** The key cache: the Authorization header → its principal (Tollgate's cache also revokes; this one need not). */
+const principals = new Map<string, Principal>([[`Bearer ${setup.key}`, setup.principal]])
+
+// ---- The store worker, Tollgate's own, on the same file ----
+const worker = new Worker(new URL("../../src/store/storeWorker.mjs", import.meta.url), {
+  workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId } satisfies StoreWorkerData,
+  execArgv: []
+})
+await new Promise<void>((resolve, reject) => {
+  worker.once("error", reject)
+  worker.once("message", () => resolve())
+})
+const pending = new Map<number, (outcome: TxOutcome) => void>()
+worker.on("message", (m: FromWorker) => {
+  if (m._tag !== "Done") return
+  for (const { id, outcome } of m.replies) {
+    pending.get(id)?.(outcome)
+    pending.delete(id)
+  }
+})
+let outbox: Array<Call> = []
+let nextId = 0
+const run = (op: "reserve" | "settle", args: ReserveArgs | SettleArgs, done: (outcome: TxOutcome) => void) => {
+  const id = nextId++
+  pending.set(id, done)
+  if (outbox.length === 0) {
+    setImmediate(() => {
+      const calls = outbox
+      outbox = []
+      worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
+    })
+  }
+  outbox.push({ id, op, args })
+}
+
+// ---- The rate limit: one token bucket per project, refilled by elapsed time ----
+const bucket = { tokens: setup.principal.rateLimit.burst, at: Date.now() }
+const admit = (now: number): boolean => {
+  const { requestsPerMinute, burst } = setup.principal.rateLimit
+  bucket.tokens = Math.min(burst, bucket.tokens + ((now - bucket.at) * requestsPerMinute) / 60_000)
+  bucket.at = now
+  if (bucket.tokens < 1) return false
+  bucket.tokens -= 1
+  return true
+}
+
+// ---- The governed call ----
+const dispatcher = new Agent({ connections: 512, keepAliveTimeout: 30_000 })
+const url = `${upstream}/v1/chat/completions`
+const fail = (res: ServerResponse, status: number, message: string) => {
+  if (res.headersSent) return void res.destroy()
+  res.writeHead(status, { "content-type": "application/json" })
+  res.end(JSON.stringify({ error: { message, type: "invalid_request_error", code: null, param: null } }))
+}
+
+const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
+  const principal = principals.get(req.headers.authorization ?? "")
+  if (principal === undefined) return fail(res, 401, "invalid key")
+  let body: Record<string, unknown>
+  try {
+    body = JSON.parse(text) as Record<string, unknown>
+  } catch {
+    return fail(res, 400, "not JSON")
+  }
+  const now = Date.now()
+  if (!admit(now)) return fail(res, 429, "rate limited")
+  const messages = body.messages as ReadonlyArray<{ role: string; content: string }>
+  const key = (body.metadata as { idempotency_key?: string } | undefined)?.idempotency_key
+  const scope = { projectId: principal.projectId, environment: principal.environment }
+  const fingerprint = key === undefined ? "" : fingerprintOf("POST", "/v1/chat/completions", body)
+  const inputTokens = countChat(messages)
+  const requestId = newRequestId(now)
+  const period = periodOf(now)
+  const hold = { reservationId: newReservationId(now), requestId, projectId: principal.projectId, period, deadline: now + settings.reservationTtlMs }
+  const reserve: ReserveArgs = {
+    now,
+    claim: key === undefined ? undefined : { scope, key, fingerprint },
+    request: {
+      id: requestId,
+      projectId: principal.projectId,
+      environment: principal.environment,
+      keyId: principal.keyId,
+      endpoint: "/v1/chat/completions",
+      model,
+      route: model,
+      stream: false,
+      idempotencyKey: key ?? null,
+      rateCardVersion: "rc_2020-01",
+      createdAt: now
+    },
+    hold,
+    sizing: {
+      chain: [{ name: model, prices, routeLimit: 4096 }],
+      inputTokens,
+      requested: typeof body.max_tokens === "number" ? body.max_tokens : undefined,
+      maxCredits: undefined,
+      maxCreditsParam: "X-Max-Credits",
+      period
+    }
+  }
+  run("reserve", reserve, (reserved) => {
+    if (reserved._tag !== "Committed") return fail(res, 402, "refused")
+    const { outputCap, reservation } = reserved.value as Reserved
+    const out: Record<string, unknown> = { ...body, model, max_tokens: outputCap }
+    delete out.metadata
+    const t0 = Date.now()
+    request(url, { method: "POST", dispatcher, headers: { "content-type": "application/json" }, body: JSON.stringify(out) })
+      .then(async (up) => ({ status: up.statusCode, raw: await up.body.text() }))
+      .then(({ status, raw }) => {
+        if (status !== 200) return fail(res, 503, "upstream failed")
+        const json = JSON.parse(raw) as { usage: Parameters<typeof tokensFromUsage>[0] }
+        const tokens = tokensFromUsage(json.usage)
+        const settledAt = Date.now()
+        const charge = settledCharge(tokens, prices, reservation)
+        const receiptId = newReceiptId(settledAt)
+        const verification = { state: "verified" as const, checks: ["route", "schema", "budget"], failed_checks: chargeWithinReservation(tokens, prices, reservation) ? [] : ["budget"] }
+        const governance = { request_id: requestId, status: "completed" as const, verification, credits_charged: charge, rate_card_version: "rc_2020-01", receipt_id: receiptId }
+        const reply = Buffer.from(withGovernance(raw, governance), "utf8")
+        const settle: SettleArgs = {
+          now: settledAt,
+          hold: { ...hold, amount: reservation },
+          receiptId,
+          organization: principal.organization,
+          environment: principal.environment,
+          model,
+          route: model,
+          rateCardVersion: "rc_2020-01",
+          tokens,
+          usageSource: "reported",
+          charge,
+          verification,
+          attempts: [{ route: model, provider: "mock", outcome: "ok", duration_ms: settledAt - t0 }],
+          idempotent: key === undefined ? undefined : { scope, key, ttlMs: settings.idempotencyTtlMs, result: { status: 200, contentType: "application/json", body: reply } }
+        }
+        run("settle", settle, (settled) => {
+          if (settled._tag !== "Committed") return fail(res, 500, "settlement failed")
+          res.writeHead(200, { "content-type": "application/json", "content-length": String(reply.byteLength), "x-request-id": requestId })
+          res.end(reply)
+        })
+      })
+      .catch(() => fail(res, 503, "upstream failed"))
+  })
+}
+
+const server = createServer({ keepAlive: true }, (req, res) => {
+  if (req.method !== "POST" || req.url !== "/v1/chat/completions") return fail(res, 404, "not found")
+  const chunks: Array<Buffer> = []
+  req.on("data", (c: Buffer) => chunks.push(c))
+  req.on("end", () => governed(req, res, chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")))
+})
+server.keepAliveTimeout = 60_000
+server.headersTimeout = 61_000
+server.listen(Number(arg("--port") ?? "0"), "127.0.0.1", () => {
+  process.stdout.write(JSON.stringify({ ready: true, port: (server.address() as AddressInfo).port, key: setup.key, dbPath }) + "\n")
+})
+const stop = () => {
+  server.close()
+  server.closeAllConnections()
+  worker.postMessage({ _tag: "Close" } satisfies ToWorker)
+  worker.once("exit", () =>
+    void runtime.dispose().finally(() => {
+      rmSync(dir, { recursive: true, force: true })
+      process.exit(0)
+    })
+  )
+}
+process.once("SIGTERM", stop)
+process.once("SIGINT", stop)
