@@ -3,7 +3,7 @@
  * every other field passes through to the upstream untouched (DESIGN.md §3). Errors name the
  * offending field the way OpenAI does (`messages[0].content`).
  */
-import { Effect } from "effect"
+import { Either } from "effect"
 import { InvalidRequest, UnsupportedWorkflow } from "./errors.ts"
 
 export interface ChatMessage {
@@ -39,77 +39,77 @@ const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typ
 const optionalPositiveInt = (v: unknown): v is number | null | undefined =>
   v === undefined || v === null || (typeof v === "number" && Number.isSafeInteger(v) && v >= 1)
 
-export const parseChatRequest = (body: unknown): Effect.Effect<ChatRequest, InvalidRequest | UnsupportedWorkflow> =>
-  Effect.suspend((): Effect.Effect<ChatRequest, InvalidRequest | UnsupportedWorkflow> => {
-    if (!isObject(body)) return Effect.fail(bad("The request body must be a JSON object.", null))
-    const { model, messages } = body
-    if (model === undefined) return Effect.fail(bad("Missing required parameter: 'model'.", "model"))
-    if (typeof model !== "string" || model.length === 0) return Effect.fail(bad("'model' must be a non-empty string.", "model"))
-    if (messages === undefined) return Effect.fail(bad("Missing required parameter: 'messages'.", "messages"))
-    if (!Array.isArray(messages)) return Effect.fail(bad("'messages' must be an array.", "messages"))
-    if (messages.length === 0) return Effect.fail(bad("'messages' must contain at least one message.", "messages"))
-    for (let i = 0; i < messages.length; i++) {
-      const m: unknown = messages[i]
-      const at = `messages[${i}]`
-      if (!isObject(m)) return Effect.fail(bad(`${at} must be an object.`, at))
-      if (typeof m.role !== "string" || !ROLES.has(m.role)) {
-        return Effect.fail(bad(`${at}.role must be one of system, developer, user, assistant, tool.`, `${at}.role`))
-      }
-      const c = m.content
-      if (Array.isArray(c)) {
-        for (let j = 0; j < c.length; j++) {
-          const part: unknown = c[j]
-          if (!isObject(part) || typeof part.type !== "string") {
-            return Effect.fail(bad(`${at}.content[${j}] must be an object with a type.`, `${at}.content[${j}]`))
-          }
-          if (!TEXT_PARTS.has(part.type)) {
-            return Effect.fail(unsupported(`Content part type '${part.type}' is outside the supported text workflows of the connected beta; only text is accepted.`, `${at}.content[${j}].type`))
-          }
-          if (typeof part.text !== "string" && typeof part.refusal !== "string") {
-            return Effect.fail(bad(`${at}.content[${j}].text must be a string.`, `${at}.content[${j}].text`))
-          }
+/** Read a chat completion body: the request, or why it is refused. Synchronous (an Either is also an Effect). */
+export const parseChatRequest = (body: unknown): Either.Either<ChatRequest, InvalidRequest | UnsupportedWorkflow> => {
+  if (!isObject(body)) return Either.left(bad("The request body must be a JSON object.", null))
+  const { model, messages } = body
+  if (model === undefined) return Either.left(bad("Missing required parameter: 'model'.", "model"))
+  if (typeof model !== "string" || model.length === 0) return Either.left(bad("'model' must be a non-empty string.", "model"))
+  if (messages === undefined) return Either.left(bad("Missing required parameter: 'messages'.", "messages"))
+  if (!Array.isArray(messages)) return Either.left(bad("'messages' must be an array.", "messages"))
+  if (messages.length === 0) return Either.left(bad("'messages' must contain at least one message.", "messages"))
+  for (let i = 0; i < messages.length; i++) {
+    const m: unknown = messages[i]
+    const at = `messages[${i}]`
+    if (!isObject(m)) return Either.left(bad(`${at} must be an object.`, at))
+    if (typeof m.role !== "string" || !ROLES.has(m.role)) {
+      return Either.left(bad(`${at}.role must be one of system, developer, user, assistant, tool.`, `${at}.role`))
+    }
+    const c = m.content
+    if (Array.isArray(c)) {
+      for (let j = 0; j < c.length; j++) {
+        const part: unknown = c[j]
+        if (!isObject(part) || typeof part.type !== "string") {
+          return Either.left(bad(`${at}.content[${j}] must be an object with a type.`, `${at}.content[${j}]`))
         }
-      } else if (typeof c !== "string" && !(c === null || (c === undefined && m.role === "assistant"))) {
-        return Effect.fail(bad(`${at}.content must be a string or an array of text parts.`, `${at}.content`))
+        if (!TEXT_PARTS.has(part.type)) {
+          return Either.left(unsupported(`Content part type '${part.type}' is outside the supported text workflows of the connected beta; only text is accepted.`, `${at}.content[${j}].type`))
+        }
+        if (typeof part.text !== "string" && typeof part.refusal !== "string") {
+          return Either.left(bad(`${at}.content[${j}].text must be a string.`, `${at}.content[${j}].text`))
+        }
       }
-      if (c === null && m.role !== "assistant") return Effect.fail(bad(`${at}.content must be a string or an array of text parts.`, `${at}.content`))
+    } else if (typeof c !== "string" && !(c === null || (c === undefined && m.role === "assistant"))) {
+      return Either.left(bad(`${at}.content must be a string or an array of text parts.`, `${at}.content`))
     }
-    if (body.modalities !== undefined && body.modalities !== null) {
-      if (!Array.isArray(body.modalities) || body.modalities.some((x) => x !== "text")) {
-        return Effect.fail(unsupported("Only the text modality is supported in the connected beta.", "modalities"))
-      }
+    if (c === null && m.role !== "assistant") return Either.left(bad(`${at}.content must be a string or an array of text parts.`, `${at}.content`))
+  }
+  if (body.modalities !== undefined && body.modalities !== null) {
+    if (!Array.isArray(body.modalities) || body.modalities.some((x) => x !== "text")) {
+      return Either.left(unsupported("Only the text modality is supported in the connected beta.", "modalities"))
     }
-    if (body.audio !== undefined && body.audio !== null) return Effect.fail(unsupported("Audio output is outside the supported text workflows.", "audio"))
-    if (body.n !== undefined && body.n !== null && body.n !== 1) return Effect.fail(bad("Tollgate supports n = 1 only.", "n"))
-    if (!optionalPositiveInt(body.max_tokens)) return Effect.fail(bad("'max_tokens' must be a positive integer.", "max_tokens"))
-    if (!optionalPositiveInt(body.max_completion_tokens)) {
-      return Effect.fail(bad("'max_completion_tokens' must be a positive integer.", "max_completion_tokens"))
+  }
+  if (body.audio !== undefined && body.audio !== null) return Either.left(unsupported("Audio output is outside the supported text workflows.", "audio"))
+  if (body.n !== undefined && body.n !== null && body.n !== 1) return Either.left(bad("Tollgate supports n = 1 only.", "n"))
+  if (!optionalPositiveInt(body.max_tokens)) return Either.left(bad("'max_tokens' must be a positive integer.", "max_tokens"))
+  if (!optionalPositiveInt(body.max_completion_tokens)) {
+    return Either.left(bad("'max_completion_tokens' must be a positive integer.", "max_completion_tokens"))
+  }
+  if (body.stream !== undefined && body.stream !== null && typeof body.stream !== "boolean") return Either.left(bad("'stream' must be a boolean.", "stream"))
+  const so = body.stream_options
+  if (so !== undefined && so !== null && (!isObject(so) || (so.include_usage !== undefined && typeof so.include_usage !== "boolean"))) {
+    return Either.left(bad("'stream_options' must be an object with a boolean include_usage.", "stream_options"))
+  }
+  const md = body.metadata
+  if (md !== undefined && md !== null) {
+    if (!isObject(md)) return Either.left(bad("'metadata' must be an object of string values.", "metadata"))
+    for (const [k, v] of Object.entries(md)) {
+      if (typeof v !== "string") return Either.left(bad(`metadata.${k} must be a string.`, `metadata.${k}`))
     }
-    if (body.stream !== undefined && body.stream !== null && typeof body.stream !== "boolean") return Effect.fail(bad("'stream' must be a boolean.", "stream"))
-    const so = body.stream_options
-    if (so !== undefined && so !== null && (!isObject(so) || (so.include_usage !== undefined && typeof so.include_usage !== "boolean"))) {
-      return Effect.fail(bad("'stream_options' must be an object with a boolean include_usage.", "stream_options"))
-    }
-    const md = body.metadata
-    if (md !== undefined && md !== null) {
-      if (!isObject(md)) return Effect.fail(bad("'metadata' must be an object of string values.", "metadata"))
-      for (const [k, v] of Object.entries(md)) {
-        if (typeof v !== "string") return Effect.fail(bad(`metadata.${k} must be a string.`, `metadata.${k}`))
-      }
-    }
-    const mct = body.max_completion_tokens
-    const mt = body.max_tokens
-    return Effect.succeed({
-      model,
-      messages: messages as ReadonlyArray<ChatMessage>,
-      stream: body.stream === true,
-      includeUsage: isObject(so) && so.include_usage === true,
-      requestedMaxTokens: typeof mct === "number" ? mct : typeof mt === "number" ? mt : undefined,
-      capField: typeof mct === "number" ? "max_completion_tokens" : "max_tokens",
-      metadata: (isObject(md) ? md : {}) as Record<string, string>,
-      tools: body.tools
-    })
+  }
+  const mct = body.max_completion_tokens
+  const mt = body.max_tokens
+  return Either.right({
+    model,
+    messages: messages as ReadonlyArray<ChatMessage>,
+    stream: body.stream === true,
+    includeUsage: isObject(so) && so.include_usage === true,
+    requestedMaxTokens: typeof mct === "number" ? mct : typeof mt === "number" ? mt : undefined,
+    capField: typeof mct === "number" ? "max_completion_tokens" : "max_tokens",
+    metadata: (isObject(md) ? md : {}) as Record<string, string>,
+    tools: body.tools
   })
+}
 
 /** The body sent upstream: the client's body minus governance metadata, with the output cap applied. */
 export const upstreamBody = (body: Record<string, unknown>, req: ChatRequest, outputCap: number): Record<string, unknown> => {
@@ -128,9 +128,9 @@ export const upstreamBody = (body: Record<string, unknown>, req: ChatRequest, ou
 }
 
 /** `metadata.max_credits` / `X-Max-Credits`: a non-negative integer written in decimal. */
-export const parseMaxCredits = (value: string | undefined, param: string): Effect.Effect<number | undefined, InvalidRequest> => {
-  if (value === undefined) return Effect.succeed(undefined)
+export const parseMaxCredits = (value: string | undefined, param: string): Either.Either<number | undefined, InvalidRequest> => {
+  if (value === undefined) return Either.right(undefined)
   const trimmed = value.trim()
-  if (!/^\d{1,15}$/.test(trimmed)) return Effect.fail(bad(`${param} must be a non-negative integer number of Credits, as a decimal string.`, param))
-  return Effect.succeed(Number(trimmed))
+  if (!/^\d{1,15}$/.test(trimmed)) return Either.left(bad(`${param} must be a non-negative integer number of Credits, as a decimal string.`, param))
+  return Either.right(Number(trimmed))
 }

@@ -101,21 +101,35 @@ interface Plan {
   readonly scope: TenantScope
 }
 
-/** Parse the body and check the metadata scope and client cap: the steps before the rate check. */
-const admitRequest = (principal: Principal, body: unknown, maxCreditsHeader: string | undefined) =>
-  Effect.gen(function* () {
-    const request = yield* parseChatRequest(body)
-    const md = request.metadata
-    if (md.project_id !== undefined && md.project_id !== principal.projectId) {
-      return yield* new InvalidApiKey({ message: "This API key is scoped to another project than metadata.project_id." })
-    }
-    if (md.environment !== undefined && md.environment !== principal.environment) {
-      return yield* new InvalidApiKey({ message: "This API key is scoped to another environment than metadata.environment." })
-    }
-    const maxCreditsParam = md.max_credits !== undefined ? "metadata.max_credits" : "X-Max-Credits"
-    const maxCredits = yield* parseMaxCredits(md.max_credits ?? maxCreditsHeader, maxCreditsParam)
-    return { request, maxCredits, maxCreditsParam }
-  })
+interface Admitted {
+  readonly request: ChatRequest
+  readonly maxCredits: number | undefined
+  readonly maxCreditsParam: string
+}
+
+/**
+ * Parse the body and check the metadata scope and client cap: the steps before the rate check.
+ * Synchronous, like everything in a governed call but the reservation, the upstream call and the
+ * settlement: the hot path pays the Effect runtime only around those (bench/README.md).
+ */
+const admitRequest = (
+  principal: Principal,
+  body: unknown,
+  maxCreditsHeader: string | undefined
+): Either.Either<Admitted, InvalidApiKey | InvalidRequest | UnsupportedWorkflow> => {
+  const parsed = parseChatRequest(body)
+  if (Either.isLeft(parsed)) return Either.left(parsed.left)
+  const request = parsed.right
+  const md = request.metadata
+  if (md.project_id !== undefined && md.project_id !== principal.projectId) {
+    return Either.left(new InvalidApiKey({ message: "This API key is scoped to another project than metadata.project_id." }))
+  }
+  if (md.environment !== undefined && md.environment !== principal.environment) {
+    return Either.left(new InvalidApiKey({ message: "This API key is scoped to another environment than metadata.environment." }))
+  }
+  const maxCreditsParam = md.max_credits !== undefined ? "metadata.max_credits" : "X-Max-Credits"
+  return Either.map(parseMaxCredits(md.max_credits ?? maxCreditsHeader, maxCreditsParam), (maxCredits) => ({ request, maxCredits, maxCreditsParam }))
+}
 
 export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
   scoped: Effect.gen(function* () {
@@ -236,17 +250,25 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
     /** Everything up to and including the reservation. */
     const plan = (call: ChatCall): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
-      Effect.gen(function* () {
+      // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
+      Effect.clockWith((clock) => {
+        const now = clock.unsafeCurrentTimeMillis()
         const { principal, headers, surface } = call
-        // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
-        const now = yield* Clock.currentTimeMillis
-        const { request, maxCredits, maxCreditsParam } = yield* admitRequest(principal, call.body, call.maxCreditsHeader)
+        const admitted = admitRequest(principal, call.body, call.maxCreditsHeader)
+        if (Either.isLeft(admitted)) return Effect.fail(admitted.left)
+        const { request, maxCredits, maxCreditsParam } = admitted.right
         const md = request.metadata
         const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
-        const key = rawKey === undefined ? undefined : yield* checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
+        let key: string | undefined
+        if (rawKey !== undefined) {
+          const checked = checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
+          if (Either.isLeft(checked)) return Effect.fail(checked.left)
+          key = checked.right
+        }
 
-        const verdict = yield* rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
-        Object.assign(headers, rateLimitHeaders(verdict))
+        const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
+        if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
+        Object.assign(headers, rateLimitHeaders(verdict.right))
 
         const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
         const fingerprint = key === undefined ? "" : fingerprintOf("POST", surface.path, call.clientBody ?? call.body)
@@ -256,11 +278,12 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           if (key !== undefined) {
             const seen = idempotency.peekAt(scope, key, fingerprint, now)
             if (seen._tag !== "Claimed") {
-              const reply = yield* settleClaimOutcome(seen, scope, key, fingerprint, headers)
-              if (Option.isSome(reply)) return reply.value
+              return Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, headers), (reply) =>
+                Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(routed.left)
+              )
             }
           }
-          return yield* routed.left
+          return Effect.fail(routed.left)
         }
         const { chain, prices, inputTokens, sizing } = routed.right
         const requestId = newRequestId(now)
@@ -273,12 +296,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           deadline: now + settings.reservationTtlMs
         }
         const first = chain[0]!
+        const claimKey = key
         // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
         // original in flight answers first —, the output cap and hold sized on the budget window as
         // it is in that transaction, the pending request row and the hold.
-        return yield* store.reserve({
+        return store.reserve({
           now,
-          claim: key === undefined ? undefined : { scope, key, fingerprint },
+          claim: claimKey === undefined ? undefined : { scope, key: claimKey, fingerprint },
           request: {
             id: requestId,
             projectId: principal.projectId,
@@ -288,7 +312,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             model: request.model,
             route: first.name,
             stream: request.stream,
-            idempotencyKey: key ?? null,
+            idempotencyKey: claimKey ?? null,
             rateCardVersion: prices.get(first.name)!.version,
             createdAt: now
           },
@@ -305,13 +329,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             inputTokens,
             outputCap: reserved.outputCap,
             hold: { ...hold, amount: reserved.reservation },
-            idempotency: key === undefined ? undefined : { key, fingerprint },
+            idempotency: claimKey === undefined ? undefined : { key: claimKey, fingerprint },
             scope
           })),
           Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
             refused._tag === "OverBudget"
               ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
-              : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
+              : settleClaimOutcome(refused.outcome, scope, claimKey!, fingerprint, headers).pipe(
                   Effect.flatMap(Option.match({
                     // The original was released while we waited: run again as a fresh request.
                     onNone: () => plan(call),
@@ -346,11 +370,11 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       schemaOk: boolean,
       render: (g: Governance, now: number) => { readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
     ) =>
-      Effect.gen(function* () {
+      Effect.clockWith((clock) => {
         const { prices, version } = p.prices.get(served.route.name)!
         const charge = settledCharge(tokens, prices, p.hold.amount)
         const verification = verificationOf({ route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) })
-        const now = yield* Clock.currentTimeMillis
+        const now = clock.unsafeCurrentTimeMillis()
         const receiptId = newReceiptId(now)
         const governance: Governance = {
           request_id: p.requestId,
@@ -363,7 +387,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         const rendered = render(governance, now)
         // Encoded once: the same bytes are stored for replay and sent.
         const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
-        yield* store.settle({
+        return store.settle({
           now,
           hold: p.hold,
           receiptId,
@@ -381,9 +405,12 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             p.idempotency === undefined
               ? undefined
               : { scope: p.scope, key: p.idempotency.key, ttlMs: settings.idempotencyTtlMs, result: { status: rendered.status, contentType: rendered.contentType, body } }
-        })
-        metrics.settled(principal.projectId, usageSource, charge)
-        return { status: rendered.status, contentType: rendered.contentType, body }
+        }).pipe(
+          Effect.map(() => {
+            metrics.settled(principal.projectId, usageSource, charge)
+            return { status: rendered.status, contentType: rendered.contentType, body }
+          })
+        )
       }).pipe(Effect.uninterruptible)
 
     const fromRouteFailure = (p: Plan, failed: RouteFailed) =>
@@ -393,31 +420,33 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       )
 
     const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
-      Effect.gen(function* () {
-        const served = yield* router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
-          Effect.onInterrupt(() => abandon(p, "interrupted", "The gateway shut down before the upstream answered.", [])),
-          Effect.catchAll((failed) => fromRouteFailure(p, failed))
-        )
-        const json = served.value.json
-        const choices = json.choices
-        const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
-        const usage = json.usage as Parameters<typeof tokensFromUsage>[0] | null | undefined
-        const reported = usage !== null && typeof usage === "object" && typeof usage.prompt_tokens === "number"
-        const tokens: TokenCounts = reported
-          ? tokensFromUsage(usage)
-          : {
-              input: p.inputTokens,
-              cached_input: 0,
-              output: Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0,
-              reasoning: 0
-            }
-        const rendered = yield* settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk, (g, now) => ({
-          status: 200,
-          contentType: "application/json",
-          body: p.surface.renderBody(served.value.raw, json, g, tokens, now)
-        }))
-        return { _tag: "Body", ...rendered } satisfies GatewayReply
-      })
+      router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
+        Effect.onInterrupt(() => abandon(p, "interrupted", "The gateway shut down before the upstream answered.", [])),
+        Effect.catchAll((failed) => fromRouteFailure(p, failed)),
+        Effect.flatMap((served) => {
+          const json = served.value.json
+          const choices = json.choices
+          const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
+          const usage = json.usage as Parameters<typeof tokensFromUsage>[0] | null | undefined
+          const reported = usage !== null && typeof usage === "object" && typeof usage.prompt_tokens === "number"
+          const tokens: TokenCounts = reported
+            ? tokensFromUsage(usage)
+            : {
+                input: p.inputTokens,
+                cached_input: 0,
+                output: Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0,
+                reasoning: 0
+              }
+          return Effect.map(
+            settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk, (g, now) => ({
+              status: 200,
+              contentType: "application/json",
+              body: p.surface.renderBody(served.value.raw, json, g, tokens, now)
+            })),
+            (rendered): GatewayReply => ({ _tag: "Body", ...rendered })
+          )
+        })
+      )
 
     /**
      * Stream: chunks are forwarded as they arrive; the surface decides what the client sees and puts
@@ -538,13 +567,12 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
     /** Run one governed call on the given surface. */
     const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>
-      Effect.gen(function* () {
-        const planned = yield* plan(call)
-        if ("_tag" in planned) return planned
-        if (planned.request.stream) return yield* completeStreaming(planned, call.principal)
+      Effect.flatMap(plan(call), (planned) => {
+        if ("_tag" in planned) return Effect.succeed(planned)
+        if (planned.request.stream) return completeStreaming(planned, call.principal)
         // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
         // The caller's own, when the service adopted it; otherwise one forked for the purpose.
-        return yield* Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) =>
+        return Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) =>
           adopted.has(fiber)
             ? completeNonStreaming(planned, call.principal)
             : Effect.flatMap(FiberSet.run(inflight, completeNonStreaming(planned, call.principal)), Fiber.join)

@@ -8,7 +8,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import type BetterSqlite3 from "better-sqlite3"
-import { Clock, Duration, Effect } from "effect"
+import { Clock, Duration, Effect, Either } from "effect"
 import { createHash } from "node:crypto"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { isValidKey } from "../../spec/idempotency.ts"
@@ -49,10 +49,10 @@ export const validIdempotencyKey = isValidKey
 export const fingerprintOf = (method: string, path: string, body: unknown): string =>
   createHash("sha256").update(`${method}\n${path}\n${canonicalJson(body)}`, "utf8").digest("hex")
 
-export const checkKey = (key: string, param: string): Effect.Effect<string, InvalidRequest> =>
+export const checkKey = (key: string, param: string): Either.Either<string, InvalidRequest> =>
   validIdempotencyKey(key)
-    ? Effect.succeed(key)
-    : Effect.fail(new InvalidRequest({ message: "The idempotency key must be 1–255 printable ASCII characters.", param }))
+    ? Either.right(key)
+    : Either.left(new InvalidRequest({ message: "The idempotency key must be 1–255 printable ASCII characters.", param }))
 
 const outcomeOf = (row: Row, fingerprint: string): ClaimOutcome => {
   if (row.fingerprint !== fingerprint) return { _tag: "Conflict" }

@@ -94,34 +94,39 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
       )
     }
 
-    /** `Authorization: Bearer <token>` → the caller's scope, or 401 invalid_api_key. */
+    /** The key row's verdict for a presented secret at `now`: the caller's scope, or why not. */
+    const verify = (row: KeyRow, parsed: { readonly secret: string; readonly environment: string }, now: number) => {
+      if (!sameHash(hashSecret(parsed.secret), row.secret_sha256) || row.environment !== parsed.environment) return invalid("Unknown API key.")
+      if (row.revoked_at !== null) return invalid(`API key ${row.id} has been revoked.`)
+      if (row.expires_at !== null && now >= row.expires_at) {
+        return invalid(`API key ${row.id} was rotated and its grace period has ended; use its replacement.`)
+      }
+      return Effect.succeed<Principal>({
+        keyId: row.id,
+        projectId: row.project_id,
+        organization: row.organization,
+        environment: row.environment,
+        budgetCredits: row.budget_credits,
+        rateLimit: { requestsPerMinute: row.requests_per_minute, burst: row.burst }
+      })
+    }
+
+    /**
+     * `Authorization: Bearer <token>` → the caller's scope, or 401 invalid_api_key. A cached key is
+     * checked synchronously (the hot path); only a miss reads the store.
+     */
     const authenticate = (authorization: string | undefined): Effect.Effect<Principal, InvalidApiKey> =>
-      Effect.gen(function* () {
+      Effect.clockWith((clock) => {
         if (authorization === undefined || authorization.length === 0) {
-          return yield* invalid("Missing API key. Send it as 'Authorization: Bearer <key>'.")
+          return invalid("Missing API key. Send it as 'Authorization: Bearer <key>'.")
         }
         const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization)
         const parsed = match === null ? undefined : parseKey(match[1]!)
-        if (parsed === undefined) return yield* invalid("Malformed API key. Tollgate keys look like tg_dev_…; check for copy-paste damage.")
-        const now = yield* Clock.currentTimeMillis
-        const found = yield* cachedKey(parsed.keyId, now)
-        if (Option.isNone(found)) return yield* invalid("Unknown API key.")
-        const row = found.value
-        if (!sameHash(hashSecret(parsed.secret), row.secret_sha256) || row.environment !== parsed.environment) {
-          return yield* invalid("Unknown API key.")
-        }
-        if (row.revoked_at !== null) return yield* invalid(`API key ${row.id} has been revoked.`)
-        if (row.expires_at !== null && now >= row.expires_at) {
-          return yield* invalid(`API key ${row.id} was rotated and its grace period has ended; use its replacement.`)
-        }
-        return {
-          keyId: row.id,
-          projectId: row.project_id,
-          organization: row.organization,
-          environment: row.environment,
-          budgetCredits: row.budget_credits,
-          rateLimit: { requestsPerMinute: row.requests_per_minute, burst: row.burst }
-        }
+        if (parsed === undefined) return invalid("Malformed API key. Tollgate keys look like tg_dev_…; check for copy-paste damage.")
+        const now = clock.unsafeCurrentTimeMillis()
+        const hit = cache.get(parsed.keyId)
+        if (hit !== undefined && now - hit.fetchedAt < settings.keyCacheTtlMs) return verify(hit.row, parsed, now)
+        return Effect.flatMap(cachedKey(parsed.keyId, now), (found) => (Option.isNone(found) ? invalid("Unknown API key.") : verify(found.value, parsed, now)))
       })
 
     const issue = (projectId: string, environment: Environment, now: number, replaces: string | null) =>
