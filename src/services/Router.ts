@@ -93,61 +93,73 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
       Effect.map(Clock.currentTimeMillis, (now) => routes.filter((r) => allowedFor(r, projectId) && isAvailable(r, now)))
 
 
+    /**
+     * Try the chain in order: each route up to 1 + upstreamRetries times, within one deadline.
+     * Written as a loop of plain steps (`attemptAt` calls itself for the next attempt) rather than a
+     * generator: the common call is one attempt, and it pays the Effect runtime only for the call itself.
+     */
     const attemptsOf = <A, R>(
       chain: ReadonlyArray<Route>,
       call: (provider: ChatProvider, route: Route) => Effect.Effect<A, UpstreamFailure, R>
     ): Effect.Effect<Served<A>, RouteFailed, R> =>
-      Effect.gen(function* () {
+      Effect.clockWith((clock) => {
         const attempts: Array<Attempt> = []
-        const start = yield* Clock.currentTimeMillis
+        const start = clock.unsafeCurrentTimeMillis()
         const deadline = start + settings.upstreamDeadlineMs
         let lastError = "no route was tried"
-        // The end of the previous attempt (or the start): no time passes between an attempt's end and
-        // the next one's start but a backoff sleep, after which the Clock is read again.
-        let now = start
-        for (const route of chain) {
-          const provider = providers.get(route.provider)!
-          for (let attempt = 0; attempt <= settings.upstreamRetries; attempt++) {
-            const t0 = now
-            if (t0 >= deadline) break
-            const admitted = Health.admission(stateOf(route.name), t0, settings.breakerOpenMs)
-            if (admitted === "open") {
-              attempts.push({ route: route.name, provider: route.provider, outcome: "skipped", error: "circuit open", duration_ms: 0 })
-              // Keep the failure that opened the circuit in the message; it is what the client needs.
-              lastError = attempts.length > 1 ? `${lastError}; circuit now open` : `${route.name}: circuit open`
-              break
-            }
-            health.set(route.name, Health.onAdmit(stateOf(route.name), admitted))
-            const result = yield* Effect.either(call(provider, route)).pipe(
-              Effect.onInterrupt(() => Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))))
-            )
-            const t1 = yield* Clock.currentTimeMillis
-            now = t1
-            metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")
-            if (result._tag === "Right") {
-              health.set(route.name, Health.onSuccess(stateOf(route.name)))
-              attempts.push({ route: route.name, provider: route.provider, outcome: "ok", duration_ms: t1 - t0 })
-              return { route, value: result.right, attempts }
-            }
-            const failure = result.left
-            attempts.push({ route: route.name, provider: route.provider, outcome: "error", status: failure.status, error: failure.message, duration_ms: t1 - t0 })
-            health.set(route.name, failure.isClientError ? Health.onSuccess(stateOf(route.name)) : Health.onFailure(stateOf(route.name), t1, settings.breakerFailures))
-            if (failure.isClientError) {
-              return yield* Effect.fail(new RouteFailed(new InvalidRequest({ message: `The upstream model rejected the request: ${failure.message}`, param: null }), attempts))
-            }
-            lastError = `${route.name}: ${failure.message}`
-            if (!failure.retryable) break
-            if (attempt < settings.upstreamRetries) {
-              const jitter = yield* Random.nextIntBetween(0, 50)
-              const backoff = Math.min(2000, 100 * 2 ** attempt) + jitter
-              if (t1 + backoff >= deadline) break
-              yield* Effect.sleep(Duration.millis(backoff))
-              now = yield* Clock.currentTimeMillis
-            }
-          }
+
+        const exhausted = (): Effect.Effect<never, RouteFailed> => {
+          const hint = chain.length === 1 && chain[0]!.name !== "auto" ? " Retry with model 'auto' so the router can pick an available route." : ""
+          return Effect.fail(new RouteFailed(new RouteUnavailable({ message: `No route could serve the request (${lastError}).${hint}`, retryable: true }), attempts))
         }
-        const hint = chain.length === 1 && chain[0]!.name !== "auto" ? " Retry with model 'auto' so the router can pick an available route." : ""
-        return yield* Effect.fail(new RouteFailed(new RouteUnavailable({ message: `No route could serve the request (${lastError}).${hint}`, retryable: true }), attempts))
+
+        /**
+         * Attempt `n` of route `i`, starting at `t0`: the end of the previous attempt (or the start).
+         * No time passes between an attempt's end and the next one's start but a backoff sleep, after
+         * which the Clock is read again.
+         */
+        const attemptAt = (i: number, n: number, t0: number): Effect.Effect<Served<A>, RouteFailed, R> => {
+          const route = chain[i]
+          if (route === undefined) return exhausted()
+          if (n > settings.upstreamRetries || t0 >= deadline) return attemptAt(i + 1, 0, t0)
+          const admitted = Health.admission(stateOf(route.name), t0, settings.breakerOpenMs)
+          if (admitted === "open") {
+            attempts.push({ route: route.name, provider: route.provider, outcome: "skipped", error: "circuit open", duration_ms: 0 })
+            // Keep the failure that opened the circuit in the message; it is what the client needs.
+            lastError = attempts.length > 1 ? `${lastError}; circuit now open` : `${route.name}: circuit open`
+            return attemptAt(i + 1, 0, t0)
+          }
+          health.set(route.name, Health.onAdmit(stateOf(route.name), admitted))
+          return Effect.either(call(providers.get(route.provider)!, route)).pipe(
+            Effect.onInterrupt(() => Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name))))),
+            Effect.flatMap((result): Effect.Effect<Served<A>, RouteFailed, R> => {
+              const t1 = clock.unsafeCurrentTimeMillis()
+              metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")
+              if (result._tag === "Right") {
+                health.set(route.name, Health.onSuccess(stateOf(route.name)))
+                attempts.push({ route: route.name, provider: route.provider, outcome: "ok", duration_ms: t1 - t0 })
+                return Effect.succeed({ route, value: result.right, attempts })
+              }
+              const failure = result.left
+              attempts.push({ route: route.name, provider: route.provider, outcome: "error", status: failure.status, error: failure.message, duration_ms: t1 - t0 })
+              health.set(route.name, failure.isClientError ? Health.onSuccess(stateOf(route.name)) : Health.onFailure(stateOf(route.name), t1, settings.breakerFailures))
+              if (failure.isClientError) {
+                return Effect.fail(new RouteFailed(new InvalidRequest({ message: `The upstream model rejected the request: ${failure.message}`, param: null }), attempts))
+              }
+              lastError = `${route.name}: ${failure.message}`
+              if (!failure.retryable || n >= settings.upstreamRetries) return attemptAt(i + 1, 0, t1)
+              return Effect.flatMap(Random.nextIntBetween(0, 50), (jitter) => {
+                const backoff = Math.min(2000, 100 * 2 ** n) + jitter
+                if (t1 + backoff >= deadline) return attemptAt(i + 1, 0, t1)
+                return Effect.zipRight(
+                  Effect.sleep(Duration.millis(backoff)),
+                  Effect.suspend(() => attemptAt(i, n + 1, clock.unsafeCurrentTimeMillis()))
+                )
+              })
+            })
+          )
+        }
+        return attemptAt(0, 0, start)
       })
 
     const complete = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>) =>
