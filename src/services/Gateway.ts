@@ -33,6 +33,13 @@ import { countChat, countText } from "./Tokenizer.ts"
 
 export type { Governance } from "./surfaces/Surface.ts"
 
+/**
+ * Bodies bound for the store worker are encoded into their own exact-size buffers: a small Buffer
+ * from node's pool is a view on a shared 8 KiB ArrayBuffer, and posting it to the worker clones
+ * the whole 8 KiB.
+ */
+const utf8 = new TextEncoder()
+
 export type GatewayReply =
   | { readonly _tag: "Body"; readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
   | {
@@ -386,7 +393,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         }
         const rendered = render(governance, now)
         // Encoded once: the same bytes are stored for replay and sent.
-        const body = typeof rendered.body === "string" ? Buffer.from(rendered.body, "utf8") : rendered.body
+        const body = typeof rendered.body === "string" ? utf8.encode(rendered.body) : rendered.body
         return store.settle({
           now,
           hold: p.hold,
@@ -495,7 +502,17 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           return record(renderer.onChunk(data, json))
         }
 
-        const concat = (frames: ReadonlyArray<Uint8Array>): Uint8Array => Buffer.concat(frames.map((f) => Buffer.from(f.buffer, f.byteOffset, f.byteLength)))
+        const concat = (frames: ReadonlyArray<Uint8Array>): Uint8Array => {
+          let length = 0
+          for (const f of frames) length += f.byteLength
+          const out = new Uint8Array(length)
+          let at = 0
+          for (const f of frames) {
+            out.set(f, at)
+            at += f.byteLength
+          }
+          return out
+        }
 
         /** Settle once, however the stream ends. */
         const finish = (how: "complete" | "cut" | "disconnect", failure?: UpstreamFailure): Effect.Effect<ReadonlyArray<Uint8Array>> =>
