@@ -10,8 +10,8 @@
  * Flags: --quick (< 60 s), --rounds N, --duration S, --warmup S, --rates 200,1000,2000,
  *        --stream-rates 200,1000, --connections N (closed model), --delay MS (mock latency),
  *        --chunk-delay MS, --chunks N (content events per stream), --out DIR, --no-write,
- *        --targets baseline,bare,tollgate,portkey (default; add `effect` for the Effect 3 HTTP floor,
- *        `floor` for the governed floor: Tollgate's store worker and pure parts without its pipeline),
+ *        --targets baseline,bare,floor,tollgate,portkey (default; add `effect` for the Effect 3 HTTP
+ *        floor; `floor` is the governed floor: Tollgate's store worker and pure parts, no pipeline),
  *        --compare DIR (adds target `tollgate-b`: Tollgate from another checkout, e.g. a `git worktree`
  *        of the commit before a change, interleaved with this one for an A/B in one run),
  *        --compare-node-flags "FLAGS" (node flags for tollgate-b only, e.g. "--max-semi-space-size=32";
@@ -39,14 +39,16 @@ const config = {
   durationS: numArg("--duration", quick ? 2.5 : 8),
   warmupS: numArg("--warmup", quick ? 1 : 3),
   /** Open model: how long to wait for a saturated target's backlog after the last dispatch. */
-  drainS: numArg("--drain", quick ? 2 : 5),
+  drainS: numArg("--drain", quick ? 1 : 5),
   rates: list("--rates", quick ? "1000" : "200,1000,2000").map(Number),
   streamRates: list("--stream-rates", quick ? "200" : "200,1000").map(Number),
-  connections: numArg("--connections", 128),
+  // 512, not 128: at 128 connections and a 20 ms upstream a closed loop cannot pass ≈ 128 / 24 ms
+  // ≈ 5,300 RPS, and the bare proxy stopped there with most of a core idle (bench/README.md).
+  connections: numArg("--connections", 512),
   upstreamDelayMs: numArg("--delay", 20),
   chunkDelayMs: numArg("--chunk-delay", 1),
   streamChunks: numArg("--chunks", 20),
-  targets: list("--targets", "baseline,bare,tollgate,portkey"),
+  targets: list("--targets", "baseline,bare,floor,tollgate,portkey"),
   compare: arg("--compare"),
   compareNodeFlags: (arg("--compare-node-flags") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
