@@ -53,7 +53,7 @@ const config = {
   compareNodeFlags: (arg("--compare-node-flags") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "effect", "floor", "tollgate", "portkey"]
+const KNOWN = ["baseline", "bare", "effect", "floor", "floor-inline", "tollgate", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
 if (config.compare !== undefined) config.targets.push("tollgate-b")
@@ -143,7 +143,7 @@ const checkTarget = async (t: TargetEndpoint, streams = true) => {
     if (res.statusCode !== 200) throw new Error(`${t.name} answered ${res.statusCode} to a ${stream ? "streaming" : "plain"} call: ${text.slice(0, 300)}`)
     if (stream && !text.trimEnd().endsWith("data: [DONE]")) throw new Error(`${t.name}: the stream did not end with [DONE]: ${text.slice(-300)}`)
     if (!stream && !text.includes('"usage"')) throw new Error(`${t.name}: no usage in the reply: ${text.slice(0, 300)}`)
-    if ((t.name.startsWith("tollgate") || t.name === "floor") && !text.includes('"governance"')) throw new Error(`tollgate: no governance evidence in the reply: ${text.slice(-300)}`)
+    if ((t.name.startsWith("tollgate") || t.name.startsWith("floor")) && !text.includes('"governance"')) throw new Error(`tollgate: no governance evidence in the reply: ${text.slice(-300)}`)
   }
 }
 
@@ -261,6 +261,20 @@ const main = async () => {
     }
   }
 
+  /** The governed floor (non-streaming only): Tollgate's store transactions without its pipeline. */
+  const startFloor = async (name: string, extra: ReadonlyArray<string>): Promise<Target> => {
+    const [c, a] = tsxNode("targets/governedFloor.ts", ["--upstream", upstream, "--model", config.model, ...extra])
+    const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: root, timeoutMs: 60_000 })
+    stopAll.push(child.stop)
+    return {
+      name,
+      child,
+      endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
+      idleRssMb: sampleProc(child.pid).rssMb,
+      streams: false
+    }
+  }
+
   const starters: Record<string, () => Promise<Target>> = {
     baseline: async () => ({
       name: "baseline",
@@ -270,18 +284,8 @@ const main = async () => {
     }),
     bare: () => startProxy("bare", "targets/bareProxy.ts"),
     effect: () => startProxy("effect", "targets/effectProxy.ts"),
-    floor: async () => {
-      const [c, a] = tsxNode("targets/governedFloor.ts", ["--upstream", upstream, "--model", config.model])
-      const child = await startChild<{ port: number; key: string }>("floor", c, a, { cwd: root, timeoutMs: 60_000 })
-      stopAll.push(child.stop)
-      return {
-        name: "floor",
-        child,
-        endpoint: { name: "floor", origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
-        idleRssMb: sampleProc(child.pid).rssMb,
-        streams: false
-      }
-    },
+    floor: () => startFloor("floor", []),
+    "floor-inline": () => startFloor("floor-inline", ["--inline"]),
     tollgate: () => startTollgate("tollgate", root),
     "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!), config.compareNodeFlags),
     portkey: async () => {
@@ -427,6 +431,7 @@ const main = async () => {
     bare: "bare proxy (node:http + undici)",
     effect: "Effect HttpRouter + HttpClient pass-through",
     floor: "governed floor (Tollgate's store worker, no pipeline; non-streaming only)",
+    "floor-inline": "governed floor, transactions on the event loop (non-streaming only)",
     tollgate: "Tollgate (full governance, SQLite FULL)",
     "tollgate-b": `Tollgate from ${config.compare ?? ""} ${config.compareNodeFlags.join(" ")} (A/B)`,
     portkey: "Portkey gateway 1.15 (no governance)"

@@ -14,8 +14,11 @@
  *
  * The database is prepared by Tollgate's own layers (migrations, bootstrap project and key, receipt
  * key), with the same gateway file as bench/targets/tollgate.ts. Prints `{"ready":true,"port":N,"key":…}`.
- * Not a product: it answers only POST /v1/chat/completions, non-streaming.
+ * Not a product: it answers only POST /v1/chat/completions, non-streaming. `--inline` runs the same
+ * transactions and group commit on the event loop instead of the worker (the latency floor without
+ * the thread hand-offs).
  */
+import BetterSqlite3 from "better-sqlite3"
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
@@ -32,13 +35,13 @@ import { Bootstrap } from "../../src/services/Bootstrap.ts"
 import { fingerprintOf } from "../../src/services/IdempotencyStore.ts"
 import { KeyRegistry, type Principal } from "../../src/services/KeyRegistry.ts"
 import { periodOf } from "../../src/services/Ledger.ts"
-import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import { ReceiptSigner, sealReceipt } from "../../src/services/ReceiptSigner.ts"
 import { withGovernance } from "../../src/services/surfaces/Surface.ts"
 import { countChat } from "../../src/services/Tokenizer.ts"
-import type { Reserved, ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
+import { makeChatTransactions, type Reserved, type ReserveArgs, type SettleArgs } from "../../src/store/chatTransactions.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
-import type { TxOutcome } from "../../src/store/syncTransactions.ts"
-import { arg } from "../lib/args.ts"
+import { makeGroupCommit, type TxOutcome } from "../../src/store/syncTransactions.ts"
+import { arg, flag } from "../lib/args.ts"
 
 const upstream = (arg("--upstream") ?? "http://127.0.0.1:9100").replace(/\/+$/, "")
 const model = arg("--model") ?? "gpt-4o-mini"
@@ -72,36 +75,59 @@ const setup = await runtime.runPromise(
 /** The key cache: the Authorization header → its principal (Tollgate's cache also revokes; this one need not). */
 const principals = new Map<string, Principal>([[`Bearer ${setup.key}`, setup.principal]])
 
-// ---- The store worker, Tollgate's own, on the same file ----
-const worker = new Worker(new URL("../../src/store/storeWorker.mjs", import.meta.url), {
-  workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId } satisfies StoreWorkerData,
-  execArgv: []
-})
-await new Promise<void>((resolve, reject) => {
-  worker.once("error", reject)
-  worker.once("message", () => resolve())
-})
-const pending = new Map<number, (outcome: TxOutcome) => void>()
-worker.on("message", (m: FromWorker) => {
-  if (m._tag !== "Done") return
-  for (const { id, outcome } of m.replies) {
-    pending.get(id)?.(outcome)
-    pending.delete(id)
+// ---- The store: Tollgate's own worker on the same file, or (`--inline`) the same transactions and
+// group commit on the event loop, as TOLLGATE_STORE_WORKER=false runs them ----
+type Run = (op: "reserve" | "settle", args: ReserveArgs | SettleArgs, done: (outcome: TxOutcome) => void) => void
+const inline = flag("--inline")
+let closeStore: (then: () => void) => void
+let run: Run
+if (inline) {
+  const db = new BetterSqlite3(dbPath, { timeout: 5000 })
+  db.pragma("journal_mode = WAL")
+  db.pragma("synchronous = FULL")
+  db.pragma("foreign_keys = ON")
+  const ops = makeChatTransactions(db, { keyId: setup.signingKeyId, seal: (unsigned) => sealReceipt(setup.signingKey, unsigned) })
+  const group = makeGroupCommit(db)
+  run = (op, args, done) => group.submit((abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => unknown)(args, abort), done)
+  closeStore = (then) => group.submit(() => undefined, () => {
+    db.close()
+    then()
+  })
+} else {
+  const worker = new Worker(new URL("../../src/store/storeWorker.mjs", import.meta.url), {
+    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId } satisfies StoreWorkerData,
+    execArgv: []
+  })
+  await new Promise<void>((resolve, reject) => {
+    worker.once("error", reject)
+    worker.once("message", () => resolve())
+  })
+  const pending = new Map<number, (outcome: TxOutcome) => void>()
+  worker.on("message", (m: FromWorker) => {
+    if (m._tag !== "Done") return
+    for (const { id, outcome } of m.replies) {
+      pending.get(id)?.(outcome)
+      pending.delete(id)
+    }
+  })
+  let outbox: Array<Call> = []
+  let nextId = 0
+  run = (op, args, done) => {
+    const id = nextId++
+    pending.set(id, done)
+    if (outbox.length === 0) {
+      setImmediate(() => {
+        const calls = outbox
+        outbox = []
+        worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
+      })
+    }
+    outbox.push({ id, op, args })
   }
-})
-let outbox: Array<Call> = []
-let nextId = 0
-const run = (op: "reserve" | "settle", args: ReserveArgs | SettleArgs, done: (outcome: TxOutcome) => void) => {
-  const id = nextId++
-  pending.set(id, done)
-  if (outbox.length === 0) {
-    setImmediate(() => {
-      const calls = outbox
-      outbox = []
-      worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
-    })
+  closeStore = (then) => {
+    worker.once("exit", then)
+    worker.postMessage({ _tag: "Close" } satisfies ToWorker)
   }
-  outbox.push({ id, op, args })
 }
 
 // ---- The rate limit: one token bucket per project, refilled by elapsed time ----
@@ -227,8 +253,7 @@ server.listen(Number(arg("--port") ?? "0"), "127.0.0.1", () => {
 const stop = () => {
   server.close()
   server.closeAllConnections()
-  worker.postMessage({ _tag: "Close" } satisfies ToWorker)
-  worker.once("exit", () =>
+  closeStore(() =>
     void runtime.dispose().finally(() => {
       rmSync(dir, { recursive: true, force: true })
       process.exit(0)
