@@ -83,16 +83,20 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         (rows) => Option.fromNullable(rows[0])
       ).pipe(Effect.orDie)
 
-    const cachedKey = (keyId: string, now: number) => {
+    /** A key row fresh enough to trust at `now`, without touching the store. */
+    const cachedRow = (keyId: string, now: number): KeyRow | undefined => {
       const hit = cache.get(keyId)
-      if (hit !== undefined && now - hit.fetchedAt < settings.keyCacheTtlMs) return Effect.succeed(Option.some(hit.row))
-      return Effect.tap(loadKey(keyId), (row) =>
+      return hit !== undefined && now - hit.fetchedAt < settings.keyCacheTtlMs ? hit.row : undefined
+    }
+
+    /** Read a key row from the store and remember it (or forget it, when it is gone). */
+    const refreshKey = (keyId: string, now: number) =>
+      Effect.tap(loadKey(keyId), (row) =>
         Effect.sync(() => {
           if (Option.isSome(row)) cache.set(keyId, { row: row.value, fetchedAt: now })
           else cache.delete(keyId)
         })
       )
-    }
 
     /** The key row's verdict for a presented secret at `now`: the caller's scope, or why not. */
     const verify = (row: KeyRow, parsed: { readonly secret: string; readonly environment: string }, now: number) => {
@@ -124,9 +128,9 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         const parsed = match === null ? undefined : parseKey(match[1]!)
         if (parsed === undefined) return invalid("Malformed API key. Tollgate keys look like tg_dev_…; check for copy-paste damage.")
         const now = clock.unsafeCurrentTimeMillis()
-        const hit = cache.get(parsed.keyId)
-        if (hit !== undefined && now - hit.fetchedAt < settings.keyCacheTtlMs) return verify(hit.row, parsed, now)
-        return Effect.flatMap(cachedKey(parsed.keyId, now), (found) => (Option.isNone(found) ? invalid("Unknown API key.") : verify(found.value, parsed, now)))
+        const row = cachedRow(parsed.keyId, now)
+        if (row !== undefined) return verify(row, parsed, now)
+        return Effect.flatMap(refreshKey(parsed.keyId, now), (found) => (Option.isNone(found) ? invalid("Unknown API key.") : verify(found.value, parsed, now)))
       })
 
     const issue = (projectId: string, environment: Environment, now: number, replaces: string | null) =>
