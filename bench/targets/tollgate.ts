@@ -8,6 +8,7 @@
 import { HttpServer } from "@effect/platform"
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { findSourceMap } from "node:module"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { type GatewayFile, makeSettings, Settings } from "../../src/domain/config.ts"
@@ -62,6 +63,15 @@ if (profileFile !== undefined) {
     running = !running
     if (running) return void session.post("Profiler.start")
     void session.post("Profiler.stop").then(({ profile }) => {
+      // tsx compiles each file to a few long lines: point every frame back at its TypeScript line.
+      for (const node of profile.nodes) {
+        const frame = node.callFrame
+        const entry = frame.url === "" ? undefined : (findSourceMap(frame.url)?.findEntry(frame.lineNumber, frame.columnNumber) as { originalLine?: number; originalColumn?: number } | undefined)
+        if (entry?.originalLine !== undefined && entry.originalColumn !== undefined) {
+          frame.lineNumber = entry.originalLine
+          frame.columnNumber = entry.originalColumn
+        }
+      }
       writeFileSync(profileFile, JSON.stringify(profile))
       process.stderr.write(`profile written: ${profileFile}\n`)
     })
