@@ -15,7 +15,8 @@
  *        --compare DIR (adds target `tollgate-b`: Tollgate from another checkout, e.g. a `git worktree`
  *        of the commit before a change, interleaved with this one for an A/B in one run),
  *        --compare-node-flags "FLAGS" (node flags for tollgate-b only, e.g. "--max-semi-space-size=32";
- *        with --compare . the same tree is measured with and without them)
+ *        with --compare . the same tree is measured with and without them),
+ *        --compare-args "ARGS" (arguments for tollgate-b's bench target only, e.g. "--access-log")
  */
 import { execSync } from "node:child_process"
 import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
@@ -51,6 +52,7 @@ const config = {
   targets: list("--targets", "baseline,bare,floor,tollgate,portkey"),
   compare: arg("--compare"),
   compareNodeFlags: (arg("--compare-node-flags") ?? "").split(" ").filter((f) => f !== ""),
+  compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
 const KNOWN = ["baseline", "bare", "effect", "floor", "floor-inline", "tollgate", "portkey"]
@@ -249,8 +251,8 @@ const main = async () => {
   }
 
   /** Tollgate from the checkout at `dir` (its own bench target script and sources). */
-  const startTollgate = async (name: string, dir: string, nodeFlags: ReadonlyArray<string> = []): Promise<Target> => {
-    const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model], join(dir, "bench"), nodeFlags)
+  const startTollgate = async (name: string, dir: string, nodeFlags: ReadonlyArray<string> = [], extra: ReadonlyArray<string> = []): Promise<Target> => {
+    const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model, ...extra], join(dir, "bench"), nodeFlags)
     const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {
@@ -287,7 +289,7 @@ const main = async () => {
     floor: () => startFloor("floor", []),
     "floor-inline": () => startFloor("floor-inline", ["--inline"]),
     tollgate: () => startTollgate("tollgate", root),
-    "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!), config.compareNodeFlags),
+    "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!), config.compareNodeFlags, config.compareArgs),
     portkey: async () => {
       const port = await freePort()
       const entry = join(root, "node_modules/@portkey-ai/gateway/build/start-server.js")
@@ -433,7 +435,7 @@ const main = async () => {
     floor: "governed floor (Tollgate's store worker, no pipeline; non-streaming only)",
     "floor-inline": "governed floor, transactions on the event loop (non-streaming only)",
     tollgate: "Tollgate (full governance, SQLite FULL)",
-    "tollgate-b": `Tollgate from ${config.compare ?? ""} ${config.compareNodeFlags.join(" ")} (A/B)`,
+    "tollgate-b": `Tollgate from ${config.compare ?? ""} ${[...config.compareNodeFlags, ...config.compareArgs].join(" ")} (A/B)`,
     portkey: "Portkey gateway 1.15 (no governance)"
   }
   const md: Array<string> = []

@@ -36,6 +36,9 @@ const settings = makeSettings({
   // `--db memory` is for diagnosis only (how much of the cost is the disk): the bench always uses the file.
   databaseUrl: arg("--db") === "memory" ? "sqlite::memory:" : `sqlite:${dbPath}`,
   adminToken: Option.some(Redacted.make(arg("--admin-token") ?? "bench-admin-token")),
+  // `--access-log`: one JSON line per request on stdout, as `npm start` does by default (the bench
+  // measures governance without it unless asked).
+  accessLog: flag("--access-log"),
   upstreamTimeoutMs: 30_000,
   upstreamDeadlineMs: 60_000,
   gateway
