@@ -250,30 +250,25 @@ const main = async () => {
     }
   }
 
-  /** Tollgate from the checkout at `dir` (its own bench target script and sources). */
-  const startTollgate = async (name: string, dir: string, nodeFlags: ReadonlyArray<string> = [], extra: ReadonlyArray<string> = []): Promise<Target> => {
-    const [c, a] = tsxNode("targets/tollgate.ts", ["--upstream", upstream, "--model", config.model, ...extra], join(dir, "bench"), nodeFlags)
+  /**
+   * A governed target: `script` under `dir`/bench (its own sources), keyed by the development key it
+   * prints when ready. `streams: false` for the governed floor, which serves non-streaming calls only.
+   */
+  const startGoverned = async (
+    name: string,
+    script: string,
+    o: { readonly dir?: string; readonly nodeFlags?: ReadonlyArray<string>; readonly extra?: ReadonlyArray<string>; readonly streams?: boolean } = {}
+  ): Promise<Target> => {
+    const dir = o.dir ?? root
+    const [c, a] = tsxNode(script, ["--upstream", upstream, "--model", config.model, ...(o.extra ?? [])], join(dir, "bench"), o.nodeFlags ?? [])
     const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {
       name,
       child,
       endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
-      idleRssMb: sampleProc(child.pid).rssMb
-    }
-  }
-
-  /** The governed floor (non-streaming only): Tollgate's store transactions without its pipeline. */
-  const startFloor = async (name: string, extra: ReadonlyArray<string>): Promise<Target> => {
-    const [c, a] = tsxNode("targets/governedFloor.ts", ["--upstream", upstream, "--model", config.model, ...extra])
-    const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: root, timeoutMs: 60_000 })
-    stopAll.push(child.stop)
-    return {
-      name,
-      child,
-      endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
       idleRssMb: sampleProc(child.pid).rssMb,
-      streams: false
+      ...(o.streams === false ? { streams: false } : {})
     }
   }
 
@@ -286,10 +281,11 @@ const main = async () => {
     }),
     bare: () => startProxy("bare", "targets/bareProxy.ts"),
     effect: () => startProxy("effect", "targets/effectProxy.ts"),
-    floor: () => startFloor("floor", []),
-    "floor-inline": () => startFloor("floor-inline", ["--inline"]),
-    tollgate: () => startTollgate("tollgate", root),
-    "tollgate-b": () => startTollgate("tollgate-b", resolve(config.compare!), config.compareNodeFlags, config.compareArgs),
+    floor: () => startGoverned("floor", "targets/governedFloor.ts", { streams: false }),
+    "floor-inline": () => startGoverned("floor-inline", "targets/governedFloor.ts", { extra: ["--inline"], streams: false }),
+    tollgate: () => startGoverned("tollgate", "targets/tollgate.ts"),
+    "tollgate-b": () =>
+      startGoverned("tollgate-b", "targets/tollgate.ts", { dir: resolve(config.compare!), nodeFlags: config.compareNodeFlags, extra: config.compareArgs }),
     portkey: async () => {
       const port = await freePort()
       const entry = join(root, "node_modules/@portkey-ai/gateway/build/start-server.js")

@@ -32,6 +32,7 @@ import { type GatewayFile, makeSettings, Settings } from "../../src/domain/confi
 import { newReceiptId, newRequestId, newReservationId } from "../../src/domain/ids.ts"
 import { ServicesLive } from "../../src/server.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
+import { verificationOf } from "../../src/services/Gateway.ts"
 import { fingerprintOf } from "../../src/services/IdempotencyStore.ts"
 import { KeyRegistry, type Principal } from "../../src/services/KeyRegistry.ts"
 import { periodOf } from "../../src/services/Ledger.ts"
@@ -210,7 +211,7 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
         const settledAt = Date.now()
         const charge = settledCharge(tokens, prices, reservation)
         const receiptId = newReceiptId(settledAt)
-        const verification = { state: "verified" as const, checks: ["route", "schema", "budget"], failed_checks: chargeWithinReservation(tokens, prices, reservation) ? [] : ["budget"] }
+        const verification = verificationOf({ route: true, schema: true, budget: chargeWithinReservation(tokens, prices, reservation) })
         const governance = { request_id: requestId, status: "completed" as const, verification, credits_charged: charge, rate_card_version: "rc_2020-01", receipt_id: receiptId }
         const reply = Buffer.from(withGovernance(raw, governance), "utf8")
         const settle: SettleArgs = {

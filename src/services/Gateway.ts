@@ -68,7 +68,8 @@ export interface ChatCall {
 
 const CHECKS = ["route", "schema", "budget"] as const
 
-const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>): Verification => {
+/** The checks a completed call reports, and which of them failed. */
+export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>): Verification => {
   const failed = CHECKS.filter((c) => !passed[c])
   return { state: failed.length === 0 ? "verified" : "unverified", checks: [...CHECKS], failed_checks: failed }
 }
@@ -266,12 +267,9 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         const { request, maxCredits, maxCreditsParam } = admitted.right
         const md = request.metadata
         const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
-        let key: string | undefined
-        if (rawKey !== undefined) {
-          const checked = checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
-          if (Either.isLeft(checked)) return Effect.fail(checked.left)
-          key = checked.right
-        }
+        const checked = rawKey === undefined ? Either.right(undefined) : checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
+        if (Either.isLeft(checked)) return Effect.fail(checked.left)
+        const key = checked.right
 
         const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
         if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
@@ -303,13 +301,12 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           deadline: now + settings.reservationTtlMs
         }
         const first = chain[0]!
-        const claimKey = key
         // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
         // original in flight answers first —, the output cap and hold sized on the budget window as
         // it is in that transaction, the pending request row and the hold.
         return store.reserve({
           now,
-          claim: claimKey === undefined ? undefined : { scope, key: claimKey, fingerprint },
+          claim: key === undefined ? undefined : { scope, key, fingerprint },
           request: {
             id: requestId,
             projectId: principal.projectId,
@@ -319,7 +316,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             model: request.model,
             route: first.name,
             stream: request.stream,
-            idempotencyKey: claimKey ?? null,
+            idempotencyKey: key ?? null,
             rateCardVersion: prices.get(first.name)!.version,
             createdAt: now
           },
@@ -336,13 +333,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             inputTokens,
             outputCap: reserved.outputCap,
             hold: { ...hold, amount: reserved.reservation },
-            idempotency: claimKey === undefined ? undefined : { key: claimKey, fingerprint },
+            idempotency: key === undefined ? undefined : { key, fingerprint },
             scope
           })),
           Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
             refused._tag === "OverBudget"
               ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
-              : settleClaimOutcome(refused.outcome, scope, claimKey!, fingerprint, headers).pipe(
+              : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
                   Effect.flatMap(Option.match({
                     // The original was released while we waited: run again as a fresh request.
                     onNone: () => plan(call),
