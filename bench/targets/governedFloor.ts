@@ -39,7 +39,7 @@ import { periodOf } from "../../src/services/Ledger.ts"
 import { ReceiptSigner, sealReceipt } from "../../src/services/ReceiptSigner.ts"
 import { withGovernance } from "../../src/services/surfaces/Surface.ts"
 import { countChat } from "../../src/services/Tokenizer.ts"
-import { makeChatTransactions, type Reserved, type ReserveArgs, type SettleArgs } from "../../src/store/chatTransactions.ts"
+import { makeChatTransactions, mustSync, type Reserved, type ReserveArgs, type SettleArgs } from "../../src/store/chatTransactions.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
 import { makeGroupCommit, type TxOutcome } from "../../src/store/syncTransactions.ts"
 import { arg, flag } from "../lib/args.ts"
@@ -89,7 +89,7 @@ if (inline) {
   db.pragma("foreign_keys = ON")
   const ops = makeChatTransactions(db, { keyId: setup.signingKeyId, seal: (unsigned) => sealReceipt(setup.signingKey, unsigned) })
   const group = makeGroupCommit(db)
-  run = (op, args, done) => group.submit((abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => unknown)(args, abort), done)
+  run = (op, args, done) => group.submit((abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => unknown)(args, abort), done, mustSync(op, args))
   closeStore = (then) => group.submit(() => undefined, () => {
     db.close()
     then()

@@ -11,7 +11,7 @@ import { Clock, Context, Effect, Layer, Runtime } from "effect"
 import { Worker } from "node:worker_threads"
 import { Settings } from "../domain/config.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
-import { type AbandonArgs, type ChatOp, type ExtendArgs, makeChatTransactions, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
+import { type AbandonArgs, type ChatOp, type ExtendArgs, makeChatTransactions, mustSync, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "./databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
@@ -189,7 +189,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       } else {
         const ops = makeChatTransactions(store.db, signer)
         run = <E>(op: ChatOp, args: unknown) =>
-          store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort))
+          store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort), mustSync(op, args))
       }
       return {
         reserve: (args) => run<ReserveRefused>("reserve", args) as Effect.Effect<Reserved, ReserveRefused>,

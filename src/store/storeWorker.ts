@@ -13,7 +13,7 @@ import BetterSqlite3 from "better-sqlite3"
 import type { KeyObject } from "node:crypto"
 import { parentPort, workerData } from "node:worker_threads"
 import { sealReceipt } from "../services/ReceiptSigner.ts"
-import { type ChatOp, makeChatTransactions } from "./chatTransactions.ts"
+import { type ChatOp, makeChatTransactions, mustSync } from "./chatTransactions.ts"
 import { makeGroupCommit, type TxOutcome } from "./syncTransactions.ts"
 
 export interface StoreWorkerData {
@@ -38,21 +38,22 @@ db.pragma("synchronous = FULL")
 db.pragma("foreign_keys = ON")
 
 const ops = makeChatTransactions(db, { keyId: data.signingKeyId, seal: (unsigned) => sealReceipt(data.signingKey, unsigned) })
-const group = makeGroupCommit(db)
+// The replies of one batch are sent together, as soon as it committed: the callers of an unsynced
+// batch hear back before the synced batch of the same turn has its fsync.
+let replies: Array<{ id: number; outcome: TxOutcome }> = []
+const flush = () => {
+  if (replies.length === 0) return
+  const batch = replies
+  replies = []
+  port.postMessage({ _tag: "Done", replies: batch } satisfies FromWorker)
+}
+const group = makeGroupCommit(db, { afterBatch: flush })
 
 /** A defect crosses the thread as its message and stack: an Error's class does not survive the clone. */
 const portable = (outcome: TxOutcome): TxOutcome =>
   outcome._tag === "Died" && outcome.defect instanceof Error
     ? { _tag: "Died", defect: { name: outcome.defect.name, message: outcome.defect.message } }
     : outcome
-
-// The replies of one batch arrive in the same turn: send them as one message.
-let replies: Array<{ id: number; outcome: TxOutcome }> = []
-const flush = () => {
-  const batch = replies
-  replies = []
-  port.postMessage({ _tag: "Done", replies: batch } satisfies FromWorker)
-}
 
 // Close after the transactions already received have committed (a close never cuts a batch).
 const close = () => {
@@ -64,9 +65,9 @@ const run = ({ id, op, args }: Call) =>
   group.submit(
     (abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => void)(args, abort),
     (outcome) => {
-      if (replies.length === 0) queueMicrotask(flush)
       replies.push({ id, outcome: portable(outcome) })
-    }
+    },
+    mustSync(op, args)
   )
 
 port.on("message", (message: ToWorker) => {

@@ -12,6 +12,12 @@
  * - durable before it returns: the caller resumes after the batch's COMMIT; if that COMMIT fails,
  *   every caller of the batch fails (a defect: the store is broken, nothing was committed);
  * - isolated: a body runs synchronously, so nothing interleaves with it on the single JS thread.
+ * A body queued with `sync: false` may skip the fsync: the unsynced bodies of a turn commit first, as
+ * their own batch, with synchronous=NORMAL for that one COMMIT — durable against a crash of the
+ * process, and on disk with the next synced COMMIT of the connection (the WAL is one file, appended
+ * in order; after a power loss SQLite recovers a prefix of it). Only a transaction nothing outside
+ * the process can observe before a synced one follows it may ask for that
+ * (src/store/chatTransactions.ts, `mustSync`). The order of a turn's bodies is kept within each batch.
  * The batch never runs while an `@effect/sql` transaction (which may span event-loop turns) is open
  * on the connection: it waits for the next turn. A `transact` called from INSIDE such a transaction
  * runs at once, as a savepoint of it, so service methods compose with `sql.withTransaction` callers.
@@ -25,7 +31,8 @@ import { Context, Effect } from "effect"
 export type Abort<E> = (error: E) => never
 
 export interface SyncTransactions {
-  readonly transact: <A, E = never>(body: (abort: Abort<E>) => A) => Effect.Effect<A, E>
+  /** Run `body` in a group-committed transaction; `sync: false` lets its COMMIT skip the fsync (see above). */
+  readonly transact: <A, E = never>(body: (abort: Abort<E>) => A, sync?: boolean) => Effect.Effect<A, E>
 }
 
 class Aborted {
@@ -53,24 +60,74 @@ export type TxOutcome =
 export type TxBody = (abort: Abort<unknown>) => unknown
 
 export interface GroupCommit {
-  /** Queue `body`; `done` is called once, after the batch that ran it committed (or failed). */
-  readonly submit: (body: TxBody, done: (outcome: TxOutcome) => void) => void
+  /**
+   * Queue `body`; `done` is called once, after the batch that ran it committed (or failed). With
+   * `sync: false` that COMMIT may skip the fsync (synchronous=NORMAL, see above).
+   */
+  readonly submit: (body: TxBody, done: (outcome: TxOutcome) => void, sync?: boolean) => void
 }
+
+export interface GroupCommitOptions {
+  /** Whether the connection is free for a batch now (the main thread's is not while an @effect/sql transaction is open on it). */
+  readonly canBegin?: () => boolean
+  /** Called after the `done` calls of each committed batch: the store worker sends its replies then, not after the next fsync. */
+  readonly afterBatch?: () => void
+}
+
+/** SQLite's `synchronous` levels, as `PRAGMA synchronous` reads them. */
+const NORMAL = 1
 
 /**
  * The batching core, with no Effect in it: the main thread wraps it in `transact`, the store worker
- * calls it from its message handler. `canBegin` says whether the connection is free for a batch now
- * (the main thread's is not while an @effect/sql transaction is open on it).
+ * calls it from its message handler.
  */
-export const makeGroupCommit = (db: BetterSqlite3.Database, canBegin: () => boolean = () => true): GroupCommit => {
+export const makeGroupCommit = (db: BetterSqlite3.Database, options: GroupCommitOptions = {}): GroupCommit => {
+  const canBegin = options.canBegin ?? (() => true)
+  const afterBatch = options.afterBatch ?? (() => undefined)
   // One transaction function: BEGIN IMMEDIATE/COMMIT when alone (the write lock up front, so a batch
   // never fails to upgrade a read lock while another connection writes), SAVEPOINT/RELEASE inside one.
   const txn = db.transaction((body: TxBody) => body(abort))
   const outcomeOf = (body: TxBody): TxOutcome => attempt((b) => txn.immediate(b), body)
   const batchTxn = db.transaction((batch: ReadonlyArray<Queued>) => batch.map((q) => outcomeOf(q.body)))
+  // The connection's own level (FULL for a file store), read once: an unsynced batch lowers it to
+  // NORMAL for its COMMIT and puts it back before anything else can run on the connection.
+  // (`exec`, not a prepared statement: SQLite applies this pragma when it compiles it, so a prepared
+  // one does nothing on its first run.)
+  const level = db.pragma("synchronous", { simple: true }) as number
+  const setLevel = (to: number) => () => db.exec(`PRAGMA synchronous = ${to}`)
+  const lower = level > NORMAL ? setLevel(NORMAL) : undefined
+  const restore = setLevel(level)
 
   let queue: Array<Queued> = []
   let scheduled = false
+
+  const commit = (batch: ReadonlyArray<Queued>): void => {
+    if (batch.length === 1) {
+      batch[0]!.done(outcomeOf(batch[0]!.body))
+      return afterBatch()
+    }
+    let outcomes: ReadonlyArray<TxOutcome>
+    try {
+      outcomes = batchTxn.immediate(batch)
+    } catch (e) {
+      // The COMMIT itself failed: nothing of the batch is on disk.
+      const died: TxOutcome = { _tag: "Died", defect: e }
+      for (const q of batch) q.done(died)
+      return afterBatch()
+    }
+    batch.forEach((q, i) => q.done(outcomes[i]!))
+    afterBatch()
+  }
+
+  const commitUnsynced = (batch: ReadonlyArray<Queued>): void => {
+    if (lower === undefined) return commit(batch)
+    lower()
+    try {
+      commit(batch)
+    } finally {
+      restore()
+    }
+  }
 
   const drain = (): void => {
     scheduled = false
@@ -84,21 +141,15 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, canBegin: () => bool
     }
     const batch = queue
     queue = []
-    if (batch.length === 1) return batch[0]!.done(outcomeOf(batch[0]!.body))
-    let outcomes: ReadonlyArray<TxOutcome>
-    try {
-      outcomes = batchTxn.immediate(batch)
-    } catch (e) {
-      // The COMMIT itself failed: nothing of the batch is on disk.
-      const died: TxOutcome = { _tag: "Died", defect: e }
-      for (const q of batch) q.done(died)
-      return
-    }
-    batch.forEach((q, i) => q.done(outcomes[i]!))
+    // The unsynced first: their callers go on without waiting for the synced batch's fsync.
+    const unsynced = batch.filter((q) => !q.sync)
+    if (unsynced.length === 0) return commit(batch)
+    commitUnsynced(unsynced)
+    if (unsynced.length < batch.length) commit(batch.filter((q) => q.sync))
   }
 
-  const submit = (body: TxBody, done: (outcome: TxOutcome) => void): void => {
-    queue.push({ body, done })
+  const submit = (body: TxBody, done: (outcome: TxOutcome) => void, sync = true): void => {
+    queue.push({ body, done, sync })
     if (scheduled) return
     scheduled = true
     setImmediate(drain)
@@ -109,6 +160,7 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, canBegin: () => bool
 interface Queued {
   readonly body: TxBody
   readonly done: (outcome: TxOutcome) => void
+  readonly sync: boolean
 }
 
 /** An outcome as the Effect its caller resumes with. */
@@ -120,18 +172,18 @@ export const outcomeEffect = <A, E>(outcome: TxOutcome): Effect.Effect<A, E> =>
       : Effect.die(outcome.defect)
 
 export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactions => {
-  const group = makeGroupCommit(db, () => !db.inTransaction)
+  const group = makeGroupCommit(db, { canBegin: () => !db.inTransaction })
   // Inside an open @effect/sql transaction: a savepoint of it, at once.
   const nested = db.transaction((body: TxBody) => body(abort))
 
-  const transact = <A, E = never>(body: (abort: Abort<E>) => A): Effect.Effect<A, E> =>
+  const transact = <A, E = never>(body: (abort: Abort<E>) => A, sync = true): Effect.Effect<A, E> =>
     Effect.withFiberRuntime<A, E>((fiber) => {
       if (Context.getOption(fiber.currentContext, SqlClient.TransactionConnection)._tag === "Some") {
         return Effect.suspend(() => outcomeEffect<A, E>(attempt(nested, body as TxBody)))
       }
       return Effect.uninterruptible(
         Effect.async<A, E>((resume) => {
-          group.submit(body as TxBody, (outcome) => resume(outcomeEffect<A, E>(outcome)))
+          group.submit(body as TxBody, (outcome) => resume(outcomeEffect<A, E>(outcome)), sync)
         })
       )
     })

@@ -11,7 +11,9 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeSettings, Settings } from "../../src/domain/config.ts"
+import { mustSync } from "../../src/store/chatTransactions.ts"
 import { DatabaseLive, Sqlite } from "../../src/store/Database.ts"
+import { makeGroupCommit } from "../../src/store/syncTransactions.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "tollgate-tx-"))
 const file = join(dir, "store.db")
@@ -150,5 +152,94 @@ describe("sql.withTransaction (group-committed Effects)", () => {
     expect(exits.filter(Exit.isSuccess).map((e) => e.value)).toEqual([0, 1, 2, 3, 4, 6, 7])
     expect(exits[5]).toStrictEqual(Exit.fail(new Refused(5)))
     expect((await tags()).sort()).toEqual(["e0", "e1", "e2", "e3", "e4", "e6", "e7"])
+  })
+})
+
+describe("makeGroupCommit: which COMMITs wait for the disk", () => {
+  /** A WAL file store at `level`, the way the store worker opens one. */
+  const openStore = (level: "FULL" | "OFF") => {
+    const db = new Database(join(dir, `group-${level}-${Math.random().toString(36).slice(2)}.db`))
+    db.pragma("journal_mode = WAL")
+    db.pragma(`synchronous = ${level}`)
+    db.exec("CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, tag TEXT NOT NULL)")
+    return db
+  }
+  const levelOf = (db: Database.Database) => db.pragma("synchronous", { simple: true }) as number
+
+  /** Submit `[tag, sync]` bodies in one turn; each body records the level its COMMIT will run at. */
+  const turn = (db: Database.Database, bodies: ReadonlyArray<readonly [string, boolean]>) =>
+    new Promise<Array<string>>((resolve) => {
+      const events: Array<string> = []
+      let left = bodies.length
+      const group = makeGroupCommit(db, { afterBatch: () => events.push("commit") })
+      for (const [tag, sync] of bodies) {
+        group.submit(
+          (abort) => {
+            insert(db, tag)
+            events.push(`${tag}@${levelOf(db)}`)
+            if (tag.startsWith("x")) abort("refused")
+            return tag
+          },
+          (outcome) => {
+            events.push(`${tag}:${outcome._tag}`)
+            if (--left === 0) resolve(events)
+          },
+          sync
+        )
+      }
+    })
+
+  it("commits a turn's unsynced bodies first, as their own batch at synchronous=NORMAL, then the synced ones at the connection's FULL, which it keeps", async () => {
+    const db = openStore("FULL")
+    try {
+      const events = await turn(db, [["s1", true], ["u1", false], ["s2", true], ["x1", false], ["u2", false]])
+      expect(events).toEqual([
+        "u1@1", "x1@1", "u2@1", "u1:Committed", "x1:Aborted", "u2:Committed", "commit",
+        "s1@2", "s2@2", "s1:Committed", "s2:Committed", "commit"
+      ])
+      expect(levelOf(db)).toBe(2)
+      const other = new Database(db.name, { readonly: true })
+      try {
+        expect((other.prepare("SELECT tag FROM t ORDER BY id").all() as Array<{ tag: string }>).map((r) => r.tag)).toEqual(["u1", "u2", "s1", "s2"])
+      } finally {
+        other.close()
+      }
+    } finally {
+      db.close()
+    }
+  })
+
+  it("runs a turn of synced bodies as one batch at FULL, and a lone unsynced body at NORMAL", async () => {
+    const db = openStore("FULL")
+    try {
+      expect(await turn(db, [["s1", true], ["s2", true]])).toEqual(["s1@2", "s2@2", "s1:Committed", "s2:Committed", "commit"])
+      expect(await turn(db, [["u1", false]])).toEqual(["u1@1", "u1:Committed", "commit"])
+      expect(levelOf(db)).toBe(2)
+    } finally {
+      db.close()
+    }
+  })
+
+  it("never raises a connection's level: on a store at synchronous=OFF an unsynced body commits at OFF", async () => {
+    const db = openStore("OFF")
+    try {
+      expect(await turn(db, [["u1", false], ["s1", true]])).toEqual(["u1@0", "u1:Committed", "commit", "s1@0", "s1:Committed", "commit"])
+      expect(levelOf(db)).toBe(0)
+    } finally {
+      db.close()
+    }
+  })
+})
+
+describe("mustSync: a commit reaches the disk before anything it wrote is seen outside", () => {
+  const reserve = (stream: boolean) => ({ request: { stream } })
+  it.each([
+    ["reserve", reserve(false), false, "a non-streamed call's reservation: nobody outside sees it before its settlement's fsync"],
+    ["reserve", reserve(true), true, "a stream's reservation: its headers carry the request id"],
+    ["settle", {}, true, "a settlement: its response follows"],
+    ["abandon", {}, true, "an abandonment: its error reply follows"],
+    ["extend", {}, true, "a stream's extension"]
+  ] as const)("%s %j → %s (%s)", (op, args, expected) => {
+    expect(mustSync(op, args)).toBe(expected)
   })
 })
