@@ -82,13 +82,15 @@ export type ChatOp = keyof ChatTransactions
 /**
  * Whether a transaction's COMMIT must reach the disk before its caller goes on (synchronous=FULL), or
  * may ride on the next COMMIT that does (src/store/syncTransactions.ts). The rule: a commit is synced
- * before anything it wrote is seen outside the gateway. A settlement is followed by its response, an
- * abandonment by an error reply, and a stream's reservation by the stream's headers with its request
- * id: synced. A non-streamed call's reservation is seen by nobody outside until the settlement or
- * abandonment that follows it, whose fsync puts it on disk too (the WAL is appended in order). So it
- * skips its own fsync: after a crash of the process it is there, and the recovery sweep voids it as
- * before; after a power loss it is there, or gone together with its call, which never answered — the
- * ledger the sweep would have left (nothing charged, the key free), without the failed request row.
+ * before the gateway tells the caller anything that rests on it. A settlement is followed by its
+ * response, an abandonment by an error reply, and a stream's reservation by the stream's headers with
+ * its request id: synced. A non-streamed call's reservation is followed by nothing the caller sees
+ * until its settlement or abandonment, whose fsync puts it on disk too (the WAL is appended in order,
+ * and a power loss leaves a prefix of it). So it skips its own fsync: after a crash of the process it
+ * is there, and the recovery sweep voids it as before; after a power loss it is there, or gone
+ * together with its call, which never answered — the ledger the sweep would have left (nothing
+ * charged, the key free), without the failed request row. What other readers saw of it meanwhile
+ * (the hold in GET /v1/usage's `reserved`, the pending request) was in-flight state either way.
  */
 export const mustSync = (op: ChatOp, args: unknown): boolean => op !== "reserve" || (args as ReserveArgs).request.stream
 
