@@ -171,6 +171,46 @@ describe("ChatStore", () => {
     }
   })
 
+  it("answers a non-streamed reservation before the fsync of a settlement sent in the same turn; a stream's reservation waits for it", async () => {
+    const { url, file } = fileUrl()
+    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    try {
+      const { order, projectId } = await rt.runPromise(
+        Effect.gen(function* () {
+          const store = yield* ChatStore
+          const p = yield* newProject({ budget_credits: 1_000 })
+          const a = reserveArgs(p.id, 100)
+          yield* store.reserve(a)
+          const plain = reserveArgs(p.id, 10)
+          const streamed = reserveArgs(p.id, 20)
+          const order: Array<string> = []
+          const noted = <A, E>(name: string, effect: Effect.Effect<A, E>) => Effect.tap(effect, () => Effect.sync(() => order.push(name)))
+          // One turn, so one message to the worker: the settlement first in it.
+          yield* Effect.all(
+            [
+              noted("settle", store.settle(settleArgs(a, 100, 40))),
+              noted("reserve (plain)", store.reserve(plain)),
+              noted("reserve (stream)", store.reserve({ ...streamed, request: { ...streamed.request, stream: true } }))
+            ],
+            { concurrency: "unbounded" }
+          )
+          return { order, projectId: p.id }
+        })
+      )
+      // The plain reservation committed first, in its own unsynced batch, and was answered at once;
+      // the synced batch (the settlement, then the stream's reservation) kept its order.
+      expect(order).toEqual(["reserve (plain)", "settle", "reserve (stream)"])
+      const db = new Database(file, { readonly: true })
+      try {
+        expect(db.prepare("SELECT spent, reserved FROM budget_windows WHERE project_id = ?").get(projectId)).toEqual({ spent: 40, reserved: 30 })
+      } finally {
+        db.close()
+      }
+    } finally {
+      await rt.dispose()
+    }
+  })
+
   it("sizes each call's output cap on the budget left inside its own transaction: concurrent calls shrink to fit instead of failing", async () => {
     const { url } = fileUrl()
     const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
