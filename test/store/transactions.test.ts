@@ -239,7 +239,7 @@ describe("mustSync: a commit reaches the disk before anything it wrote is seen o
     ["settle", {}, true, "a settlement: its response follows"],
     ["abandon", {}, true, "an abandonment: its error reply follows"],
     ["extend", {}, true, "a stream's extension"]
-  ] as const)("%s %j → %s (%s)", (op, args, expected) => {
+  ] as const)("%s %j → %s (%s)", (op, args, expected, _why) => {
     expect(mustSync(op, args)).toBe(expected)
   })
 })
