@@ -18,6 +18,8 @@
  * in order; after a power loss SQLite recovers a prefix of it). Only a transaction nothing outside
  * the process can observe before a synced one follows it may ask for that
  * (src/store/chatTransactions.ts, `mustSync`). The order of a turn's bodies is kept within each batch.
+ * The level is back before any caller hears of its outcome; if it cannot be put back, every later
+ * batch fails rather than commit at a lower level than it asked for.
  * The batch never runs while an `@effect/sql` transaction (which may span event-loop turns) is open
  * on the connection: it waits for the next turn. A `transact` called from INSIDE such a transaction
  * runs at once, as a savepoint of it, so service methods compose with `sql.withTransaction` callers.
@@ -100,33 +102,44 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, options: GroupCommit
 
   let queue: Array<Queued> = []
   let scheduled = false
+  /** Set when the level could not be put back: no batch may commit at a lower level than asked. */
+  let stuck: unknown
 
-  const commit = (batch: ReadonlyArray<Queued>): void => {
-    if (batch.length === 1) {
-      batch[0]!.done(outcomeOf(batch[0]!.body))
-      return afterBatch()
-    }
-    let outcomes: ReadonlyArray<TxOutcome>
+  const died = (defect: unknown): TxOutcome => ({ _tag: "Died", defect })
+
+  /** Run a batch; how each of its transactions ended (all died when the COMMIT itself failed). */
+  const run = (batch: ReadonlyArray<Queued>): ReadonlyArray<TxOutcome> => {
+    if (batch.length === 1) return [outcomeOf(batch[0]!.body)]
     try {
-      outcomes = batchTxn.immediate(batch)
+      return batchTxn.immediate(batch)
     } catch (e) {
       // The COMMIT itself failed: nothing of the batch is on disk.
-      const died: TxOutcome = { _tag: "Died", defect: e }
-      for (const q of batch) q.done(died)
-      return afterBatch()
+      return batch.map(() => died(e))
     }
-    batch.forEach((q, i) => q.done(outcomes[i]!))
-    afterBatch()
   }
 
-  const commitUnsynced = (batch: ReadonlyArray<Queued>): void => {
-    if (lower === undefined) return commit(batch)
-    lower()
+  /** Run a batch at NORMAL, then put the connection's level back before anyone hears of it. */
+  const runUnsynced = (batch: ReadonlyArray<Queued>): ReadonlyArray<TxOutcome> => {
+    if (lower === undefined) return run(batch)
     try {
-      commit(batch)
-    } finally {
-      restore()
+      lower()
+    } catch (e) {
+      return batch.map(() => died(e))
     }
+    const outcomes = run(batch)
+    try {
+      restore()
+    } catch (e) {
+      stuck = e
+    }
+    return outcomes
+  }
+
+  // The callers' `done` only resume them (a fiber continues in a microtask, after this turn's
+  // batches): nothing runs on the connection between the two batches of a turn.
+  const answer = (batch: ReadonlyArray<Queued>, outcomes: ReadonlyArray<TxOutcome>): void => {
+    batch.forEach((q, i) => q.done(outcomes[i]!))
+    afterBatch()
   }
 
   const drain = (): void => {
@@ -141,11 +154,14 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, options: GroupCommit
     }
     const batch = queue
     queue = []
+    if (stuck !== undefined) return answer(batch, batch.map(() => died(stuck)))
     // The unsynced first: their callers go on without waiting for the synced batch's fsync.
     const unsynced = batch.filter((q) => !q.sync)
-    if (unsynced.length === 0) return commit(batch)
-    commitUnsynced(unsynced)
-    if (unsynced.length < batch.length) commit(batch.filter((q) => q.sync))
+    if (unsynced.length > 0) answer(unsynced, runUnsynced(unsynced))
+    const synced = unsynced.length === 0 ? batch : batch.filter((q) => q.sync)
+    if (synced.length === 0) return
+    if (stuck !== undefined) return answer(synced, synced.map(() => died(stuck)))
+    answer(synced, run(synced))
   }
 
   const submit = (body: TxBody, done: (outcome: TxOutcome) => void, sync = true): void => {

@@ -220,6 +220,41 @@ describe("makeGroupCommit: which COMMITs wait for the disk", () => {
     }
   })
 
+  it("fails every later batch, instead of committing it unsynced, when the connection's level cannot be put back", async () => {
+    const db = openStore("FULL")
+    const exec = db.exec.bind(db)
+    let broken = false
+    db.exec = (source: string) => {
+      if (broken && source === "PRAGMA synchronous = 2") throw new Error("cannot restore")
+      return exec(source)
+    }
+    try {
+      // The same group throughout, as in the worker.
+      const events: Array<string> = []
+      const group = makeGroupCommit(db)
+      const submit = (tag: string, sync: boolean) =>
+        new Promise<void>((resolve) =>
+          group.submit(
+            () => insert(db, tag),
+            (outcome) => {
+              events.push(`${tag}:${outcome._tag}`)
+              resolve()
+            },
+            sync
+          )
+        )
+      await submit("u0", false)
+      broken = true
+      await Promise.all([submit("u1", false), submit("s1", true)])
+      await submit("s2", true)
+      // u1 committed (at NORMAL) before the level failed to come back; nothing after it committed.
+      expect(events).toEqual(["u0:Committed", "u1:Committed", "s1:Died", "s2:Died"])
+      expect((db.prepare("SELECT tag FROM t ORDER BY id").all() as Array<{ tag: string }>).map((r) => r.tag)).toEqual(["u0", "u1"])
+    } finally {
+      db.close()
+    }
+  })
+
   it("never raises a connection's level: on a store at synchronous=OFF an unsynced body commits at OFF", async () => {
     const db = openStore("OFF")
     try {
