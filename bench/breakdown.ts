@@ -7,10 +7,13 @@
  * `ONLY=gateway` runs only the blocks whose name contains it, `ALLOC=1` adds bytes allocated per
  * operation. In-process figures vary ≈ 3% between runs where the HTTP bench varies ≈ 10%, but the
  * first block of a run is slower (JIT warm-up): compare blocks run in alternation, not one run each.
+ * `ALLOC=sites` also lists the functions that allocate the most per operation (GC is ≈ 6–14% of the
+ * event loop's samples under load, bench/README.md).
  */
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import { mkdtempSync } from "node:fs"
 import { Session } from "node:inspector/promises"
+import { findSourceMap } from "node:module"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { SqlClient } from "@effect/sql"
@@ -55,7 +58,9 @@ const ONLY = process.env.ONLY
  * `ALLOC=1`: also the bytes allocated per operation, garbage included (V8's sampling heap profiler,
  * one sample per 4 KiB allocated, keeping objects the GC collected). CPU figures then include its cost.
  */
-const ALLOC = process.env.ALLOC === "1"
+const ALLOC = process.env.ALLOC === "1" || process.env.ALLOC === "sites"
+/** `ALLOC=sites`: also the 25 functions that allocate the most, per operation, at their TypeScript line. */
+const SITES = process.env.ALLOC === "sites"
 const allocation = await (async () => {
   const session = new Session()
   session.connect()
@@ -70,12 +75,20 @@ const allocation = await (async () => {
     stop: async () => {
       const { profile } = await session.post("HeapProfiler.stopSampling")
       let bytes = 0
+      const sites = new Map<string, number>()
       const walk = (node: typeof profile.head): void => {
         bytes += node.selfSize
+        if (SITES && node.selfSize > 0) {
+          const f = node.callFrame
+          // tsx compiles a file to a few long lines: name the TypeScript line instead.
+          const entry = f.url === "" ? undefined : (findSourceMap(f.url)?.findEntry(f.lineNumber, f.columnNumber) as { originalLine?: number } | undefined)
+          const where = `${f.functionName || "(anonymous)"}  ${f.url.replace(/^.*\/(node_modules|src|spec|bench)\//, "$1/")}:${(entry?.originalLine ?? f.lineNumber) + 1}`
+          sites.set(where, (sites.get(where) ?? 0) + node.selfSize)
+        }
         for (const child of node.children) walk(child)
       }
       walk(profile.head)
-      return bytes
+      return { bytes, sites }
     }
   }
 })()
@@ -87,8 +100,14 @@ const measure = async (name: string, n: number, f: (i: number) => Effect.Effect<
   const c0 = process.cpuUsage(); const t0 = performance.now()
   await rt.runPromise(Effect.forEach(Array.from({ length: n }, (_, i) => i), (i) => Effect.ignore(f(i)), { discard: true, concurrency: CONCURRENCY }))
   const c = process.cpuUsage(c0); const wall = performance.now() - t0
-  const allocated = ALLOC ? `   allocated ${((await allocation.stop()) / n / 1024).toFixed(1).padStart(6)} KiB/op` : ""
+  const alloc = ALLOC ? await allocation.stop() : undefined
+  const allocated = alloc === undefined ? "" : `   allocated ${(alloc.bytes / n / 1024).toFixed(1).padStart(6)} KiB/op`
   console.log(name.padEnd(40), `cpu ${((c.user + c.system) / n).toFixed(0).padStart(5)} µs/op   wall ${((wall * 1000) / n).toFixed(0).padStart(5)} µs/op${allocated}`)
+  if (alloc !== undefined && SITES) {
+    for (const [where, size] of [...alloc.sites].sort((a, b) => b[1] - a[1]).slice(0, 25)) {
+      console.log(`    ${(size / n / 1024).toFixed(2).padStart(6)} KiB/op  ${where}`)
+    }
+  }
 }
 const N = Number(process.env.N ?? 1000)
 await measure("authenticate (cached)", N, () => Effect.flatMap(KeyRegistry, (k) => k.authenticate(`Bearer ${key}`)))
