@@ -138,7 +138,14 @@ export const validateGatewayFile = (file: GatewayFile): Effect.Effect<GatewayFil
 const settingsConfig = Config.all({
   port: Config.integer("PORT").pipe(Config.withDefault(8080)),
   host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
-  databaseUrl: Config.string("DATABASE_URL").pipe(Config.withDefault("sqlite:./data/tollgate.db")),
+  // Refused here, as a configuration error, rather than as a defect when the store opens.
+  databaseUrl: Config.string("DATABASE_URL").pipe(
+    Config.validate({
+      message: "must be sqlite:<path> (the PostgreSQL store of the scale-out design is not built yet)",
+      validation: (url) => url.startsWith("sqlite:")
+    }),
+    Config.withDefault("sqlite:./data/tollgate.db")
+  ),
   adminToken: Config.option(Config.redacted("TOLLGATE_ADMIN_TOKEN")),
   maxBodyBytes: Config.integer("TOLLGATE_MAX_BODY_BYTES").pipe(Config.withDefault(8 * 1024 * 1024)),
   inflightWaitMs: Config.integer("TOLLGATE_INFLIGHT_WAIT_MS").pipe(Config.withDefault(60_000)),
