@@ -15,8 +15,8 @@
  * A body queued with `sync: false` may skip the fsync: the unsynced bodies of a turn commit first, as
  * their own batch, with synchronous=NORMAL for that one COMMIT — durable against a crash of the
  * process, and on disk with the next synced COMMIT of the connection (the WAL is one file, appended
- * in order; after a power loss SQLite recovers a prefix of it). Only a transaction nothing outside
- * the process can observe before a synced one follows it may ask for that
+ * in order; after a power loss SQLite recovers a prefix of it). Only a transaction whose caller is
+ * told nothing that rests on it before a synced one follows may ask for that
  * (src/store/chatTransactions.ts, `mustSync`). The order of a turn's bodies is kept within each batch.
  * The level is back before any caller hears of its outcome; if it cannot be put back, every later
  * batch fails rather than commit at a lower level than it asked for.
