@@ -4,7 +4,8 @@
  * The bare proxy is the floor of a Node proxy; this is the floor of a governed one BUILT THE WAY
  * TOLLGATE IS: Tollgate's own store worker (src/store/storeWorker.mjs) runs Tollgate's own reserve and
  * settle transactions (claim, sized hold, pending request; charge, signed receipt, completion, stored
- * idempotent result) group-committed with synchronous=FULL, and the event loop does the rest with
+ * idempotent result) group-committed with synchronous=FULL (a plain reservation's COMMIT unsynced,
+ * by Tollgate's own `mustSync`, as in Tollgate), and the event loop does the rest with
  * Tollgate's own pure parts (request fingerprint, token count, ids, pricing, governance rendering).
  * What it leaves out is the orchestration: no fibers, no services, no validation beyond what the
  * bench's requests need, one route, an in-memory token bucket, errors as bare 4xx/5xx. It answers one
