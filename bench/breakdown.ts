@@ -13,7 +13,6 @@
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import { mkdtempSync } from "node:fs"
 import { Session } from "node:inspector/promises"
-import { findSourceMap } from "node:module"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { SqlClient } from "@effect/sql"
@@ -30,6 +29,7 @@ import { FiberSet, Fiber } from "effect"
 import { countChat } from "../src/services/Tokenizer.ts"
 import { chatCompletionsSurface } from "../src/services/surfaces/chatCompletions.ts"
 import { startChild } from "./lib/procs.ts"
+import { sourcePosition } from "./lib/sourceMap.ts"
 
 const mock = await startChild<{ port: number }>("mock", process.execPath, ["--import", "tsx", "bench/targets/mock.ts", "--delay", "0"], { cwd: process.cwd() })
 const dir = mkdtempSync(join(tmpdir(), "tg-bd-"))
@@ -80,9 +80,7 @@ const allocation = await (async () => {
         bytes += node.selfSize
         if (SITES && node.selfSize > 0) {
           const f = node.callFrame
-          // tsx compiles a file to a few long lines: name the TypeScript line instead.
-          const entry = f.url === "" ? undefined : (findSourceMap(f.url)?.findEntry(f.lineNumber, f.columnNumber) as { originalLine?: number } | undefined)
-          const where = `${f.functionName || "(anonymous)"}  ${f.url.replace(/^.*\/(node_modules|src|spec|bench)\//, "$1/")}:${(entry?.originalLine ?? f.lineNumber) + 1}`
+          const where = `${f.functionName || "(anonymous)"}  ${f.url.replace(/^.*\/(node_modules|src|spec|bench)\//, "$1/")}:${sourcePosition(f).line + 1}`
           sites.set(where, (sites.get(where) ?? 0) + node.selfSize)
         }
         for (const child of node.children) walk(child)

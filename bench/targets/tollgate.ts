@@ -8,13 +8,13 @@
 import { HttpServer } from "@effect/platform"
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import { findSourceMap } from "node:module"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { type GatewayFile, makeSettings, Settings } from "../../src/domain/config.ts"
 import { ServerLive } from "../../src/server.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
 import { arg, flag } from "../lib/args.ts"
+import { sourcePosition } from "../lib/sourceMap.ts"
 
 const upstream = (arg("--upstream") ?? "http://127.0.0.1:9100").replace(/\/+$/, "")
 const model = arg("--model") ?? "gpt-4o-mini"
@@ -66,14 +66,11 @@ if (profileFile !== undefined) {
     running = !running
     if (running) return void session.post("Profiler.start")
     void session.post("Profiler.stop").then(({ profile }) => {
-      // tsx compiles each file to a few long lines: point every frame back at its TypeScript line.
+      // Point every frame back at its TypeScript line (bench/lib/sourceMap.ts).
       for (const node of profile.nodes) {
-        const frame = node.callFrame
-        const entry = frame.url === "" ? undefined : (findSourceMap(frame.url)?.findEntry(frame.lineNumber, frame.columnNumber) as { originalLine?: number; originalColumn?: number } | undefined)
-        if (entry?.originalLine !== undefined && entry.originalColumn !== undefined) {
-          frame.lineNumber = entry.originalLine
-          frame.columnNumber = entry.originalColumn
-        }
+        const { line, column } = sourcePosition(node.callFrame)
+        node.callFrame.lineNumber = line
+        node.callFrame.columnNumber = column
       }
       writeFileSync(profileFile, JSON.stringify(profile))
       process.stderr.write(`profile written: ${profileFile}\n`)
