@@ -154,14 +154,12 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, options: GroupCommit
     }
     const batch = queue
     queue = []
-    if (stuck !== undefined) return answer(batch, batch.map(() => died(stuck)))
     // The unsynced first: their callers go on without waiting for the synced batch's fsync.
     const unsynced = batch.filter((q) => !q.sync)
-    if (unsynced.length > 0) answer(unsynced, runUnsynced(unsynced))
     const synced = unsynced.length === 0 ? batch : batch.filter((q) => q.sync)
-    if (synced.length === 0) return
-    if (stuck !== undefined) return answer(synced, synced.map(() => died(stuck)))
-    answer(synced, run(synced))
+    for (const [group, commit] of [[unsynced, runUnsynced], [synced, run]] as const) {
+      if (group.length > 0) answer(group, stuck === undefined ? commit(group) : group.map(() => died(stuck)))
+    }
   }
 
   const submit = (body: TxBody, done: (outcome: TxOutcome) => void, sync = true): void => {
