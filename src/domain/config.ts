@@ -5,6 +5,7 @@
 import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
+import { isSqliteUrl } from "../store/databaseUrl.ts"
 
 export const ProviderConfig = Schema.Union(
   Schema.Struct({
@@ -142,7 +143,7 @@ const settingsConfig = Config.all({
   databaseUrl: Config.string("DATABASE_URL").pipe(
     Config.validate({
       message: "must be sqlite:<path> (the PostgreSQL store of the scale-out design is not built yet)",
-      validation: (url) => url.startsWith("sqlite:")
+      validation: isSqliteUrl
     }),
     Config.withDefault("sqlite:./data/tollgate.db")
   ),
