@@ -1,0 +1,147 @@
+/**
+ * `npx tsx bench/walFrames.ts [--calls N] [--rounds R] [--batch 1,32]`: what the store worker writes
+ * for one governed call. Runs the worker's own transaction bodies (src/store/chatTransactions.ts: a
+ * reservation with an idempotency claim, then a settlement with a signed receipt and a stored 1.2 KiB
+ * reply) on fresh SQLite files, `--batch` calls per COMMIT (1: an idle gateway, each call commits
+ * alone; 32: a busy one, group commit), under synchronous=NORMAL so the disk's fsync latency stays
+ * out of the CPU figure, and reports per call:
+ *
+ * - WAL frames (one 4 KiB page each, written by the committing thread): counted from the WAL's
+ *   growth with auto-checkpoints off, so the figure is exact and the same on every machine;
+ * - CPU time of the thread running the transactions (statements, COMMIT, Ed25519, SHA-256).
+ *
+ * Each schema the migrations have produced is measured in the same run, interleaved per round
+ * (`0002`: before migration 0003, `latest`: all of them), so the CPU ratio holds on a noisy box.
+ */
+import { SqliteClient } from "@effect/sql-sqlite-node"
+import BetterSqlite3 from "better-sqlite3"
+import { Effect } from "effect"
+import { generateKeyPairSync } from "node:crypto"
+import { mkdtempSync, rmSync, statSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { newReceiptId, newRequestId, newReservationId } from "../src/domain/ids.ts"
+import { sealReceipt } from "../src/services/ReceiptSigner.ts"
+import { makeChatTransactions, type ReserveArgs, type SettleArgs } from "../src/store/chatTransactions.ts"
+import { type migrationSteps, runMigrations, runMigrationsUpTo } from "../src/store/migrations.ts"
+import { arg, numArg } from "./lib/args.ts"
+
+const CALLS = numArg("--calls", 2000)
+const ROUNDS = numArg("--rounds", 3)
+const BATCHES = (arg("--batch") ?? "1,32").split(",").map(Number)
+const FRAME_BYTES = 4096 + 24
+
+const schemas: ReadonlyArray<{ readonly name: string; readonly upTo: keyof typeof migrationSteps | undefined }> = [
+  { name: "0002", upTo: "0002_receipt_usage_columns" },
+  { name: "latest", upTo: undefined }
+]
+
+const projectId = "prj_bench"
+const scope = { projectId, environment: "production" as const }
+const model = "gpt-4o-mini"
+const { privateKey } = generateKeyPairSync("ed25519")
+const reply = new TextEncoder().encode(JSON.stringify({ id: "chatcmpl-bench", object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: "x".repeat(900) } }] }))
+
+const openStore = async (dir: string, upTo: keyof typeof migrationSteps | undefined) => {
+  const filename = join(dir, "t.db")
+  await Effect.runPromise((upTo === undefined ? runMigrations : runMigrationsUpTo(upTo)).pipe(Effect.provide(SqliteClient.layer({ filename })), Effect.orDie))
+  const db = new BetterSqlite3(filename)
+  db.pragma("journal_mode = WAL")
+  db.pragma("synchronous = NORMAL")
+  db.pragma("foreign_keys = ON")
+  db.pragma("wal_autocheckpoint = 0")
+  db.prepare(`INSERT INTO projects VALUES (?, 'org_bench', 'bench', 1000000000000000, 60000000, 1000000, 0, 0)`).run(projectId)
+  return { db, wal: `${filename}-wal` }
+}
+
+/** The two transactions of call `i` at `now`, as the Gateway sends them to the worker. */
+const callArgs = (i: number, now: number): { reserve: ReserveArgs; settle: (amount: number) => SettleArgs } => {
+  const requestId = newRequestId(now)
+  const hold = { reservationId: newReservationId(now), requestId, projectId, period: "2026-11", deadline: now + 60_000 }
+  const key = `bench-${now}-${i}`
+  return {
+    reserve: {
+      now,
+      claim: { scope, key, fingerprint: "f".repeat(64) },
+      request: { id: requestId, projectId, environment: scope.environment, keyId: "key_bench", endpoint: "/v1/chat/completions", model, route: model, stream: false, idempotencyKey: key, rateCardVersion: "rc_2026-11", createdAt: now },
+      hold,
+      sizing: { chain: [{ name: model, prices: { input: 150, output: 600 }, routeLimit: 4096 }], inputTokens: 200, requested: 400, maxCredits: undefined, maxCreditsParam: "X-Max-Credits", period: "2026-11" }
+    },
+    settle: (amount) => ({
+      now,
+      hold: { ...hold, amount },
+      receiptId: newReceiptId(now),
+      organization: "org_bench",
+      environment: scope.environment,
+      model,
+      route: model,
+      rateCardVersion: "rc_2026-11",
+      tokens: { input: 200, cached_input: 0, output: 120, reasoning: 0 },
+      usageSource: "reported",
+      charge: 103,
+      verification: { state: "verified", checks: ["route", "schema", "budget"], failed_checks: [] },
+      attempts: [{ route: model, provider: "mock", outcome: "ok", status: 200, duration_ms: 20 }],
+      idempotent: { scope, key, ttlMs: 86_400_000, result: { status: 200, contentType: "application/json", body: reply } }
+    })
+  }
+}
+
+const refuse = (e: unknown): never => {
+  throw new Error(`reservation refused: ${JSON.stringify(e)}`)
+}
+
+/** `calls` calls, `batch` per COMMIT: the reservations of a batch commit, then their settlements. */
+const measure = async (upTo: keyof typeof migrationSteps | undefined, batch: number, calls: number) => {
+  const dir = mkdtempSync(join(tmpdir(), "tg-wal-"))
+  const { db, wal } = await openStore(dir, upTo)
+  const ops = makeChatTransactions(db, { keyId: "key_bench", seal: (unsigned) => sealReceipt(privateKey, unsigned) })
+  const commit = (bodies: ReadonlyArray<() => void>) => {
+    db.exec("BEGIN IMMEDIATE")
+    for (const body of bodies) body()
+    db.exec("COMMIT")
+  }
+  const run = (n: number) => {
+    for (let i = 0; i < n; i += batch) {
+      const now = Date.now()
+      const batchCalls = Array.from({ length: Math.min(batch, n - i) }, (_, j) => callArgs(i + j, now))
+      const amounts: Array<number> = []
+      commit(batchCalls.map((c) => () => void amounts.push(ops.reserve(c.reserve, refuse).reservation)))
+      commit(batchCalls.map((c, j) => () => ops.settle(c.settle(amounts[j]!))))
+    }
+  }
+  run(200) // warm-up: statements prepared and JIT-compiled, the B-trees past their first pages
+  db.pragma("wal_checkpoint(TRUNCATE)")
+  const cpu0 = process.cpuUsage()
+  run(calls)
+  const cpu = process.cpuUsage(cpu0)
+  const frames = statSync(wal).size / FRAME_BYTES / calls
+  db.close()
+  rmSync(dir, { recursive: true, force: true })
+  return { frames, cpuMicros: (cpu.user + cpu.system) / calls }
+}
+
+const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+const results = new Map<string, Array<{ frames: number; cpuMicros: number }>>()
+for (let round = 0; round < ROUNDS; round++) {
+  for (const batch of BATCHES) {
+    // Rotate the order each round so neither schema always runs first.
+    const order = round % 2 === 0 ? schemas : [...schemas].reverse()
+    for (const s of order) {
+      const key = `${batch}|${s.name}`
+      const r = await measure(s.upTo, batch, CALLS)
+      results.set(key, [...(results.get(key) ?? []), r])
+    }
+  }
+}
+
+console.log(`\n${CALLS} governed calls per schema and round, ${ROUNDS} rounds, synchronous=NORMAL, medians over rounds\n`)
+console.log("| calls per COMMIT | schema | WAL frames per call | CPU µs per call | CPU vs 0002 |")
+console.log("| ---: | --- | ---: | ---: | ---: |")
+for (const batch of BATCHES) {
+  const base = median(results.get(`${batch}|0002`)!.map((r) => r.cpuMicros))
+  for (const s of schemas) {
+    const rs = results.get(`${batch}|${s.name}`)!
+    const cpu = median(rs.map((r) => r.cpuMicros))
+    console.log(`| ${batch} | ${s.name} | ${median(rs.map((r) => r.frames)).toFixed(2)} | ${cpu.toFixed(0)} | ${((cpu / base) * 100).toFixed(0)}% |`)
+  }
+}

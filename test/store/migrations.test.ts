@@ -1,0 +1,73 @@
+/**
+ * Migration 0003 (fewer indexes written per governed call) on a store made by the migrations before
+ * it: nothing is lost, and the reads that need an index still get one.
+ */
+import { SqliteClient } from "@effect/sql-sqlite-node"
+import BetterSqlite3 from "better-sqlite3"
+import { Effect, Layer } from "effect"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { describe, expect, it } from "vitest"
+import { makeSettings, Settings } from "../../src/domain/config.ts"
+import { DatabaseLive } from "../../src/store/Database.ts"
+import { type migrationSteps, runMigrationsUpTo } from "../../src/store/migrations.ts"
+
+/** A store as the migrations up to and including `last` left it. */
+const migrateUpTo = (filename: string, last: keyof typeof migrationSteps) =>
+  Effect.runPromise(runMigrationsUpTo(last).pipe(Effect.provide(SqliteClient.layer({ filename })), Effect.orDie))
+
+const migrateAll = (filename: string) =>
+  Effect.runPromise(Effect.scoped(Layer.build(DatabaseLive.pipe(Layer.provide(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${filename}` })))))))
+
+const seed = (db: BetterSqlite3.Database) => {
+  db.prepare(`INSERT INTO projects VALUES ('prj_a', 'org_a', 'a', 1000, 60, 10, 0, 0)`).run()
+  db.prepare(`INSERT INTO budget_windows VALUES ('prj_a', '2026-11', 20, 50)`).run()
+  const request = db.prepare(`INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, status, created_at) VALUES (?, 'prj_a', 'development', 'key_a', '/v1/chat/completions', 'auto', ?, ?)`)
+  request.run("req_1", "completed", 1)
+  request.run("req_2", "pending", 2)
+  const hold = db.prepare(`INSERT INTO reservations (id, request_id, project_id, period, amount, state, charge, deadline, created_at) VALUES (?, ?, 'prj_a', '2026-11', ?, ?, ?, ?, ?)`)
+  hold.run("rsv_1", "req_1", 40, "settled", 20, 100, 1)
+  hold.run("rsv_2", "req_2", 50, "held", null, 200, 2)
+  db.prepare(
+    `INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version, body, prev_hash, hash, signature, signing_key_id, created_at, route, output_tokens)
+     VALUES ('rcp_1', 'req_1', 'prj_a', 'development', '2026-11', 1, 20, 'rc_2026-11', '{}', 'p', 'h', 's', 'k', 1, 'demo', 7)`
+  ).run()
+}
+
+const planOf = (db: BetterSqlite3.Database, query: string) =>
+  (db.prepare(`EXPLAIN QUERY PLAN ${query}`).all() as Array<{ detail: string }>).map((r) => r.detail).join(" | ")
+
+describe("migration 0003: leaner write indexes", () => {
+  it("keeps every row of a store made before it, and the reads that need an index still use one", async () => {
+    const filename = join(mkdtempSync(join(tmpdir(), "tg-migrate-")), "t.db")
+    await migrateUpTo(filename, "0002_receipt_usage_columns")
+    const before = new BetterSqlite3(filename)
+    seed(before)
+    const rowsOf = (db: BetterSqlite3.Database) =>
+      ["projects", "budget_windows", "requests", "reservations", "receipts"].map((t) => db.prepare(`SELECT * FROM ${t} ORDER BY 1`).all())
+    const rows = rowsOf(before)
+    before.close()
+
+    await migrateAll(filename)
+    const db = new BetterSqlite3(filename, { readonly: true })
+    expect(rowsOf(db)).toEqual(rows)
+
+    const indexes = db.prepare(`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name`).all()
+    expect(indexes).toEqual([
+      { name: "api_keys_project", sql: "CREATE INDEX api_keys_project ON api_keys(project_id)" },
+      { name: "receipts_window", sql: "CREATE INDEX receipts_window ON receipts(project_id, period, environment)" },
+      { name: "reservations_held", sql: "CREATE INDEX reservations_held ON reservations(deadline) WHERE state = 'held'" }
+    ])
+
+    // The recovery sweep (Ledger.expiredHolds) and the audit's open holds: only held rows, by index.
+    expect(planOf(db, `SELECT id, request_id FROM reservations WHERE state = 'held' AND deadline <= 150`)).toContain("USING INDEX reservations_held")
+    expect(db.prepare(`SELECT id FROM reservations WHERE state = 'held' AND deadline <= 250`).all()).toEqual([{ id: "rsv_2" }])
+    // GET /v1/usage's sums (Ledger.usage) and the audit's per-project window reads.
+    expect(planOf(db, `SELECT route FROM receipts WHERE project_id = 'prj_a' AND environment = 'development' AND period = '2026-11'`)).toContain(
+      "USING INDEX receipts_window (project_id=? AND period=? AND environment=?)"
+    )
+    expect(planOf(db, `SELECT COUNT(*) FROM receipts WHERE project_id = 'prj_a' AND period = '2026-11'`)).toContain("receipts_window (project_id=? AND period=?)")
+    db.close()
+  })
+})
