@@ -1,14 +1,16 @@
 /**
- * `npx tsx bench/walFrames.ts [--calls N] [--rounds R] [--batch 1,32]`: what the store worker writes
- * for one governed call. Runs the worker's own transaction bodies (src/store/chatTransactions.ts: a
- * reservation with an idempotency claim, then a settlement with a signed receipt and a stored 1.2 KiB
- * reply) on fresh SQLite files, `--batch` calls per COMMIT (1: an idle gateway, each call commits
- * alone; 32: a busy one, group commit), under synchronous=NORMAL so the disk's fsync latency stays
- * out of the CPU figure, and reports per call:
+ * `npx tsx bench/walFrames.ts [--calls N] [--rounds R] [--batch 1,32] [--sync NORMAL|FULL]`: what the
+ * store worker writes for one governed call. Runs the worker's own transaction bodies
+ * (src/store/chatTransactions.ts: a reservation with an idempotency claim, then a settlement with a
+ * signed receipt and a stored ≈ 1 KiB reply) on fresh SQLite files, `--batch` calls per COMMIT (1: an
+ * idle gateway, each call commits alone; 32: a busy one, group commit), by default under
+ * synchronous=NORMAL so the disk's fsync stays out of the figures (`--sync FULL` puts it in: every
+ * COMMIT then waits for one), and reports per call:
  *
  * - WAL frames (one 4 KiB page each, written by the committing thread): counted from the WAL's
  *   growth with auto-checkpoints off, so the figure is exact and the same on every machine;
- * - CPU time of the thread running the transactions (statements, COMMIT, Ed25519, SHA-256).
+ * - CPU time of the thread running the transactions (statements, COMMIT, Ed25519, SHA-256), and
+ *   wall time.
  *
  * Each schema the migrations have produced is measured in the same run, interleaved per round
  * (`0002`: before migration 0003, `latest`: all of them), so the CPU ratio holds on a noisy box.
@@ -29,6 +31,8 @@ import { arg, numArg } from "./lib/args.ts"
 const CALLS = numArg("--calls", 2000)
 const ROUNDS = numArg("--rounds", 3)
 const BATCHES = (arg("--batch") ?? "1,32").split(",").map(Number)
+/** `--sync FULL`: every COMMIT waits for its fsync, as a settlement's does; wall time then shows the disk. */
+const SYNC = arg("--sync") ?? "NORMAL"
 const FRAME_BYTES = 4096 + 24
 
 const schemas: ReadonlyArray<{ readonly name: string; readonly upTo: keyof typeof migrationSteps | undefined }> = [
@@ -47,7 +51,7 @@ const openStore = async (dir: string, upTo: keyof typeof migrationSteps | undefi
   await Effect.runPromise((upTo === undefined ? runMigrations : runMigrationsUpTo(upTo)).pipe(Effect.provide(SqliteClient.layer({ filename })), Effect.orDie))
   const db = new BetterSqlite3(filename)
   db.pragma("journal_mode = WAL")
-  db.pragma("synchronous = NORMAL")
+  db.pragma(`synchronous = ${SYNC}`)
   db.pragma("foreign_keys = ON")
   db.pragma("wal_autocheckpoint = 0")
   db.prepare(`INSERT INTO projects VALUES (?, 'org_bench', 'bench', 1000000000000000, 60000000, 1000000, 0, 0)`).run(projectId)
@@ -112,16 +116,18 @@ const measure = async (upTo: keyof typeof migrationSteps | undefined, batch: num
   run(200) // warm-up: statements prepared and JIT-compiled, the B-trees past their first pages
   db.pragma("wal_checkpoint(TRUNCATE)")
   const cpu0 = process.cpuUsage()
+  const t0 = performance.now()
   run(calls)
+  const wallMicros = ((performance.now() - t0) * 1000) / calls
   const cpu = process.cpuUsage(cpu0)
   const frames = statSync(wal).size / FRAME_BYTES / calls
   db.close()
   rmSync(dir, { recursive: true, force: true })
-  return { frames, cpuMicros: (cpu.user + cpu.system) / calls }
+  return { frames, cpuMicros: (cpu.user + cpu.system) / calls, wallMicros }
 }
 
 const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
-const results = new Map<string, Array<{ frames: number; cpuMicros: number }>>()
+const results = new Map<string, Array<{ frames: number; cpuMicros: number; wallMicros: number }>>()
 for (let round = 0; round < ROUNDS; round++) {
   for (const batch of BATCHES) {
     // Rotate the order each round so neither schema always runs first.
@@ -134,14 +140,18 @@ for (let round = 0; round < ROUNDS; round++) {
   }
 }
 
-console.log(`\n${CALLS} governed calls per schema and round, ${ROUNDS} rounds, synchronous=NORMAL, medians over rounds\n`)
-console.log("| calls per COMMIT | schema | WAL frames per call | CPU µs per call | CPU vs 0002 |")
-console.log("| ---: | --- | ---: | ---: | ---: |")
+console.log(`\n${CALLS} governed calls per schema and round, ${ROUNDS} rounds, synchronous=${SYNC}, medians over rounds\n`)
+console.log("| calls per COMMIT | schema | WAL frames per call | CPU µs per call | CPU vs 0002 | wall µs per call | wall vs 0002 |")
+console.log("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
 for (const batch of BATCHES) {
   const base = median(results.get(`${batch}|0002`)!.map((r) => r.cpuMicros))
+  const baseWall = median(results.get(`${batch}|0002`)!.map((r) => r.wallMicros))
   for (const s of schemas) {
     const rs = results.get(`${batch}|${s.name}`)!
     const cpu = median(rs.map((r) => r.cpuMicros))
-    console.log(`| ${batch} | ${s.name} | ${median(rs.map((r) => r.frames)).toFixed(2)} | ${cpu.toFixed(0)} | ${((cpu / base) * 100).toFixed(0)}% |`)
+    const wall = median(rs.map((r) => r.wallMicros))
+    console.log(
+      `| ${batch} | ${s.name} | ${median(rs.map((r) => r.frames)).toFixed(2)} | ${cpu.toFixed(0)} | ${((cpu / base) * 100).toFixed(0)}% | ${wall.toFixed(0)} | ${((wall / baseWall) * 100).toFixed(0)}% |`
+    )
   }
 }
