@@ -28,6 +28,7 @@ import { arg, args, flag, numArg } from "./lib/args.ts"
 import { closedLoad, openLoad, type PhaseResult, type TargetEndpoint } from "./lib/load.ts"
 import { type Child, freePort, sampleProc, startChild } from "./lib/procs.ts"
 import { median, spread } from "./lib/stats.ts"
+import { judgeTargets } from "./lib/targets.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, "..")
@@ -459,6 +460,28 @@ const main = async () => {
     )
   }
   md.push("")
+  // The issue's speed targets, judged for Tollgate and for the governed floor in this same run.
+  const judged = judgeTargets(
+    summary.map((s) => {
+      const l = s.latency[`open-${h}`]
+      return { target: s.target, maxRps: s.maxRps, addedP50Ms: l?.added.p50.median ?? NaN, addedP99Ms: l?.added.p99.median ?? NaN, achievedRps: l?.achievedRps ?? NaN }
+    }),
+    h
+  )
+  if (judged.verdicts.length > 0) {
+    const governed = [...new Set(judged.verdicts.map((v) => v.target))]
+    const checks = [...new Set(judged.verdicts.map((v) => v.check))]
+    const cell = (target: string, check: string) => {
+      const v = judged.verdicts.find((x) => x.target === target && x.check === check)
+      return v === undefined ? "–" : `${v.value} ${v.met === undefined ? "(not measured)" : v.met ? "**met**" : "not met"}`
+    }
+    md.push(`| target set for this benchmark | ${governed.map((t) => names[t]!.replace(/ \(.*$/, "")).join(" | ")} |`, `| --- |${governed.map(() => " --- |").join("")}`)
+    for (const check of checks) md.push(`| ${check} | ${governed.map((t) => cell(t, check)).join(" | ")} |`)
+    md.push("")
+    if (judged.saturated.length > 0) {
+      md.push(`Saturated at ${f0(h)} RPS offered (achieved < 95%), so their latency there is a backlog's: ${judged.saturated.join(", ")}.`, "")
+    }
+  }
   md.push("<details><summary>Every phase (medians over rounds; added = target − baseline in the same round; [min, max] over rounds)</summary>", "")
   md.push("| scenario | target | achieved RPS | p50 ms | p90 ms | p99 ms | added p50 | added p99 [spread] | TTFB p50 | errors | target CPU (cores) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
   for (const s of scenarios) {
@@ -482,7 +505,7 @@ const main = async () => {
   )
   const markdown = md.join("\n")
 
-  const report = { config, machine: { ...info, loadavgEnd }, command, started: started.toISOString(), finished: finished.toISOString(), summary, results }
+  const report = { config, machine: { ...info, loadavgEnd }, command, started: started.toISOString(), finished: finished.toISOString(), summary, targets: judged, results }
   process.stdout.write(`\n${markdown}\n`)
   if (!flag("--no-write")) {
     const out = resolve(arg("--out") ?? join(here, "results"))
