@@ -51,7 +51,7 @@ export const judgeTargets = (
     verdicts.push({ target: name, check: `added p99 @${headlineRate} RPS ≤ ${LATENCY_P99_MS} ms`, value: ms(t.addedP99Ms), met: judged(t.addedP99Ms, (x) => x <= LATENCY_P99_MS) })
     if (bare !== undefined) {
       const share = t.maxRps / bare.maxRps
-      verdicts.push({ target: name, check: `max RPS ≥ ${SHARE_OF_BARE * 100}% of the bare proxy's`, value: `${Math.floor(share * 100)}%`, met: judged(share, (x) => x >= SHARE_OF_BARE) })
+      verdicts.push({ target: name, check: `max RPS ≥ ${SHARE_OF_BARE * 100}% of the bare proxy's`, value: `${(Math.floor(share * 1000) / 10).toFixed(1)}%`, met: judged(share, (x) => x >= SHARE_OF_BARE) })
     }
     if (portkey !== undefined) {
       const ratio = t.maxRps / portkey.maxRps

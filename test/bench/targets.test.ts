@@ -25,7 +25,7 @@ describe("bench target verdicts", () => {
       "max RPS ≥ Portkey's": false,
       "added p50 @1000 RPS ≤ Portkey's": true
     })
-    expect(verdicts.find((v) => v.target === "tollgate" && v.check.startsWith("max RPS ≥ 60%"))?.value).toBe("59%")
+    expect(verdicts.find((v) => v.target === "tollgate" && v.check.startsWith("max RPS ≥ 60%"))?.value).toBe("59.9%")
   })
 
   it("leaves out a check whose reference target did not run, and does not judge a figure that was not measured", () => {
