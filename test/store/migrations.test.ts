@@ -4,21 +4,17 @@
  */
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import BetterSqlite3 from "better-sqlite3"
-import { Effect, Layer } from "effect"
+import { Effect } from "effect"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
-import { makeSettings, Settings } from "../../src/domain/config.ts"
-import { DatabaseLive } from "../../src/store/Database.ts"
 import { type migrationSteps, runMigrationsUpTo } from "../../src/store/migrations.ts"
+import { migrate } from "../audit/synthetic.ts"
 
 /** A store as the migrations up to and including `last` left it. */
 const migrateUpTo = (filename: string, last: keyof typeof migrationSteps) =>
   Effect.runPromise(runMigrationsUpTo(last).pipe(Effect.provide(SqliteClient.layer({ filename })), Effect.orDie))
-
-const migrateAll = (filename: string) =>
-  Effect.runPromise(Effect.scoped(Layer.build(DatabaseLive.pipe(Layer.provide(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${filename}` })))))))
 
 const seed = (db: BetterSqlite3.Database) => {
   db.prepare(`INSERT INTO projects VALUES ('prj_a', 'org_a', 'a', 1000, 60, 10, 0, 0)`).run()
@@ -49,7 +45,7 @@ describe("migration 0003: leaner write indexes", () => {
     const rows = rowsOf(before)
     before.close()
 
-    await migrateAll(filename)
+    await migrate(filename)
     const db = new BetterSqlite3(filename, { readonly: true })
     expect(rowsOf(db)).toEqual(rows)
 
