@@ -27,7 +27,7 @@ import { request } from "undici"
 import { arg, args, flag, numArg } from "./lib/args.ts"
 import { closedLoad, openLoad, type PhaseResult, type TargetEndpoint } from "./lib/load.ts"
 import { type Child, freePort, sampleProc, startChild } from "./lib/procs.ts"
-import { median, spread } from "./lib/stats.ts"
+import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
 import { judgeTargets } from "./lib/targets.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -222,10 +222,6 @@ const pause = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 // ---- Report ----
 
-const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "–")
-const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "–")
-const f0 = (x: number) => (Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "–")
-const signed = (x: number, f = f2) => (Number.isFinite(x) ? (x >= 0 ? "+" : "") + f(x) : "–")
 
 const main = async () => {
   const started = new Date()

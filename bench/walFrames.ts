@@ -27,6 +27,7 @@ import { sealReceipt } from "../src/services/ReceiptSigner.ts"
 import { makeChatTransactions, type ReserveArgs, type SettleArgs } from "../src/store/chatTransactions.ts"
 import { type migrationSteps, runMigrations, runMigrationsUpTo } from "../src/store/migrations.ts"
 import { arg, numArg } from "./lib/args.ts"
+import { median } from "./lib/stats.ts"
 
 const CALLS = numArg("--calls", 2000)
 const ROUNDS = numArg("--rounds", 3)
@@ -126,7 +127,6 @@ const measure = async (upTo: keyof typeof migrationSteps | undefined, batch: num
   return { frames, cpuMicros: (cpu.user + cpu.system) / calls, wallMicros }
 }
 
-const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const results = new Map<string, Array<{ frames: number; cpuMicros: number; wallMicros: number }>>()
 for (let round = 0; round < ROUNDS; round++) {
   for (const batch of BATCHES) {

@@ -38,3 +38,10 @@ export const spread = (xs: ReadonlyArray<number>): [number, number] => {
   const v = xs.filter((x) => Number.isFinite(x))
   return v.length === 0 ? [NaN, NaN] : [Math.min(...v), Math.max(...v)]
 }
+
+// ---- Report formatting (a figure that was not measured prints as "–") ----
+
+export const f1 = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "–")
+export const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "–")
+export const f0 = (x: number) => (Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "–")
+export const signed = (x: number, f = f2) => (Number.isFinite(x) ? (x >= 0 ? "+" : "") + f(x) : "–")

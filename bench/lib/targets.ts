@@ -5,6 +5,7 @@
  * machine, not only for Tollgate's code. A verdict is data in the report, never an exit code: the
  * benchmark does not fail on speed.
  */
+import { signed } from "./stats.ts"
 
 /** What a verdict needs of a target's summary row (bench/run.ts). */
 export interface TargetFigures {
@@ -28,7 +29,7 @@ export const LATENCY_P50_MS = 1
 export const LATENCY_P99_MS = 5
 export const SHARE_OF_BARE = 0.6
 
-const ms = (x: number) => `${x >= 0 ? "+" : ""}${x.toFixed(2)} ms`
+const ms = (x: number) => `${signed(x)} ms`
 const judged = (x: number, ok: (x: number) => boolean): boolean | undefined => (Number.isFinite(x) ? ok(x) : undefined)
 
 /**

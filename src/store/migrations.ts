@@ -173,6 +173,7 @@ export const runMigrations = Migrator.make({})({ loader: migrations })
 
 /** The migrations up to and including `last`: a store as an older release left it (tests, bench). */
 export const runMigrationsUpTo = (last: keyof typeof migrationSteps) => {
-  const ids = Object.keys(migrationSteps)
-  return Migrator.make({})({ loader: Migrator.fromRecord(Object.fromEntries(Object.entries(migrationSteps).slice(0, ids.indexOf(last) + 1))) })
+  const steps = Object.entries(migrationSteps)
+  const upTo = steps.slice(0, steps.findIndex(([id]) => id === last) + 1)
+  return Migrator.make({})({ loader: Migrator.fromRecord(Object.fromEntries(upTo)) })
 }
