@@ -10,7 +10,7 @@
  * reservation. Exit code: 0 clean, 1 findings, 2 the audit could not run.
  */
 import Database from "better-sqlite3"
-import { sqliteFilename } from "../store/databaseUrl.ts"
+import { sqliteFilename } from "../domain/databaseUrl.ts"
 import { readFileSync } from "node:fs"
 import { parseArgs } from "node:util"
 import {

@@ -5,7 +5,7 @@
 import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
-import { isSqliteUrl } from "../store/databaseUrl.ts"
+import { isSqliteUrl } from "./databaseUrl.ts"
 
 export const ProviderConfig = Schema.Union(
   Schema.Struct({

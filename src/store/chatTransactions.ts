@@ -8,15 +8,21 @@
  *   transaction, the pending request row and the budget hold;
  * - settle: the charge, the signed receipt, the request's completion and the stored idempotent result;
  * - abandon: void the hold, fail the request, free the idempotency key (nothing was charged);
- * - extend: push open streams' holds and claims a TTL ahead.
+ * - extend: push open streams' holds and claims a TTL ahead;
+ * - expire: the recovery sweep — void every hold past its deadline, fail its request, free its claim.
  *
  * A refused reservation rolls back and aborts with `ReserveRefused`, data the caller turns into its reply.
+ *
+ * This is the store port's core: what a second engine (PostgreSQL) implements is `ChatStoreApi`
+ * (src/store/ChatStore.ts) over these arguments and results, which carry no SQLite types. The
+ * statements are src/store's own (ledgerStatements, idempotencyStatements, requestStatements); the
+ * rules they need come from spec/ and domain/ (the sizing, the receipt seal), never from a service.
  */
 import type BetterSqlite3 from "better-sqlite3"
-import { type ClaimOutcome, makeIdempotencyWrites, type Scope, type StoredResult } from "../services/IdempotencyStore.ts"
-import { type Hold, makeLedgerWrites, type Sealer, type Settlement } from "../services/Ledger.ts"
-import { type Attempt, makeRequestWrites, type NewRequest } from "../services/Requests.ts"
-import { sizeReservation, type SizingRequest } from "../services/budgetSizing.ts"
+import { holdRefusedMessage, sizeReservation, type SizingRequest } from "../domain/budgetSizing.ts"
+import { type ClaimOutcome, makeIdempotencyStatements, type Scope, type StoredResult } from "./idempotencyStatements.ts"
+import { type Hold, makeLedgerStatements, type Sealer, type Settlement } from "./ledgerStatements.ts"
+import { type Attempt, makeRequestStatements, type NewRequest } from "./requestStatements.ts"
 import type { Abort } from "./syncTransactions.ts"
 
 export interface ReserveArgs {
@@ -69,12 +75,20 @@ export interface ExtendArgs {
   }>
 }
 
+export interface ExpireArgs {
+  readonly now: number
+  /** What the failed request rows say. */
+  readonly failure: { readonly code: string; readonly message: string }
+}
+
 /** The transactions by name: what a message to the store worker names. */
 export interface ChatTransactions {
   readonly reserve: (args: ReserveArgs, abort: Abort<ReserveRefused>) => Reserved
   readonly settle: (args: SettleArgs) => void
   readonly abandon: (args: AbandonArgs) => void
   readonly extend: (args: ExtendArgs) => void
+  /** How many holds it voided. */
+  readonly expire: (args: ExpireArgs) => number
 }
 
 export type ChatOp = keyof ChatTransactions
@@ -95,9 +109,9 @@ export type ChatOp = keyof ChatTransactions
 export const mustSync = (op: ChatOp, args: unknown): boolean => op !== "reserve" || (args as ReserveArgs).request.stream
 
 export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer): ChatTransactions => {
-  const ledger = makeLedgerWrites(db, sealer)
-  const requests = makeRequestWrites(db)
-  const idempotency = makeIdempotencyWrites(db)
+  const ledger = makeLedgerStatements(db, sealer)
+  const requests = makeRequestStatements(db)
+  const idempotency = makeIdempotencyStatements(db)
 
   const reserve = (a: ReserveArgs, abort: Abort<ReserveRefused>): Reserved => {
     // The claim first: a replay (or a conflict) answers before any budget question.
@@ -113,7 +127,9 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
     const { outputCap, reservation } = sized as Extract<typeof sized, { _tag: "Fits" }>
     requests.insertPendingSync({ ...a.request, creditsReserved: reservation })
     // The guarded UPDATE stays the rule (spent + reserved ≤ cap), whatever the sizing said.
-    ledger.reserveSync({ ...a.hold, amount: reservation }, a.now, (e) => abort({ _tag: "OverBudget", message: e.message, param: null }))
+    if (!ledger.reserveSync({ ...a.hold, amount: reservation }, a.now)) {
+      abort({ _tag: "OverBudget", message: holdRefusedMessage(reservation, a.hold.period), param: null })
+    }
     return { outputCap, reservation }
   }
 
@@ -145,5 +161,17 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
     }
   }
 
-  return { reserve, settle, abandon, extend }
+  const expire = (a: ExpireArgs): number => {
+    let voided = 0
+    for (const hold of ledger.expiredSync(a.now)) {
+      // Guarded: a hold its own call resolved meanwhile stays as it is.
+      if (!ledger.releaseSync(hold.id, a.now)) continue
+      requests.failSync(hold.request_id, { ...a.failure, attempts: [], completedAt: a.now })
+      idempotency.releaseRequestSync(hold.request_id)
+      voided++
+    }
+    return voided
+  }
+
+  return { reserve, settle, abandon, extend, expire }
 }

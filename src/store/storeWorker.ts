@@ -12,7 +12,7 @@
 import BetterSqlite3 from "better-sqlite3"
 import type { KeyObject } from "node:crypto"
 import { parentPort, workerData } from "node:worker_threads"
-import { sealReceipt } from "../services/ReceiptSigner.ts"
+import { sealReceipt } from "../../spec/receipt.ts"
 import { type ChatOp, makeChatTransactions, mustSync } from "./chatTransactions.ts"
 import { makeGroupCommit, type TxOutcome } from "./syncTransactions.ts"
 
