@@ -5,7 +5,7 @@
 import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
-import { isSqliteUrl } from "./databaseUrl.ts"
+import { isSupportedDatabaseUrl } from "./databaseUrl.ts"
 
 export const ProviderConfig = Schema.Union(
   Schema.Struct({
@@ -105,6 +105,8 @@ export interface GatewaySettings {
    * SQLite file (src/store/storeWorker.ts), off the event loop. An in-memory store always runs them inline.
    */
   readonly storeWorker: boolean
+  /** PostgreSQL only: connections in this instance's pool (TOLLGATE_PG_POOL_SIZE). */
+  readonly pgPoolSize: number
   readonly gateway: GatewayFile
 }
 
@@ -142,8 +144,8 @@ const settingsConfig = Config.all({
   // Refused here, as a configuration error, rather than as a defect when the store opens.
   databaseUrl: Config.string("DATABASE_URL").pipe(
     Config.validate({
-      message: "must be sqlite:<path> (the PostgreSQL store of the scale-out design is not built yet)",
-      validation: isSqliteUrl
+      message: "must be sqlite:<path> or postgres://user@host:port/database",
+      validation: isSupportedDatabaseUrl
     }),
     Config.withDefault("sqlite:./data/tollgate.db")
   ),
@@ -161,6 +163,10 @@ const settingsConfig = Config.all({
   breakerOpenMs: Config.integer("TOLLGATE_BREAKER_OPEN_MS").pipe(Config.withDefault(30_000)),
   accessLog: Config.boolean("TOLLGATE_ACCESS_LOG").pipe(Config.withDefault(true)),
   storeWorker: Config.boolean("TOLLGATE_STORE_WORKER").pipe(Config.withDefault(true)),
+  pgPoolSize: Config.integer("TOLLGATE_PG_POOL_SIZE").pipe(
+    Config.validate({ message: "must be between 1 and 1000", validation: (n) => n >= 1 && n <= 1000 }),
+    Config.withDefault(10)
+  ),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
@@ -194,6 +200,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   breakerOpenMs: 30_000,
   accessLog: false,
   storeWorker: true,
+  pgPoolSize: 10,
   gateway: defaultGatewayFile,
   ...overrides
 })

@@ -240,9 +240,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       maxCredits: number | undefined,
       maxCreditsParam: string,
       now: number
-    ): Either.Either<Quote, RouteUnavailable> =>
-      Either.map(route(principal, request, maxCredits, maxCreditsParam, now), (r) => {
-        const window = ledger.windowSync(principal.projectId, r.sizing.period)
+    ): Effect.Effect<Quote, RouteUnavailable> =>
+      Effect.flatMap(route(principal, request, maxCredits, maxCreditsParam, now), (r) => Effect.map(ledger.window(principal.projectId, r.sizing.period), (window): Quote => {
         const remaining = Math.max(0, window.cap - window.spent - window.reserved)
         const sized = sizeReservation(r.sizing, window.cap, remaining)
         return {
@@ -254,7 +253,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           remaining,
           decision: sized._tag === "Fits" ? sized : { _tag: "OverBudget", error: new BudgetExceeded({ message: sized.message, param: sized.param }) }
         }
-      })
+      }))
 
     /** Everything up to and including the reservation. */
     const plan = (call: ChatCall): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
@@ -281,12 +280,14 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         if (Either.isLeft(routed)) {
           // A replay (or a conflict, or an original in flight) answers even when the route is gone.
           if (key !== undefined) {
-            const seen = idempotency.peekAt(scope, key, fingerprint, now)
-            if (seen._tag !== "Claimed") {
-              return Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, headers), (reply) =>
-                Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(routed.left)
-              )
-            }
+            const unroutable = routed.left
+            return Effect.flatMap(idempotency.peekAt(scope, key, fingerprint, now), (seen) =>
+              seen._tag === "Claimed"
+                ? Effect.fail(unroutable)
+                : Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, headers), (reply) =>
+                    Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(unroutable)
+                  )
+            )
           }
           return Effect.fail(routed.left)
         }

@@ -5,7 +5,7 @@
  * sweep call: one code path, the one the model tests drive.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { periodOf } from "../../spec/ledger.ts"
 import type { Receipt } from "../../spec/receipt.ts"
 import { RequestNotFound } from "../domain/errors.ts"
@@ -20,15 +20,29 @@ export type { BudgetWindow, Hold, Sealer, Settlement } from "../store/ledgerStat
 export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
-    const { db } = yield* Sqlite
-    // Reads only: the statements need no signer (nothing is settled through this connection here).
-    const { windowSync } = makeLedgerStatements(db, {
-      keyId: "",
-      seal: () => {
-        throw new Error("the Ledger service does not settle: settlements go through ChatStore")
-      }
+    // SQLite: the window is read synchronously on the store's connection (no statement compiled per
+    // call); PostgreSQL: through SqlClient.
+    const sqlite = yield* Effect.serviceOption(Sqlite)
+    const window = Option.match(sqlite, {
+      onSome: ({ db }) => {
+        // Reads only: the statements need no signer (nothing is settled through this connection here).
+        const { windowSync } = makeLedgerStatements(db, {
+          keyId: "",
+          seal: () => {
+            throw new Error("the Ledger service does not settle: settlements go through ChatStore")
+          }
+        })
+        return (projectId: string, period: string): Effect.Effect<BudgetWindow> => Effect.sync(() => windowSync(projectId, period))
+      },
+      onNone: () => (projectId: string, period: string): Effect.Effect<BudgetWindow> =>
+        Effect.map(
+          sql<{ cap: number; spent: number | null; reserved: number | null }>`
+            SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
+            FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
+            WHERE p.id = ${projectId}`.pipe(Effect.orDie),
+          ([row]) => ({ period, cap: row?.cap ?? 0, spent: row?.spent ?? 0, reserved: row?.reserved ?? 0 })
+        )
     })
-    const window = (projectId: string, period: string): Effect.Effect<BudgetWindow> => Effect.sync(() => windowSync(projectId, period))
 
     const receipt = (requestId: string, scope: Scope): Effect.Effect<Receipt, RequestNotFound> =>
       Effect.flatMap(
@@ -69,6 +83,6 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
         }))
       }).pipe(Effect.orDie)
 
-    return { window, windowSync, receipt, usage, periodOf } as const
+    return { window, receipt, usage, periodOf } as const
   })
 }) {}

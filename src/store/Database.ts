@@ -15,9 +15,10 @@ import { Context, Effect, Layer } from "effect"
 import { mkdirSync } from "node:fs"
 import { dirname } from "node:path"
 import { Settings } from "../domain/config.ts"
-import { sqliteFilename } from "../domain/databaseUrl.ts"
+import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
 import { installGroupCommit } from "./groupCommit.ts"
 import { runMigrations } from "./migrations.ts"
+import { PostgresLive } from "./Postgres.ts"
 import { makeSyncTransactions, type SyncTransactions } from "./syncTransactions.ts"
 
 export { sqliteFilename }
@@ -79,4 +80,13 @@ export const DatabaseLive: Layer.Layer<SqlClient.SqlClient | SqliteClient.Sqlite
     )
     return Context.add(context, Sqlite, { db, ...makeSyncTransactions(db) })
   })
+)
+
+/**
+ * The store DATABASE_URL names: the embedded SQLite file (`DatabaseLive`, which also provides
+ * `Sqlite`), or PostgreSQL (src/store/Postgres.ts). Services that have a faster synchronous read on
+ * SQLite look `Sqlite` up as an option and read through `SqlClient` without it.
+ */
+export const StoreDatabaseLive: Layer.Layer<SqlClient.SqlClient, never, Settings> = Layer.unwrapEffect(
+  Effect.map(Settings, (settings): Layer.Layer<SqlClient.SqlClient, never, Settings> => (isPostgresUrl(settings.databaseUrl) ? PostgresLive : DatabaseLive))
 )

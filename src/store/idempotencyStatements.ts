@@ -23,7 +23,8 @@ export type ClaimOutcome =
   | { readonly _tag: "Conflict" }
   | { readonly _tag: "InFlight"; readonly requestId: string }
 
-interface Row {
+/** A stored idempotency record, as read. */
+export interface IdempotencyRow {
   readonly fingerprint: string
   readonly request_id: string
   readonly state: "in_flight" | "finished"
@@ -33,7 +34,7 @@ interface Row {
   readonly expires_at: number
 }
 
-const outcomeOf = (row: Row, fingerprint: string): ClaimOutcome => {
+export const outcomeOf = (row: IdempotencyRow, fingerprint: string): ClaimOutcome => {
   if (row.fingerprint !== fingerprint) return { _tag: "Conflict" }
   if (row.state === "in_flight") return { _tag: "InFlight", requestId: row.request_id }
   return {
@@ -45,7 +46,7 @@ const outcomeOf = (row: Row, fingerprint: string): ClaimOutcome => {
 /** The idempotency records' statements over one better-sqlite3 connection, synchronous, inside its transactions. */
 export const makeIdempotencyStatements = (db: BetterSqlite3.Database) => {
   // Prepared once on the connection the writes run on (the main thread's or the store worker's).
-  const selectLive = db.prepare<[string, string, string, number], Row>(
+  const selectLive = db.prepare<[string, string, string, number], IdempotencyRow>(
     `SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
      WHERE project_id = ? AND environment = ? AND key = ? AND expires_at > ?`
   )
@@ -68,7 +69,7 @@ export const makeIdempotencyStatements = (db: BetterSqlite3.Database) => {
     "UPDATE idempotency SET expires_at = ? WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ? AND state = 'in_flight'"
   )
 
-  const find = (scope: Scope, key: string, now: number): Row | undefined => selectLive.get(scope.projectId, scope.environment, key, now)
+  const find = (scope: Scope, key: string, now: number): IdempotencyRow | undefined => selectLive.get(scope.projectId, scope.environment, key, now)
 
   /** Read-only look at `now`: what a claim would meet. Fast path before routing and pricing. */
   const peekAt = (scope: Scope, key: string, fingerprint: string, now: number): ClaimOutcome => {

@@ -1,17 +1,28 @@
 /**
- * Versioned schema migrations. Each entry runs once, in key order, recorded in `effect_sql_migrations`.
- * Never edit a migration that has shipped: add a new one.
+ * Versioned schema migrations, one list for both engines. Each entry runs once, in key order,
+ * recorded in `effect_sql_migrations`. Never edit a migration that has shipped: add a new one.
  *
- * Money columns are INTEGER Credits; times are INTEGER milliseconds since the epoch (UTC).
+ * Money columns are INTEGER Credits; times are INTEGER milliseconds since the epoch (UTC). The DDL is
+ * written once, in SQLite's words; on PostgreSQL (`ddl` below) INTEGER becomes BIGINT (64-bit like
+ * SQLite's, and epoch milliseconds do not fit in 32 bits) and BLOB becomes BYTEA. Nothing else differs.
  */
 import { Migrator, SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
+/** PostgreSQL's words for the two SQLite column types the schema uses. */
+export const pgDdl = (text: string): string => text.replace(/\bINTEGER\b/g, "BIGINT").replace(/\bBLOB\b/g, "BYTEA")
+
+/** One DDL statement, as the connected engine spells it. */
+const ddl = (strings: TemplateStringsArray) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) => {
+    const text = strings.join("")
+    return sql.onDialectOrElse({ pg: () => sql.unsafe(pgDdl(text)), orElse: () => sql.unsafe(text) })
+  })
+
 const init = Effect.gen(function* () {
-  const sql = yield* SqlClient.SqlClient
   // Server-wide settings: the admin token's hash, never a secret in clear.
-  yield* sql`CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)`
-  yield* sql`CREATE TABLE projects (
+  yield* ddl`CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)`
+  yield* ddl`CREATE TABLE projects (
     id TEXT PRIMARY KEY,
     organization TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -21,7 +32,7 @@ const init = Effect.gen(function* () {
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
   )`
-  yield* sql`CREATE TABLE api_keys (
+  yield* ddl`CREATE TABLE api_keys (
     id TEXT PRIMARY KEY,
     project_id TEXT NOT NULL REFERENCES projects(id),
     environment TEXT NOT NULL,
@@ -32,16 +43,16 @@ const init = Effect.gen(function* () {
     replaces TEXT,
     replaced_by TEXT
   )`
-  yield* sql`CREATE INDEX api_keys_project ON api_keys(project_id)`
+  yield* ddl`CREATE INDEX api_keys_project ON api_keys(project_id)`
   // One row per project and settlement window. Invariant: spent + reserved <= the project's cap.
-  yield* sql`CREATE TABLE budget_windows (
+  yield* ddl`CREATE TABLE budget_windows (
     project_id TEXT NOT NULL REFERENCES projects(id),
     period TEXT NOT NULL,
     spent INTEGER NOT NULL DEFAULT 0 CHECK (spent >= 0),
     reserved INTEGER NOT NULL DEFAULT 0 CHECK (reserved >= 0),
     PRIMARY KEY (project_id, period)
   )`
-  yield* sql`CREATE TABLE requests (
+  yield* ddl`CREATE TABLE requests (
     id TEXT PRIMARY KEY,
     project_id TEXT NOT NULL,
     environment TEXT NOT NULL,
@@ -63,9 +74,9 @@ const init = Effect.gen(function* () {
     created_at INTEGER NOT NULL,
     completed_at INTEGER
   )`
-  yield* sql`CREATE INDEX requests_scope ON requests(project_id, environment, created_at)`
+  yield* ddl`CREATE INDEX requests_scope ON requests(project_id, environment, created_at)`
   // Two-phase budget holds: held -> settled | voided, exactly once (guarded by state in the UPDATE).
-  yield* sql`CREATE TABLE reservations (
+  yield* ddl`CREATE TABLE reservations (
     id TEXT PRIMARY KEY,
     request_id TEXT NOT NULL UNIQUE,
     project_id TEXT NOT NULL,
@@ -77,9 +88,9 @@ const init = Effect.gen(function* () {
     created_at INTEGER NOT NULL,
     resolved_at INTEGER
   )`
-  yield* sql`CREATE INDEX reservations_held ON reservations(state, deadline)`
+  yield* ddl`CREATE INDEX reservations_held ON reservations(state, deadline)`
   // Receipts: canonical JSON body plus a per-project hash chain (seq, prev_hash, hash) and signature.
-  yield* sql`CREATE TABLE receipts (
+  yield* ddl`CREATE TABLE receipts (
     id TEXT PRIMARY KEY,
     request_id TEXT NOT NULL UNIQUE,
     project_id TEXT NOT NULL,
@@ -96,10 +107,10 @@ const init = Effect.gen(function* () {
     created_at INTEGER NOT NULL,
     UNIQUE (project_id, seq)
   )`
-  yield* sql`CREATE INDEX receipts_window ON receipts(project_id, period)`
-  yield* sql`CREATE TABLE chain_heads (project_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL)`
+  yield* ddl`CREATE INDEX receipts_window ON receipts(project_id, period)`
+  yield* ddl`CREATE TABLE chain_heads (project_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL)`
   // The claim is the INSERT on this primary key: never check-then-insert.
-  yield* sql`CREATE TABLE idempotency (
+  yield* ddl`CREATE TABLE idempotency (
     project_id TEXT NOT NULL,
     environment TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -114,14 +125,14 @@ const init = Effect.gen(function* () {
     PRIMARY KEY (project_id, environment, key)
   )`
   // Every rate card ever used, frozen: a version's prices can never change after the fact.
-  yield* sql`CREATE TABLE rate_cards (
+  yield* ddl`CREATE TABLE rate_cards (
     version TEXT PRIMARY KEY,
     effective_from TEXT NOT NULL,
     prices TEXT NOT NULL,
     created_at INTEGER NOT NULL
   )`
   // Public halves of receipt signing keys, old ones kept so old receipts still verify.
-  yield* sql`CREATE TABLE receipt_keys (
+  yield* ddl`CREATE TABLE receipt_keys (
     id TEXT PRIMARY KEY,
     public_key TEXT NOT NULL,
     created_at INTEGER NOT NULL,
@@ -131,13 +142,12 @@ const init = Effect.gen(function* () {
 
 // Token counts and route as columns, so usage sums are plain SQL over the window's receipts.
 const receiptUsageColumns = Effect.gen(function* () {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql`ALTER TABLE receipts ADD COLUMN route TEXT NOT NULL DEFAULT ''`
-  yield* sql`ALTER TABLE receipts ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0`
-  yield* sql`ALTER TABLE receipts ADD COLUMN cached_input_tokens INTEGER NOT NULL DEFAULT 0`
-  yield* sql`ALTER TABLE receipts ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0`
-  yield* sql`ALTER TABLE receipts ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0`
-  yield* sql`CREATE INDEX receipts_scope_window ON receipts(project_id, environment, period)`
+  yield* ddl`ALTER TABLE receipts ADD COLUMN route TEXT NOT NULL DEFAULT ''`
+  yield* ddl`ALTER TABLE receipts ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0`
+  yield* ddl`ALTER TABLE receipts ADD COLUMN cached_input_tokens INTEGER NOT NULL DEFAULT 0`
+  yield* ddl`ALTER TABLE receipts ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0`
+  yield* ddl`ALTER TABLE receipts ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0`
+  yield* ddl`CREATE INDEX receipts_scope_window ON receipts(project_id, environment, period)`
 })
 
 /**
@@ -151,13 +161,12 @@ const receiptUsageColumns = Effect.gen(function* () {
  *   stays as small as the holds in flight.
  */
 const leanerWriteIndexes = Effect.gen(function* () {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql`DROP INDEX requests_scope`
-  yield* sql`DROP INDEX receipts_window`
-  yield* sql`DROP INDEX receipts_scope_window`
-  yield* sql`CREATE INDEX receipts_window ON receipts(project_id, period, environment)`
-  yield* sql`DROP INDEX reservations_held`
-  yield* sql`CREATE INDEX reservations_held ON reservations(deadline) WHERE state = 'held'`
+  yield* ddl`DROP INDEX requests_scope`
+  yield* ddl`DROP INDEX receipts_window`
+  yield* ddl`DROP INDEX receipts_scope_window`
+  yield* ddl`CREATE INDEX receipts_window ON receipts(project_id, period, environment)`
+  yield* ddl`DROP INDEX reservations_held`
+  yield* ddl`CREATE INDEX reservations_held ON reservations(deadline) WHERE state = 'held'`
 })
 
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */

@@ -19,8 +19,13 @@ describe("SettingsFromEnv", () => {
     expect(await settingsWith({})).toStrictEqual(Exit.succeed("sqlite:./data/tollgate.db"))
   })
 
+  it("takes a postgres:// (or postgresql://) DATABASE_URL: the scale-out store", async () => {
+    expect(await settingsWith({ DATABASE_URL: "postgres://tollgate@127.0.0.1/test" })).toStrictEqual(Exit.succeed("postgres://tollgate@127.0.0.1/test"))
+    expect(await settingsWith({ DATABASE_URL: "postgresql://db:5432/t" })).toStrictEqual(Exit.succeed("postgresql://db:5432/t"))
+  })
+
   it("refuses any other DATABASE_URL at start, naming the variable and why", async () => {
-    const exit = await settingsWith({ DATABASE_URL: "postgres://tollgate@127.0.0.1/test" })
+    const exit = await settingsWith({ DATABASE_URL: "mysql://tollgate@127.0.0.1/test" })
     expect(Exit.isFailure(exit)).toBe(true)
     const message = Exit.isFailure(exit) ? String(exit.cause) : ""
     expect(message).toContain("DATABASE_URL")

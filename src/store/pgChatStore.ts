@@ -1,0 +1,298 @@
+/**
+ * The store port (`ChatStoreApi`, src/store/ChatStore.ts) on PostgreSQL: the same five transactions
+ * as src/store/chatTransactions.ts, with the same arguments and results, for several instances on
+ * one database. What keeps the guarantees when instances race (READ COMMITTED):
+ *
+ * - reserve: the idempotency claim is one INSERT … ON CONFLICT DO NOTHING on the primary key (a
+ *   racing claim waits for the first to commit or roll back, then loses or wins); the hold is ONE
+ *   guarded UPDATE `spent + reserved + amount ≤ cap`, which PostgreSQL evaluates again on the locked,
+ *   latest version of the window row, so no interleaving can overspend. It runs last, just before
+ *   COMMIT, so the hot row is locked for one round trip. The sizing reads the window without a lock:
+ *   if another instance took budget meanwhile, the guard refuses (402), it never overspends.
+ * - settle: the hold moves `held → settled` once (guarded on its state); the project's chain head row
+ *   is locked (upserted FOR UPDATE) before its receipt is sealed, so settlements of several instances
+ *   append to one chain, one after the other; the charge, the receipt, the head, the request's
+ *   completion and the idempotent result commit together.
+ * - expire: the sweep takes expired holds with FOR UPDATE SKIP LOCKED and moves each `held → voided`
+ *   once: several instances sweeping at once split the work, none voids a hold twice.
+ *
+ * A serialization failure (40001) or deadlock (40P01) rolls the transaction back; it is run again
+ * after a jittered backoff and counted (`pgRetries`, exported in /metrics).
+ */
+import { SqlClient, type SqlError } from "@effect/sql"
+import { Duration, Effect, Layer } from "effect"
+import { GENESIS_HASH, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
+import type { AbandonArgs, ExpireArgs, ExtendArgs, ReserveArgs, Reserved, ReserveRefused, SettleArgs } from "./chatTransactions.ts"
+import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
+import { type ClaimOutcome, outcomeOf } from "./idempotencyStatements.ts"
+
+/** Transactions run again after a serialization failure or a deadlock, by SQLSTATE (read by /metrics). */
+export const pgRetries: Record<"40001" | "40P01", number> = { "40001": 0, "40P01": 0 }
+
+const RETRY_LIMIT = 10
+
+const retryableCode = (e: SqlError.SqlError): "40001" | "40P01" | undefined => {
+  const code = (e.cause as { code?: unknown } | undefined)?.code
+  return code === "40001" || code === "40P01" ? code : undefined
+}
+
+/** Holds the sweep voids per transaction. */
+const SWEEP_BATCH = 500
+
+interface IdemRow {
+  readonly fingerprint: string
+  readonly request_id: string
+  readonly state: "in_flight" | "finished"
+  readonly status: number | null
+  readonly content_type: string | null
+  readonly body: Uint8Array | null
+  readonly expires_at: number
+}
+
+const asBuffer = (b: Uint8Array): Buffer => (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength))
+
+export const makePgChatStore = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  const signer = yield* ReceiptKey
+
+  /**
+   * Run `body` in one transaction; again (after a jittered backoff doubling from 2 ms) when PostgreSQL
+   * aborted it for a serialization failure or a deadlock. Any other store error is a defect. Once
+   * started it is uninterruptible: it will commit or roll back, and the caller sees which.
+   */
+  const transact = <A, E>(body: Effect.Effect<A, E>): Effect.Effect<A, Exclude<E, SqlError.SqlError>> => {
+    const attempt = (n: number): Effect.Effect<A, E> =>
+      (sql.withTransaction(body) as Effect.Effect<A, E>).pipe(
+        Effect.catchIf(
+          (e) => (e as { _tag?: unknown })._tag === "SqlError" && retryableCode(e as SqlError.SqlError) !== undefined && n < RETRY_LIMIT,
+          (e) => {
+            pgRetries[retryableCode(e as SqlError.SqlError)!]++
+            const delay = Math.min(200, 2 * 2 ** n) * (0.5 + Math.random())
+            return Effect.zipRight(Effect.sleep(Duration.millis(delay)), attempt(n + 1))
+          }
+        )
+      )
+    return attempt(0).pipe(
+      Effect.catchIf((e) => (e as { _tag?: unknown })._tag === "SqlError", (e) => Effect.die(e)),
+      Effect.uninterruptible
+    ) as Effect.Effect<A, Exclude<E, SqlError.SqlError>>
+  }
+
+  const selectLiveClaim = (a: NonNullable<ReserveArgs["claim"]>, now: number) =>
+    sql<IdemRow>`SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
+      WHERE project_id = ${a.scope.projectId} AND environment = ${a.scope.environment} AND key = ${a.key} AND expires_at > ${now}`
+
+  /** The atomic claim (one INSERT on the primary key); what it met when another claim holds the key. */
+  const claim = (a: ReserveArgs): Effect.Effect<ClaimOutcome, SqlError.SqlError> =>
+    Effect.gen(function* () {
+      const c = a.claim!
+      const insert = sql<{ one: number }>`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
+        VALUES (${c.scope.projectId}, ${c.scope.environment}, ${c.key}, ${c.fingerprint}, ${a.request.id}, 'in_flight', ${a.now}, ${a.hold.deadline})
+        ON CONFLICT DO NOTHING RETURNING 1 AS one`
+      // A few rounds: between a lost INSERT and the read, the holder may release the key (its call failed).
+      for (let round = 0; round < 3; round++) {
+        if ((yield* insert).length === 1) return { _tag: "Claimed" } as const
+        const expired = yield* sql`DELETE FROM idempotency WHERE project_id = ${c.scope.projectId} AND environment = ${c.scope.environment}
+          AND key = ${c.key} AND expires_at <= ${a.now} RETURNING 1 AS one`
+        if (expired.length > 0 && (yield* insert).length === 1) return { _tag: "Claimed" } as const
+        const live = yield* selectLiveClaim(c, a.now)
+        if (live[0] !== undefined) return outcomeOf(live[0], c.fingerprint)
+      }
+      return yield* Effect.dieMessage(`idempotency key ${c.key}: claim neither won nor found after 3 rounds`)
+    })
+
+  const reserve = (a: ReserveArgs): Effect.Effect<Reserved, ReserveRefused> =>
+    transact(
+      Effect.gen(function* () {
+        if (a.claim !== undefined) {
+          const claimed = yield* claim(a)
+          if (claimed._tag !== "Claimed") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimed })
+        }
+        const { projectId, period } = a.hold
+        const [w] = yield* sql<{ cap: number; spent: number | null; reserved: number | null }>`
+          SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
+          FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
+          WHERE p.id = ${projectId}`
+        const cap = w?.cap ?? 0
+        const sized = sizeReservation(a.sizing, cap, Math.max(0, cap - (w?.spent ?? 0) - (w?.reserved ?? 0)))
+        if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
+        const { outputCap, reservation } = sized
+        const r = a.request
+        yield* sql`INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
+            idempotency_key, rate_card_version, credits_reserved, created_at)
+          VALUES (${r.id}, ${r.projectId}, ${r.environment}, ${r.keyId}, ${r.endpoint}, ${r.model}, ${r.route}, ${r.stream ? 1 : 0}, 'pending',
+            ${r.idempotencyKey}, ${r.rateCardVersion}, ${reservation}, ${r.createdAt})`
+        yield* sql`INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at)
+          VALUES (${a.hold.reservationId}, ${a.hold.requestId}, ${projectId}, ${period}, ${reservation}, 'held', ${a.hold.deadline}, ${a.now})`
+        // The guard, last: the window row is locked from here to COMMIT only.
+        const guarded = sql`UPDATE budget_windows SET reserved = reserved + ${reservation}
+          WHERE project_id = ${projectId} AND period = ${period}
+            AND spent + reserved + ${reservation} <= (SELECT budget_credits FROM projects WHERE id = ${projectId})
+          RETURNING 1 AS one`
+        let held = (yield* guarded).length === 1
+        if (!held) {
+          // The window may not exist yet (first hold of the month): open it and try once more.
+          yield* sql`INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
+          held = (yield* guarded).length === 1
+        }
+        if (!held) return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(reservation, period), param: null })
+        return { outputCap, reservation }
+      })
+    )
+
+  const settle = (s: SettleArgs): Effect.Effect<void> =>
+    transact(
+      Effect.gen(function* () {
+        const [row] = yield* sql<{ amount: number; charge: number; project_id: string; period: string }>`
+          UPDATE reservations SET state = 'settled', resolved_at = ${s.now}, charge = LEAST(${s.charge}::bigint, amount)
+          WHERE id = ${s.hold.reservationId} AND state = 'held' RETURNING amount, charge, project_id, period`
+        if (row === undefined) return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
+        const charge = row.charge
+        yield* sql`UPDATE requests SET status = 'completed', route = ${s.route}, credits_charged = ${charge}, receipt_id = ${s.receiptId},
+            verification = ${JSON.stringify(s.verification)}, attempts = ${JSON.stringify(s.attempts)}, completed_at = ${s.now}
+          WHERE id = ${s.hold.requestId} AND status = 'pending'`
+        if (s.idempotent !== undefined) {
+          const { scope, key, result, ttlMs } = s.idempotent
+          yield* sql`UPDATE idempotency SET state = 'finished', status = ${result.status}, content_type = ${result.contentType},
+              body = ${asBuffer(result.body)}, expires_at = ${s.now + ttlMs}
+            WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key}
+              AND request_id = ${s.hold.requestId} AND state = 'in_flight' AND expires_at > ${s.now}`
+        }
+        // The chain head, locked until COMMIT: one chain per project, however many instances settle.
+        const [head] = yield* sql<{ seq: number; hash: string }>`
+          INSERT INTO chain_heads (project_id, seq, hash) VALUES (${row.project_id}, 0, ${GENESIS_HASH})
+          ON CONFLICT (project_id) DO UPDATE SET seq = chain_heads.seq RETURNING seq, hash`
+        const seq = head!.seq + 1
+        const unsigned: UnsignedReceipt = {
+          object: "receipt",
+          receipt_id: s.receiptId,
+          request_id: s.hold.requestId,
+          organization: s.organization,
+          project_id: row.project_id,
+          environment: s.environment,
+          status: "completed",
+          verification: s.verification,
+          model: s.model,
+          route: s.route,
+          rate_card_version: s.rateCardVersion,
+          tokens: s.tokens,
+          usage_source: s.usageSource,
+          credits_reserved: row.amount,
+          credits_charged: charge,
+          period: row.period,
+          seq,
+          created_at: new Date(s.now).toISOString(),
+          prev_hash: head!.hash,
+          signing_key_id: signer.keyId
+        }
+        const receipt = sealReceipt(signer.signingKey, unsigned)
+        yield* sql`INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
+            body, prev_hash, hash, signature, signing_key_id, created_at,
+            route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
+          VALUES (${receipt.receipt_id}, ${receipt.request_id}, ${receipt.project_id}, ${receipt.environment}, ${receipt.period},
+            ${seq}, ${charge}, ${receipt.rate_card_version}, ${JSON.stringify(receipt)}, ${receipt.prev_hash}, ${receipt.hash},
+            ${receipt.signature}, ${receipt.signing_key_id}, ${s.now},
+            ${s.route}, ${s.tokens.input}, ${s.tokens.cached_input}, ${s.tokens.output}, ${s.tokens.reasoning})`
+        yield* sql`UPDATE chain_heads SET seq = ${seq}, hash = ${receipt.hash} WHERE project_id = ${row.project_id}`
+        yield* sql`UPDATE budget_windows SET spent = spent + ${charge}, reserved = reserved - ${row.amount}
+          WHERE project_id = ${row.project_id} AND period = ${row.period}`
+      })
+    )
+
+  const failRequest = (requestId: string, f: { code: string; message: string; attempts: ReadonlyArray<unknown>; completedAt: number }) =>
+    sql`UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ${f.code}, error_message = ${f.message},
+        attempts = ${JSON.stringify(f.attempts)}, completed_at = ${f.completedAt}
+      WHERE id = ${requestId} AND status = 'pending'`
+
+  const abandon = (a: AbandonArgs): Effect.Effect<void> =>
+    transact(
+      Effect.gen(function* () {
+        const [row] = yield* sql<{ amount: number; project_id: string; period: string }>`
+          UPDATE reservations SET state = 'voided', charge = 0, resolved_at = ${a.now}
+          WHERE id = ${a.reservationId} AND state = 'held' RETURNING amount, project_id, period`
+        yield* failRequest(a.requestId, { code: a.code, message: a.message, attempts: a.attempts, completedAt: a.now })
+        if (a.idempotent !== undefined) {
+          yield* sql`DELETE FROM idempotency WHERE project_id = ${a.idempotent.scope.projectId} AND environment = ${a.idempotent.scope.environment}
+            AND key = ${a.idempotent.key} AND request_id = ${a.requestId} AND state = 'in_flight'`
+        }
+        if (row !== undefined) {
+          yield* sql`UPDATE budget_windows SET reserved = reserved - ${row.amount} WHERE project_id = ${row.project_id} AND period = ${row.period}`
+        }
+      })
+    )
+
+  const extend = (a: ExtendArgs): Effect.Effect<void> =>
+    a.streams.length === 0
+      ? Effect.void
+      : transact(
+          Effect.forEach(
+            a.streams,
+            (s) =>
+              Effect.zipRight(
+                sql`UPDATE reservations SET deadline = ${a.deadline} WHERE id = ${s.reservationId} AND state = 'held'`,
+                s.idempotent === undefined
+                  ? Effect.succeed([])
+                  : sql`UPDATE idempotency SET expires_at = ${a.deadline} WHERE project_id = ${s.idempotent.scope.projectId}
+                      AND environment = ${s.idempotent.scope.environment} AND key = ${s.idempotent.key}
+                      AND request_id = ${s.requestId} AND state = 'in_flight'`
+              ),
+            { discard: true }
+          )
+        )
+
+  /** One batch of the sweep: the expired holds no other sweeper holds, each voided once. */
+  const expireBatch = (a: ExpireArgs): Effect.Effect<number> =>
+    transact(
+      Effect.gen(function* () {
+        const voided = yield* sql<{ request_id: string; amount: number; project_id: string; period: string }>`
+          UPDATE reservations SET state = 'voided', charge = 0, resolved_at = ${a.now}
+          WHERE state = 'held' AND id IN (
+            SELECT id FROM reservations WHERE state = 'held' AND deadline <= ${a.now}
+            ORDER BY id LIMIT ${SWEEP_BATCH} FOR UPDATE SKIP LOCKED)
+          RETURNING request_id, amount, project_id, period`
+        if (voided.length === 0) return 0
+        const requestIds = voided.map((v) => v.request_id)
+        yield* sql`UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ${a.failure.code},
+            error_message = ${a.failure.message}, attempts = '[]', completed_at = ${a.now}
+          WHERE id IN ${sql.in(requestIds)} AND status = 'pending'`
+        yield* sql`DELETE FROM idempotency WHERE request_id IN ${sql.in(requestIds)} AND state = 'in_flight'`
+        // The windows last, in one order (project, period), so two sweepers never wait on each other in a cycle.
+        const released = new Map<string, { projectId: string; period: string; amount: number }>()
+        for (const v of voided) {
+          const k = `${v.project_id}\u0000${v.period}`
+          const w = released.get(k) ?? { projectId: v.project_id, period: v.period, amount: 0 }
+          w.amount += v.amount
+          released.set(k, w)
+        }
+        for (const w of [...released.values()].sort((x, y) => (x.projectId + x.period < y.projectId + y.period ? -1 : 1))) {
+          yield* sql`UPDATE budget_windows SET reserved = reserved - ${w.amount} WHERE project_id = ${w.projectId} AND period = ${w.period}`
+        }
+        return voided.length
+      })
+    )
+
+  const expire = (a: ExpireArgs): Effect.Effect<number> =>
+    Effect.gen(function* () {
+      let total = 0
+      for (;;) {
+        const n = yield* expireBatch(a)
+        total += n
+        if (n < SWEEP_BATCH) return total
+      }
+    })
+
+  const api: ChatStoreApi = {
+    reserve,
+    settle,
+    abandon,
+    extend,
+    expire,
+    health: () => ({ ok: true }),
+    runsIn: "inline"
+  }
+  return api
+})
+
+/** ChatStore on PostgreSQL. */
+export const PgChatStoreLive: Layer.Layer<ChatStore, never, SqlClient.SqlClient | ReceiptKey> = Layer.effect(ChatStore, makePgChatStore)
