@@ -134,10 +134,12 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
   }
 
   const settle = (a: SettleArgs): void => {
-    ledger.settleSync(a, a.now)
+    // The charge the ledger posted (clamped to the hold it stored), not the one asked for: the request
+    // row and the receipt must say the same.
+    const receipt = ledger.settleSync(a, a.now)
     requests.completeSync(a.hold.requestId, {
       route: a.route,
-      creditsCharged: a.charge,
+      creditsCharged: receipt.credits_charged,
       receiptId: a.receiptId,
       verification: a.verification,
       attempts: a.attempts,

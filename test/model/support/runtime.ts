@@ -6,6 +6,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Layer, ManagedRuntime, TestClock, TestContext } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { makeSettings, Settings } from "../../../src/domain/config.ts"
 import { ServicesLive } from "../../../src/server.ts"
 import { IdempotencyStore } from "../../../src/services/IdempotencyStore.ts"
@@ -38,6 +41,25 @@ export const makeServicesRuntime = () => ManagedRuntime.make(timedLayer.pipe(Lay
 export const makeLiveServicesRuntime = (): ServicesRuntime => ManagedRuntime.make(servicesLayer) as unknown as ServicesRuntime
 
 /**
+ * What production runs, for the models of the money path: `ServicesLive` over a SQLite FILE, so the
+ * store port (ChatStore) runs its transactions in the store worker, batched and group-committed,
+ * exactly as it serves requests. Each runtime gets its own file (removed on dispose).
+ */
+export const makePortRuntime = (): PortRuntime => {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-model-"))
+  const rt = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}` })))))
+  const dispose = rt.dispose.bind(rt)
+  return Object.assign(rt, {
+    dispose: async () => {
+      await dispose()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+}
+export type PortRuntime = ManagedRuntime.ManagedRuntime<Layer.Layer.Success<typeof servicesLayer>, never>
+export type PortServices = Layer.Layer.Success<typeof servicesLayer>
+
+/**
  * Fiber yield budgets for racing operations: small budgets make fibers interleave statement by
  * statement. Budgets of 16 ops or fewer can make Effect 3's runtime hang on a contended Semaphore
  * (reproducible with a bare `Effect.makeSemaphore`, unrelated to Tollgate), so stay above that.
@@ -48,9 +70,9 @@ export type ServicesRuntime = ReturnType<typeof makeServicesRuntime>
 export type Services = ManagedRuntime.ManagedRuntime.Context<ServicesRuntime>
 
 /** Run an effect on the runtime and return its Exit (failures and defects are data, for comparison). */
-export const runExit = <A, E>(rt: ServicesRuntime, effect: Effect.Effect<A, E, Services>) => rt.runPromiseExit(effect)
+export const runExit = <A, E, R>(rt: ManagedRuntime.ManagedRuntime<R, never>, effect: Effect.Effect<A, E, R>) => rt.runPromiseExit(effect)
 
-export const run = <A, E>(rt: ServicesRuntime, effect: Effect.Effect<A, E, Services>): Promise<A> => rt.runPromise(effect)
+export const run = <A, E, R>(rt: ManagedRuntime.ManagedRuntime<R, never>, effect: Effect.Effect<A, E, R>): Promise<A> => rt.runPromise(effect)
 
 /** Move the TestClock forward. */
 export const advance = (rt: ServicesRuntime, millis: number) => rt.runPromise(TestClock.adjust(Duration.millis(millis)))
@@ -69,14 +91,14 @@ export const query = <Row extends object>(rt: ServicesRuntime, text: string, ...
  * thousands of runs in one store make its tables large enough that the per-command invariant
  * queries dominate the deep profile.
  */
-export class RuntimePool {
-  private current: ServicesRuntime | undefined
+export class RuntimePool<R extends { dispose(): Promise<void> } = ServicesRuntime> {
+  private current: R | undefined
   private used = 0
-  private readonly retired: Array<ServicesRuntime> = []
-  constructor(private readonly make: () => ServicesRuntime, private readonly runsPerStore = 250) {}
+  private readonly retired: Array<R> = []
+  constructor(private readonly make: () => R, private readonly runsPerStore = 250) {}
 
   /** The runtime for the next run. */
-  next(): ServicesRuntime {
+  next(): R {
     if (this.current === undefined || this.used >= this.runsPerStore) {
       if (this.current !== undefined) this.retired.push(this.current)
       this.current = this.make()
