@@ -22,17 +22,17 @@ import { ReceiptKeyLive, ReceiptSigner } from "./services/ReceiptSigner.ts"
 import { Recovery } from "./services/Recovery.ts"
 import { Requests } from "./services/Requests.ts"
 import { Router } from "./services/Router.ts"
-import { ChatStore } from "./store/ChatStore.ts"
-import { DatabaseLive } from "./store/Database.ts"
+import { ChatStoreLive } from "./store/chatStoreLive.ts"
+import { StoreDatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
 export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default).pipe(
-  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive)))),
+  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive)))),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),
   Layer.provideMerge(Metrics.Default),
-  Layer.provideMerge(Layer.mergeAll(DatabaseLive, NodeHttpClient.layerUndici))
+  Layer.provideMerge(Layer.mergeAll(StoreDatabaseLive, NodeHttpClient.layerUndici))
 )
 
 /**

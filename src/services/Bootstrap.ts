@@ -25,29 +25,38 @@ export class Bootstrap extends Effect.Service<Bootstrap>()("tollgate/Bootstrap",
     const projects = yield* Projects
     const keys = yield* KeyRegistry
 
+    // Several instances may start together on an empty store: each write below is one guarded
+    // INSERT on a primary key, so exactly one of them generates the admin token and exactly one
+    // creates the default project (and prints its key); the others wait for its commit and find it.
     let adminToken: string | undefined
-    const stored = yield* sql<{ value: string }>`SELECT value FROM settings WHERE name = 'admin_token_sha256'`.pipe(Effect.orDie)
+    let stored = yield* sql<{ value: string }>`SELECT value FROM settings WHERE name = 'admin_token_sha256'`.pipe(Effect.orDie)
     if (Option.isNone(settings.adminToken) && stored.length === 0) {
-      adminToken = newAdminToken()
-      yield* sql`INSERT INTO settings (name, value) VALUES ('admin_token_sha256', ${hashSecret(adminToken)})`.pipe(Effect.orDie)
+      const candidate = newAdminToken()
+      const won = yield* sql<{ value: string }>`INSERT INTO settings (name, value) VALUES ('admin_token_sha256', ${hashSecret(candidate)})
+        ON CONFLICT (name) DO NOTHING RETURNING value`.pipe(Effect.orDie)
+      if (won.length === 1) adminToken = candidate
+      else stored = yield* sql<{ value: string }>`SELECT value FROM settings WHERE name = 'admin_token_sha256'`.pipe(Effect.orDie)
     }
     const adminHash = Option.isSome(settings.adminToken) ? hashSecret(Redacted.value(settings.adminToken.value)) : (stored[0]?.value ?? hashSecret(adminToken!))
 
-    let firstStart: FirstStart | undefined
-    if ((yield* projects.count) === 0) {
-      const d = settings.gateway.default_project
-      const project = yield* projects
-        .create({
+    const firstStart: FirstStart | undefined = yield* sql.withTransaction(
+      Effect.gen(function* () {
+        // The claim: only on a store with no project yet, and only once (the settings row's key).
+        const won = yield* sql`INSERT INTO settings (name, value) SELECT 'default_project', '' WHERE NOT EXISTS (SELECT 1 FROM projects)
+          ON CONFLICT (name) DO NOTHING RETURNING value`
+        if (won.length === 0) return undefined
+        const d = settings.gateway.default_project
+        const project = yield* projects.create({
           name: "default",
           organization: "org_default",
           budget_credits: d?.budget_credits ?? 1_000_000,
           rate_limit: { requests_per_minute: d?.requests_per_minute ?? 600, burst: d?.burst ?? 60 }
         })
-        .pipe(Effect.orDie)
-      const key = yield* keys.create(project.id, "development").pipe(Effect.orDie)
-      firstStart = { projectId: project.id, developmentKey: key.secret, adminToken }
-    }
-
+        yield* sql`UPDATE settings SET value = ${project.id} WHERE name = 'default_project'`
+        const key = yield* keys.create(project.id, "development")
+        return { projectId: project.id, developmentKey: key.secret, adminToken }
+      })
+    ).pipe(Effect.orDie)
     /** Check `Authorization: Bearer <admin token>` in constant time. */
     const authorizeAdmin = (authorization: string | undefined): Effect.Effect<void, AdminUnauthorized> => {
       const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? "")?.[1]

@@ -3,6 +3,7 @@
  * rendering happens only when scraped. Labels are bounded: endpoint, status, route, outcome, project.
  */
 import { Effect } from "effect"
+import { pgRetries } from "../store/pgChatStore.ts"
 
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const
 
@@ -67,6 +68,15 @@ class Histogram {
   }
 }
 
+/** The PostgreSQL store's transactions run again after a serialization failure or a deadlock (zero on SQLite). */
+const renderStoreRetries = (): string =>
+  [
+    "# HELP tollgate_store_retries_total Store transactions retried after a serialization failure (40001) or a deadlock (40P01).",
+    "# TYPE tollgate_store_retries_total counter",
+    `tollgate_store_retries_total{reason="serialization_failure"} ${pgRetries["40001"]}`,
+    `tollgate_store_retries_total{reason="deadlock"} ${pgRetries["40P01"]}`
+  ].join("\n")
+
 export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {
   sync: () => {
     const requests = new Counter("tollgate_http_requests_total", "HTTP requests by endpoint and status.")
@@ -84,7 +94,7 @@ export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {
         credits.inc({ project: projectId }, charged)
       },
       attempt: (route: string, outcome: string) => attempts.inc({ route, outcome }),
-      render: (): string => [requests, duration, credits, settled, attempts].map((m) => m.render()).join("\n\n") + "\n"
+      render: (): string => [requests, duration, credits, settled, attempts].map((m) => m.render()).join("\n\n") + "\n\n" + renderStoreRetries() + "\n"
     } as const
   }
 }) {}

@@ -2,8 +2,10 @@
  * The service's receipt signing key (Ed25519, node:crypto) and the rule for sealing a receipt.
  *
  * The private key never enters the database: it is read from TOLLGATE_RECEIPT_KEY_FILE, or for a
- * SQLite store from `receipt-signing-key.pem` beside the database file (created with mode 0600 on
- * first start); an in-memory store gets an ephemeral key. Public keys are recorded in
+ * SQLite store from `receipt-signing-key.pem` beside the database file, or for PostgreSQL from
+ * `./data/receipt-signing-key.pem` of the instance (created with mode 0600 on first start); an
+ * in-memory store gets an ephemeral key. With PostgreSQL every instance registers its public key in
+ * the shared `receipt_keys`, so every instance serves every instance's public keys. Public keys are recorded in
  * `receipt_keys` (kept after rotation) and served at GET /v1/receipts/keys.
  *
  * Rotation: start with TOLLGATE_RECEIPT_KEY_FILE naming a new file (created if missing). The new key
@@ -19,7 +21,7 @@ import { receiptKeyId } from "../../spec/audit.ts"
 import { type Receipt, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
 import { ReceiptKey } from "../store/ChatStore.ts"
-import { sqliteFilename } from "../domain/databaseUrl.ts"
+import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
 
 export interface PublicReceiptKey {
   readonly id: string
@@ -31,7 +33,8 @@ export interface PublicReceiptKey {
 
 const keyFileFor = (databaseUrl: string, configured: Option.Option<string>): string | undefined => {
   if (Option.isSome(configured)) return configured.value
-  if (!databaseUrl.startsWith("sqlite:")) return undefined
+  // PostgreSQL: the key is the instance's own, never in the database: a file on its disk.
+  if (isPostgresUrl(databaseUrl)) return join("data", "receipt-signing-key.pem")
   const file = sqliteFilename(databaseUrl)
   return file === ":memory:" ? undefined : join(dirname(file), "receipt-signing-key.pem")
 }
@@ -56,12 +59,16 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
     const publicPem = createPublicKey(privateKey).export({ type: "spki", format: "pem" }) as string
     const keyId = receiptKeyId(publicPem)
     const now = yield* Clock.currentTimeMillis
+    const shared = isPostgresUrl(settings.databaseUrl)
     const retired = yield* sql.withTransaction(
       Effect.gen(function* () {
         yield* sql`INSERT INTO receipt_keys (id, public_key, created_at) VALUES (${keyId}, ${publicPem}, ${now})
                    ON CONFLICT (id) DO NOTHING`
         // Back to a key that was retired: it signs again, so it is no longer retired.
         yield* sql`UPDATE receipt_keys SET retired_at = NULL WHERE id = ${keyId}`
+        // PostgreSQL: several instances sign at once, each with its own key; starting one retires
+        // no other instance's key: every registered key stays active (no automatic retirement).
+        if (shared) return []
         return yield* sql<{ id: string }>`UPDATE receipt_keys SET retired_at = ${now} WHERE id <> ${keyId} AND retired_at IS NULL RETURNING id`
       })
     ).pipe(Effect.orDie)

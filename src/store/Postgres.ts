@@ -43,7 +43,17 @@ const MIGRATION_LOCK = "7308332472174814579"
 export const migrateOnce = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql.withTransaction(
-    Effect.zipRight(sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK}::bigint)`, runMigrations)
+    Effect.gen(function* () {
+      yield* sql`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK}::bigint)`
+      // The migrator probes for its table with a statement that fails when it is missing, which
+      // would abort this transaction: create it first, as the migrator does for PostgreSQL.
+      yield* sql`CREATE TABLE IF NOT EXISTS effect_sql_migrations (
+        migration_id integer primary key,
+        created_at timestamp with time zone not null default now(),
+        name text not null
+      )`
+      yield* runMigrations
+    })
   )
 })
 

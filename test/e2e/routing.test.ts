@@ -97,12 +97,11 @@ describe("routing: models, fallback, circuit breaker, evaluate, usage", () => {
   })
 
   it("POST /v1/routing/evaluate previews route and cost and changes nothing in the ledger", async () => {
-    const db = gw.db()
     const snapshot = () => ({
-      windows: db.prepare("SELECT * FROM budget_windows ORDER BY project_id, period").all(),
-      reservations: db.prepare("SELECT COUNT(*) AS n FROM reservations").get(),
-      receipts: db.prepare("SELECT COUNT(*) AS n FROM receipts").get(),
-      requests: db.prepare("SELECT COUNT(*) AS n FROM requests").get()
+      windows: gw.query("SELECT * FROM budget_windows ORDER BY project_id, period"),
+      reservations: gw.query("SELECT COUNT(*) AS n FROM reservations")[0],
+      receipts: gw.query("SELECT COUNT(*) AS n FROM receipts")[0],
+      requests: gw.query("SELECT COUNT(*) AS n FROM requests")[0]
     })
     const before = snapshot()
     const calls = primary.calls + backup.calls
@@ -129,8 +128,7 @@ describe("routing: models, fallback, circuit breaker, evaluate, usage", () => {
 
   it("GET /v1/usage equals the sum of the window's receipts, per model and in total", async () => {
     const usage: any = await (await fetch(`${gw.url}/usage`, { headers: auth() })).json()
-    const db = gw.db()
-    const rows = db.prepare("SELECT body FROM receipts WHERE project_id = ? AND period = ?").all(gw.projectId, usage.period) as Array<{ body: string }>
+    const rows = gw.query<{ body: string }>("SELECT body FROM receipts WHERE project_id = ? AND period = ?", gw.projectId, usage.period)
     const receipts = rows.map((r) => JSON.parse(r.body))
     expect(receipts.length).toBeGreaterThan(0)
     expect(usage.requests).toBe(receipts.length)

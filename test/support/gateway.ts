@@ -12,6 +12,7 @@ import { type GatewayFile, type GatewaySettings, makeSettings, Settings } from "
 import { ServerLive } from "../../src/server.ts"
 import { type MockUpstream, startMockUpstream } from "./mockUpstream.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
+import { freshSchema, pgQuerySync, testOnPostgres, type TestSchema } from "./pg.ts"
 
 export const ADMIN_TOKEN = "test-admin-token"
 
@@ -23,8 +24,14 @@ export interface TestGateway {
   readonly projectId: string
   readonly adminToken: string
   readonly dbPath: string
-  /** A read-only handle on the store, for assertions. */
+  /** Which engine the store is: SQLite (a file in `dbPath`), or PostgreSQL (TOLLGATE_TEST_STORE=pg). */
+  readonly engine: "sqlite" | "pg"
+  /** DATABASE_URL of the store. */
+  readonly databaseUrl: string
+  /** A read-only handle on a SQLite store, for assertions (PostgreSQL: use `query`). */
   readonly db: () => Database.Database
+  /** A read of the store, synchronous, on either engine (`?` placeholders), for assertions. */
+  readonly query: <T = Record<string, unknown>>(sql: string, ...params: Array<unknown>) => Array<T>
   /** Admin API call with the admin token. */
   readonly admin: (method: string, path: string, body?: unknown) => Promise<{ status: number; body: any }>
   /** Shut the gateway down (its runtime's finalizers), keeping the store for assertions. */
@@ -55,8 +62,13 @@ export const startGateway = async (
 ): Promise<TestGateway> => {
   const dir = mkdtempSync(join(tmpdir(), "tollgate-test-"))
   const dbPath = join(dir, "tollgate.db")
+  // PostgreSQL: a fresh schema per gateway, unless the test names a store (several instances on one).
+  const schema: TestSchema | undefined = testOnPostgres && overrides.databaseUrl === undefined ? freshSchema() : undefined
+  const databaseUrl = overrides.databaseUrl ?? schema?.url ?? `sqlite:${dbPath}`
+  const engine = databaseUrl.startsWith("sqlite:") ? ("sqlite" as const) : ("pg" as const)
   const settings = makeSettings({
-    databaseUrl: `sqlite:${dbPath}`,
+    databaseUrl,
+    receiptKeyFile: engine === "pg" ? Option.some(join(dir, "receipt-signing-key.pem")) : Option.none(),
     adminToken: Option.some(Redacted.make(ADMIN_TOKEN)),
     gateway,
     ...overrides
@@ -72,6 +84,13 @@ export const startGateway = async (
   )
   const origin = `http://127.0.0.1:${port}`
   const handles: Array<Database.Database> = []
+  const db = () => {
+    if (engine === "pg") throw new Error("db(): a SQLite handle; this gateway runs on PostgreSQL (use query)")
+    const h = new Database(dbPath, { readonly: true })
+    handles.push(h)
+    return h
+  }
+  let reader: Database.Database | undefined
   return {
     url: `${origin}/v1`,
     origin,
@@ -79,10 +98,13 @@ export const startGateway = async (
     projectId: first.projectId,
     adminToken: ADMIN_TOKEN,
     dbPath,
-    db: () => {
-      const h = new Database(dbPath, { readonly: true })
-      handles.push(h)
-      return h
+    engine,
+    databaseUrl,
+    db,
+    query: <T,>(sql: string, ...params: Array<unknown>): Array<T> => {
+      if (engine === "pg") return pgQuerySync<T>(databaseUrl, sql, params)
+      reader ??= db()
+      return reader.prepare(sql).all(...params) as Array<T>
     },
     admin: async (method, path, body) => {
       const res = await fetch(`${origin}${path}`, {
@@ -96,6 +118,7 @@ export const startGateway = async (
     close: async () => {
       for (const h of handles) h.close()
       await runtime.dispose()
+      schema?.drop()
       rmSync(dir, { recursive: true, force: true })
     }
   }
