@@ -23,13 +23,14 @@ export class Pricing extends Effect.Service<Pricing>()("tollgate/Pricing", {
     const now = yield* Clock.currentTimeMillis
     for (const card of cards) {
       const prices = canonicalJson(card.prices)
+      // Insert-if-absent, then compare what is stored: instances starting together on one database
+      // race to publish the same card; one INSERT wins, and every instance checks its card against it.
+      yield* sql`INSERT INTO rate_cards (version, effective_from, prices, created_at)
+                 VALUES (${card.version}, ${card.effective_from}, ${prices}, ${now}) ON CONFLICT (version) DO NOTHING`
       const stored = yield* sql<{ prices: string; effective_from: string }>`
         SELECT prices, effective_from FROM rate_cards WHERE version = ${card.version}`
-      const row = stored[0]
-      if (row === undefined) {
-        yield* sql`INSERT INTO rate_cards (version, effective_from, prices, created_at)
-                   VALUES (${card.version}, ${card.effective_from}, ${prices}, ${now})`
-      } else if (row.prices !== prices || Date.parse(row.effective_from) !== Date.parse(card.effective_from)) {
+      const row = stored[0]!
+      if (row.prices !== prices || Date.parse(row.effective_from) !== Date.parse(card.effective_from)) {
         return yield* Effect.dieMessage(
           `rate card ${card.version} differs from the stored version; a used card is immutable, publish a new version instead`
         )
