@@ -23,7 +23,7 @@ import { SqlClient, type SqlError } from "@effect/sql"
 import { Duration, Effect, Layer } from "effect"
 import { GENESIS_HASH, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
-import type { AbandonArgs, ExpireArgs, ExtendArgs, ReserveArgs, Reserved, ReserveRefused, SettleArgs } from "./chatTransactions.ts"
+import { type AbandonArgs, type ExpireArgs, type ExtendArgs, mustSync, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
 import { type ClaimOutcome, outcomeOf } from "./idempotencyStatements.ts"
 
@@ -110,8 +110,12 @@ export const makePgChatStore = Effect.gen(function* () {
           if (claimed._tag !== "Claimed") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimed })
         }
         const { projectId, period } = a.hold
+        // As on SQLite (chatTransactions.ts, `mustSync`): a non-streamed call's reservation need not
+        // wait for its WAL flush — its settlement or abandonment commits synchronously later, and
+        // PostgreSQL's WAL is flushed in order, so that flush carries this commit too.
         const [w] = yield* sql<{ cap: number; spent: number | null; reserved: number | null }>`
-          SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
+          SELECT set_config('synchronous_commit', ${mustSync("reserve", a) ? "on" : "off"}, true) AS level,
+            p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
           FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
           WHERE p.id = ${projectId}`
         const cap = w?.cap ?? 0
@@ -119,22 +123,29 @@ export const makePgChatStore = Effect.gen(function* () {
         if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
         const { outputCap, reservation } = sized
         const r = a.request
-        yield* sql`INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
-            idempotency_key, rate_card_version, credits_reserved, created_at)
-          VALUES (${r.id}, ${r.projectId}, ${r.environment}, ${r.keyId}, ${r.endpoint}, ${r.model}, ${r.route}, ${r.stream ? 1 : 0}, 'pending',
-            ${r.idempotencyKey}, ${r.rateCardVersion}, ${reservation}, ${r.createdAt})`
-        yield* sql`INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at)
-          VALUES (${a.hold.reservationId}, ${a.hold.requestId}, ${projectId}, ${period}, ${reservation}, 'held', ${a.hold.deadline}, ${a.now})`
-        // The guard, last: the window row is locked from here to COMMIT only.
-        const guarded = sql`UPDATE budget_windows SET reserved = reserved + ${reservation}
-          WHERE project_id = ${projectId} AND period = ${period}
-            AND spent + reserved + ${reservation} <= (SELECT budget_credits FROM projects WHERE id = ${projectId})
-          RETURNING 1 AS one`
-        let held = (yield* guarded).length === 1
-        if (!held) {
-          // The window may not exist yet (first hold of the month): open it and try once more.
+        // ONE statement: the guard, and the request row and the hold only if it held. The window row
+        // is locked from here to COMMIT: one round trip.
+        const guarded = sql<{ n: number }>`WITH held AS (
+            UPDATE budget_windows SET reserved = reserved + ${reservation}
+            WHERE project_id = ${projectId} AND period = ${period}
+              AND spent + reserved + ${reservation} <= (SELECT budget_credits FROM projects WHERE id = ${projectId})
+            RETURNING 1),
+          request AS (
+            INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
+              idempotency_key, rate_card_version, credits_reserved, created_at)
+            SELECT ${r.id}, ${r.projectId}, ${r.environment}, ${r.keyId}, ${r.endpoint}, ${r.model}, ${r.route}, ${r.stream ? 1 : 0}::bigint, 'pending',
+              ${r.idempotencyKey}, ${r.rateCardVersion}, ${reservation}::bigint, ${r.createdAt}::bigint
+            WHERE EXISTS (SELECT 1 FROM held)),
+          hold AS (
+            INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at)
+            SELECT ${a.hold.reservationId}, ${a.hold.requestId}, ${projectId}, ${period}, ${reservation}::bigint, 'held', ${a.hold.deadline}::bigint, ${a.now}::bigint
+            WHERE EXISTS (SELECT 1 FROM held))
+          SELECT COUNT(*) AS n FROM held`
+        let held = (yield* guarded)[0]!.n === 1
+        if (!held && w?.spent === null) {
+          // The window did not exist yet (first hold of the month): open it and try once more.
           yield* sql`INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
-          held = (yield* guarded).length === 1
+          held = (yield* guarded)[0]!.n === 1
         }
         if (!held) return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(reservation, period), param: null })
         return { outputCap, reservation }
@@ -144,26 +155,35 @@ export const makePgChatStore = Effect.gen(function* () {
   const settle = (s: SettleArgs): Effect.Effect<void> =>
     transact(
       Effect.gen(function* () {
-        const [row] = yield* sql<{ amount: number; charge: number; project_id: string; period: string }>`
-          UPDATE reservations SET state = 'settled', resolved_at = ${s.now}, charge = LEAST(${s.charge}::bigint, amount)
-          WHERE id = ${s.hold.reservationId} AND state = 'held' RETURNING amount, charge, project_id, period`
+        // The rows of this call only (nothing another call waits on): the hold resolved once, the
+        // request completed and the idempotent result stored, in one statement.
+        const idem = s.idempotent
+        const [row] = yield* sql<{ amount: number; charge: number; project_id: string; period: string }>`WITH resolved AS (
+            UPDATE reservations SET state = 'settled', resolved_at = ${s.now}, charge = LEAST(${s.charge}::bigint, amount)
+            WHERE id = ${s.hold.reservationId} AND state = 'held' RETURNING amount, charge, project_id, period),
+          completed AS (
+            UPDATE requests SET status = 'completed', route = ${s.route}, credits_charged = (SELECT charge FROM resolved), receipt_id = ${s.receiptId},
+              verification = ${JSON.stringify(s.verification)}, attempts = ${JSON.stringify(s.attempts)}, completed_at = ${s.now}
+            WHERE id = ${s.hold.requestId} AND status = 'pending' AND EXISTS (SELECT 1 FROM resolved)),
+          finished AS (
+            UPDATE idempotency SET state = 'finished', status = ${idem?.result.status ?? null}, content_type = ${idem?.result.contentType ?? null},
+              body = ${idem === undefined ? null : asBuffer(idem.result.body)}, expires_at = ${s.now + (idem?.ttlMs ?? 0)}
+            WHERE ${idem !== undefined} AND project_id = ${idem?.scope.projectId ?? ""} AND environment = ${idem?.scope.environment ?? ""}
+              AND key = ${idem?.key ?? ""} AND request_id = ${s.hold.requestId} AND state = 'in_flight' AND expires_at > ${s.now}
+              AND EXISTS (SELECT 1 FROM resolved))
+          SELECT amount, charge, project_id, period FROM resolved`
         if (row === undefined) return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
         const charge = row.charge
-        yield* sql`UPDATE requests SET status = 'completed', route = ${s.route}, credits_charged = ${charge}, receipt_id = ${s.receiptId},
-            verification = ${JSON.stringify(s.verification)}, attempts = ${JSON.stringify(s.attempts)}, completed_at = ${s.now}
-          WHERE id = ${s.hold.requestId} AND status = 'pending'`
-        if (s.idempotent !== undefined) {
-          const { scope, key, result, ttlMs } = s.idempotent
-          yield* sql`UPDATE idempotency SET state = 'finished', status = ${result.status}, content_type = ${result.contentType},
-              body = ${asBuffer(result.body)}, expires_at = ${s.now + ttlMs}
-            WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key}
-              AND request_id = ${s.hold.requestId} AND state = 'in_flight' AND expires_at > ${s.now}`
-        }
-        // The chain head, locked until COMMIT: one chain per project, however many instances settle.
-        const [head] = yield* sql<{ seq: number; hash: string }>`
-          INSERT INTO chain_heads (project_id, seq, hash) VALUES (${row.project_id}, 0, ${GENESIS_HASH})
+        // The project's two hot rows, locked from here to COMMIT (two round trips and a signature):
+        // the charge posted to the window, and the chain head — one chain per project, however many
+        // instances settle into it.
+        const [head] = yield* sql<{ seq: number; hash: string }>`WITH posted AS (
+            UPDATE budget_windows SET spent = spent + ${charge}, reserved = reserved - ${row.amount}
+            WHERE project_id = ${row.project_id} AND period = ${row.period} RETURNING 1)
+          INSERT INTO chain_heads (project_id, seq, hash) SELECT ${row.project_id}, 0, ${GENESIS_HASH} FROM posted
           ON CONFLICT (project_id) DO UPDATE SET seq = chain_heads.seq RETURNING seq, hash`
-        const seq = head!.seq + 1
+        if (head === undefined) return yield* Effect.dieMessage(`no budget window ${row.period} for project ${row.project_id}`)
+        const seq = head.seq + 1
         const unsigned: UnsignedReceipt = {
           object: "receipt",
           receipt_id: s.receiptId,
@@ -183,20 +203,19 @@ export const makePgChatStore = Effect.gen(function* () {
           period: row.period,
           seq,
           created_at: new Date(s.now).toISOString(),
-          prev_hash: head!.hash,
+          prev_hash: head.hash,
           signing_key_id: signer.keyId
         }
         const receipt = sealReceipt(signer.signingKey, unsigned)
-        yield* sql`INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
-            body, prev_hash, hash, signature, signing_key_id, created_at,
-            route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
-          VALUES (${receipt.receipt_id}, ${receipt.request_id}, ${receipt.project_id}, ${receipt.environment}, ${receipt.period},
-            ${seq}, ${charge}, ${receipt.rate_card_version}, ${JSON.stringify(receipt)}, ${receipt.prev_hash}, ${receipt.hash},
-            ${receipt.signature}, ${receipt.signing_key_id}, ${s.now},
-            ${s.route}, ${s.tokens.input}, ${s.tokens.cached_input}, ${s.tokens.output}, ${s.tokens.reasoning})`
-        yield* sql`UPDATE chain_heads SET seq = ${seq}, hash = ${receipt.hash} WHERE project_id = ${row.project_id}`
-        yield* sql`UPDATE budget_windows SET spent = spent + ${charge}, reserved = reserved - ${row.amount}
-          WHERE project_id = ${row.project_id} AND period = ${row.period}`
+        yield* sql`WITH appended AS (
+            INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
+              body, prev_hash, hash, signature, signing_key_id, created_at,
+              route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
+            VALUES (${receipt.receipt_id}, ${receipt.request_id}, ${receipt.project_id}, ${receipt.environment}, ${receipt.period},
+              ${seq}, ${charge}, ${receipt.rate_card_version}, ${JSON.stringify(receipt)}, ${receipt.prev_hash}, ${receipt.hash},
+              ${receipt.signature}, ${receipt.signing_key_id}, ${s.now},
+              ${s.route}, ${s.tokens.input}, ${s.tokens.cached_input}, ${s.tokens.output}, ${s.tokens.reasoning}))
+          UPDATE chain_heads SET seq = ${seq}, hash = ${receipt.hash} WHERE project_id = ${row.project_id}`
       })
     )
 
