@@ -97,7 +97,7 @@ if (inline) {
   })
 } else {
   const worker = new Worker(new URL("../../src/store/storeWorker.mjs", import.meta.url), {
-    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId } satisfies StoreWorkerData,
+    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId, assertInvariants: false } satisfies StoreWorkerData,
     execArgv: []
   })
   await new Promise<void>((resolve, reject) => {

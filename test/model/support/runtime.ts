@@ -48,7 +48,7 @@ export const makeLiveServicesRuntime = (): ServicesRuntime => ManagedRuntime.mak
  */
 export const makePortRuntime = (): PortRuntime => {
   const dir = mkdtempSync(join(tmpdir(), "tollgate-model-"))
-  const rt = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}` }))), Layer.orDie))
+  const rt = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}`, assertInvariants: true }))), Layer.orDie))
   const dispose = rt.dispose.bind(rt)
   return Object.assign(rt, {
     dispose: async () => {
@@ -67,7 +67,7 @@ export const makeTimedPortRuntime = (): TimedPortRuntime => {
   const layer = Layer.mergeAll(Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive))).pipe(
     Layer.provideMerge(Layer.mergeAll(Projects.Default, IdempotencyStore.Default, ReceiptSigner.Default)),
     Layer.provideMerge(DatabaseLive),
-    Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}` }))),
+    Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}`, assertInvariants: true }))),
     Layer.provideMerge(TestContext.TestContext)
   )
   const rt = ManagedRuntime.make(layer)
