@@ -107,6 +107,12 @@ export interface GatewaySettings {
   readonly storeWorker: boolean
   /** PostgreSQL only: connections in this instance's pool (TOLLGATE_PG_POOL_SIZE). */
   readonly pgPoolSize: number
+  /**
+   * Assertion mode (TOLLGATE_ASSERT=1): after each settlement and abandonment the store checks the
+   * project's window against the rulebook (spec/ledger.ts `checkWindow`) inside the transaction, and
+   * a violation fails it loudly (rolled back, a 500, an error in the log). For tests and canaries.
+   */
+  readonly assertInvariants: boolean
   readonly gateway: GatewayFile
 }
 
@@ -167,6 +173,7 @@ const settingsConfig = Config.all({
     Config.validate({ message: "must be between 1 and 1000", validation: (n) => n >= 1 && n <= 1000 }),
     Config.withDefault(10)
   ),
+  assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
@@ -201,6 +208,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   accessLog: false,
   storeWorker: true,
   pgPoolSize: 10,
+  assertInvariants: false,
   gateway: defaultGatewayFile,
   ...overrides
 })

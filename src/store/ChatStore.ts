@@ -209,9 +209,13 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       let run: Run
       let health = (): StoreHealth => ({ ok: true })
       if (inWorker) {
-        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId }))
+        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId, assertInvariants: settings.assertInvariants }))
       } else {
-        const ops = makeChatTransactions(store.db, { keyId: signer.keyId, seal: (unsigned) => sealReceipt(signer.signingKey, unsigned) })
+        const ops = makeChatTransactions(
+          store.db,
+          { keyId: signer.keyId, seal: (unsigned) => sealReceipt(signer.signingKey, unsigned) },
+          { assertInvariants: settings.assertInvariants }
+        )
         run = <E>(op: ChatOp, args: unknown) =>
           store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort), mustSync(op, args))
       }

@@ -13,7 +13,7 @@ import { PgChatStoreLive } from "./pgChatStore.ts"
 export const ChatStoreLive: Layer.Layer<ChatStore, never, Settings | SqlClient.SqlClient | ReceiptKey> = Layer.unwrapEffect(
   Effect.gen(function* () {
     const settings = yield* Settings
-    if (isPostgresUrl(settings.databaseUrl)) return PgChatStoreLive as Layer.Layer<ChatStore, never, SqlClient.SqlClient | ReceiptKey | Settings>
+    if (isPostgresUrl(settings.databaseUrl)) return PgChatStoreLive
     const sqlite = yield* Effect.serviceOption(Sqlite)
     if (Option.isNone(sqlite)) return yield* Effect.dieMessage("a SQLite DATABASE_URL without the Sqlite store layer (StoreDatabaseLive provides it)")
     return ChatStore.Default.pipe(Layer.provide(Layer.succeed(Sqlite, sqlite.value))) as Layer.Layer<ChatStore, never, SqlClient.SqlClient | ReceiptKey | Settings>

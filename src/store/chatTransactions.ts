@@ -19,6 +19,7 @@
  * rules they need come from spec/ and domain/ (the sizing, the receipt seal), never from a service.
  */
 import type BetterSqlite3 from "better-sqlite3"
+import { checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation, type SizingRequest } from "../domain/budgetSizing.ts"
 import { type ClaimOutcome, makeIdempotencyStatements, type Scope, type StoredResult } from "./idempotencyStatements.ts"
 import { type Hold, makeLedgerStatements, type Sealer, type Settlement } from "./ledgerStatements.ts"
@@ -108,10 +109,29 @@ export type ChatOp = keyof ChatTransactions
  */
 export const mustSync = (op: ChatOp, args: unknown): boolean => op !== "reserve" || (args as ReserveArgs).request.stream
 
-export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer): ChatTransactions => {
+export interface ChatTransactionOptions {
+  /** Assertion mode (TOLLGATE_ASSERT=1): check the window after each settlement and abandonment. */
+  readonly assertInvariants?: boolean
+}
+
+/** A window broke the rulebook inside a transaction (assertion mode): the transaction dies and rolls back. */
+export class InvariantViolated extends Error {
+  override readonly name = "InvariantViolated"
+}
+
+export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer, options: ChatTransactionOptions = {}): ChatTransactions => {
   const ledger = makeLedgerStatements(db, sealer)
   const requests = makeRequestStatements(db)
   const idempotency = makeIdempotencyStatements(db)
+
+  /** Assertion mode: the window's rules (spec/ledger.ts `checkWindow`) on the rows this transaction wrote. */
+  const assertWindow = (projectId: string, period: string, after: string): void => {
+    if (options.assertInvariants !== true) return
+    const findings = checkWindow(ledger.windowFactsSync(projectId, period))
+    if (findings.length > 0) {
+      throw new InvariantViolated(`TOLLGATE_ASSERT: window ${projectId}/${period} after ${after}: ${findings.map((f) => `${f.invariant} (${f.detail})`).join("; ")}`)
+    }
+  }
 
   const reserve = (a: ReserveArgs, abort: Abort<ReserveRefused>): Reserved => {
     // The claim first: a replay (or a conflict) answers before any budget question.
@@ -148,12 +168,17 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
     if (a.idempotent !== undefined) {
       idempotency.finishSync(a.idempotent.scope, a.idempotent.key, a.hold.requestId, a.idempotent.result, a.idempotent.ttlMs, a.now)
     }
+    assertWindow(receipt.project_id, receipt.period, `settling ${a.hold.reservationId}`)
   }
 
   const abandon = (a: AbandonArgs): void => {
     ledger.releaseSync(a.reservationId, a.now)
     requests.failSync(a.requestId, { code: a.code, message: a.message, attempts: a.attempts, completedAt: a.now })
     if (a.idempotent !== undefined) idempotency.releaseSync(a.idempotent.scope, a.idempotent.key, a.requestId)
+    if (options.assertInvariants === true) {
+      const w = ledger.reservationWindowSync(a.reservationId)
+      if (w !== undefined) assertWindow(w.projectId, w.period, `abandoning ${a.reservationId}`)
+    }
   }
 
   const extend = (a: ExtendArgs): void => {

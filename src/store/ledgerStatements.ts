@@ -9,6 +9,7 @@
  * overspend. A hold is resolved at most once: settle and void only move rows still in state 'held'.
  */
 import type BetterSqlite3 from "better-sqlite3"
+import type { WindowFacts } from "../../spec/ledger.ts"
 import type { TokenCounts } from "../../spec/pricing.ts"
 import { GENESIS_HASH, type Receipt, type UnsignedReceipt } from "../../spec/receipt.ts"
 import type { Verification } from "./requestStatements.ts"
@@ -96,6 +97,20 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
   const upsertHead = db.prepare<[string, number, string]>(
     "INSERT INTO chain_heads (project_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT (project_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash"
   )
+  // What the rulebook's window check needs (spec/ledger.ts `checkWindow`), read in one statement.
+  const selectWindowFacts = db.prepare<[{ project: string; period: string }], {
+    cap: number | null; cap_changed_at: number | null; spent: number | null; reserved: number | null
+    receipt_sum: number; held_sum: number; last_hold_at: number | null
+  }>(
+    `SELECT (SELECT budget_credits FROM projects WHERE id = @project) AS cap,
+            (SELECT updated_at FROM projects WHERE id = @project) AS cap_changed_at,
+            w.spent AS spent, w.reserved AS reserved,
+            (SELECT COALESCE(SUM(credits_charged), 0) FROM receipts WHERE project_id = @project AND period = @period) AS receipt_sum,
+            (SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE project_id = @project AND period = @period AND state = 'held') AS held_sum,
+            (SELECT MAX(created_at) FROM reservations WHERE project_id = @project AND period = @period) AS last_hold_at
+     FROM (SELECT 1) LEFT JOIN budget_windows w ON w.project_id = @project AND w.period = @period`
+  )
+  const selectReservationWindow = db.prepare<[string], { project_id: string; period: string }>("SELECT project_id, period FROM reservations WHERE id = ?")
   const selectExpired = db.prepare<[number], { id: string; request_id: string }>(
     "SELECT id, request_id FROM reservations WHERE state = 'held' AND deadline <= ?"
   )
@@ -180,6 +195,26 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
   /** Holds whose deadline passed at `now`: their process died or hung (the recovery sweep). */
   const expiredSync = (now: number): ReadonlyArray<{ id: string; request_id: string }> => selectExpired.all(now)
 
-  return { windowSync, reserveSync, settleSync, releaseSync, extendHoldSync, expiredSync } as const
+  /** A window as the rulebook's check reads it (spec/ledger.ts `WindowFacts`). */
+  const windowFactsSync = (projectId: string, period: string): WindowFacts => {
+    const r = selectWindowFacts.get({ project: projectId, period })!
+    return {
+      cap: r.cap ?? 0,
+      spent: r.spent ?? 0,
+      reserved: r.reserved ?? 0,
+      receiptSum: r.receipt_sum,
+      heldSum: r.held_sum,
+      capChangedAt: r.cap_changed_at ?? undefined,
+      lastHoldAt: r.last_hold_at ?? undefined
+    }
+  }
+
+  /** The window a reservation belongs to. */
+  const reservationWindowSync = (reservationId: string): { readonly projectId: string; readonly period: string } | undefined => {
+    const r = selectReservationWindow.get(reservationId)
+    return r === undefined ? undefined : { projectId: r.project_id, period: r.period }
+  }
+
+  return { windowSync, reserveSync, settleSync, releaseSync, extendHoldSync, expiredSync, windowFactsSync, reservationWindowSync } as const
 }
 

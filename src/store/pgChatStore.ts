@@ -22,8 +22,10 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Duration, Effect, Layer } from "effect"
 import { GENESIS_HASH, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
-import { type AbandonArgs, type ExpireArgs, type ExtendArgs, mustSync, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
+import { Settings } from "../domain/config.ts"
+import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, mustSync, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
 import { type ClaimOutcome, outcomeOf } from "./idempotencyStatements.ts"
 
@@ -55,6 +57,36 @@ const asBuffer = (b: Uint8Array): Buffer => (Buffer.isBuffer(b) ? b : Buffer.fro
 export const makePgChatStore = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   const signer = yield* ReceiptKey
+  const { assertInvariants } = yield* Settings
+
+  /** Assertion mode (TOLLGATE_ASSERT): the window's rules (spec/ledger.ts `checkWindow`) on the rows this transaction wrote. */
+  const assertWindow = (projectId: string, period: string, after: string) =>
+    !assertInvariants
+      ? Effect.void
+      : Effect.flatMap(
+          sql<{ cap: number | null; cap_changed_at: number | null; spent: number | null; reserved: number | null; receipt_sum: number; held_sum: number; last_hold_at: number | null }>`
+            SELECT (SELECT budget_credits FROM projects WHERE id = ${projectId}) AS cap,
+                   (SELECT updated_at FROM projects WHERE id = ${projectId}) AS cap_changed_at,
+                   (SELECT spent FROM budget_windows WHERE project_id = ${projectId} AND period = ${period}) AS spent,
+                   (SELECT reserved FROM budget_windows WHERE project_id = ${projectId} AND period = ${period}) AS reserved,
+                   (SELECT COALESCE(SUM(credits_charged), 0) FROM receipts WHERE project_id = ${projectId} AND period = ${period}) AS receipt_sum,
+                   (SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE project_id = ${projectId} AND period = ${period} AND state = 'held') AS held_sum,
+                   (SELECT MAX(created_at) FROM reservations WHERE project_id = ${projectId} AND period = ${period}) AS last_hold_at`,
+          ([r]) => {
+            const findings = checkWindow({
+              cap: r!.cap ?? 0,
+              spent: r!.spent ?? 0,
+              reserved: r!.reserved ?? 0,
+              receiptSum: r!.receipt_sum,
+              heldSum: r!.held_sum,
+              capChangedAt: r!.cap_changed_at ?? undefined,
+              lastHoldAt: r!.last_hold_at ?? undefined
+            })
+            return findings.length === 0
+              ? Effect.void
+              : Effect.die(new InvariantViolated(`TOLLGATE_ASSERT: window ${projectId}/${period} after ${after}: ${findings.map((f) => `${f.invariant} (${f.detail})`).join("; ")}`))
+          }
+        )
 
   /**
    * Run `body` in one transaction; again (after a jittered backoff doubling from 2 ms) when PostgreSQL
@@ -216,6 +248,7 @@ export const makePgChatStore = Effect.gen(function* () {
               ${receipt.signature}, ${receipt.signing_key_id}, ${s.now},
               ${s.route}, ${s.tokens.input}, ${s.tokens.cached_input}, ${s.tokens.output}, ${s.tokens.reasoning}))
           UPDATE chain_heads SET seq = ${seq}, hash = ${receipt.hash} WHERE project_id = ${row.project_id}`
+        yield* assertWindow(row.project_id, row.period, `settling ${s.hold.reservationId}`)
       })
     )
 
@@ -237,6 +270,7 @@ export const makePgChatStore = Effect.gen(function* () {
         }
         if (row !== undefined) {
           yield* sql`UPDATE budget_windows SET reserved = reserved - ${row.amount} WHERE project_id = ${row.project_id} AND period = ${row.period}`
+          yield* assertWindow(row.project_id, row.period, `abandoning ${a.reservationId}`)
         }
       })
     )
@@ -314,4 +348,4 @@ export const makePgChatStore = Effect.gen(function* () {
 })
 
 /** ChatStore on PostgreSQL. */
-export const PgChatStoreLive: Layer.Layer<ChatStore, never, SqlClient.SqlClient | ReceiptKey> = Layer.effect(ChatStore, makePgChatStore)
+export const PgChatStoreLive: Layer.Layer<ChatStore, never, SqlClient.SqlClient | ReceiptKey | Settings> = Layer.effect(ChatStore, makePgChatStore)

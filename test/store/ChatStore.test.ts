@@ -320,3 +320,42 @@ describe("ChatStore", () => {
     expect({ status: child.status, out: child.stdout.trim() }).toEqual({ status: 0, out: JSON.stringify({ runsIn: "worker", health: { ok: true } }) })
   })
 })
+
+describe("assertion mode (TOLLGATE_ASSERT=1)", () => {
+  it("a settlement or abandonment that leaves its window off the rulebook dies and rolls back, in the worker and inline", async () => {
+    for (const databaseUrl of [fileUrl().url, "sqlite::memory:"]) {
+      const rt = ManagedRuntime.make(layerFor({ databaseUrl, assertInvariants: true }))
+      try {
+        const outcome = await rt.runPromise(
+          Effect.gen(function* () {
+            const store = yield* ChatStore
+            const sql = yield* SqlClient.SqlClient
+            const p = yield* newProject({ budget_credits: 1_000 })
+            // A sound window: settling and abandoning pass the check.
+            const ok = reserveArgs(p.id, 100)
+            yield* store.reserve(ok)
+            yield* store.settle(settleArgs(ok, 100, 40))
+            const a = reserveArgs(p.id, 50)
+            const b = reserveArgs(p.id, 60)
+            yield* store.reserve(a)
+            yield* store.reserve(b)
+            // Plant a violation: spent no longer equals the receipts' sum.
+            yield* sql`UPDATE budget_windows SET spent = spent + 1 WHERE project_id = ${p.id}`
+            const settled = yield* Effect.exit(store.settle(settleArgs(a, 50, 10)))
+            const abandoned = yield* Effect.exit(store.abandon({ now: NOW + 2, reservationId: b.hold.reservationId, requestId: b.request.id, code: "x", message: "x", attempts: [], idempotent: undefined }))
+            const rows = yield* sql<{ state: string }>`SELECT state FROM reservations WHERE project_id = ${p.id} ORDER BY amount`
+            return { settled, abandoned, states: rows.map((r) => r.state), runsIn: store.runsIn }
+          })
+        )
+        for (const exit of [outcome.settled, outcome.abandoned]) {
+          expect(Exit.isFailure(exit) && Cause.isDie(exit.cause), `${outcome.runsIn}: ${String(exit)}`).toBe(true)
+          if (Exit.isFailure(exit)) expect(String(Cause.squash(exit.cause))).toMatch(/TOLLGATE_ASSERT: window .* spent-equals-receipts \(spent (41|51), receipts sum (40|50)\)/)
+        }
+        // Both rolled back: the holds are still held.
+        expect(outcome.states).toEqual(["held", "held", "settled"])
+      } finally {
+        await rt.dispose()
+      }
+    }
+  })
+})

@@ -52,6 +52,7 @@ const instance = (url: string) => {
   const settings = makeSettings({
     databaseUrl: url,
     pgPoolSize: 4,
+    assertInvariants: true,
     receiptKeyFile: Option.some(join(dir, "receipt-signing-key.pem")),
     adminToken: Option.some(Redacted.make("test-admin-token"))
   })

@@ -67,6 +67,8 @@ export const startGateway = async (
   const databaseUrl = overrides.databaseUrl ?? schema?.url ?? `sqlite:${dbPath}`
   const engine = databaseUrl.startsWith("sqlite:") ? ("sqlite" as const) : ("pg" as const)
   const settings = makeSettings({
+    // The end-to-end suite runs in assertion mode: every settlement and abandonment checks its window.
+    assertInvariants: true,
     databaseUrl,
     receiptKeyFile: engine === "pg" ? Option.some(join(dir, "receipt-signing-key.pem")) : Option.none(),
     adminToken: Option.some(Redacted.make(ADMIN_TOKEN)),
