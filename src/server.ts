@@ -17,7 +17,7 @@ import { Ledger } from "./services/Ledger.ts"
 import { Metrics } from "./services/Metrics.ts"
 import { Pricing } from "./services/Pricing.ts"
 import { Projects } from "./services/Projects.ts"
-import { RateLimiter } from "./services/RateLimiter.ts"
+import { RateLimiterLive } from "./services/RateLimiter.ts"
 import { ReceiptKeyLive, ReceiptSigner } from "./services/ReceiptSigner.ts"
 import { Recovery } from "./services/Recovery.ts"
 import { Requests } from "./services/Requests.ts"
@@ -29,7 +29,7 @@ import { StoreDatabaseLive } from "./store/Database.ts"
 export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive)))),
   Layer.provideMerge(
-    Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
+    Layer.mergeAll(Projects.Default, RateLimiterLive, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),
   Layer.provideMerge(Metrics.Default),
   Layer.provideMerge(Layer.mergeAll(StoreDatabaseLive, NodeHttpClient.layerUndici))

@@ -105,6 +105,8 @@ export interface GatewaySettings {
    * SQLite file (src/store/storeWorker.ts), off the event loop. An in-memory store always runs them inline.
    */
   readonly storeWorker: boolean
+  /** REDIS_URL: the rate limit shared by every instance (src/services/RateLimiter.ts); none: this instance's own. */
+  readonly redisUrl: Option.Option<Redacted.Redacted<string>>
   /** PostgreSQL only: connections in this instance's pool (TOLLGATE_PG_POOL_SIZE). */
   readonly pgPoolSize: number
   /**
@@ -169,6 +171,7 @@ const settingsConfig = Config.all({
   breakerOpenMs: Config.integer("TOLLGATE_BREAKER_OPEN_MS").pipe(Config.withDefault(30_000)),
   accessLog: Config.boolean("TOLLGATE_ACCESS_LOG").pipe(Config.withDefault(true)),
   storeWorker: Config.boolean("TOLLGATE_STORE_WORKER").pipe(Config.withDefault(true)),
+  redisUrl: Config.option(Config.redacted("REDIS_URL")),
   pgPoolSize: Config.integer("TOLLGATE_PG_POOL_SIZE").pipe(
     Config.validate({ message: "must be between 1 and 1000", validation: (n) => n >= 1 && n <= 1000 }),
     Config.withDefault(10)
@@ -207,6 +210,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   breakerOpenMs: 30_000,
   accessLog: false,
   storeWorker: true,
+  redisUrl: Option.none(),
   pgPoolSize: 10,
   assertInvariants: false,
   gateway: defaultGatewayFile,

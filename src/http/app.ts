@@ -20,6 +20,7 @@ import { Projects } from "../services/Projects.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
 import { Requests } from "../services/Requests.ts"
 import { Router } from "../services/Router.ts"
+import { RateLimiter } from "../services/RateLimiter.ts"
 import { ChatStore } from "../store/ChatStore.ts"
 import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
 import { responsesSurface, responsesToChat } from "../services/surfaces/responses.ts"
@@ -350,9 +351,17 @@ const adminRoutes = HttpRouter.empty.pipe(
 )
 
 /** Ready when the store can run the governed call's transactions (the store worker is up). */
-const readiness = Effect.map(ChatStore, (store) => {
+// A rate limit kept by the fallback (Redis unreachable) is still served, conservatively: ready, and said.
+const readiness = Effect.map(Effect.zip(ChatStore, RateLimiter), ([store, limiter]) => {
   const health = store.health()
-  return health.ok ? json({ status: "ready" }) : json({ status: "unavailable", reason: health.reason }, 503)
+  const rateLimit = limiter.health()
+  const limit =
+    rateLimit.mode === "local"
+      ? { mode: "local" }
+      : rateLimit.degraded
+        ? { mode: "shared", status: "degraded", reason: rateLimit.reason, fallback: `each instance admits 1/${rateLimit.share} of the limit` }
+        : { mode: "shared", status: "ok" }
+  return health.ok ? json({ status: "ready", rate_limit: limit }) : json({ status: "unavailable", reason: health.reason, rate_limit: limit }, 503)
 })
 
 export const router = HttpRouter.empty.pipe(

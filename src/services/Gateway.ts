@@ -260,7 +260,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
       Effect.clockWith((clock) => {
         const now = clock.unsafeCurrentTimeMillis()
-        const { principal, headers, surface } = call
+        const { principal, headers } = call
         const admitted = admitRequest(principal, call.body, call.maxCreditsHeader)
         if (Either.isLeft(admitted)) return Effect.fail(admitted.left)
         const { request, maxCredits, maxCreditsParam } = admitted.right
@@ -270,10 +270,30 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         if (Either.isLeft(checked)) return Effect.fail(checked.left)
         const key = checked.right
 
-        const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
-        if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
-        Object.assign(headers, rateLimitHeaders(verdict.right))
+        // The in-memory limiter answers synchronously (the hot path stays free of an Effect step);
+        // the shared one (REDIS_URL) is one round trip to Redis.
+        if (rateLimiter.mode === "local") {
+          const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
+          if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
+          Object.assign(headers, rateLimitHeaders(verdict.right))
+          return planAdmitted(now, call, request, maxCredits, maxCreditsParam, key)
+        }
+        return Effect.flatMap(rateLimiter.admit(principal.projectId, principal.rateLimit), (verdict) => {
+          Object.assign(headers, rateLimitHeaders(verdict))
+          return planAdmitted(now, call, request, maxCredits, maxCreditsParam, key)
+        })
+      })
 
+    /** The rest of the plan, once the rate limit admitted the call. */
+    const planAdmitted = (
+      now: number,
+      call: ChatCall,
+      request: ChatRequest,
+      maxCredits: number | undefined,
+      maxCreditsParam: string,
+      key: string | undefined
+    ): Effect.Effect<Plan | GatewayReply, GovernanceError> => {
+        const { principal, headers, surface } = call
         const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
         const fingerprint = key === undefined ? "" : fingerprintOf("POST", surface.path, call.clientBody ?? call.body)
         const routed = route(principal, request, maxCredits, maxCreditsParam, now)
@@ -349,7 +369,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
                 )
           )
         )
-      })
+    }
 
     /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
     const abandon = (p: Plan, code: string, message: string, attempts: ReadonlyArray<Attempt>) =>

@@ -4,6 +4,7 @@
  */
 import { Effect } from "effect"
 import { pgRetries } from "../store/pgChatStore.ts"
+import { rateLimitFallbacks } from "./RateLimiter.ts"
 
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const
 
@@ -74,7 +75,10 @@ const renderStoreRetries = (): string =>
     "# HELP tollgate_store_retries_total Store transactions retried after a serialization failure (40001) or a deadlock (40P01).",
     "# TYPE tollgate_store_retries_total counter",
     `tollgate_store_retries_total{reason="serialization_failure"} ${pgRetries["40001"]}`,
-    `tollgate_store_retries_total{reason="deadlock"} ${pgRetries["40P01"]}`
+    `tollgate_store_retries_total{reason="deadlock"} ${pgRetries["40P01"]}`,
+    "# HELP tollgate_rate_limit_fallback_total Admissions decided by the instance's share of the limit because Redis could not answer.",
+    "# TYPE tollgate_rate_limit_fallback_total counter",
+    `tollgate_rate_limit_fallback_total ${rateLimitFallbacks.count}`
   ].join("\n")
 
 export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {

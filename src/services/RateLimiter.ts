@@ -1,10 +1,15 @@
 /**
- * Per-project rate limit (GCRA, the rule in spec/rateLimit.ts) held in memory.
- * Time comes from Effect's Clock so tests drive it with TestClock.
+ * Per-project rate limit (GCRA, the rule in spec/rateLimit.ts): held in memory by default (time
+ * from Effect's Clock, so tests drive it with TestClock), or shared by every instance through Redis
+ * when REDIS_URL is set (`RateLimiterShared`, on Redis's clock).
  */
-import { Clock, Effect, Either, Layer } from "effect"
-import { checkGcra, type GcraState, type RateLimit } from "../../spec/rateLimit.ts"
+import { SqlClient } from "@effect/sql"
+import { Clock, Duration, Effect, Either, Layer, Option, Redacted, Schedule } from "effect"
+import { randomBytes } from "node:crypto"
+import { checkGcra, emissionIntervalMicros, type GcraState, type RateLimit } from "../../spec/rateLimit.ts"
+import { Settings } from "../domain/config.ts"
 import { RateLimited } from "../domain/errors.ts"
+import { connectRedisGcra } from "../store/redisGcra.ts"
 
 export interface RateVerdict {
   readonly limit: number
@@ -25,36 +30,141 @@ export const formatDuration = (ms: number): string => {
   return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m${s % 60}s`
 }
 
-export class RateLimiter extends Effect.Service<RateLimiter>()("tollgate/RateLimiter", {
-  effect: Effect.sync(() => {
-    const states = new Map<string, GcraState>()
-    /** Admit one request of `projectId` at `now` (ms), or RateLimited carrying Retry-After. */
-    const admitAt = (projectId: string, limit: RateLimit, now: number): Either.Either<RateVerdict, RateLimited> => {
-      const decision = checkGcra(states.get(projectId) ?? 0, limit, now * 1000)
-      if (decision._tag === "Limited") {
-        return Either.left(
-          new RateLimited({
-            message: `Rate limit of ${limit.requestsPerMinute} requests per minute (burst ${limit.burst}) reached for this project; retry after ${formatDuration(decision.retryAfterMicros / 1000)}.`,
-            retryAfterMs: Math.ceil(decision.retryAfterMicros / 1000)
-          })
-        )
-      }
-      states.set(projectId, decision.state)
-      return Either.right({
-        limit: limit.requestsPerMinute,
-        remaining: decision.remaining,
-        resetMs: decision.resetMicros / 1000
-      })
-    }
+/** How the limit is kept, for GET /readyz and /metrics. */
+export type RateLimitHealth =
+  | { readonly mode: "local" }
+  | { readonly mode: "shared"; readonly degraded: false }
+  | { readonly mode: "shared"; readonly degraded: true; readonly reason: string; readonly share: number }
 
-    /** Admit one request of `projectId` now, or fail with RateLimited carrying Retry-After. */
-    const admit = (projectId: string, limit: RateLimit): Effect.Effect<RateVerdict, RateLimited> =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => admitAt(projectId, limit, now))
-
-    const peek = (projectId: string, limit: RateLimit): Effect.Effect<boolean> =>
-      Effect.map(Clock.currentTimeMillis, (now) => checkGcra(states.get(projectId) ?? 0, limit, now * 1000)._tag === "Allowed")
-    return { admit, admitAt, peek } as const
+const limitedError = (limit: RateLimit, retryAfterMicros: number) =>
+  new RateLimited({
+    message: `Rate limit of ${limit.requestsPerMinute} requests per minute (burst ${limit.burst}) reached for this project; retry after ${formatDuration(retryAfterMicros / 1000)}.`,
+    retryAfterMs: Math.ceil(retryAfterMicros / 1000)
   })
+
+/** The GCRA of spec/rateLimit.ts over an in-memory map of TATs: one instance's own limiter. */
+const makeLocal = () => {
+  const states = new Map<string, GcraState>()
+  /** Admit one request of `projectId` at `now` (ms), or RateLimited carrying Retry-After. */
+  const admitAt = (projectId: string, limit: RateLimit, now: number): Either.Either<RateVerdict, RateLimited> => {
+    const decision = checkGcra(states.get(projectId) ?? 0, limit, now * 1000)
+    if (decision._tag === "Limited") return Either.left(limitedError(limit, decision.retryAfterMicros))
+    states.set(projectId, decision.state)
+    return Either.right({
+      limit: limit.requestsPerMinute,
+      remaining: decision.remaining,
+      resetMs: decision.resetMicros / 1000
+    })
+  }
+  const peekAt = (projectId: string, limit: RateLimit, now: number): boolean => checkGcra(states.get(projectId) ?? 0, limit, now * 1000)._tag === "Allowed"
+  return { admitAt, peekAt }
+}
+
+/**
+ * The in-memory limiter (one instance, or tests): `admitAt` is synchronous, the hot path's way in
+ * (src/services/Gateway.ts calls it without an Effect when `mode` is "local").
+ */
+const localService = () => {
+  const local = makeLocal()
+  /** Admit one request of `projectId` now, or fail with RateLimited carrying Retry-After. */
+  const admit = (projectId: string, limit: RateLimit): Effect.Effect<RateVerdict, RateLimited> =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => local.admitAt(projectId, limit, now))
+  const peek = (projectId: string, limit: RateLimit): Effect.Effect<boolean> => Effect.map(Clock.currentTimeMillis, (now) => local.peekAt(projectId, limit, now))
+  return {
+    mode: "local" as "local" | "shared",
+    admitAt: local.admitAt,
+    admit,
+    peek,
+    health: (): RateLimitHealth => ({ mode: "local" })
+  }
+}
+
+export class RateLimiter extends Effect.Service<RateLimiter>()("tollgate/RateLimiter", {
+  effect: Effect.sync(localService)
 }) {}
 
-export const RateLimiterLive: Layer.Layer<RateLimiter> = RateLimiter.Default
+/**
+ * How many instances share the limit while Redis is away: the instances that wrote a heartbeat to
+ * the shared database in the last 15 s (at least 1).
+ */
+const HEARTBEAT_MS = 5_000
+
+/**
+ * The limit shared by every instance (REDIS_URL): each admission is one Lua script in Redis on
+ * Redis's clock (src/store/redisGcra.ts). When Redis cannot answer, the limiter does not open: each
+ * instance admits with its own in-memory GCRA at the limit divided by the number of live instances
+ * (rate and burst, rounded down, at least 1), so all of them together stay within the limit; it
+ * says so in GET /readyz and counts it in /metrics (`tollgate_rate_limit_fallback_total`), and goes
+ * back to Redis with the next admission once Redis answers.
+ */
+export const RateLimiterShared = (redisUrl: string): Layer.Layer<RateLimiter, never, SqlClient.SqlClient> =>
+  Layer.scoped(
+    RateLimiter,
+    Effect.gen(function* () {
+      const sql = yield* SqlClient.SqlClient
+      const redis = yield* Effect.acquireRelease(
+        Effect.sync(() => connectRedisGcra(redisUrl)),
+        (r) => Effect.promise(() => r.close())
+      )
+      // A start waits up to a second for Redis; still unreachable, it serves on the fallback meanwhile.
+      yield* Effect.promise(() => redis.ready(1_000))
+      const fallback = makeLocal()
+      const instanceId = `inst_${randomBytes(8).toString("hex")}`
+      let instances = 1
+      let degradedReason: string | undefined
+      const heartbeat = Effect.gen(function* () {
+        const now = yield* Clock.currentTimeMillis
+        yield* sql`INSERT INTO instances (id, seen_at) VALUES (${instanceId}, ${now}) ON CONFLICT (id) DO UPDATE SET seen_at = ${now}`
+        const [row] = yield* sql<{ n: number }>`SELECT COUNT(*) AS n FROM instances WHERE seen_at > ${now - 3 * HEARTBEAT_MS}`
+        instances = Math.max(1, Number(row?.n ?? 1))
+        yield* sql`DELETE FROM instances WHERE seen_at < ${now - 60 * HEARTBEAT_MS}`
+      }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("rate limiter heartbeat failed", cause)))
+      yield* heartbeat
+      yield* Effect.forkScoped(Effect.repeat(Effect.delay(heartbeat, Duration.millis(HEARTBEAT_MS)), Schedule.forever))
+      yield* Effect.addFinalizer(() => Effect.ignore(sql`DELETE FROM instances WHERE id = ${instanceId}`))
+
+      const share = (limit: RateLimit): RateLimit => ({
+        requestsPerMinute: Math.max(1, Math.floor(limit.requestsPerMinute / instances)),
+        burst: Math.max(1, Math.floor(limit.burst / instances))
+      })
+
+      const admit = (projectId: string, limit: RateLimit): Effect.Effect<RateVerdict, RateLimited> =>
+        Effect.flatMap(
+          Effect.either(Effect.tryPromise(() => redis.admit(projectId, emissionIntervalMicros(limit), Math.max(1, limit.burst)))),
+          (answer): Effect.Effect<RateVerdict, RateLimited> => {
+            if (Either.isRight(answer)) {
+              degradedReason = undefined
+              const d = answer.right
+              return d._tag === "Limited"
+                ? Effect.fail(limitedError(limit, d.retryAfterMicros))
+                : Effect.succeed({ limit: limit.requestsPerMinute, remaining: d.remaining, resetMs: d.resetMicros / 1000 })
+            }
+            degradedReason = `Redis is unreachable (${String((answer.left.error as Error | undefined)?.message ?? answer.left)})`
+            rateLimitFallbacks.count++
+            const divided = share(limit)
+            return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+              Either.mapLeft(fallback.admitAt(projectId, divided, now), () => limitedError(divided, emissionIntervalMicros(divided)))
+            )
+          }
+        )
+
+      return RateLimiter.make({
+        mode: "shared",
+        // Never called in shared mode (the Gateway asks `admit`); kept as the local limiter's sync entry.
+        admitAt: (projectId, limit, now) => fallback.admitAt(projectId, share(limit), now),
+        admit,
+        // An estimate for POST /v1/routing/evaluate, which admits nothing: the local share's view.
+        peek: (projectId, limit) => Effect.map(Clock.currentTimeMillis, (now) => fallback.peekAt(projectId, share(limit), now)),
+        health: (): RateLimitHealth =>
+          degradedReason === undefined ? { mode: "shared", degraded: false } : { mode: "shared", degraded: true, reason: degradedReason, share: instances }
+      })
+    })
+  )
+
+/** Admissions made by the fallback because Redis could not answer (read by /metrics). */
+export const rateLimitFallbacks = { count: 0 }
+
+/** The limiter REDIS_URL names: shared through Redis, or this instance's own. */
+export const RateLimiterLive: Layer.Layer<RateLimiter, never, Settings | SqlClient.SqlClient> = Layer.unwrapEffect(
+  Effect.map(Settings, (s) => (Option.isSome(s.redisUrl) ? RateLimiterShared(Redacted.value(s.redisUrl.value)) : RateLimiter.Default))
+)

@@ -169,11 +169,20 @@ const leanerWriteIndexes = Effect.gen(function* () {
   yield* ddl`CREATE INDEX reservations_held ON reservations(deadline) WHERE state = 'held'`
 })
 
+/**
+ * Live instances sharing the store (a heartbeat each): how many share the rate limit when Redis is
+ * unreachable, so each admits its share (src/services/RateLimiter.ts).
+ */
+const instances = Effect.gen(function* () {
+  yield* ddl`CREATE TABLE instances (id TEXT PRIMARY KEY, seen_at INTEGER NOT NULL)`
+})
+
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
 export const migrationSteps = {
   "0001_init": init,
   "0002_receipt_usage_columns": receiptUsageColumns,
-  "0003_leaner_write_indexes": leanerWriteIndexes
+  "0003_leaner_write_indexes": leanerWriteIndexes,
+  "0004_instances": instances
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

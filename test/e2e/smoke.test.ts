@@ -13,7 +13,8 @@ describe("smoke: the governed path end to end", () => {
     const live = await fetch(`${env.gateway.origin}/healthz`)
     expect([live.status, await live.json()]).toEqual([200, { status: "ok" }])
     const ready = await fetch(`${env.gateway.origin}/readyz`)
-    expect([ready.status, await ready.json()]).toEqual([200, { status: "ready" }])
+    const shared = process.env.TOLLGATE_TEST_REDIS === "1"
+    expect([ready.status, await ready.json()]).toEqual([200, { status: "ready", rate_limit: shared ? { mode: "shared", status: "ok" } : { mode: "local" } }])
   })
 
   it("non-streaming completion carries governance evidence and a receipt", async () => {

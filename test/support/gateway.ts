@@ -12,7 +12,7 @@ import { type GatewayFile, type GatewaySettings, makeSettings, Settings } from "
 import { ServerLive } from "../../src/server.ts"
 import { type MockUpstream, startMockUpstream } from "./mockUpstream.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
-import { freshSchema, pgQuerySync, testOnPostgres, type TestSchema } from "./pg.ts"
+import { freshSchema, pgQuerySync, TEST_REDIS_URL, testOnPostgres, type TestSchema } from "./pg.ts"
 
 export const ADMIN_TOKEN = "test-admin-token"
 
@@ -71,6 +71,8 @@ export const startGateway = async (
     assertInvariants: true,
     databaseUrl,
     receiptKeyFile: engine === "pg" ? Option.some(join(dir, "receipt-signing-key.pem")) : Option.none(),
+    // TOLLGATE_TEST_REDIS=1: the rate limit shared through Redis (REDIS_URL), as several instances keep it.
+    redisUrl: process.env.TOLLGATE_TEST_REDIS === "1" ? Option.some(Redacted.make(TEST_REDIS_URL)) : Option.none(),
     adminToken: Option.some(Redacted.make(ADMIN_TOKEN)),
     gateway,
     ...overrides

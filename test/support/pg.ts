@@ -12,6 +12,8 @@ import { randomBytes } from "node:crypto"
 
 export const TEST_PG_URL = process.env.TOLLGATE_TEST_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test"
 
+export const TEST_REDIS_URL = process.env.TOLLGATE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379"
+
 /** Whether the suite runs on PostgreSQL (TOLLGATE_TEST_STORE=pg). */
 export const testOnPostgres = process.env.TOLLGATE_TEST_STORE === "pg"
 
