@@ -1,0 +1,235 @@
+/**
+ * Three gateway processes (the bundle `npm start` runs) on one PostgreSQL database and one Redis,
+ * started together, under concurrent traffic spread over the three: a project at its budget edge, a
+ * project at its rate edge, one idempotency key retried on every instance, a key revoked mid-burst,
+ * and one instance killed with SIGKILL mid-burst and started again. Then, on the database: Σ receipts
+ * = spent ≤ cap per project, one upstream call and one charge for the idempotency key, admitted ≤
+ * burst + rate·t across the instances, the revoked key refused everywhere within 1 s, every hold
+ * resolved, one unbroken receipt chain per project. Runs when PostgreSQL and Redis answer (always
+ * under CI=true).
+ */
+import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process"
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { dirname, join, resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { GENESIS_HASH, type Receipt, verifyReceipt } from "../../spec/receipt.ts"
+import { mockGatewayFile } from "../support/gateway.ts"
+import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
+import { freshSchema, pgQuerySync, pgReachable, TEST_REDIS_URL, type TestSchema } from "../support/pg.ts"
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
+const ADMIN = "multi-instance-admin-token"
+const redisUp = (() => {
+  try {
+    return execFileSync("redis-cli", ["-u", TEST_REDIS_URL, "PING"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim() === "PONG"
+  } catch {
+    return false
+  }
+})()
+const runnable = (pgReachable() && redisUp) || process.env.CI !== undefined
+if (!runnable) console.warn("test/start/multiInstance.test.ts: SKIPPED — PostgreSQL or Redis is not reachable (run scripts/services.sh)")
+
+interface Node {
+  child: ChildProcess
+  origin: string
+  out: string
+}
+
+describe.skipIf(!runnable)("three instances on one PostgreSQL and one Redis", () => {
+  mkdirSync(join(root, ".tollgate"), { recursive: true })
+  const dir = mkdtempSync(join(root, ".tollgate", "multi-"))
+  let schema: TestSchema
+  let mock: MockUpstream
+  const nodes: Array<Node> = []
+  let env: Record<string, string>
+
+  const start = (i: number): Promise<Node> => {
+    const child = spawn(process.execPath, [join(dir, "dist/main.mjs")], {
+      env: { ...env, TOLLGATE_RECEIPT_KEY_FILE: join(dir, `key-${i}.pem`) },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    const node: Node = { child, origin: "", out: "" }
+    child.stderr!.on("data", (c: Buffer) => (node.out += c.toString()))
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`instance ${i}: no banner within 60 s: ${node.out}`)), 60_000)
+      child.stdout!.on("data", (c: Buffer) => {
+        node.out += c.toString()
+        const url = /listening on (http:\/\/\S+) /.exec(node.out)
+        if (url && node.origin === "") {
+          clearTimeout(timer)
+          node.origin = url[1]!.replace("localhost", "127.0.0.1")
+          resolve(node)
+        }
+      })
+      child.once("exit", (code) => reject(new Error(`instance ${i} exited ${code}: ${node.out}`)))
+    })
+  }
+
+  const admin = async (node: Node, method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${node.origin}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) })
+    })
+    return { status: res.status, body: (await res.json()) as any }
+  }
+  const project = async (budget: number, rpm = 6000, burst = 1000) => {
+    const p = await admin(nodes[0]!, "POST", "/admin/v1/projects", { name: "p", budget_credits: budget, rate_limit: { requests_per_minute: rpm, burst } })
+    expect(p.status).toBe(201)
+    const k = await admin(nodes[1]!, "POST", `/admin/v1/projects/${p.body.id}/keys`, { environment: "development" })
+    expect(k.status).toBe(201)
+    return { id: p.body.id as string, key: k.body.secret as string, keyId: k.body.id as string }
+  }
+  const chat = (node: Node, key: string, extra: Record<string, unknown> = {}, headers: Record<string, string> = {}) =>
+    fetch(`${node.origin}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json", ...headers },
+      body: JSON.stringify({ model: "auto", max_tokens: 20, messages: [{ role: "user", content: "hello there" }], ...extra })
+    }).then(async (r) => ({ status: r.status, body: await r.text() }))
+  const q = <T = Record<string, unknown>>(sql: string, ...params: Array<unknown>) => pgQuerySync<T>(schema.url, sql, params)
+  const ledgerOf = (projectId: string) =>
+    q<{ cap: number; spent: number; reserved: number; receipts: number; receipt_sum: number }>(
+      `SELECT p.budget_credits AS cap, COALESCE(SUM(w.spent), 0) AS spent, COALESCE(SUM(w.reserved), 0) AS reserved,
+         (SELECT COUNT(*) FROM receipts r WHERE r.project_id = p.id) AS receipts,
+         (SELECT COALESCE(SUM(credits_charged), 0) FROM receipts r WHERE r.project_id = p.id) AS receipt_sum
+       FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id WHERE p.id = ? GROUP BY p.id`,
+      projectId
+    )[0]!
+
+  beforeAll(async () => {
+    const build = spawnSync(process.execPath, [join(root, "scripts/build.mjs"), join(root, "src/main.ts"), join(dir, "dist")], { encoding: "utf8" })
+    expect(build.status, build.stderr).toBe(0)
+    schema = freshSchema()
+    mock = await startMockUpstream({ behavior: { delayMs: 80 } })
+    // 1 Credit per token, so a call's worst case is ≈ 30 Credits and budgets bite at small numbers.
+    const config = join(dir, "config.json")
+    writeFileSync(config, JSON.stringify(mockGatewayFile(mock.url, undefined, { "gpt-test": { input: 1_000_000, output: 1_000_000 } })))
+    const { TOLLGATE_CONFIG: _c, TOLLGATE_ADMIN_TOKEN: _a, ...rest } = process.env as Record<string, string>
+    env = {
+      ...rest,
+      PORT: "0",
+      HOST: "127.0.0.1",
+      DATABASE_URL: schema.url,
+      REDIS_URL: TEST_REDIS_URL,
+      TOLLGATE_CONFIG: config,
+      TOLLGATE_ADMIN_TOKEN: ADMIN,
+      TOLLGATE_PG_POOL_SIZE: "4",
+      TOLLGATE_ACCESS_LOG: "false",
+      TOLLGATE_UPSTREAM_TIMEOUT_MS: "2000",
+      TOLLGATE_UPSTREAM_DEADLINE_MS: "3000",
+      TOLLGATE_RESERVATION_TTL_MS: "4000"
+    }
+    nodes.push(...(await Promise.all([0, 1, 2].map(start))))
+  }, 120_000)
+
+  afterAll(async () => {
+    for (const n of nodes) if (n.child.exitCode === null && n.child.signalCode === null) n.child.kill("SIGTERM")
+    await Promise.all(nodes.map((n) => (n.child.exitCode === null && n.child.signalCode === null ? new Promise((r) => n.child.once("exit", r)) : undefined)))
+    await mock?.close()
+    schema?.drop()
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  it("started together: one of them created the default project and printed its key", () => {
+    expect(nodes.filter((n) => n.out.includes("development key:"))).toHaveLength(1)
+    expect(q("SELECT COUNT(*) AS n FROM projects")).toEqual([{ n: 1 }])
+  })
+
+  it("a project at its budget edge, called on all three at once: never overspent, Σ receipts = spent", async () => {
+    const p = await project(400)
+    const results = await Promise.all(Array.from({ length: 36 }, (_, i) => chat(nodes[i % 3]!, p.key)))
+    const ok = results.filter((r) => r.status === 200).length
+    const refused = results.filter((r) => r.status === 402).length
+    expect(ok + refused).toBe(results.length)
+    expect(ok).toBeGreaterThan(0)
+    expect(refused).toBeGreaterThan(0)
+    const l = ledgerOf(p.id)
+    expect(l.spent).toBeLessThanOrEqual(l.cap)
+    expect(l.receipt_sum).toBe(l.spent)
+    expect(l.receipts).toBe(ok)
+    expect(l.reserved).toBe(0)
+    console.log(`budget edge: ${results.length} calls, ${ok} × 200, ${refused} × 402, spent ${l.spent} of ${l.cap}`)
+  })
+
+  it("a project at its rate edge, called on all three at once: admitted ≤ burst + rate·t across the instances", async () => {
+    const p = await project(1_000_000, 60, 5)
+    const t0 = Date.now()
+    const results = await Promise.all(Array.from({ length: 30 }, (_, i) => chat(nodes[i % 3]!, p.key)))
+    const seconds = (Date.now() - t0) / 1000
+    const ok = results.filter((r) => r.status === 200).length
+    const limited = results.filter((r) => r.status === 429).length
+    expect(ok + limited).toBe(results.length)
+    expect(ok).toBeGreaterThanOrEqual(5)
+    expect(ok).toBeLessThanOrEqual(5 + Math.floor(seconds) + 1)
+    console.log(`rate edge: ${results.length} calls in ${seconds.toFixed(2)} s, ${ok} × 200, ${limited} × 429 (burst 5, 1/s)`)
+  })
+
+  it("one idempotency key retried on every instance at once: one upstream call, one charge, the same body everywhere", async () => {
+    const p = await project(1_000_000)
+    const before = mock.calls
+    const results = await Promise.all(Array.from({ length: 9 }, (_, i) => chat(nodes[i % 3]!, p.key, {}, { "idempotency-key": "multi-instance-1" })))
+    expect(results.map((r) => r.status)).toEqual(Array(9).fill(200))
+    expect(new Set(results.map((r) => r.body)).size).toBe(1)
+    expect(mock.calls - before).toBe(1)
+    expect(ledgerOf(p.id).receipts).toBe(1)
+    console.log(`idempotency: 9 calls on 3 instances, ${mock.calls - before} upstream call, 1 receipt`)
+  })
+
+  it("a key revoked on one instance is refused by every instance within 1 s", async () => {
+    const p = await project(1_000_000)
+    // Warm every instance's key cache.
+    for (const n of nodes) expect((await chat(n, p.key)).status).toBe(200)
+    const revoked = await admin(nodes[0]!, "POST", `/admin/v1/keys/${p.keyId}/revoke`)
+    expect(revoked.status).toBe(200)
+    const at = Date.now()
+    let lastAccepted = at
+    const burst = async (n: Node) => {
+      for (;;) {
+        const r = await chat(n, p.key)
+        if (r.status === 401) return
+        expect(r.status).toBe(200)
+        lastAccepted = Math.max(lastAccepted, Date.now())
+      }
+    }
+    await Promise.all([nodes[1]!, nodes[2]!].map(burst))
+    const delay = lastAccepted - at
+    expect(delay).toBeLessThanOrEqual(1_000 + 150)
+    console.log(`revocation: last acceptance ${delay} ms after the revoke answered`)
+  })
+
+  it("an instance killed with SIGKILL mid-burst and started again: every hold resolved, Σ receipts = spent", async () => {
+    const p = await project(1_000_000)
+    const victim = nodes[2]!
+    const calls = Array.from({ length: 12 }, (_, i) => chat(nodes[i % 3]!, p.key).catch(() => ({ status: 0, body: "" })))
+    await new Promise((r) => setTimeout(r, 40))
+    victim.child.kill("SIGKILL")
+    const results = await Promise.all(calls)
+    // Its holds expire (TTL 4 s); the restarted instance's start-up sweep voids them.
+    await new Promise((r) => setTimeout(r, 4_500))
+    nodes[2] = await start(2)
+    const deadline = Date.now() + 10_000
+    while (ledgerOf(p.id).reserved !== 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200))
+    const l = ledgerOf(p.id)
+    expect(l.reserved).toBe(0)
+    expect(l.receipt_sum).toBe(l.spent)
+    expect(q("SELECT COUNT(*) AS n FROM reservations WHERE project_id = ? AND state = 'held'", p.id)).toEqual([{ n: 0 }])
+    expect(l.receipts).toBeGreaterThanOrEqual(results.filter((r) => r.status === 200).length)
+    console.log(`SIGKILL: ${results.length} calls, ${results.filter((r) => r.status === 200).length} × 200, ${results.filter((r) => r.status === 0).length} cut; spent ${l.spent} = Σ ${l.receipts} receipts`)
+  }, 40_000)
+
+  it("every project's receipts form one chain and verify with the public keys any instance serves", async () => {
+    const keys = (await (await fetch(`${nodes[1]!.origin}/v1/receipts/keys`)).json()) as { data?: Array<{ id: string; public_key: string }> } | Array<{ id: string; public_key: string }>
+    const list = Array.isArray(keys) ? keys : (keys.data ?? [])
+    const pem = new Map(list.map((k) => [k.id, k.public_key]))
+    expect(pem.size).toBeGreaterThanOrEqual(3)
+    for (const { project_id } of q<{ project_id: string }>("SELECT DISTINCT project_id FROM receipts")) {
+      const receipts = q<{ body: string }>("SELECT body FROM receipts WHERE project_id = ? ORDER BY seq", project_id).map((r) => JSON.parse(r.body) as Receipt)
+      receipts.forEach((r, i) => {
+        expect(r.seq).toBe(i + 1)
+        expect(r.prev_hash).toBe(i === 0 ? GENESIS_HASH : receipts[i - 1]!.hash)
+        expect(verifyReceipt(r, pem.get(r.signing_key_id)!)).toEqual([])
+      })
+    }
+  })
+})
