@@ -9,7 +9,8 @@ import { randomBytes } from "node:crypto"
 import { checkGcra, emissionIntervalMicros, type GcraState, type RateLimit } from "../../spec/rateLimit.ts"
 import { Settings } from "../domain/config.ts"
 import { RateLimited } from "../domain/errors.ts"
-import { connectRedisGcra } from "../store/redisGcra.ts"
+import { isPostgresUrl } from "../domain/databaseUrl.ts"
+import { connectRedisGcra, pgGcra, type SharedGcraDecision } from "../store/sharedGcra.ts"
 
 export interface RateVerdict {
   readonly limit: number
@@ -90,81 +91,108 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("tollgate/RateLim
 const HEARTBEAT_MS = 5_000
 
 /**
- * The limit shared by every instance (REDIS_URL): each admission is one Lua script in Redis on
- * Redis's clock (src/store/redisGcra.ts). When Redis cannot answer, the limiter does not open: each
+ * The limit shared by every instance: each admission is one atomic step in the shared store — a Lua
+ * script in Redis (REDIS_URL) or a guarded upsert in PostgreSQL (no REDIS_URL), on that store's
+ * clock (src/store/sharedGcra.ts). When the store cannot answer, the limiter does not open: each
  * instance admits with its own in-memory GCRA at the limit divided by the number of live instances
- * (rate and burst, rounded down, at least 1), so all of them together stay within the limit; it
- * says so in GET /readyz and counts it in /metrics (`tollgate_rate_limit_fallback_total`), and goes
- * back to Redis with the next admission once Redis answers.
+ * (rate and burst, rounded down, at least 1), so all of them together stay within the limit; it says
+ * so in GET /readyz and counts it in /metrics (`tollgate_rate_limit_fallback_total`), and goes back
+ * to the shared store with the next admission once it answers.
  */
+const makeShared = (
+  store: string,
+  admitShared: (projectId: string, intervalMicros: number, burst: number) => Effect.Effect<SharedGcraDecision, unknown>
+) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const fallback = makeLocal()
+    const instanceId = `inst_${randomBytes(8).toString("hex")}`
+    let instances = 1
+    let degradedReason: string | undefined
+    const heartbeat = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      yield* sql`INSERT INTO instances (id, seen_at) VALUES (${instanceId}, ${now}) ON CONFLICT (id) DO UPDATE SET seen_at = ${now}`
+      const [row] = yield* sql<{ n: number }>`SELECT COUNT(*) AS n FROM instances WHERE seen_at > ${now - 3 * HEARTBEAT_MS}`
+      instances = Math.max(1, Number(row?.n ?? 1))
+      yield* sql`DELETE FROM instances WHERE seen_at < ${now - 60 * HEARTBEAT_MS}`
+    }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("rate limiter heartbeat failed", cause)))
+    yield* heartbeat
+    yield* Effect.forkScoped(Effect.repeat(Effect.delay(heartbeat, Duration.millis(HEARTBEAT_MS)), Schedule.forever))
+    yield* Effect.addFinalizer(() => Effect.ignore(sql`DELETE FROM instances WHERE id = ${instanceId}`))
+
+    const share = (limit: RateLimit): RateLimit => ({
+      requestsPerMinute: Math.max(1, Math.floor(limit.requestsPerMinute / instances)),
+      burst: Math.max(1, Math.floor(limit.burst / instances))
+    })
+
+    const admit = (projectId: string, limit: RateLimit): Effect.Effect<RateVerdict, RateLimited> =>
+      Effect.flatMap(
+        Effect.either(admitShared(projectId, emissionIntervalMicros(limit), Math.max(1, limit.burst))),
+        (answer): Effect.Effect<RateVerdict, RateLimited> => {
+          if (Either.isRight(answer)) {
+            degradedReason = undefined
+            const d = answer.right
+            return d._tag === "Limited"
+              ? Effect.fail(limitedError(limit, d.retryAfterMicros))
+              : Effect.succeed({ limit: limit.requestsPerMinute, remaining: d.remaining, resetMs: d.resetMicros / 1000 })
+          }
+          const e = answer.left as { error?: { message?: unknown }; message?: unknown }
+          degradedReason = `${store} is unreachable (${String(e.error?.message ?? e.message ?? "no answer")})`
+          rateLimitFallbacks.count++
+          const divided = share(limit)
+          return Effect.flatMap(Clock.currentTimeMillis, (now) =>
+            Either.mapLeft(fallback.admitAt(projectId, divided, now), () => limitedError(divided, emissionIntervalMicros(divided)))
+          )
+        }
+      )
+
+    return RateLimiter.make({
+      mode: "shared",
+      // Never called in shared mode (the Gateway asks `admit`); kept as the local limiter's sync entry.
+      admitAt: (projectId, limit, now) => fallback.admitAt(projectId, share(limit), now),
+      admit,
+      // An estimate for POST /v1/routing/evaluate, which admits nothing: the local share's view.
+      peek: (projectId, limit) => Effect.map(Clock.currentTimeMillis, (now) => fallback.peekAt(projectId, share(limit), now)),
+      health: (): RateLimitHealth =>
+        degradedReason === undefined ? { mode: "shared", degraded: false } : { mode: "shared", degraded: true, reason: degradedReason, share: instances }
+    })
+  })
+
+/** The limit shared through Redis (REDIS_URL). */
 export const RateLimiterShared = (redisUrl: string): Layer.Layer<RateLimiter, never, SqlClient.SqlClient> =>
   Layer.scoped(
     RateLimiter,
     Effect.gen(function* () {
-      const sql = yield* SqlClient.SqlClient
       const redis = yield* Effect.acquireRelease(
         Effect.sync(() => connectRedisGcra(redisUrl)),
         (r) => Effect.promise(() => r.close())
       )
       // A start waits up to a second for Redis; still unreachable, it serves on the fallback meanwhile.
       yield* Effect.promise(() => redis.ready(1_000))
-      const fallback = makeLocal()
-      const instanceId = `inst_${randomBytes(8).toString("hex")}`
-      let instances = 1
-      let degradedReason: string | undefined
-      const heartbeat = Effect.gen(function* () {
-        const now = yield* Clock.currentTimeMillis
-        yield* sql`INSERT INTO instances (id, seen_at) VALUES (${instanceId}, ${now}) ON CONFLICT (id) DO UPDATE SET seen_at = ${now}`
-        const [row] = yield* sql<{ n: number }>`SELECT COUNT(*) AS n FROM instances WHERE seen_at > ${now - 3 * HEARTBEAT_MS}`
-        instances = Math.max(1, Number(row?.n ?? 1))
-        yield* sql`DELETE FROM instances WHERE seen_at < ${now - 60 * HEARTBEAT_MS}`
-      }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("rate limiter heartbeat failed", cause)))
-      yield* heartbeat
-      yield* Effect.forkScoped(Effect.repeat(Effect.delay(heartbeat, Duration.millis(HEARTBEAT_MS)), Schedule.forever))
-      yield* Effect.addFinalizer(() => Effect.ignore(sql`DELETE FROM instances WHERE id = ${instanceId}`))
-
-      const share = (limit: RateLimit): RateLimit => ({
-        requestsPerMinute: Math.max(1, Math.floor(limit.requestsPerMinute / instances)),
-        burst: Math.max(1, Math.floor(limit.burst / instances))
-      })
-
-      const admit = (projectId: string, limit: RateLimit): Effect.Effect<RateVerdict, RateLimited> =>
-        Effect.flatMap(
-          Effect.either(Effect.tryPromise(() => redis.admit(projectId, emissionIntervalMicros(limit), Math.max(1, limit.burst)))),
-          (answer): Effect.Effect<RateVerdict, RateLimited> => {
-            if (Either.isRight(answer)) {
-              degradedReason = undefined
-              const d = answer.right
-              return d._tag === "Limited"
-                ? Effect.fail(limitedError(limit, d.retryAfterMicros))
-                : Effect.succeed({ limit: limit.requestsPerMinute, remaining: d.remaining, resetMs: d.resetMicros / 1000 })
-            }
-            degradedReason = `Redis is unreachable (${String((answer.left.error as Error | undefined)?.message ?? answer.left)})`
-            rateLimitFallbacks.count++
-            const divided = share(limit)
-            return Effect.flatMap(Clock.currentTimeMillis, (now) =>
-              Either.mapLeft(fallback.admitAt(projectId, divided, now), () => limitedError(divided, emissionIntervalMicros(divided)))
-            )
-          }
-        )
-
-      return RateLimiter.make({
-        mode: "shared",
-        // Never called in shared mode (the Gateway asks `admit`); kept as the local limiter's sync entry.
-        admitAt: (projectId, limit, now) => fallback.admitAt(projectId, share(limit), now),
-        admit,
-        // An estimate for POST /v1/routing/evaluate, which admits nothing: the local share's view.
-        peek: (projectId, limit) => Effect.map(Clock.currentTimeMillis, (now) => fallback.peekAt(projectId, share(limit), now)),
-        health: (): RateLimitHealth =>
-          degradedReason === undefined ? { mode: "shared", degraded: false } : { mode: "shared", degraded: true, reason: degradedReason, share: instances }
-      })
+      return yield* makeShared("Redis", (projectId, interval, burst) => Effect.tryPromise(() => redis.admit(projectId, interval, burst)))
     })
   )
+
+/** The limit shared through PostgreSQL (a postgres:// DATABASE_URL and no REDIS_URL). */
+export const RateLimiterPostgres: Layer.Layer<RateLimiter, never, SqlClient.SqlClient> = Layer.scoped(
+  RateLimiter,
+  Effect.flatMap(pgGcra, (admit) => makeShared("PostgreSQL", admit))
+)
 
 /** Admissions made by the fallback because Redis could not answer (read by /metrics). */
 export const rateLimitFallbacks = { count: 0 }
 
-/** The limiter REDIS_URL names: shared through Redis, or this instance's own. */
+/**
+ * The limiter the settings name: shared through Redis (REDIS_URL), else through PostgreSQL (a
+ * postgres:// DATABASE_URL: several instances may share it), else this instance's own (SQLite: one
+ * instance, and the synchronous in-memory path).
+ */
 export const RateLimiterLive: Layer.Layer<RateLimiter, never, Settings | SqlClient.SqlClient> = Layer.unwrapEffect(
-  Effect.map(Settings, (s) => (Option.isSome(s.redisUrl) ? RateLimiterShared(Redacted.value(s.redisUrl.value)) : RateLimiter.Default))
+  Effect.map(Settings, (s) =>
+    Option.isSome(s.redisUrl)
+      ? RateLimiterShared(Redacted.value(s.redisUrl.value))
+      : isPostgresUrl(s.databaseUrl)
+        ? RateLimiterPostgres
+        : RateLimiter.Default
+  )
 )

@@ -170,11 +170,18 @@ const leanerWriteIndexes = Effect.gen(function* () {
 })
 
 /**
- * Live instances sharing the store (a heartbeat each): how many share the rate limit when Redis is
- * unreachable, so each admits its share (src/services/RateLimiter.ts).
+ * The rate limit shared by several instances (src/services/RateLimiter.ts):
+ * - `instances`: live instances (a heartbeat each), how many share the limit when its store is
+ *   unreachable, so each admits its share;
+ * - `rate_limits`: each project's GCRA state (its theoretical arrival time, µs) when PostgreSQL keeps
+ *   it (no REDIS_URL). UNLOGGED on PostgreSQL: no WAL, no fsync per admission; a crash forgets the
+ *   state, which only refills the buckets once.
  */
-const instances = Effect.gen(function* () {
+const sharedRateLimit = Effect.gen(function* () {
   yield* ddl`CREATE TABLE instances (id TEXT PRIMARY KEY, seen_at INTEGER NOT NULL)`
+  const sql = yield* SqlClient.SqlClient
+  const table = "TABLE rate_limits (project_id TEXT PRIMARY KEY, tat INTEGER NOT NULL)"
+  yield* sql.onDialectOrElse({ pg: () => sql.unsafe(`CREATE UNLOGGED ${pgDdl(table)}`), orElse: () => sql.unsafe(`CREATE ${table}`) })
 })
 
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
@@ -182,7 +189,7 @@ export const migrationSteps = {
   "0001_init": init,
   "0002_receipt_usage_columns": receiptUsageColumns,
   "0003_leaner_write_indexes": leanerWriteIndexes,
-  "0004_instances": instances
+  "0004_shared_rate_limit": sharedRateLimit
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

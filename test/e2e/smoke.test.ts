@@ -13,7 +13,8 @@ describe("smoke: the governed path end to end", () => {
     const live = await fetch(`${env.gateway.origin}/healthz`)
     expect([live.status, await live.json()]).toEqual([200, { status: "ok" }])
     const ready = await fetch(`${env.gateway.origin}/readyz`)
-    const shared = process.env.TOLLGATE_TEST_REDIS === "1"
+    // Shared through Redis, or through PostgreSQL when the store is PostgreSQL.
+    const shared = process.env.TOLLGATE_TEST_REDIS === "1" || process.env.TOLLGATE_TEST_STORE === "pg"
     expect([ready.status, await ready.json()]).toEqual([200, { status: "ready", rate_limit: shared ? { mode: "shared", status: "ok" } : { mode: "local" } }])
   })
 

@@ -11,7 +11,10 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
-import { RateLimiter, RateLimiterShared, rateLimitFallbacks } from "../../src/services/RateLimiter.ts"
+import { makeSettings, Settings } from "../../src/domain/config.ts"
+import { RateLimiter, RateLimiterPostgres, RateLimiterShared, rateLimitFallbacks } from "../../src/services/RateLimiter.ts"
+import { StoreDatabaseLive } from "../../src/store/Database.ts"
+import { freshSchema, pgReachable, type TestSchema } from "../support/pg.ts"
 import { newProjectId } from "../../src/domain/ids.ts"
 import { storeLayer } from "./layers.ts"
 
@@ -29,8 +32,10 @@ if (!reachable && process.env.CI === undefined) {
 
 const dir = mkdtempSync(join(tmpdir(), "tollgate-rl-"))
 const runtimes: Array<ManagedRuntime.ManagedRuntime<RateLimiter, never>> = []
+const schemas: Array<TestSchema> = []
 afterAll(async () => {
   for (const rt of runtimes) await rt.dispose()
+  for (const s of schemas) s.drop()
   rmSync(dir, { recursive: true, force: true })
 })
 
@@ -84,4 +89,35 @@ describe.skipIf(!reachable && process.env.CI === undefined)("RateLimiterShared: 
     expect(health).toMatchObject({ mode: "shared", degraded: true })
     expect(health.mode === "shared" && health.degraded ? health.share : 0).toBeGreaterThanOrEqual(3)
   }, 20_000)
+})
+
+describe.skipIf(!pgReachable() && process.env.CI === undefined)("RateLimiterPostgres: one limit across instances without Redis", () => {
+  it("three instances on one PostgreSQL database admit together what one would (one guarded upsert per admission)", async () => {
+    const schema = freshSchema()
+    schemas.push(schema)
+    const rts = Array.from({ length: 3 }, () =>
+      ManagedRuntime.make(
+        RateLimiterPostgres.pipe(
+          Layer.provide(StoreDatabaseLive),
+          Layer.provide(Layer.succeed(Settings, makeSettings({ databaseUrl: schema.url, pgPoolSize: 4 })))
+        )
+      )
+    )
+    runtimes.push(...rts)
+    for (const rt of rts) await rt.runPromise(RateLimiter)
+    const limit = { requestsPerMinute: 60, burst: 10 }
+    const projectId = newProjectId()
+    const started = Date.now()
+    const outcomes = await admitAll(rts, projectId, 20, limit)
+    const elapsedMs = Date.now() - started
+    const admitted = outcomes.filter(Either.isRight).length
+    expect(admitted).toBeGreaterThanOrEqual(limit.burst)
+    expect(admitted).toBeLessThanOrEqual(limit.burst + Math.floor(elapsedMs / 1000) + 1)
+    for (const o of outcomes.filter(Either.isLeft)) {
+      expect(o.left._tag).toBe("RateLimited")
+      expect(o.left.retryAfterMs).toBeGreaterThan(0)
+      expect(o.left.retryAfterMs).toBeLessThanOrEqual(1000)
+    }
+    for (const rt of rts) expect(await rt.runPromise(Effect.map(RateLimiter, (l) => l.health()))).toEqual({ mode: "shared", degraded: false })
+  })
 })

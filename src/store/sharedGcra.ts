@@ -4,7 +4,12 @@
  * Redis server whichever instance asks, on the server's clock (`TIME`), never an instance's. It is
  * spec/rateLimit.ts `checkGcra`, line for line, in microseconds; the key expires once the bucket is
  * full again, so idle projects cost nothing. Budgets never live here: only the limiter's TAT.
+ *
+ * Without Redis, PostgreSQL keeps the same state (`pgGcra`): one guarded upsert per admission on the
+ * database's clock.
  */
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
 import { Redis } from "ioredis"
 
 export const GCRA_LUA = `
@@ -78,3 +83,26 @@ export const connectRedisGcra = (url: string, keyPrefix = "tollgate:rl:"): Redis
     }
   }
 }
+
+/**
+ * The same GCRA as ONE statement on PostgreSQL (no REDIS_URL): an upsert of the project's TAT whose
+ * DO UPDATE is guarded by the admission rule, on the database's clock (`statement_timestamp()`).
+ * Admitted: the row comes back. Refused: nothing changed, and one read tells when to retry.
+ */
+export const pgGcra = Effect.map(SqlClient.SqlClient, (sql) => (projectId: string, interval: number, burst: number): Effect.Effect<SharedGcraDecision, unknown> =>
+  Effect.gen(function* () {
+    const nowUs = sql.literal("(extract(epoch FROM statement_timestamp()) * 1000000)::bigint")
+    const [admitted] = yield* sql<{ tat: number; now: number }>`
+      INSERT INTO rate_limits AS r (project_id, tat) VALUES (${projectId}, ${nowUs} + ${interval}::bigint)
+      ON CONFLICT (project_id) DO UPDATE SET tat = GREATEST(r.tat, ${nowUs}) + ${interval}::bigint
+        WHERE GREATEST(r.tat, ${nowUs}) + ${interval}::bigint - ${burst * interval}::bigint <= ${nowUs}
+      RETURNING tat, ${nowUs} AS now`
+    if (admitted !== undefined) {
+      const allowAt = admitted.tat - burst * interval
+      return { _tag: "Allowed", remaining: Math.floor((admitted.now - allowAt) / interval), resetMicros: admitted.tat - admitted.now } as const
+    }
+    const [row] = yield* sql<{ tat: number; now: number }>`SELECT tat, ${nowUs} AS now FROM rate_limits WHERE project_id = ${projectId}`
+    const tat = Math.max(row!.tat, row!.now)
+    return { _tag: "Limited", retryAfterMicros: Math.max(0, tat + interval - burst * interval - row!.now), resetMicros: tat - row!.now } as const
+  })
+)
