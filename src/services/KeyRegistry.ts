@@ -3,14 +3,16 @@
  *
  * Only the key id and SHA-256(secret) are stored. Authenticated keys are cached for
  * `keyCacheTtlMs` (default 1 s), which bounds how long a revocation made by another instance takes
- * to be seen; a revocation made through this instance drops the cache entry at once.
+ * to be seen; a revocation made through this instance drops the cache entry at once, and on
+ * PostgreSQL it is announced (LISTEN/NOTIFY, src/store/keyEvents.ts) so every instance drops it too.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, Stream } from "effect"
 import { formatKey, hashSecret, newSecret, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
+import { makeKeyEvents } from "../store/keyEvents.ts"
 import { Projects } from "./Projects.ts"
 
 /** Who is calling: the tenant scope a request runs in. */
@@ -70,11 +72,21 @@ const keyStatus = (row: Pick<KeyRow, "revoked_at" | "expires_at">, now: number):
 const invalid = (message: string) => new InvalidApiKey({ message })
 
 export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegistry", {
-  effect: Effect.gen(function* () {
+  scoped: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* Settings
     const projects = yield* Projects
     const cache = new Map<string, { readonly row: KeyRow; readonly fetchedAt: number }>()
+    const dropProject = (projectId: string) => {
+      for (const [id, entry] of cache) if (entry.row.project_id === projectId) cache.delete(id)
+    }
+    // Changes announced by other instances (PostgreSQL LISTEN/NOTIFY) drop cache entries at once.
+    const events = yield* makeKeyEvents
+    yield* Effect.forkScoped(
+      Stream.runForEach(events.changes, (c) =>
+        Effect.sync(() => (c._tag === "Key" ? cache.delete(c.keyId) : dropProject(c.projectId)))
+      )
+    )
 
     const loadKey = (keyId: string) =>
       Effect.map(
@@ -185,6 +197,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
           })
         ).pipe(Effect.orDie)
         cache.delete(keyId)
+        yield* events.announce({ _tag: "Key", keyId })
         return { ...fresh, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
       })
 
@@ -196,6 +209,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
           yield* sql`UPDATE api_keys SET revoked_at = ${now} WHERE id = ${keyId} AND revoked_at IS NULL`.pipe(Effect.orDie)
         }
         cache.delete(keyId)
+        yield* events.announce({ _tag: "Key", keyId })
         return yield* info(keyId)
       })
 
@@ -229,9 +243,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
 
     /** Drop cached state for a project (its cap or rate limit changed). */
     const forgetProject = (projectId: string) =>
-      Effect.sync(() => {
-        for (const [id, entry] of cache) if (entry.row.project_id === projectId) cache.delete(id)
-      })
+      Effect.zipRight(Effect.sync(() => dropProject(projectId)), events.announce({ _tag: "Project", projectId }))
 
     return { authenticate, create, rotate, revoke, info, list, forgetProject } as const
   })

@@ -20,7 +20,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { GENESIS_HASH, type Receipt, verifyReceipt } from "../../spec/receipt.ts"
-import { makeSettings, Settings } from "../../src/domain/config.ts"
+import { type GatewaySettings, makeSettings, Settings } from "../../src/domain/config.ts"
+import { KeyRegistry } from "../../src/services/KeyRegistry.ts"
 import { ServicesLive } from "../../src/server.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
 import { Ledger } from "../../src/services/Ledger.ts"
@@ -47,7 +48,7 @@ afterAll(async () => {
 })
 
 /** One instance: the whole service graph on `url`, its own pool (small, as three share the box) and its own signing key. */
-const instance = (url: string) => {
+const instance = (url: string, overrides: Partial<GatewaySettings> = {}) => {
   const dir = mkdtempSync(join(tmpdir(), "tollgate-pg-"))
   dirs.push(dir)
   const settings = makeSettings({
@@ -55,7 +56,8 @@ const instance = (url: string) => {
     pgPoolSize: 4,
     assertInvariants: true,
     receiptKeyFile: Option.some(join(dir, "receipt-signing-key.pem")),
-    adminToken: Option.some(Redacted.make("test-admin-token"))
+    adminToken: Option.some(Redacted.make("test-admin-token")),
+    ...overrides
   })
   const rt = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, settings))))
   runtimes.push(rt)
@@ -65,10 +67,10 @@ const instance = (url: string) => {
 type Instance = ReturnType<typeof instance>
 
 /** A fresh schema and `n` instances on it, started together. */
-const cluster = async (n: number) => {
+const cluster = async (n: number, overrides: Partial<GatewaySettings> = {}) => {
   const schema = freshSchema()
   schemas.push(schema)
-  const nodes = Array.from({ length: n }, () => instance(schema.url))
+  const nodes = Array.from({ length: n }, () => instance(schema.url, overrides))
   const started = await Promise.all(nodes.map((rt) => rt.runPromise(Bootstrap)))
   return { schema, nodes, started }
 }
@@ -179,6 +181,24 @@ describe.skipIf(!reachable && process.env.CI === undefined)("PostgreSQL store, s
     const late = await nodes[1]!.runPromiseExit(Effect.flatMap(ChatStore, (s) => s.settle(settleArgs(holds[0]!, 3, 3))))
     expect(late._tag).toBe("Failure")
     expect(await query(nodes[0]!, "SELECT COUNT(*) AS n FROM receipts WHERE project_id = $1", project.id)).toEqual([{ n: 0 }])
+  })
+
+  it("a key revoked on one instance is refused by the others at once (LISTEN/NOTIFY), not after their cache's TTL", async () => {
+    // A minute of key cache: only the announcement can make the other instances see the revocation.
+    const { nodes } = await cluster(3, { keyCacheTtlMs: 60_000 })
+    const project = await newProject(nodes[0]!, 1_000)
+    const key = await nodes[0]!.runPromise(Effect.flatMap(KeyRegistry, (k) => k.create(project.id, "development")))
+    const auth = (rt: Instance) => rt.runPromise(Effect.either(Effect.flatMap(KeyRegistry, (k) => k.authenticate(`Bearer ${key.secret}`))))
+    for (const rt of nodes) expect(Either.isRight(await auth(rt))).toBe(true)
+    await nodes[0]!.runPromise(Effect.flatMap(KeyRegistry, (k) => k.revoke(key.id)))
+    const at = Date.now()
+    for (const rt of nodes.slice(1)) {
+      while (Either.isRight(await auth(rt))) {
+        expect(Date.now() - at).toBeLessThan(1_000)
+        await new Promise((r) => setTimeout(r, 5))
+      }
+    }
+    expect(Date.now() - at).toBeLessThan(1_000)
   })
 
   it("money and times are BIGINT and come back as exact numbers: a cap above 2^31 Credits, epoch milliseconds", async () => {
