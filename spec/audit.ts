@@ -1,5 +1,5 @@
 /**
- * The audit rulebook (DESIGN.md §4, §6): what `tollgate audit` checks in a live store, as a pure
+ * The audit rulebook (docs/contract.md §4, §6): what `tollgate audit` checks in a live store, as a pure
  * checker you feed rows to. It does no I/O: the caller streams rows out of whatever store it reads
  * (see src/cli/audit.ts for SQLite) and the checker keeps bounded state — one chain head per
  * project, one sum per (project, window), one tally per rate card — and reports findings through a
