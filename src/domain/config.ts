@@ -1,5 +1,5 @@
 /**
- * The gateway's configuration: environment variables (DESIGN.md §8, a contract) and the JSON file
+ * The gateway's configuration: environment variables (docs/contract.md §8, a contract) and the JSON file
  * named by TOLLGATE_CONFIG (providers, routes, rate cards). Loaded once at start-up.
  */
 import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
@@ -90,7 +90,7 @@ export interface GatewaySettings {
   readonly upstreamRetries: number
   /** A reservation whose process died is voided by the recovery sweep after this long. */
   readonly reservationTtlMs: number
-  /** Idempotency records live at least this long (DESIGN.md §5: ≥ 24 h). */
+  /** Idempotency records live at least this long (docs/contract.md §5: ≥ 24 h). */
   readonly idempotencyTtlMs: number
   /** How long an authenticated key stays cached; bounds how fast a revocation on another instance takes effect. */
   readonly keyCacheTtlMs: number

@@ -239,7 +239,7 @@ const receiptKeys = Effect.gen(function* () {
   return json({ object: "list", data: keys } satisfies typeof S.ReceiptKeys.Type)
 })
 
-// ---- Admin API (DESIGN.md §8) ----
+// ---- Admin API (docs/contract.md §8) ----
 
 const admin = <R>(f: (req: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse, AdminError, R>) =>
   respondErrors(

@@ -1,5 +1,5 @@
 /**
- * Recovery sweep (DESIGN.md §4): a hold whose deadline passed belongs to a process that died or hung.
+ * Recovery sweep (docs/contract.md §4): a hold whose deadline passed belongs to a process that died or hung.
  * At start-up and then every `interval`, void such holds, fail their requests and free their
  * idempotency claims, so a crash never strands budget. Each hold moves at most once (guarded UPDATE).
  */
