@@ -39,6 +39,7 @@ function* countSegments(text: string): Generator<void, number> {
   if (text.length * 3 <= MAX_RUN_BYTES) return countTokens(text)
   let total = 0
   let start = 0
+  let sliceStart = 0
   let run = 0
   let runIsSpace = false
   for (let i = 0; i < text.length; i++) {
@@ -52,12 +53,16 @@ function* countSegments(text: string): Generator<void, number> {
     run += c < 0x80 ? 1 : c < 0x800 ? 2 : 3
     // Never cut between the halves of a surrogate pair.
     if (c >= 0xdc00 && c <= 0xdfff) continue
-    const sliceFull = i - start >= SLICE_CHARS
+    // A slice ends at the next cut, or at the next start of a run (never inside a word).
+    const sliceFull = i - sliceStart >= SLICE_CHARS
     if (run > MAX_RUN_BYTES || (sliceFull && turn)) {
       total += countTokens(text.slice(start, i))
       start = i
       run = c < 0x80 ? 1 : c < 0x800 ? 2 : 3
-      if (sliceFull) yield
+      if (sliceFull) {
+        sliceStart = i
+        yield
+      }
     }
   }
   return total + countTokens(text.slice(start))
