@@ -6,42 +6,75 @@
  * Bounded cost, whatever the text (issue 19, finding 1). BPE merges within one pre-tokenized piece,
  * and gpt-tokenizer's merge is super-linear in the piece's length: a run of text without spaces (a
  * base64 blob, a CJK document, 20 KB of "!") is one piece, and 1 MB of it took minutes on the event
- * loop. So a text is cut before BPE wherever a run of non-whitespace (or of whitespace) reaches
- * MAX_RUN_BYTES of UTF-8, and each segment is counted on its own: every piece the pre-tokenizer can
- * form is then at most ≈ 2 × MAX_RUN_BYTES long, and counting is linear in the text. Ordinary text
- * (words shorter than the bound) is cut nowhere and counted exactly as before. A cut can only split
- * a token that would have spanned it, so the count of a cut text errs high (by at most one token per
- * cut; test/services/Tokenizer.test.ts checks it never comes out lower than the whole text's count),
- * which is the safe side for a reservation.
- *
- * A request's input is counted in slices of SLICE_CHARS, yielding to the event loop between slices
- * (`countChatInput`), so a large prompt never holds the loop for more than a slice (≈ 1–3 ms).
+ * loop. Three bounds:
+ * - a text is cut before BPE wherever a run of non-whitespace (or of whitespace) reaches
+ *   MAX_RUN_BYTES of UTF-8, and each segment is counted on its own, so no piece is longer than
+ *   ≈ 2 × MAX_RUN_BYTES and counting is linear in the text. Ordinary text (words shorter than the
+ *   bound) is cut nowhere and counted exactly as before; a cut only splits a token that would have
+ *   spanned it, so a cut text's count errs high (test/services/Tokenizer.test.ts: never below the
+ *   whole text's count), the safe side for a reservation;
+ * - one count spends at most BUDGET_MS in the tokenizer; past it the rest of the text counts as its
+ *   UTF-8 length, an upper bound (no token is shorter than a byte);
+ * - a request's input is counted in slices of at most SLICE_MS of tokenizer time, with a turn of
+ *   the event loop between slices (`countChatInput`), so no request holds the loop for more than a
+ *   slice.
  */
 import { Effect } from "effect"
 import { countTokens } from "gpt-tokenizer"
 
 /** The longest run (UTF-8 bytes, estimated) handed to BPE in one piece. */
 export const MAX_RUN_BYTES = 192
-/** Characters counted between two yields to the event loop. */
+/** Characters at most in one call of the tokenizer (a segment ends at the next start of a run after this). */
 export const SLICE_CHARS = 16_384
+/** Tokenizer time between two yields to the event loop (`countChatInput`). */
+export const SLICE_MS = 4
+/**
+ * Tokenizer time one count may spend. BPE of text unlike any the tokenizer has seen (no piece cached)
+ * costs ≈ 2–4 µs a character even cut into short runs, so 8 MiB of it would take half a minute; past
+ * this budget the rest of the text is estimated by its UTF-8 length, an upper bound (no token is
+ * shorter than one byte). Ordinary prompts never reach it (≈ 0.07 µs a character: 1 MB ≈ 70 ms).
+ */
+export const BUDGET_MS = 250
+
+/** What one count may still spend, shared by the texts of one request. */
+export interface TokenizerBudget {
+  spentMs: number
+}
 
 /** ECMAScript `\s`: the separators o200k's pre-tokenizer splits pieces on. */
 const isWhitespace = (c: number): boolean =>
   c === 32 || (c >= 9 && c <= 13) ||
   (c >= 0x80 && (c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff))
 
+/** The result of a count, and whether it is exact BPE (only those are cached). */
+interface Counted {
+  readonly tokens: number
+  readonly exact: boolean
+}
+
 /**
- * Count `text` segment by segment, yielding once per SLICE_CHARS characters counted: a sync caller
- * runs it to the end, `countChatInput` between event-loop turns.
+ * Count `text` segment by segment within `budget`, yielding whenever SLICE_MS of tokenizer time passed
+ * since the last yield: a sync caller runs it to the end, `countChatInput` between event-loop turns.
  */
-function* countSegments(text: string): Generator<void, number> {
-  // Short enough that no run can exceed the bound: the tokenizer's own count.
-  if (text.length * 3 <= MAX_RUN_BYTES) return countTokens(text)
+function* countSegments(text: string, budget: TokenizerBudget): Generator<void, Counted> {
   let total = 0
   let start = 0
-  let sliceStart = 0
   let run = 0
   let runIsSpace = false
+  let sinceYieldMs = 0
+  const segment = (end: number): boolean => {
+    if (budget.spentMs >= BUDGET_MS) return false
+    const t0 = performance.now()
+    total += countTokens(text.slice(start, end))
+    const ms = performance.now() - t0
+    budget.spentMs += ms
+    sinceYieldMs += ms
+    start = end
+    return true
+  }
+  const overBudget = (): Counted => ({ tokens: total + Buffer.byteLength(text.slice(start)), exact: false })
+  // Short enough that no run can exceed the bound: the tokenizer's own count.
+  if (text.length * 3 <= MAX_RUN_BYTES) return segment(text.length) ? { tokens: total, exact: true } : overBudget()
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i)
     const space = isWhitespace(c)
@@ -53,30 +86,29 @@ function* countSegments(text: string): Generator<void, number> {
     run += c < 0x80 ? 1 : c < 0x800 ? 2 : 3
     // Never cut between the halves of a surrogate pair.
     if (c >= 0xdc00 && c <= 0xdfff) continue
-    // A slice ends at the next cut, or at the next start of a run (never inside a word).
-    const sliceFull = i - sliceStart >= SLICE_CHARS
-    if (run > MAX_RUN_BYTES || (sliceFull && turn)) {
-      total += countTokens(text.slice(start, i))
-      start = i
+    // A long segment ends at the next start of a run (never inside a word); a long run is cut.
+    if (run > MAX_RUN_BYTES || (turn && i - start >= SLICE_CHARS)) {
+      if (!segment(i)) return overBudget()
       run = c < 0x80 ? 1 : c < 0x800 ? 2 : 3
-      if (sliceFull) {
-        sliceStart = i
+      if (sinceYieldMs >= SLICE_MS) {
+        sinceYieldMs = 0
         yield
       }
     }
   }
-  return total + countTokens(text.slice(start))
+  return segment(text.length) ? { tokens: total, exact: true } : overBudget()
 }
 
-const runToEnd = (steps: Generator<void, number>): number => {
+/** The bounded count of one text, synchronously (at most BUDGET_MS of tokenizer time). */
+export const countBounded = (text: string): number => countWithin(text, { spentMs: 0 }).tokens
+
+const countWithin = (text: string, budget: TokenizerBudget): Counted => {
+  const steps = countSegments(text, budget)
   for (;;) {
     const step = steps.next()
     if (step.done === true) return step.value
   }
 }
-
-/** The bounded count of one text, synchronously (linear in its length). */
-export const countBounded = (text: string): number => runToEnd(countSegments(text))
 
 /**
  * Recent counts, least recently used first out. Prompts repeat — the same system prompt on every
@@ -117,7 +149,15 @@ export const makeCountCache = (count: (text: string) => number, maxEntries = 409
 
 const countCache = makeCountCache(countBounded)
 
-export const countText = (text: string): number => (text.length === 0 ? 0 : countCache(text))
+/** Tokens of one text: cached when exact, at most BUDGET_MS of tokenizer time otherwise. */
+export const countText = (text: string): number => {
+  if (text.length === 0) return 0
+  const hit = countCache.get(text)
+  if (hit !== undefined) return hit
+  const counted = countWithin(text, { spentMs: 0 })
+  if (counted.exact) countCache.put(text, counted.tokens)
+  return counted.tokens
+}
 
 const contentText = (content: unknown): string => {
   if (typeof content === "string") return content
@@ -169,7 +209,8 @@ export const countChat = (messages: ReadonlyArray<ChatMessageLike>, extra?: unkn
 /**
  * Estimated prompt tokens of a chat request, never holding the event loop for more than about one
  * slice: a request whose texts fit one slice is counted at once (the common case, no yield), a larger
- * one slice by slice with a turn of the event loop between slices. Interruption stops the count.
+ * one slice by slice with a turn of the event loop between slices, within one BUDGET_MS for the whole
+ * request. Interruption stops the count.
  */
 export const countChatInput = (messages: ReadonlyArray<ChatMessageLike>, extra?: unknown): Effect.Effect<number> => {
   const { overhead, texts } = chatTexts(messages, extra)
@@ -181,34 +222,26 @@ export const countChatInput = (messages: ReadonlyArray<ChatMessageLike>, extra?:
     return Effect.succeed(total)
   }
   return Effect.async<number>((resume) => {
+    const budget: TokenizerBudget = { spentMs: 0 }
     let total = overhead
     let index = 0
-    let current: { readonly text: string; readonly steps: Generator<void, number> } | undefined
-    let sinceYield = 0
+    let current: { readonly text: string; readonly steps: Generator<void, Counted> } | undefined
     let timer: NodeJS.Immediate | undefined
     const step = (): void => {
       timer = undefined
       for (;;) {
         if (current !== undefined) {
           const next = current.steps.next()
-          if (next.done !== true) {
-            sinceYield = 0
-            break // a slice was counted: let the event loop turn
-          }
-          total += next.value
-          countCache.put(current.text, next.value)
-          sinceYield += current.text.length % SLICE_CHARS
+          if (next.done !== true) break // a slice was counted: let the event loop turn
+          total += next.value.tokens
+          if (next.value.exact) countCache.put(current.text, next.value.tokens)
           current = undefined
         }
         if (index >= texts.length) return resume(Effect.succeed(total))
-        if (sinceYield >= SLICE_CHARS) {
-          sinceYield = 0
-          break
-        }
         const text = texts[index++]!
         const hit = text.length === 0 ? 0 : countCache.get(text)
         if (hit !== undefined) total += hit
-        else current = { text, steps: countSegments(text) }
+        else current = { text, steps: countSegments(text, budget) }
       }
       timer = setImmediate(step)
     }
