@@ -302,7 +302,7 @@ describe("the fast path's metrics and access log", () => {
 
   it("counts and logs its requests like the Effect app: endpoint, status, request id, key id (never the secret)", async () => {
     const metric = async (labels: string) => {
-      const text = await (await fetch(`${logged.gateway.origin}/metrics`)).text()
+      const text = await (await fetch(`${logged.gateway.origin}/metrics`, { headers: { authorization: `Bearer ${logged.gateway.adminToken}` } })).text()
       const line = text.split("\n").find((l) => l.startsWith("tollgate_http_requests_total{") && l.includes(labels))
       return line === undefined ? 0 : Number(line.split(" ").at(-1))
     }
