@@ -36,9 +36,10 @@ export const SLICE_MS = 4
  */
 export const BUDGET_MS = 250
 
-/** What one count may still spend, shared by the texts of one request. */
+/** Tokenizer time one count spent, in all and since its last yield; shared by the texts of one request. */
 export interface TokenizerBudget {
   spentMs: number
+  sinceYieldMs: number
 }
 
 /** ECMAScript `\s`: the separators o200k's pre-tokenizer splits pieces on. */
@@ -61,14 +62,13 @@ function* countSegments(text: string, budget: TokenizerBudget): Generator<void, 
   let start = 0
   let run = 0
   let runIsSpace = false
-  let sinceYieldMs = 0
   const segment = (end: number): boolean => {
     if (budget.spentMs >= BUDGET_MS) return false
     const t0 = performance.now()
     total += countTokens(text.slice(start, end))
     const ms = performance.now() - t0
     budget.spentMs += ms
-    sinceYieldMs += ms
+    budget.sinceYieldMs += ms
     start = end
     return true
   }
@@ -90,8 +90,8 @@ function* countSegments(text: string, budget: TokenizerBudget): Generator<void, 
     if (run > MAX_RUN_BYTES || (turn && i - start >= SLICE_CHARS)) {
       if (!segment(i)) return overBudget()
       run = c < 0x80 ? 1 : c < 0x800 ? 2 : 3
-      if (sinceYieldMs >= SLICE_MS) {
-        sinceYieldMs = 0
+      if (budget.sinceYieldMs >= SLICE_MS) {
+        budget.sinceYieldMs = 0
         yield
       }
     }
@@ -100,7 +100,7 @@ function* countSegments(text: string, budget: TokenizerBudget): Generator<void, 
 }
 
 /** The bounded count of one text, synchronously (at most BUDGET_MS of tokenizer time). */
-export const countBounded = (text: string): number => countWithin(text, { spentMs: 0 }).tokens
+export const countBounded = (text: string): number => countWithin(text, { spentMs: 0, sinceYieldMs: 0 }).tokens
 
 const countWithin = (text: string, budget: TokenizerBudget): Counted => {
   const steps = countSegments(text, budget)
@@ -154,7 +154,7 @@ export const countText = (text: string): number => {
   if (text.length === 0) return 0
   const hit = countCache.get(text)
   if (hit !== undefined) return hit
-  const counted = countWithin(text, { spentMs: 0 })
+  const counted = countWithin(text, { spentMs: 0, sinceYieldMs: 0 })
   if (counted.exact) countCache.put(text, counted.tokens)
   return counted.tokens
 }
@@ -222,7 +222,7 @@ export const countChatInput = (messages: ReadonlyArray<ChatMessageLike>, extra?:
     return Effect.succeed(total)
   }
   return Effect.async<number>((resume) => {
-    const budget: TokenizerBudget = { spentMs: 0 }
+    const budget: TokenizerBudget = { spentMs: 0, sinceYieldMs: 0 }
     let total = overhead
     let index = 0
     let current: { readonly text: string; readonly steps: Generator<void, Counted> } | undefined
@@ -238,6 +238,11 @@ export const countChatInput = (messages: ReadonlyArray<ChatMessageLike>, extra?:
           current = undefined
         }
         if (index >= texts.length) return resume(Effect.succeed(total))
+        // Many short texts (20,000 messages) add up to a slice too.
+        if (budget.sinceYieldMs >= SLICE_MS) {
+          budget.sinceYieldMs = 0
+          break
+        }
         const text = texts[index++]!
         const hit = text.length === 0 ? 0 : countCache.get(text)
         if (hit !== undefined) total += hit
