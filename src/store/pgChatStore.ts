@@ -25,7 +25,7 @@ import { GENESIS_HASH, sealReceipt, type UnsignedReceipt } from "../../spec/rece
 import { checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
-import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, mustSync, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
+import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
 import { type ClaimOutcome, outcomeOf } from "./idempotencyStatements.ts"
 
@@ -142,12 +142,12 @@ export const makePgChatStore = Effect.gen(function* () {
           if (claimed._tag !== "Claimed") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimed })
         }
         const { projectId, period } = a.hold
-        // As on SQLite (chatTransactions.ts, `mustSync`): a non-streamed call's reservation need not
-        // wait for its WAL flush — its settlement or abandonment commits synchronously later, and
-        // PostgreSQL's WAL is flushed in order, so that flush carries this commit too.
+        // Every reservation commits synchronously, unlike SQLite's unsynced non-streamed one
+        // (chatTransactions.ts, `mustSync`): there the only crash that loses it also ends its call;
+        // here the database can crash while the gateway lives on, calls the upstream and then finds
+        // no hold to charge — a lost charge.
         const [w] = yield* sql<{ cap: number; spent: number | null; reserved: number | null }>`
-          SELECT set_config('synchronous_commit', ${mustSync("reserve", a) ? "on" : "off"}, true) AS level,
-            p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
+          SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
           FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
           WHERE p.id = ${projectId}`
         const cap = w?.cap ?? 0
