@@ -127,3 +127,22 @@ describe("the store port, inline", () => {
       expect(yield* windowOf(p.id)).toMatchObject({ spent: 0, reserved: 0 })
     }).pipe(Effect.provide(Live)))
 })
+
+describe("the store port sizes on the window it reads in its transaction", () => {
+  it.effect("without max_tokens the output cap is what the budget left affords (cap − spent − reserved)", () =>
+    Effect.gen(function* () {
+      const store = yield* ChatStore
+      const p = yield* newProject({ budget_credits: 100 })
+      // 10 input tokens at 1 Credit, output at 1 Credit a token, the route allows 1,000.
+      const sized = (amount: number) => {
+        const a = reserveArgs(p.id, amount)
+        return { ...a, sizing: { ...a.sizing, requested: undefined, chain: [{ name: "demo", prices: { input: 1_000_000, output: 1_000_000 }, routeLimit: 1_000 }] } }
+      }
+      const first = sized(10)
+      yield* store.reserve(reserveArgs(p.id, 20))
+      const a = yield* store.reserve(first)
+      yield* store.settle(settleArgs(first, a.reservation, 5))
+      // Left: 100 − 5 spent − 20 reserved = 75: 10 input + 65 output tokens.
+      expect(yield* store.reserve(sized(10))).toEqual({ outputCap: 65, reservation: 75 })
+    }).pipe(Effect.provide(Live)))
+})
