@@ -45,8 +45,8 @@ const App = () => {
   const [notice, setNotice] = useState<string | null>(null)
   const hash = useHash()
   useEffect(() => {
-    whenSessionLost((m) => {
-      setNotice(m)
+    whenSessionLost(() => {
+      setNotice("Your session has ended (it expired, was signed out, or its key no longer works). Sign in again.")
       setSession(null)
     })
     api.session().then(setSession, () => setSession(null))
