@@ -29,28 +29,33 @@ export const UsageChart = ({ usage, field, title }: { usage: Usage; field: "cred
     const el = box.current
     if (el === null) return
     const width = () => Math.max(260, el.clientWidth)
+    // Stacked bars: model k is drawn as the sum of models 0..k, the tallest sum first so each model's
+    // own share shows on top of the one below; the legend and the table show each model's own figure.
+    const stacked = series.map((_, k) => x.map((_, i) => series.slice(0, k + 1).reduce((n, s) => n + (s[i] ?? 0), 0)))
+    const order = models.map((_, k) => k).reverse()
     const plot = new uPlot(
       {
         width: width(),
         height: 220,
         tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
         legend: { show: models.length > 0 },
-        cursor: { drag: { x: false, y: false } },
+        cursor: { drag: { x: false, y: false }, points: { show: false } },
         scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
         axes: [{ stroke: "#333" }, { stroke: "#333", size: 60, values: (_u, ticks) => ticks.map((t) => credits(t)) }],
         series: [
           { label: "Day (UTC)" },
-          ...models.map((model, i) => ({
-            label: model,
-            stroke: COLOURS[i % COLOURS.length]!,
-            fill: `${COLOURS[i % COLOURS.length]!}33`,
-            width: 2,
-            points: { show: true, size: 6 },
-            paths: uPlot.paths.bars!({ size: [0.7 / Math.max(models.length, 1), 40], align: 1 })
+          ...order.map((k) => ({
+            label: models[k]!,
+            stroke: COLOURS[k % COLOURS.length]!,
+            fill: COLOURS[k % COLOURS.length]!,
+            width: 1,
+            points: { show: false },
+            value: (_u: uPlot, _v: number | null, _s: number, idx: number | null) => (idx === null ? "–" : credits(series[k]![idx] ?? 0)),
+            paths: uPlot.paths.bars!({ size: [0.7, 40], align: 0 })
           }))
         ]
       },
-      [x, ...series],
+      [x, ...order.map((k) => stacked[k]!)],
       el
     )
     const resize = new ResizeObserver(() => plot.setSize({ width: width(), height: 220 }))

@@ -193,6 +193,18 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
   )
 }
 
+/** Copy with the Clipboard API (secure contexts: HTTPS, localhost), else by selecting the field and the copy command. */
+const copy = async (text: string): Promise<boolean> => {
+  try {
+    await navigator.clipboard.writeText(text)
+    return true
+  } catch {
+    const field = document.getElementById("secret") as HTMLInputElement | null
+    field?.select()
+    return document.execCommand("copy")
+  }
+}
+
 /** The secret, shown this once: a copy button and a warning. It is dropped from memory when the dialog closes. */
 const SecretOnce = ({ issued, onDone }: { issued: IssuedKey; onDone: () => void }) => {
   const [copied, setCopied] = useState(false)
@@ -203,7 +215,7 @@ const SecretOnce = ({ issued, onDone }: { issued: IssuedKey; onDone: () => void 
       <label for="secret">{issued.environment} key <code>{issued.id}</code></label>
       <input id="secret" readOnly value={issued.secret} spellcheck={false} onFocus={(e) => e.currentTarget.select()} data-secret />
       <div class="buttons">
-        <button type="button" onClick={() => navigator.clipboard.writeText(issued.secret).then(() => setCopied(true), () => setCopied(false))}>{copied ? "Copied ✓" : "Copy key"}</button>
+        <button type="button" onClick={() => copy(issued.secret).then(setCopied)}>{copied ? "Copied ✓" : "Copy key"}</button>
         <button type="button" class="secondary" onClick={onDone}>I have stored it</button>
       </div>
       <p role="status" class="sr-only">{copied ? "Key copied to the clipboard" : ""}</p>

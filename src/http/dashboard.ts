@@ -10,6 +10,7 @@ import { Clock, Effect } from "effect"
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs"
 import { extname, join, relative, sep } from "node:path"
 import { fileURLToPath } from "node:url"
+import { gzipSync } from "node:zlib"
 import { InvalidRequest } from "../domain/errors.ts"
 import { Activity } from "../services/Activity.ts"
 import type { KeyInfo } from "../services/KeyRegistry.ts"
@@ -62,6 +63,8 @@ const TYPES: Record<string, string> = {
 
 interface Asset {
   readonly body: Uint8Array
+  /** The same bytes gzipped once at load (text types only), served to clients that accept gzip. */
+  readonly gzip: Uint8Array | undefined
   readonly type: string
   readonly immutable: boolean
 }
@@ -79,7 +82,10 @@ const loadAssets = (): Map<string, Asset> => {
       else {
         const url = "/dashboard/" + relative(DIST, path).split(sep).join("/")
         // Vite names built assets by content hash (assets/…-<hash>.js): cache them for good.
-        found.set(url, { body: readFileSync(path), type: TYPES[extname(name)] ?? "application/octet-stream", immutable: url.startsWith("/dashboard/assets/") })
+        const body = readFileSync(path)
+        const type = TYPES[extname(name)] ?? "application/octet-stream"
+        const gzip = /^(text\/|application\/json|image\/svg)/.test(type) ? gzipSync(body, { level: 9 }) : undefined
+        found.set(url, { body, gzip, type, immutable: url.startsWith("/dashboard/assets/") })
       }
     }
   }
@@ -105,9 +111,15 @@ const serveStatic = Effect.gen(function* () {
   if (files.size === 0) return notBuilt
   const asset = files.get(path === "/dashboard" || path === "/dashboard/" ? "/dashboard/index.html" : path)
   if (asset === undefined) return unknownRoute(req.method, req.url)
-  return HttpServerResponse.uint8Array(asset.body, {
+  const gzip = asset.gzip !== undefined && /\bgzip\b/.test(String(req.headers["accept-encoding"] ?? ""))
+  return HttpServerResponse.uint8Array(gzip ? asset.gzip! : asset.body, {
     contentType: asset.type,
-    headers: { ...SECURITY_HEADERS, "cache-control": asset.immutable ? "public, max-age=31536000, immutable" : "no-cache" }
+    headers: {
+      ...SECURITY_HEADERS,
+      "cache-control": asset.immutable ? "public, max-age=31536000, immutable" : "no-cache",
+      vary: "accept-encoding",
+      ...(gzip ? { "content-encoding": "gzip" } : {})
+    }
   })
 })
 

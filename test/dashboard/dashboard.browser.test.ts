@@ -106,8 +106,8 @@ describe("the dashboard in headless Chromium", () => {
     await page.getByLabel("Admin token or project key").fill(ADMIN_TOKEN)
     await page.getByRole("button", { name: "Sign in" }).click()
     await page.getByRole("heading", { name: "Projects" }).waitFor()
-    expect(await page.evaluate(() => document.cookie)).toBe("")
-    expect(await page.evaluate(() => localStorage.length + sessionStorage.length)).toBe(0)
+    expect(await page.evaluate("document.cookie")).toBe("")
+    expect(await page.evaluate("localStorage.length + sessionStorage.length")).toBe(0)
     const cookies = await context.cookies()
     expect(cookies.map((c) => [c.name, c.httpOnly, c.sameSite])).toEqual([["tollgate_session", true, "Strict"]])
     expect(page.url()).not.toContain(ADMIN_TOKEN)
@@ -129,14 +129,14 @@ describe("the dashboard in headless Chromium", () => {
     expect(firstKey).toMatch(/^tg_prd_/)
     await dialog.getByRole("button", { name: "Copy key" }).click()
     await dialog.getByRole("button", { name: "Copied ✓" }).waitFor()
-    expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(firstKey)
+    expect(await page.evaluate("navigator.clipboard.readText()")).toBe(firstKey)
     await shot(page, "key-created")
     await dialog.getByRole("button", { name: "I have stored it" }).click()
     expect(page.url()).not.toContain(firstKey)
 
     // Before any call: the chart's totals are zero.
     const creditsTotal = () => page.locator('[data-total="credits"]').first().textContent().catch(() => null)
-    const chartPixels = () => page.locator('[data-chart="credits"] canvas').first().evaluate((c) => (c as HTMLCanvasElement).toDataURL())
+    const chartPixels = () => page.locator('[data-chart="credits"] canvas').first().evaluate((c) => (c as unknown as { toDataURL(): string }).toDataURL())
     await page.locator('[data-chart="credits"] canvas').first().waitFor()
     const pixelsBefore = await chartPixels()
     expect(await page.locator('[data-field="receipts"]').textContent()).toBe("0")
@@ -206,7 +206,7 @@ describe("the dashboard in headless Chromium", () => {
     const forged = await page.evaluate(async () => {
       const post = (headers: Record<string, string>) =>
         fetch("/admin/v1/projects", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify({ name: "x", budget_credits: 1, rate_limit: { requests_per_minute: 1 } }) })
-          .then(async (r) => [r.status, (await r.json()).error.code])
+          .then(async (r) => [r.status, ((await r.json()) as any).error.code])
       return [await post({ "x-csrf-token": "forged" }), await post({})]
     })
     expect(forged).toEqual([[403, "invalid_csrf_token"], [403, "invalid_csrf_token"]])

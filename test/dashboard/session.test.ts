@@ -199,6 +199,34 @@ describe("dashboard sessions and the admin API's dashboard reads", () => {
     expect((await op.call("GET", `/admin/v1/projects/${project.id}/requests/req_unknown/receipt`)).body.error.code).toBe("request_not_found")
   })
 
+  it("the page is served from the build with a strict CSP, gzipped when accepted, and nothing else under /dashboard", async () => {
+    const page = await fetch(`${gw.origin}/dashboard/`, { headers: { "accept-encoding": "identity" } })
+    expect(page.status).toBe(200)
+    expect(page.headers.get("content-type")).toBe("text/html; charset=utf-8")
+    expect(page.headers.get("content-security-policy")).toBe(
+      "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+    expect(page.headers.get("x-frame-options")).toBe("DENY")
+    expect(page.headers.get("cache-control")).toBe("no-cache")
+    const html = await page.text()
+    expect(html).not.toMatch(/<script>|<style>|style=|https?:\/\//)
+    const scripts = [...html.matchAll(/(?:src|href)="(\/dashboard\/assets\/[^"]+)"/g)].map((m) => m[1]!)
+    expect(scripts.length).toBeGreaterThanOrEqual(2)
+    for (const path of scripts) {
+      const raw = await fetch(`${gw.origin}${path}`, { headers: { "accept-encoding": "identity" } })
+      expect(raw.status).toBe(200)
+      expect(raw.headers.get("cache-control")).toContain("immutable")
+      expect(raw.headers.get("content-encoding")).toBeNull()
+      const zipped = await fetch(`${gw.origin}${path}`, { headers: { "accept-encoding": "gzip" } })
+      expect(zipped.headers.get("content-encoding")).toBe("gzip")
+      expect(await zipped.text()).toBe(await raw.text())
+    }
+    const missing = await fetch(`${gw.origin}/dashboard/assets/nope.js`)
+    expect(missing.status).toBe(404)
+    expect(((await missing.json()) as any).error.code).toBe("unknown_url")
+    expect((await fetch(`${gw.origin}/dashboard/../openapi.json`)).status).not.toBe(500)
+  })
+
   it("an expired session is refused", async () => {
     const short = await startGateway(mockGatewayFile(upstream.url), { sessionTtlMs: 300 })
     try {
