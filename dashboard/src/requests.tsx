@@ -28,23 +28,23 @@ export const RequestsPage = ({ projectId, session }: { projectId: string; sessio
       <h1>Requests and receipts</h1>
       <nav class="tabs" aria-label="Project"><a href={`#/projects/${projectId}`}>Overview</a><a href={`#/projects/${projectId}/requests`} aria-current="page">Requests and receipts</a></nav>
       <form class="filters card" role="search" onSubmit={(e) => { e.preventDefault(); setCursors([null]); setFilter(draft) }}>
-        <label for="f-q">Search</label>
-        <input id="f-q" type="search" placeholder="request id, receipt id, idempotency key, model" value={draft.q} onInput={set("q")} />
+        <span class="field"><label for="f-q">Search</label>
+        <input id="f-q" type="search" size={30} placeholder="request id, receipt id, idempotency key, model" value={draft.q} onInput={set("q")} /></span>
         {session.role === "operator" ? (
           <>
-            <label for="f-env">Environment</label>
+            <span class="field"><label for="f-env">Environment</label>
             <select id="f-env" value={draft.environment} onChange={set("environment")}>
               <option value="">All</option>
               {ENVIRONMENTS.map((env) => <option value={env}>{env}</option>)}
-            </select>
+            </select></span>
           </>
         ) : null}
-        <label for="f-status">Status</label>
+        <span class="field"><label for="f-status">Status</label>
         <select id="f-status" value={draft.status} onChange={set("status")}>
           <option value="">Any</option><option value="completed">completed</option><option value="failed">failed</option><option value="pending">pending</option>
-        </select>
-        <label for="f-model">Model</label>
-        <input id="f-model" value={draft.model} onInput={set("model")} />
+        </select></span>
+        <span class="field"><label for="f-model">Model</label>
+        <input id="f-model" size={12} value={draft.model} onInput={set("model")} /></span>
         <button type="submit">Apply</button>
       </form>
       <ErrorNote error={error} />

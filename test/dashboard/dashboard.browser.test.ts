@@ -72,8 +72,8 @@ describe("the dashboard in headless Chromium", () => {
     return { context, page }
   }
 
-  const shot = async (page: Page, name: string) => {
-    if (SHOTS !== undefined) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true })
+  const shot = async (page: Page, name: string, fullPage = true) => {
+    if (SHOTS !== undefined) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage })
   }
 
   const signIn = async (page: Page, token: string) => {
@@ -130,7 +130,7 @@ describe("the dashboard in headless Chromium", () => {
     await dialog.getByRole("button", { name: "Copy key" }).click()
     await dialog.getByRole("button", { name: "Copied ✓" }).waitFor()
     expect(await page.evaluate("navigator.clipboard.readText()")).toBe(firstKey)
-    await shot(page, "key-created")
+    await shot(page, "key-created", false)
     await dialog.getByRole("button", { name: "I have stored it" }).click()
     expect(page.url()).not.toContain(firstKey)
 
