@@ -251,9 +251,13 @@ describe("the dashboard in headless Chromium", () => {
     const context = await browser.newContext()
     try {
       const page = await context.newPage()
+      // Keyboard only: Tab reaches the token field first, Enter submits.
       await page.goto(`${short.origin}/dashboard/`)
-      await page.getByLabel("Admin token or project key").fill(ADMIN_TOKEN)
-      await page.getByRole("button", { name: "Sign in" }).click()
+      await page.getByLabel("Admin token or project key").waitFor()
+      await page.keyboard.press("Tab")
+      expect(await page.evaluate("document.activeElement.id")).toBe("token")
+      await page.keyboard.type(ADMIN_TOKEN)
+      await page.keyboard.press("Enter")
       await page.getByRole("heading", { name: "Projects" }).waitFor()
       await new Promise((r) => setTimeout(r, 1700))
       await page.getByRole("link", { name: "default" }).click()
