@@ -8,7 +8,7 @@
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Clock, Effect } from "effect"
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs"
-import { extname, join, relative, sep } from "node:path"
+import { dirname, extname, join, relative, sep } from "node:path"
 import { fileURLToPath } from "node:url"
 import { gzipSync } from "node:zlib"
 import { InvalidRequest } from "../domain/errors.ts"
@@ -22,7 +22,20 @@ import { adminRoute, cookieOptions, CSRF_HEADER, json, jsonObjectBody, noStore, 
 
 // ---- Static files ----
 
-const DIST = fileURLToPath(new URL("../../dashboard/dist/", import.meta.url))
+/**
+ * The build's folder: the first `dashboard/dist` with an index.html found walking up from this
+ * module — `src/http/` when run from the sources, `dist/` (or a test's bundle folder) when bundled.
+ */
+const findDist = (): string | undefined => {
+  let dir = dirname(fileURLToPath(import.meta.url))
+  for (;;) {
+    const candidate = join(dir, "dashboard", "dist")
+    if (existsSync(join(candidate, "index.html"))) return candidate
+    const parent = dirname(dir)
+    if (parent === dir) return undefined
+    dir = parent
+  }
+}
 
 /**
  * The page's Content-Security-Policy: only this origin's scripts, styles and API; no inline script
@@ -75,12 +88,13 @@ let assets: Map<string, Asset> | undefined
 const loadAssets = (): Map<string, Asset> => {
   if (assets !== undefined) return assets
   const found = new Map<string, Asset>()
+  const root = findDist()
   const walk = (dir: string) => {
     for (const name of readdirSync(dir)) {
       const path = join(dir, name)
       if (statSync(path).isDirectory()) walk(path)
       else {
-        const url = "/dashboard/" + relative(DIST, path).split(sep).join("/")
+        const url = "/dashboard/" + relative(root!, path).split(sep).join("/")
         // Vite names built assets by content hash (assets/…-<hash>.js): cache them for good.
         const body = readFileSync(path)
         const type = TYPES[extname(name)] ?? "application/octet-stream"
@@ -89,7 +103,7 @@ const loadAssets = (): Map<string, Asset> => {
       }
     }
   }
-  if (existsSync(join(DIST, "index.html"))) walk(DIST)
+  if (root !== undefined) walk(root)
   // An empty map is not cached, so a build made after start-up is picked up.
   if (found.size > 0) assets = found
   return found
