@@ -58,7 +58,10 @@ export class Sessions extends Effect.Service<Sessions>()("tollgate/Sessions", {
       Effect.gen(function* () {
         const viewer: Viewer = token.startsWith("tg_")
           ? yield* Effect.map(keys.authenticate(`Bearer ${token}`), (p): Viewer => ({ role: "team", projectId: p.projectId, environment: p.environment, keyId: p.keyId }))
-          : yield* Effect.as(bootstrap.authorizeAdmin(`Bearer ${token}`), { role: "operator" } as const)
+          : yield* bootstrap.authorizeAdmin(`Bearer ${token}`).pipe(
+              Effect.as({ role: "operator" } as const),
+              Effect.mapError(() => new AdminUnauthorized({ message: "Wrong admin token. Operators sign in with TOLLGATE_ADMIN_TOKEN, teams with a project key (tg_…)." }))
+            )
         const now = yield* Clock.currentTimeMillis
         const id = randomBytes(32).toString("base64url")
         const session: Session = { viewer, csrfToken: randomBytes(32).toString("base64url"), createdAt: now, expiresAt: now + settings.sessionTtlMs }

@@ -99,7 +99,7 @@ describe("the dashboard in headless Chromium", () => {
     // A wrong token is refused.
     await page.getByLabel("Admin token or project key").fill("wrong-token")
     await page.getByRole("button", { name: "Sign in" }).click()
-    await expect(page.getByRole("alert").textContent()).resolves.toMatch(/Sign-in failed: Missing or wrong admin token/)
+    await expect(page.getByRole("alert").textContent()).resolves.toMatch(/Sign-in failed: Wrong admin token/)
     await shot(page, "sign-in")
 
     // The operator signs in; the session is an HttpOnly cookie the page cannot read, nothing in storage.

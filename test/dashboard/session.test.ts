@@ -227,17 +227,30 @@ describe("dashboard sessions and the admin API's dashboard reads", () => {
     expect((await fetch(`${gw.origin}/dashboard/../openapi.json`)).status).not.toBe(500)
   })
 
-  it("an expired session is refused", async () => {
-    const short = await startGateway(mockGatewayFile(upstream.url), { sessionTtlMs: 300 })
+  it("an expired session is refused; no token, key or session id reaches the log", async () => {
+    const short = await startGateway(mockGatewayFile(upstream.url), { sessionTtlMs: 300, accessLog: true })
+    const logged: Array<string> = []
+    const log = console.log
+    const write = process.stdout.write.bind(process.stdout)
+    console.log = (...args: Array<unknown>) => void logged.push(args.map(String).join(" "))
+    process.stdout.write = ((chunk: string | Uint8Array) => (logged.push(String(chunk)), true)) as typeof process.stdout.write
     try {
       const c = client(short.origin)
+      expect((await c.signIn(short.devKey)).status).toBe(201)
+      expect((await c.signIn("wrong-" + ADMIN_TOKEN)).status).toBe(401)
       expect((await c.signIn(ADMIN_TOKEN)).status).toBe(201)
       expect((await c.call("GET", "/admin/v1/session")).status).toBe(200)
+      console.log = log
+      process.stdout.write = write
+      expect(logged.some((l) => l.includes('"endpoint":"/admin/v1/session"'))).toBe(true)
+      for (const secret of [ADMIN_TOKEN, short.devKey, c.cookie!.split("=")[1]!]) expect(logged.join("\n")).not.toContain(secret)
       await new Promise((r) => setTimeout(r, 400))
       const late = await c.call("GET", "/admin/v1/projects")
       expect(late.status).toBe(401)
       expect(late.body.error.message).toMatch(/expired/)
     } finally {
+      console.log = log
+      process.stdout.write = write
       await short.close()
     }
   })
