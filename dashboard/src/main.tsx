@@ -4,7 +4,7 @@
  * Hash routes keep every screen one static file on the server; nothing secret is ever in them.
  */
 import { render } from "preact"
-import { useEffect, useState } from "preact/hooks"
+import { useEffect, useRef, useState } from "preact/hooks"
 import { api, type Session, whenSessionLost } from "./api.ts"
 import { ProjectPage } from "./project.tsx"
 import { Projects } from "./projects.tsx"
@@ -51,8 +51,15 @@ const App = () => {
     })
     api.session().then(setSession, () => setSession(null))
   }, [])
-  // Each screen change moves focus to the page heading, for keyboard and screen-reader users.
+  // Each screen change (not the first load) moves focus to the page heading, for keyboard and
+  // screen-reader users; the sign-in screen focuses its field instead.
+  const loaded = useRef(false)
   useEffect(() => {
+    if (session === undefined) return
+    if (!loaded.current || session === null) {
+      loaded.current = true
+      return
+    }
     const t = setTimeout(() => document.querySelector<HTMLElement>("main h1")?.focus(), 50)
     return () => clearTimeout(t)
   }, [hash, session])

@@ -28,7 +28,7 @@ export const SignIn = ({ notice, onSignedIn }: { notice: string | null; onSigned
       {notice === null ? null : <p class="notice" role="status">{notice}</p>}
       <form onSubmit={submit} class="card">
         <label for="token">Admin token or project key</label>
-        <input id="token" name="token" type="password" autocomplete="current-password" required spellcheck={false}
+        <input id="token" name="token" type="password" autocomplete="current-password" required spellcheck={false} autoFocus
           value={token} onInput={(e) => setToken(e.currentTarget.value)} />
         <button type="submit" disabled={busy}>{busy ? "Signing in…" : "Sign in"}</button>
         <ErrorNote error={error} />
