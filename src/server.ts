@@ -18,7 +18,7 @@ import { Metrics } from "./services/Metrics.ts"
 import { Pricing } from "./services/Pricing.ts"
 import { Projects } from "./services/Projects.ts"
 import { RateLimiter } from "./services/RateLimiter.ts"
-import { ReceiptSigner } from "./services/ReceiptSigner.ts"
+import { ReceiptKeyLive, ReceiptSigner } from "./services/ReceiptSigner.ts"
 import { Recovery } from "./services/Recovery.ts"
 import { Requests } from "./services/Requests.ts"
 import { Router } from "./services/Router.ts"
@@ -30,7 +30,7 @@ import { DatabaseLive } from "./store/Database.ts"
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
 export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default)),
-  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default)),
+  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive)))),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),

@@ -5,7 +5,7 @@
 import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 import { readFileSync } from "node:fs"
 import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
-import { isSqliteUrl } from "../store/databaseUrl.ts"
+import { isSqliteUrl } from "./databaseUrl.ts"
 
 export const ProviderConfig = Schema.Union(
   Schema.Struct({
@@ -107,6 +107,12 @@ export interface GatewaySettings {
   readonly storeWorker: boolean
   /** How long a dashboard sign-in lasts (absolute, from sign-in). */
   readonly sessionTtlMs: number
+  /**
+   * Assertion mode (TOLLGATE_ASSERT=1): after each settlement and abandonment the store checks the
+   * project's window against the rulebook (spec/ledger.ts `checkWindow`) inside the transaction, and
+   * a violation fails it loudly (rolled back, a 500, an error in the log). For tests and canaries.
+   */
+  readonly assertInvariants: boolean
   readonly gateway: GatewayFile
 }
 
@@ -164,6 +170,7 @@ const settingsConfig = Config.all({
   accessLog: Config.boolean("TOLLGATE_ACCESS_LOG").pipe(Config.withDefault(true)),
   storeWorker: Config.boolean("TOLLGATE_STORE_WORKER").pipe(Config.withDefault(true)),
   sessionTtlMs: Config.map(Config.integer("TOLLGATE_SESSION_TTL_SECONDS").pipe(Config.withDefault(8 * 3600)), (s) => s * 1000),
+  assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
@@ -198,6 +205,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   accessLog: false,
   storeWorker: true,
   sessionTtlMs: 8 * 3600 * 1000,
+  assertInvariants: false,
   gateway: defaultGatewayFile,
   ...overrides
 })

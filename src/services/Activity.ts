@@ -10,9 +10,9 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { Receipt } from "../../spec/receipt.ts"
 import { RequestNotFound } from "../domain/errors.ts"
-import { requestView } from "./Requests.ts"
+import { type RequestRow as StoredRequest, requestView } from "../store/requestStatements.ts"
 
-type RequestRow = Parameters<typeof requestView>[0] & { readonly key_id: string }
+type RequestRow = StoredRequest & { readonly key_id: string }
 
 export interface RequestFilter {
   readonly projectId: string

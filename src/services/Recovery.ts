@@ -3,41 +3,23 @@
  * At start-up and then every `interval`, void such holds, fail their requests and free their
  * idempotency claims, so a crash never strands budget. Each hold moves at most once (guarded UPDATE).
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Schedule } from "effect"
-import { IdempotencyStore } from "./IdempotencyStore.ts"
-import { Ledger } from "./Ledger.ts"
-import { Requests } from "./Requests.ts"
+import { ChatStore } from "../store/ChatStore.ts"
+
+/** What the request row of a hold voided by the sweep says. */
+export const EXPIRED_FAILURE = {
+  code: "reservation_expired",
+  message: "The gateway did not finish this request before its reservation deadline; nothing was charged."
+} as const
 
 export class Recovery extends Effect.Service<Recovery>()("tollgate/Recovery", {
   scoped: Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
-    const ledger = yield* Ledger
-    const requests = yield* Requests
-    const idempotency = yield* IdempotencyStore
+    const store = yield* ChatStore
 
-    /** Void every expired hold; returns how many were voided. */
+    /** Void every expired hold (one transaction of the store port); returns how many were voided. */
     const sweep = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      const expired = yield* ledger.expiredHolds(now)
-      let voided = 0
-      for (const hold of expired) {
-        const moved = yield* sql.withTransaction(
-          Effect.gen(function* () {
-            const released = yield* ledger.release(hold.id)
-            if (!released) return false
-            yield* requests.fail(hold.request_id, {
-              code: "reservation_expired",
-              message: "The gateway did not finish this request before its reservation deadline; nothing was charged.",
-              attempts: [],
-              completedAt: now
-            })
-            yield* idempotency.releaseRequests([hold.request_id])
-            return true
-          })
-        ).pipe(Effect.orDie)
-        if (moved) voided++
-      }
+      const voided = yield* store.expire({ now, failure: EXPIRED_FAILURE })
       if (voided > 0) yield* Effect.logWarning(`recovery sweep voided ${voided} expired reservation(s)`)
       return voided
     })

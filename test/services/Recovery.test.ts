@@ -5,16 +5,17 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, TestClock } from "effect"
-import { newRequestId, newReservationId } from "../../src/domain/ids.ts"
 import { fingerprintOf, IdempotencyStore } from "../../src/services/IdempotencyStore.ts"
-import { type Hold, Ledger } from "../../src/services/Ledger.ts"
+import { Ledger } from "../../src/services/Ledger.ts"
 import { Projects } from "../../src/services/Projects.ts"
-import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import { ReceiptKeyLive, ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { Recovery } from "../../src/services/Recovery.ts"
 import { Requests } from "../../src/services/Requests.ts"
-import { newProject, pendingRequest, storeLayer } from "./layers.ts"
+import { ChatStore } from "../../src/store/ChatStore.ts"
+import { abandonArgs, reserveArgs } from "../support/portArgs.ts"
+import { newProject, storeLayer } from "./layers.ts"
 
-const Base = Ledger.Default.pipe(
+const Base = Layer.mergeAll(Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive))).pipe(
   Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default, Requests.Default, IdempotencyStore.Default)),
   Layer.provideMerge(storeLayer())
 )
@@ -23,23 +24,18 @@ const Live = Recovery.Default.pipe(Layer.provideMerge(Base))
 const PERIOD = "1970-01"
 const FP = fingerprintOf("POST", "/v1/chat/completions", { model: "auto" })
 
-/** What the Gateway does before calling upstream: hold, pending request row, idempotency claim. */
+/** What the Gateway does before calling upstream: one reservation of the store port (claim, pending request, hold). */
 const startRequest = (projectId: string, amount: number, deadline: number, key: string) =>
   Effect.gen(function* () {
-    const ledger = yield* Ledger
-    const requests = yield* Requests
-    const idempotency = yield* IdempotencyStore
-    const hold: Hold = { reservationId: newReservationId(Date.now()), requestId: newRequestId(Date.now()), projectId, period: PERIOD, amount, deadline }
-    const scope = { projectId, environment: "development" }
-    yield* ledger.reserve(hold)
-    yield* requests.insertPending({
-      ...pendingRequest({ id: hold.requestId, projectId, idempotencyKey: key, rateCardVersion: "rc_test", createdAt: 0 }),
-      creditsReserved: amount
-    })
-    // The claim outlives the hold here, so only the sweep (not the claim's own expiry) can free it.
-    expect(yield* idempotency.claim(scope, key, FP, hold.requestId, 10 * deadline)).toEqual({ _tag: "Claimed" })
-    return { hold, scope }
+    const store = yield* ChatStore
+    const args = reserveArgs(projectId, amount, { now: 0, period: PERIOD, deadline, claim: { key, fingerprint: FP } })
+    expect(yield* store.reserve(args)).toEqual({ outputCap: 1, reservation: amount })
+    return { args, hold: args.hold, scope: args.claim!.scope }
   })
+
+/** A new claim of `key` (and a hold of 0), through the port. */
+const claimAgain = (projectId: string, key: string, now: number) =>
+  Effect.flatMap(ChatStore, (store) => Effect.either(store.reserve(reserveArgs(projectId, 0, { now, period: PERIOD, deadline: now + 100_000, claim: { key, fingerprint: FP } }))))
 
 const claimsOf = (requestId: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) => sql<{ n: number }>`SELECT COUNT(*) AS n FROM idempotency WHERE request_id = ${requestId}`).pipe(
@@ -74,13 +70,13 @@ describe("Recovery.sweep", () => {
         completed_at: new Date(2_000).toISOString()
       })
       expect(yield* claimsOf(stale.hold.requestId)).toBe(0)
-      expect(yield* idempotency.claim(stale.scope, "stale", FP, newRequestId(Date.now()), 100_000)).toEqual({ _tag: "Claimed" })
+      expect((yield* claimAgain(p.id, "stale", 2_000))._tag).toBe("Right")
 
       expect((yield* requests.find(fresh.hold.requestId, fresh.scope)).status).toBe("pending")
       expect(yield* claimsOf(fresh.hold.requestId)).toBe(1)
       expect(yield* idempotency.peek(fresh.scope, "fresh", FP)).toEqual({ _tag: "InFlight", requestId: fresh.hold.requestId })
       // The fresh hold can still be settled or voided by its own request.
-      expect(yield* ledger.release(fresh.hold.reservationId)).toBe(true)
+      yield* Effect.flatMap(ChatStore, (store) => store.abandon(abandonArgs(fresh.args, { now: 2_000 })))
 
       // A second sweep finds nothing more to do.
       expect(yield* recovery.sweep).toBe(0)
@@ -90,15 +86,14 @@ describe("Recovery.sweep", () => {
   it.effect("a hold already resolved by its request is not touched, even past its deadline", () =>
     Effect.gen(function* () {
       const recovery = yield* Recovery
-      const ledger = yield* Ledger
       const requests = yield* Requests
       const p = yield* newProject({ budget_credits: 1_000 })
       const done = yield* startRequest(p.id, 100, 1_000, "done")
-      expect(yield* ledger.release(done.hold.reservationId)).toBe(true)
+      yield* Effect.flatMap(ChatStore, (store) => store.abandon(abandonArgs(done.args, { now: 500, code: "route_unavailable" })))
       yield* TestClock.setTime(5_000)
       expect(yield* recovery.sweep).toBe(0)
-      // The request row was not failed by the sweep.
-      expect((yield* requests.find(done.hold.requestId, done.scope)).status).toBe("pending")
+      // The request row keeps what its own request wrote, not the sweep's failure.
+      expect(yield* requests.find(done.hold.requestId, done.scope)).toMatchObject({ status: "failed", error: { code: "route_unavailable" } })
     }).pipe(Effect.provide(Live)))
 
   it.effect("sweeps at start-up, before serving anything", () =>
