@@ -8,6 +8,7 @@ import { Effect, Layer, Logger } from "effect"
 import { createServer } from "node:http"
 import { Settings } from "./domain/config.ts"
 import { app } from "./http/app.ts"
+import { answerClientError } from "./http/errors.ts"
 import { makeRequestListener } from "./http/fast.ts"
 import { Bootstrap } from "./services/Bootstrap.ts"
 import { Gateway } from "./services/Gateway.ts"
@@ -45,7 +46,15 @@ export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).p
  */
 export const HttpLive = Layer.unwrapEffect(
   Effect.map(Settings, (s) => {
-    const server = createServer()
+    const server = createServer({
+      // Slowloris bounds: the head within headersTimeout, the whole request within requestTimeout,
+      // checked every second (node's default check runs every 30 s).
+      headersTimeout: s.headersTimeoutMs,
+      requestTimeout: s.requestTimeoutMs,
+      keepAliveTimeout: s.keepAliveTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, s.headersTimeoutMs)
+    })
+    server.on("clientError", answerClientError)
     const serve = Layer.scopedDiscard(
       Effect.gen(function* () {
         const listener = yield* makeRequestListener(app)

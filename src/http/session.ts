@@ -81,7 +81,7 @@ export const jsonObjectBody = Effect.gen(function* () {
   const settings = yield* Settings
   const req = yield* HttpServerRequest.HttpServerRequest
   const body = yield* Effect.async<unknown, PayloadTooLarge | InvalidRequest>((resume) =>
-    readJsonBody(NodeHttpServerRequest.toIncomingMessage(req), settings.maxBodyBytes, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
+    readJsonBody(NodeHttpServerRequest.toIncomingMessage(req), settings, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
   )
   if (body === null || typeof body !== "object" || Array.isArray(body)) {
     return yield* new InvalidRequest({ message: "The request body must be a JSON object.", param: null })
