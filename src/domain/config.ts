@@ -117,6 +117,8 @@ export interface GatewaySettings {
   readonly redisUrl: Option.Option<Redacted.Redacted<string>>
   /** PostgreSQL only: connections in this instance's pool (TOLLGATE_PG_POOL_SIZE). */
   readonly pgPoolSize: number
+  /** How long a dashboard sign-in lasts (absolute, from sign-in). */
+  readonly sessionTtlMs: number
   /**
    * Assertion mode (TOLLGATE_ASSERT=1): after each settlement and abandonment the store checks the
    * project's window against the rulebook (spec/ledger.ts `checkWindow`) inside the transaction, and
@@ -189,6 +191,7 @@ const settingsConfig = Config.all({
     Config.validate({ message: "must be between 1 and 1000", validation: (n) => n >= 1 && n <= 1000 }),
     Config.withDefault(10)
   ),
+  sessionTtlMs: Config.map(Config.integer("TOLLGATE_SESSION_TTL_SECONDS").pipe(Config.withDefault(8 * 3600)), (s) => s * 1000),
   assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
@@ -230,6 +233,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   storeWorker: true,
   redisUrl: Option.none(),
   pgPoolSize: 10,
+  sessionTtlMs: 8 * 3600 * 1000,
   assertInvariants: false,
   gateway: defaultGatewayFile,
   ...overrides
