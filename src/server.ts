@@ -12,6 +12,7 @@ import { makeRequestListener } from "./http/fast.ts"
 import { Bootstrap } from "./services/Bootstrap.ts"
 import { Gateway } from "./services/Gateway.ts"
 import { IdempotencyStore } from "./services/IdempotencyStore.ts"
+import { Instance } from "./services/Instance.ts"
 import { KeyRegistry } from "./services/KeyRegistry.ts"
 import { Ledger } from "./services/Ledger.ts"
 import { Metrics } from "./services/Metrics.ts"
@@ -27,7 +28,7 @@ import { DatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
 export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default).pipe(
-  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default)),
+  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default, Instance.Default)),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),

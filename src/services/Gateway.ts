@@ -18,8 +18,10 @@ import { Settings } from "../domain/config.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, type InvalidRequest, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
 import { newReceiptId, newRequestId, newReservationId } from "../domain/ids.ts"
 import { ChatStore } from "../store/ChatStore.ts"
+import type { ProgressMark } from "../store/epochs.ts"
 import { UpstreamFailure } from "../providers/Provider.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, IdempotencyStore, type Scope as TenantScope, type StoredResult } from "./IdempotencyStore.ts"
+import { Instance } from "./Instance.ts"
 import type { Principal } from "./KeyRegistry.ts"
 import { type Hold, Ledger, periodOf } from "./Ledger.ts"
 import { Metrics } from "./Metrics.ts"
@@ -155,23 +157,45 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     /** Callers' fibers the service owns (`adopt`): a call running in one needs no fiber of its own. */
     const adopted = new WeakSet<Fiber.RuntimeFiber<unknown, unknown>>()
 
-    // A stream may outlive the reservation TTL: while it is open, its hold and idempotency claim are
-    // pushed a TTL ahead every third of a TTL, so the recovery sweep never takes them. One timer for
-    // every open stream (a stream registers for its lifetime), not a fiber and a timer per stream.
-    const openStreams = new Set<Plan>()
-    const keepStreamsAlive = Effect.gen(function* () {
-      if (openStreams.size === 0) return
+    const instance = yield* Instance
+
+    // A call may outlive the reservation TTL (a stream always can; a non-streamed call whose upstream
+    // trickles its body can): while it runs, its hold and idempotency claim are pushed a TTL ahead
+    // every third of a TTL, so the recovery sweep never takes them and a retry never runs it twice
+    // (issue 19, finding 3). One timer for every call in flight (a call registers for its lifetime),
+    // not a fiber and a timer per call.
+    const liveCalls = new Set<Plan>()
+    const keepCallsAlive = Effect.gen(function* () {
+      if (liveCalls.size === 0) return
       const deadline = (yield* Clock.currentTimeMillis) + settings.reservationTtlMs
       yield* store.extend({
         deadline,
-        streams: Array.from(openStreams, (p) => ({
+        streams: Array.from(liveCalls, (p) => ({
           reservationId: p.hold.reservationId,
           requestId: p.requestId,
           idempotent: p.idempotency === undefined ? undefined : { scope: p.scope, key: p.idempotency.key }
         }))
       })
     })
-    yield* Effect.forkScoped(Effect.repeat(Effect.delay(keepStreamsAlive, Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever))
+    const logged = (what: string) => (e: Effect.Effect<void>) =>
+      Effect.catchAllCause(e, (cause) => Effect.logWarning(`${what} failed; retrying at the next beat`, cause))
+    yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("keeping holds alive")(keepCallsAlive), Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever))
+
+    // The heartbeat: this epoch is alive, and each open stream's progress mark (route, rate card and
+    // the tokens delivered so far) is written durably when it changed, so a crash charges what the
+    // client received (src/services/Recovery.ts). What a stream delivered after its last mark — at
+    // most one beat — is not charged if the process dies.
+    const streamMarks = new Map<Plan, () => ProgressMark | undefined>()
+    const beat = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      const marks: Array<{ reservationId: string; mark: ProgressMark }> = []
+      for (const [p, next] of streamMarks) {
+        const mark = next()
+        if (mark !== undefined) marks.push({ reservationId: p.hold.reservationId, mark: { ...mark, at: now } })
+      }
+      yield* store.heartbeat({ epoch: instance.epoch, now, marks })
+    })
+    yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("heartbeat")(beat), Duration.millis(settings.heartbeatMs)), Schedule.forever))
 
     const replay = (result: StoredResult, headers: ReplyHeaders): GatewayReply => {
       headers["x-request-id"] = result.requestId
@@ -306,6 +330,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         // it is in that transaction, the pending request row and the hold.
         return store.reserve({
           now,
+          epoch: instance.epoch,
           claim: key === undefined ? undefined : { scope, key, fingerprint },
           request: {
             id: requestId,
@@ -424,6 +449,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       )
 
     const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
+      Effect.suspend(() => {
+        // Kept alive by `keepCallsAlive` until it settles or is abandoned.
+        liveCalls.add(p)
+        return Effect.ensuring(completeNonStreamingCall(p, principal), Effect.sync(() => liveCalls.delete(p)))
+      })
+
+    const completeNonStreamingCall = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
       router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
         Effect.onInterrupt(() => abandon(p, "interrupted", "The gateway shut down before the upstream answered.", [])),
         Effect.catchAll((failed) => fromRouteFailure(p, failed)),
@@ -466,9 +498,9 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Scope.close(connection, Exit.void))),
           Effect.catchAll((failed) => fromRouteFailure(p, failed))
         )
-        // Kept alive by `keepStreamsAlive` until its connection closes.
-        openStreams.add(p)
-        yield* Scope.addFinalizer(connection, Effect.sync(() => openStreams.delete(p)))
+        // Kept alive by `keepCallsAlive`, and its progress marked by the heartbeat, until its connection closes.
+        liveCalls.add(p)
+        yield* Scope.addFinalizer(connection, Effect.sync(() => (liveCalls.delete(p), streamMarks.delete(p))))
         const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: yield* Clock.currentTimeMillis })
         // Every frame sent, kept only when an idempotency key will store the stream for replay.
         const keep = p.idempotency !== undefined
@@ -481,6 +513,14 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         let usage: Parameters<typeof tokensFromUsage>[0] | undefined
         let schemaOk = true
         let settled = false
+        const rateCardVersion = p.prices.get(served.route.name)!.version
+        let markedLength = 0
+        streamMarks.set(p, () => {
+          if (settled || delivered.length === markedLength) return undefined
+          markedLength = delivered.length
+          const tokens: TokenCounts = { input: p.inputTokens, cached_input: 0, output: countText(delivered), reasoning: 0 }
+          return { route: served.route.name, rateCardVersion, tokens, at: 0 }
+        })
 
         const onEvent = (data: string): ReadonlyArray<Uint8Array> => {
           let json: Record<string, unknown> | undefined

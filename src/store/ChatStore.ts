@@ -11,7 +11,7 @@ import { Clock, Context, Effect, Layer, Runtime } from "effect"
 import { Worker } from "node:worker_threads"
 import { Settings } from "../domain/config.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
-import { type AbandonArgs, type ChatOp, type ExtendArgs, makeChatTransactions, mustSync, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
+import { type AbandonArgs, type ChatOp, type ExtendArgs, type HeartbeatArgs, makeChatTransactions, mustSync, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "./databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
@@ -24,6 +24,7 @@ export interface ChatStoreApi {
   readonly settle: (args: SettleArgs) => Effect.Effect<void>
   readonly abandon: (args: AbandonArgs) => Effect.Effect<void>
   readonly extend: (args: ExtendArgs) => Effect.Effect<void>
+  readonly heartbeat: (args: HeartbeatArgs) => Effect.Effect<void>
   /** Whether transactions can run now (the store worker is up), for GET /readyz. */
   readonly health: () => StoreHealth
   /** Where the transactions run. */
@@ -196,6 +197,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         settle: (args) => Effect.asVoid(run("settle", args)),
         abandon: (args) => Effect.asVoid(run("abandon", args)),
         extend: (args) => Effect.asVoid(run("extend", args)),
+        heartbeat: (args) => Effect.asVoid(run("heartbeat", args)),
         health,
         runsIn: inWorker ? "worker" : "inline"
       }

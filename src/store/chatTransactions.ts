@@ -8,7 +8,8 @@
  *   transaction, the pending request row and the budget hold;
  * - settle: the charge, the signed receipt, the request's completion and the stored idempotent result;
  * - abandon: void the hold, fail the request, free the idempotency key (nothing was charged);
- * - extend: push open streams' holds and claims a TTL ahead.
+ * - extend: push the holds and claims of calls in flight a TTL ahead;
+ * - heartbeat: this process's epoch is alive, and its open streams' progress marks (src/store/epochs.ts).
  *
  * A refused reservation rolls back and aborts with `ReserveRefused`, data the caller turns into its reply.
  */
@@ -17,6 +18,7 @@ import { type ClaimOutcome, makeIdempotencyWrites, type Scope, type StoredResult
 import { type Hold, makeLedgerWrites, type Sealer, type Settlement } from "../services/Ledger.ts"
 import { type Attempt, makeRequestWrites, type NewRequest } from "../services/Requests.ts"
 import { sizeReservation, type SizingRequest } from "../services/budgetSizing.ts"
+import { makeEpochWrites, type ProgressMark } from "./epochs.ts"
 import type { Abort } from "./syncTransactions.ts"
 
 export interface ReserveArgs {
@@ -27,6 +29,8 @@ export interface ReserveArgs {
   readonly request: Omit<NewRequest, "creditsReserved">
   readonly hold: Omit<Hold, "amount">
   readonly sizing: SizingRequest
+  /** The epoch of the process making the hold and the claim (migration 0004): recovered by it if the process dies. */
+  readonly epoch: number
 }
 
 /** What was reserved: the output cap the upstream call gets and the Credits held for it. */
@@ -69,12 +73,20 @@ export interface ExtendArgs {
   }>
 }
 
+export interface HeartbeatArgs {
+  readonly epoch: number
+  readonly now: number
+  /** Progress marks of open streams that delivered more since the last beat. */
+  readonly marks: ReadonlyArray<{ readonly reservationId: string; readonly mark: ProgressMark }>
+}
+
 /** The transactions by name: what a message to the store worker names. */
 export interface ChatTransactions {
   readonly reserve: (args: ReserveArgs, abort: Abort<ReserveRefused>) => Reserved
   readonly settle: (args: SettleArgs) => void
   readonly abandon: (args: AbandonArgs) => void
   readonly extend: (args: ExtendArgs) => void
+  readonly heartbeat: (args: HeartbeatArgs) => void
 }
 
 export type ChatOp = keyof ChatTransactions
@@ -98,6 +110,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
   const ledger = makeLedgerWrites(db, sealer)
   const requests = makeRequestWrites(db)
   const idempotency = makeIdempotencyWrites(db)
+  const epochs = makeEpochWrites(db)
 
   const reserve = (a: ReserveArgs, abort: Abort<ReserveRefused>): Reserved => {
     // The claim first: a replay (or a conflict) answers before any budget question.
@@ -114,6 +127,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
     requests.insertPendingSync({ ...a.request, creditsReserved: reservation })
     // The guarded UPDATE stays the rule (spent + reserved ≤ cap), whatever the sizing said.
     ledger.reserveSync({ ...a.hold, amount: reservation }, a.now, (e) => abort({ _tag: "OverBudget", message: e.message, param: null }))
+    epochs.markReservedSync(a.epoch, a.hold.reservationId, a.claim === undefined ? undefined : { scope: a.claim.scope, key: a.claim.key, requestId: a.request.id })
     return { outputCap, reservation }
   }
 
@@ -145,5 +159,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
     }
   }
 
-  return { reserve, settle, abandon, extend }
+  const heartbeat = (a: HeartbeatArgs): void => epochs.heartbeatSync(a.epoch, a.now, a.marks)
+
+  return { reserve, settle, abandon, extend, heartbeat }
 }

@@ -10,12 +10,13 @@ import { fingerprintOf, IdempotencyStore } from "../../src/services/IdempotencyS
 import { type Hold, Ledger } from "../../src/services/Ledger.ts"
 import { Projects } from "../../src/services/Projects.ts"
 import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import { Instance } from "../../src/services/Instance.ts"
 import { Recovery } from "../../src/services/Recovery.ts"
 import { Requests } from "../../src/services/Requests.ts"
 import { newProject, pendingRequest, storeLayer } from "./layers.ts"
 
 const Base = Ledger.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default, Requests.Default, IdempotencyStore.Default)),
+  Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default, Requests.Default, IdempotencyStore.Default, Instance.Default)),
   Layer.provideMerge(storeLayer())
 )
 const Live = Recovery.Default.pipe(Layer.provideMerge(Base))

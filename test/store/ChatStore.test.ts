@@ -52,6 +52,7 @@ const reserveArgs = (projectId: string, amount: number, claim?: { key: string; f
   const hold = { reservationId: newReservationId(NOW), requestId, projectId, period: PERIOD, deadline: NOW + 60_000 }
   return {
     now: NOW,
+    epoch: 1,
     claim: claim === undefined ? undefined : { scope: { projectId, environment: "development" }, ...claim },
     request: pendingRequest({ id: requestId, projectId, idempotencyKey: claim?.key ?? null, rateCardVersion: "rc_2026-01", createdAt: NOW }),
     hold,
