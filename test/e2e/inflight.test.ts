@@ -37,3 +37,30 @@ describe("a non-streamed call that outlives the reservation TTL", () => {
     expect(state).toMatchObject({ reserved: 0, receipts: 1, spent: ga.credits_charged, reservations: { settled: 1 } })
   })
 })
+
+describe("a duplicate whose wait for its in-flight original runs out", () => {
+  const h = useMockedGateway({ beforeAll, afterAll }, (url) => mockGatewayFile(url), { inflightWaitMs: 200 })
+
+  it("is told to come back: 409 idempotency_conflict with Retry-After and x-should-retry: true, then the retry replays", async () => {
+    const { gateway, upstream } = h
+    upstream.pushBehavior({ delayMs: 1_200 })
+    const call = () =>
+      fetch(`${gateway.url}/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${gateway.devKey}`, "content-type": "application/json", "idempotency-key": "busy-1" },
+        body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: "still thinking" }] })
+      })
+    const first = call()
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const early = await call()
+    expect(early.status).toBe(409)
+    expect(early.headers.get("x-should-retry")).toBe("true")
+    expect(Number(early.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+    expect(((await early.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: "idempotency_conflict", message: expect.stringMatching(/still in progress; retry after 1 s/) })
+    expect((await first).status).toBe(200)
+    const later = await call()
+    expect(later.status).toBe(200)
+    expect(later.headers.get("idempotent-replayed")).toBe("true")
+    expect(upstream.calls).toBe(1)
+  })
+})
