@@ -19,6 +19,7 @@ import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKe
 import { newReceiptId, newRequestId, newReservationId } from "../domain/ids.ts"
 import { ChatStore } from "../store/ChatStore.ts"
 import type { ProgressMark } from "../store/epochs.ts"
+import { crashPoint } from "../testing/crashPoint.ts"
 import { UpstreamFailure } from "../providers/Provider.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, IdempotencyStore, type Scope as TenantScope, type StoredResult } from "./IdempotencyStore.ts"
 import { Instance } from "./Instance.ts"
@@ -186,6 +187,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     // client received (src/services/Recovery.ts). What a stream delivered after its last mark — at
     // most one beat — is not charged if the process dies.
     const streamMarks = new Map<Plan, () => ProgressMark | undefined>()
+    /** How to end each open stream (shutdown past its grace). */
+    const streamCancels = new Map<Plan, () => void>()
     const beat = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
       const marks: Array<{ reservationId: string; mark: ProgressMark }> = []
@@ -348,7 +351,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           hold,
           sizing
         }).pipe(
-          Effect.map((reserved): Plan | GatewayReply => ({
+          Effect.map((reserved): Plan | GatewayReply => (crashPoint("reserved"), {
             requestId,
             request,
             body: call.body as Record<string, unknown>,
@@ -436,6 +439,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
               : { scope: p.scope, key: p.idempotency.key, ttlMs: settings.idempotencyTtlMs, result: { status: rendered.status, contentType: rendered.contentType, body } }
         }).pipe(
           Effect.map(() => {
+            crashPoint("settled")
             metrics.settled(principal.projectId, usageSource, charge)
             return { status: rendered.status, contentType: rendered.contentType, body }
           })
@@ -591,6 +595,9 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           // below, which then settles as a disconnect.
           void (started ? run(Scope.close(connection, Exit.void)) : close())
         }
+        // Shutdown past its grace ends the stream as a client hang-up would: delivered tokens charged.
+        streamCancels.set(p, cancel)
+        yield* Scope.addFinalizer(connection, Effect.sync(() => streamCancels.delete(p)))
         const frames: AsyncIterable<Uint8Array> = {
           async *[Symbol.asyncIterator]() {
             started = true
@@ -680,7 +687,22 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         } satisfies Evaluation
       })
 
-    return { handle, adopt, evaluate } as const
+    /** Governed calls running now: upstream calls the service owns, and open streams. */
+    const inFlight = Effect.map(FiberSet.size(inflight), (n) => n + streamCancels.size)
+
+    /**
+     * Shutdown past its grace (src/server.ts): end every call still in flight now. A non-streamed
+     * call is interrupted and its hold voided (a settlement already under way completes first); an
+     * open stream ends as a client hang-up does, charged for what it delivered. Waits (bounded) for
+     * their settlements.
+     */
+    const stopCalls = Effect.gen(function* () {
+      for (const cancel of Array.from(streamCancels.values())) cancel()
+      yield* FiberSet.clear(inflight)
+      for (let i = 0; i < 200 && liveCalls.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
+    })
+
+    return { handle, adopt, evaluate, inFlight, stopCalls } as const
   })
 }) {}
 

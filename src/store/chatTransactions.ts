@@ -18,6 +18,7 @@ import { type ClaimOutcome, makeIdempotencyWrites, type Scope, type StoredResult
 import { type Hold, makeLedgerWrites, type Sealer, type Settlement } from "../services/Ledger.ts"
 import { type Attempt, makeRequestWrites, type NewRequest } from "../services/Requests.ts"
 import { sizeReservation, type SizingRequest } from "../services/budgetSizing.ts"
+import { crashPoint } from "../testing/crashPoint.ts"
 import { makeEpochWrites, type ProgressMark } from "./epochs.ts"
 import type { Abort } from "./syncTransactions.ts"
 
@@ -119,6 +120,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
       const claimed = idempotency.claimSync(scope, key, fingerprint, a.request.id, a.hold.deadline, a.now)
       if (claimed._tag !== "Claimed") abort({ _tag: "ClaimLost", outcome: claimed })
     }
+    crashPoint("claim")
     // Sized on the window as it is inside this transaction: no other hold can come in between.
     const window = ledger.windowSync(a.hold.projectId, a.hold.period)
     const sized = sizeReservation(a.sizing, window.cap, Math.max(0, window.cap - window.spent - window.reserved))
