@@ -73,6 +73,7 @@ const gracefulShutdown = (server: Server, graceMs: number) =>
         Effect.gen(function* () {
           yield* Effect.sync(() => server.close())
           const start = yield* Clock.currentTimeMillis
+          yield* Effect.logInfo(`shutdown: no new connections; ${yield* gateway.inFlight} call(s) in flight, ${graceMs} ms to finish`)
           for (;;) {
             server.closeIdleConnections()
             const busy = yield* gateway.inFlight
@@ -87,6 +88,7 @@ const gracefulShutdown = (server: Server, graceMs: number) =>
           // Let the last replies leave, then drop whatever connection is left.
           yield* Effect.sleep(Duration.millis(50))
           yield* Effect.sync(() => server.closeAllConnections())
+          yield* Effect.logInfo(`shutdown: calls in flight resolved after ${(yield* Clock.currentTimeMillis) - start} ms`)
         })
       )
     })

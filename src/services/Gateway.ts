@@ -284,7 +284,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       })
 
     /** Everything up to and including the reservation. */
-    const plan = (call: ChatCall): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+    const plan = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
       // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
       Effect.clockWith((clock) => {
         const now = clock.unsafeCurrentTimeMillis()
@@ -351,26 +351,31 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           hold,
           sizing
         }).pipe(
-          Effect.map((reserved): Plan | GatewayReply => (crashPoint("reserved"), {
-            requestId,
-            request,
-            body: call.body as Record<string, unknown>,
-            surface,
-            chain,
-            prices,
-            inputTokens,
-            outputCap: reserved.outputCap,
-            hold: { ...hold, amount: reserved.reservation },
-            idempotency: key === undefined ? undefined : { key, fingerprint },
-            scope
-          })),
+          Effect.map((reserved): Plan | GatewayReply => {
+            const p: Plan = {
+              requestId,
+              request,
+              body: call.body as Record<string, unknown>,
+              surface,
+              chain,
+              prices,
+              inputTokens,
+              outputCap: reserved.outputCap,
+              hold: { ...hold, amount: reserved.reservation },
+              idempotency: key === undefined ? undefined : { key, fingerprint },
+              scope
+            }
+            onReserved(p)
+            crashPoint("reserved")
+            return p
+          }),
           Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
             refused._tag === "OverBudget"
               ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
               : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
                   Effect.flatMap(Option.match({
                     // The original was released while we waited: run again as a fresh request.
-                    onNone: () => plan(call),
+                    onNone: () => plan(call, onReserved),
                     onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
                   }))
                 )
@@ -595,8 +600,16 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           // below, which then settles as a disconnect.
           void (started ? run(Scope.close(connection, Exit.void)) : close())
         }
-        // Shutdown past its grace ends the stream as a client hang-up would: delivered tokens charged.
-        streamCancels.set(p, cancel)
+        // Shutdown past its grace ends the stream as an upstream cut does: the client gets the broken
+        // stream's last event, with the charge for what it was delivered (nothing delivered: voided).
+        let stopping = false
+        const stop = () => {
+          if (cancelled || stopping) return
+          if (!started) return cancel()
+          stopping = true
+          void run(Scope.close(connection, Exit.void))
+        }
+        streamCancels.set(p, stop)
         yield* Scope.addFinalizer(connection, Effect.sync(() => streamCancels.delete(p)))
         const frames: AsyncIterable<Uint8Array> = {
           async *[Symbol.asyncIterator]() {
@@ -615,6 +628,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
                 ended = "cut"
                 failure = e instanceof UpstreamFailure ? e : undefined
               }
+              if (stopping) {
+                ended = "cut"
+                failure = new UpstreamFailure({ reason: "protocol", message: "the gateway is shutting down", retryable: true })
+              }
               const tail = await run(finish(cancelled ? "disconnect" : ended, failure))
               if (tail.length > 0 && !cancelled) yield concat(tail)
             } finally {
@@ -628,7 +645,18 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
     /** Run one governed call on the given surface. */
     const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>
-      Effect.flatMap(plan(call), (planned) => {
+      Effect.suspend(() => {
+        // The hold this call made, if any: interrupted (shutdown) between its reservation and the
+        // step that settles or voids it — a stream still opening, a call not yet upstream — it is
+        // voided here. Every write of `abandon` is guarded, so voiding a call already resolved is a no-op.
+        let reserved: Plan | undefined
+        return handlePlanned(call, (p) => (reserved = p)).pipe(
+          Effect.onInterrupt(() => (reserved === undefined ? Effect.void : abandon(reserved, "interrupted", "The gateway shut down before the upstream answered.", [])))
+        )
+      })
+
+    const handlePlanned = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<GatewayReply, GovernanceError> =>
+      Effect.flatMap(plan(call, onReserved), (planned) => {
         if ("_tag" in planned) return Effect.succeed(planned)
         if (planned.request.stream) return completeStreaming(planned, call.principal)
         // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
