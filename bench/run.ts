@@ -18,10 +18,10 @@
  *        with --compare . the same tree is measured with and without them),
  *        --compare-args "ARGS" (arguments for tollgate-b's bench target only, e.g. "--access-log")
  */
-import { execSync } from "node:child_process"
+import { execFileSync, execSync } from "node:child_process"
 import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os"
-import { dirname, join, relative, resolve } from "node:path"
+import { basename, dirname, join, relative, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { request } from "undici"
 import { arg, args, flag, numArg } from "./lib/args.ts"
@@ -106,6 +106,19 @@ interface Target {
 
 const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, nodeFlags: ReadonlyArray<string> = []) =>
   [process.execPath, [...nodeFlags, "--import", "tsx", join(benchDir, script), ...extra]] as const
+
+/**
+ * A governed target runs as `npm start` runs the server: bundled by scripts/build.mjs with its store
+ * worker beside it (so its RSS and start-up are the production ones). `--from-sources` runs it
+ * through tsx instead. The bundle lands inside the target's checkout, whose node_modules it uses.
+ */
+const fromSources = flag("--from-sources")
+const bundleTarget = (dir: string, script: string, name: string): string => {
+  const outdir = join(dir, ".tollgate", "bench-dist", name)
+  const entry = join(dir, "bench", script)
+  execFileSync(process.execPath, [join(root, "scripts/build.mjs"), entry, outdir, join(dir, "src/store/storeWorker.ts")], { stdio: "inherit" })
+  return join(outdir, basename(script).replace(/\.ts$/, ".mjs"))
+}
 
 const stopAll: Array<() => Promise<void>> = []
 const cleanup = async () => {
@@ -258,7 +271,10 @@ const main = async () => {
     o: { readonly dir?: string; readonly nodeFlags?: ReadonlyArray<string>; readonly extra?: ReadonlyArray<string>; readonly streams?: boolean } = {}
   ): Promise<Target> => {
     const dir = o.dir ?? root
-    const [c, a] = tsxNode(script, ["--upstream", upstream, "--model", config.model, ...(o.extra ?? [])], join(dir, "bench"), o.nodeFlags ?? [])
+    const targetArgs = ["--upstream", upstream, "--model", config.model, ...(o.extra ?? [])]
+    const [c, a] = fromSources
+      ? tsxNode(script, targetArgs, join(dir, "bench"), o.nodeFlags ?? [])
+      : ([process.execPath, [...(o.nodeFlags ?? []), bundleTarget(dir, script, name), ...targetArgs]] as const)
     const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {

@@ -21,11 +21,12 @@
  */
 import BetterSqlite3 from "better-sqlite3"
 import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http"
 import type { AddressInfo } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
 import { Agent, request } from "undici"
 import { settledCharge, tokensFromUsage, chargeWithinReservation } from "../../spec/pricing.ts"
@@ -96,7 +97,10 @@ if (inline) {
     then()
   })
 } else {
-  const worker = new Worker(new URL("../../src/store/storeWorker.mjs", import.meta.url), {
+  // Bundled by the bench (scripts/build.mjs), the worker sits beside this file; from the sources, in src/store.
+  const bundled = new URL("./storeWorker.mjs", import.meta.url)
+  const entry = existsSync(fileURLToPath(bundled)) ? bundled : new URL("../../src/store/storeWorker.mjs", import.meta.url)
+  const worker = new Worker(entry, {
     workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId } satisfies StoreWorkerData,
     execArgv: []
   })
