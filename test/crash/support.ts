@@ -2,37 +2,30 @@
  * The crash harness's support: the real server as its own process (`src/main.ts`, the same entry as
  * `npm start`), clients that record exactly what they were answered, and read-only checks of the store.
  *
- * The server is bundled once per test file with esbuild (the main entry and the store worker's, side
- * by side, dependencies left to node_modules) instead of run through tsx: on this shared box a tsx
- * start costs 10 s of transpiling, the bundle ≈ 1–2 s, and the harness starts dozens of processes.
+ * The server is bundled once per test file by scripts/build.mjs, exactly as `npm start` runs it (a
+ * tsx start costs ≈ 10 s of transpiling on this shared box, and the harness starts dozens of processes).
  */
 import Database from "better-sqlite3"
-import { type ChildProcess, spawn } from "node:child_process"
+import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
 import { tmpdir } from "node:os"
 import { fileURLToPath } from "node:url"
-import { build } from "esbuild"
 import { auditStore } from "../../src/cli/audit.ts"
 import { mockGatewayFile } from "../support/gateway.ts"
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 export const ADMIN_TOKEN = "crash-admin-token"
 
-/** Bundle the server into node_modules/.cache (so its imports resolve to the checkout's node_modules). */
+/**
+ * Bundle the server as `npm start` runs it (scripts/build.mjs, the one way a bundle is made), into a
+ * folder inside the checkout (.tollgate/, ignored) so better-sqlite3 resolves from node_modules.
+ */
 export const buildServer = async (): Promise<{ readonly main: string; readonly dispose: () => void }> => {
-  const outdir = mkdtempSync(join(ROOT, "node_modules", ".cache", "tollgate-crash-"))
-  await build({
-    entryPoints: [join(ROOT, "src/main.ts"), join(ROOT, "src/store/storeWorker.ts")],
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    packages: "external",
-    outdir,
-    entryNames: "[name]",
-    outExtension: { ".js": ".mjs" },
-    logLevel: "error"
-  })
+  mkdirSync(join(ROOT, ".tollgate"), { recursive: true })
+  const outdir = mkdtempSync(join(ROOT, ".tollgate", "crash-"))
+  const built = spawnSync(process.execPath, [join(ROOT, "scripts/build.mjs"), join(ROOT, "src/main.ts"), outdir], { encoding: "utf8" })
+  if (built.status !== 0) throw new Error(`scripts/build.mjs failed: ${built.stderr}`)
   return { main: join(outdir, "main.mjs"), dispose: () => rmSync(outdir, { recursive: true, force: true }) }
 }
 
