@@ -182,6 +182,7 @@ describe("crash harness: SIGKILL at each phase of a governed call, restart, reco
           runs: RUNS,
           calls: calls.size,
           perPhase,
+          streamsCutAfterDeliveryCheckedCharged: Array.from(calls.values()).filter((t) => t.mustBeCharged).length,
           restartToNothingHeldMs: { p50: Math.round(pct(restartMs, 0.5)), max: Math.round(Math.max(...restartMs)) },
           retriesOfCutCalls: {
             count: retries.length,
