@@ -136,7 +136,6 @@ export class Recovery extends Effect.Service<Recovery>()("tollgate/Recovery", {
     /** Resolve the holds and claims of every epoch known dead; returns how many holds were charged and voided. */
     const resolveDeadEpochs = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      const t0 = performance.now()
       const dead = epochs.epochsHoldingSync().filter((e) => isDeadEpoch(e, instance, now, staleMs))
       let charged = 0
       let voided = 0
@@ -150,7 +149,7 @@ export class Recovery extends Effect.Service<Recovery>()("tollgate/Recovery", {
       }
       if (charged + voided > 0) {
         yield* Effect.logWarning(
-          `recovery: resolved ${charged + voided} call(s) in flight of dead epoch(s) ${dead.map((e) => e.epoch).join(", ")} in ${Math.round(performance.now() - t0)} ms: ${charged} stream(s) charged from their progress mark, ${voided} voided`
+          `recovery: resolved ${charged + voided} call(s) in flight of dead epoch(s) ${dead.map((e) => e.epoch).join(", ")} in ${(yield* Clock.currentTimeMillis) - now} ms: ${charged} stream(s) charged from their progress mark, ${voided} voided`
         )
       }
       return { charged, voided }
