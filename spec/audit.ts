@@ -17,7 +17,7 @@
  */
 import { createHash, createPublicKey, type KeyObject, verify } from "node:crypto"
 import { canonicalJson } from "./canonicalJson.ts"
-import { accountKey, isPeriod, periodBounds } from "./ledger.ts"
+import { accountKey, checkWindow, isPeriod, periodBounds } from "./ledger.ts"
 import { type Prices, settledCharge, type TokenCounts } from "./pricing.ts"
 import { GENESIS_HASH, type Receipt, unsignedPart } from "./receipt.ts"
 
@@ -92,6 +92,8 @@ export interface RateCardRow {
 export interface ProjectRow {
   readonly id: string
   readonly budget_credits: number
+  /** When the cap last changed (the project's updated_at), for the grandfathered-cap rule (spec/ledger.ts). */
+  readonly updated_at?: number | undefined
 }
 
 export interface WindowRow {
@@ -99,6 +101,8 @@ export interface WindowRow {
   readonly period: string
   readonly spent: number
   readonly reserved: number
+  /** When the window's latest reservation was made (null: none). */
+  readonly last_hold_at?: number | null | undefined
 }
 
 export interface ChainHeadRow {
@@ -341,7 +345,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
   const stats: AuditStats = { receipts: 0, chains: 0, windows: 0, heldReservations: 0, idempotencyRecords: 0, rateCards: 0, keys: 0 }
   const trusted = new Map<string, TrustedKey>()
   const cards = new Map<string, { readonly effectiveFrom: number; readonly prices: Readonly<Record<string, Prices>> | undefined }>()
-  const caps = new Map<string, number>()
+  const caps = new Map<string, { readonly cap: number; readonly changedAt: number | undefined }>()
   const heads = new Map<string, ChainHeadRow>()
   const chains = new Map<string, ChainState>()
   const windowStates = new Map<string, WindowState>()
@@ -400,7 +404,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
   }
 
   const projects = (rows: Iterable<ProjectRow>) => {
-    for (const row of rows) caps.set(row.id, row.budget_credits)
+    for (const row of rows) caps.set(row.id, { cap: row.budget_credits, changedAt: row.updated_at })
   }
 
   const windows = (rows: Iterable<WindowRow>) => {
@@ -688,28 +692,39 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
       const spent = w.stored?.spent ?? 0
       const reserved = w.stored?.reserved ?? 0
       const subject = windowSubject(w.project, w.period)
-      if (spent !== w.receiptSum) {
-        report("window_spent_mismatch", subject, w.project, `window ${subject} records ${spent} Credits spent; its ${w.receipts} receipt(s) charge ${w.receiptSum}`, {
-          spent,
-          receipts_sum: w.receiptSum
-        })
-      }
-      if (reserved !== w.heldSum) {
-        report("window_reserved_mismatch", subject, w.project, `window ${subject} records ${reserved} Credits reserved; its held reservations total ${w.heldSum}`, {
-          reserved,
-          held_sum: w.heldSum
-        })
-      }
-      const cap = caps.get(w.project) ?? 0
-      const committed = Math.max(spent + reserved, w.receiptSum + w.heldSum)
-      if (committed > cap) {
-        report("window_over_cap", subject, w.project, `window ${subject} commits ${committed} Credits (spent + reserved) over its cap of ${cap}`, {
-          cap,
-          spent,
-          reserved,
-          receipts_sum: w.receiptSum,
-          held_sum: w.heldSum
-        })
+      // The window rules are the rulebook's (spec/ledger.ts `checkWindow`), on this window's rows.
+      const project = caps.get(w.project)
+      const cap = project?.cap ?? 0
+      const findings = checkWindow({
+        cap,
+        spent,
+        reserved,
+        receiptSum: w.receiptSum,
+        heldSum: w.heldSum,
+        capChangedAt: project?.changedAt,
+        lastHoldAt: w.stored?.last_hold_at ?? undefined
+      })
+      for (const f of findings) {
+        if (f.invariant === "spent-equals-receipts" || f.invariant === "non-negative") {
+          report("window_spent_mismatch", subject, w.project, `window ${subject} records ${spent} Credits spent; its ${w.receipts} receipt(s) charge ${w.receiptSum}`, {
+            spent,
+            receipts_sum: w.receiptSum
+          })
+        } else if (f.invariant === "reserved-equals-held") {
+          report("window_reserved_mismatch", subject, w.project, `window ${subject} records ${reserved} Credits reserved; its held reservations total ${w.heldSum}`, {
+            reserved,
+            held_sum: w.heldSum
+          })
+        } else {
+          const committed = Math.max(spent + reserved, w.receiptSum + w.heldSum)
+          report("window_over_cap", subject, w.project, `window ${subject} commits ${committed} Credits (spent + reserved) over its cap of ${cap}`, {
+            cap,
+            spent,
+            reserved,
+            receipts_sum: w.receiptSum,
+            held_sum: w.heldSum
+          })
+        }
       }
     }
     stats.chains = chains.size

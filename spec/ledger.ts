@@ -367,3 +367,162 @@ export const violations = (state: LedgerState): ReadonlyArray<Violation> => {
 export const invariants = (state: LedgerState): ReadonlyArray<InvariantName> => [
   ...new Set(violations(state).map((v) => v.invariant))
 ]
+
+// ---------------------------------------------------------------------------------------------
+// Checkers over stored rows: the same rules, on what a store holds. One place for the window rules,
+// called by `tollgate audit` (spec/audit.ts), by the model tests after every command
+// (test/model/ledger), and by the store itself in assertion mode (TOLLGATE_ASSERT=1,
+// src/store/chatTransactions.ts) after each settlement and abandonment.
+
+/**
+ * Grandfathered caps (docs/decisions/0004-grandfathered-caps.md): an operator may lower a cap below
+ * what a window already committed; those commitments are honoured and never added to. A store keeps
+ * no cap history, so on rows the rule reads: a window over its cap is grandfathered iff no hold in it
+ * was made after the cap last changed — every hold admitted after the change had to fit under the
+ * new cap, and settling or voiding only lowers spent + reserved, so a window that admitted a hold
+ * since the change can only be over its cap by a fault. (The state model above tracks the exact
+ * grandfathered amount; on rows this is the strongest form of the same rule.)
+ */
+export const grandfatheredOnRows = (capChangedAt: number | undefined, lastHoldAt: number | undefined): boolean =>
+  capChangedAt !== undefined && (lastHoldAt === undefined || lastHoldAt <= capChangedAt)
+
+/** What a store knows of one window. */
+export interface WindowFacts {
+  readonly cap: number
+  readonly spent: number
+  readonly reserved: number
+  /** Σ credits_charged of the window's receipts. */
+  readonly receiptSum: number
+  /** Σ amount of the window's reservations still held. */
+  readonly heldSum: number
+  /** When the project's cap last changed (undefined: unknown, never grandfathered). */
+  readonly capChangedAt?: number | undefined
+  /** When the window's latest reservation was made (undefined: none). */
+  readonly lastHoldAt?: number | undefined
+}
+
+export type WindowInvariant =
+  /** spent and reserved are whole, non-negative Credits. */
+  | "non-negative"
+  /** spent == Σ receipts of the window (every charge has its receipt, no receipt without a charge). */
+  | "spent-equals-receipts"
+  /** reserved == Σ amount of the window's held reservations. */
+  | "reserved-equals-held"
+  /** spent + reserved ≤ cap (measured on the stored sums and on the rows), unless grandfathered. */
+  | "no-overspend"
+
+export interface WindowFinding {
+  readonly invariant: WindowInvariant
+  readonly detail: string
+}
+
+/** The window rules over one window's facts; empty when it is sound. */
+export const checkWindow = (w: WindowFacts): ReadonlyArray<WindowFinding> => {
+  const out: Array<WindowFinding> = []
+  if (![w.spent, w.reserved].every(isCredits)) out.push({ invariant: "non-negative", detail: `spent ${w.spent}, reserved ${w.reserved}` })
+  if (w.spent !== w.receiptSum) out.push({ invariant: "spent-equals-receipts", detail: `spent ${w.spent}, receipts sum ${w.receiptSum}` })
+  if (w.reserved !== w.heldSum) out.push({ invariant: "reserved-equals-held", detail: `reserved ${w.reserved}, held sum ${w.heldSum}` })
+  const committed = Math.max(w.spent + w.reserved, w.receiptSum + w.heldSum)
+  if (committed > w.cap && !grandfatheredOnRows(w.capChangedAt, w.lastHoldAt)) {
+    out.push({ invariant: "no-overspend", detail: `commits ${committed} over a cap of ${w.cap}` })
+  }
+  return out
+}
+
+/** Rows of a store, in the rulebook's words (a store maps its columns to these). */
+export interface LedgerRows {
+  readonly projects: ReadonlyArray<{ readonly id: string; readonly cap: number; readonly capChangedAt?: number | undefined }>
+  readonly windows: ReadonlyArray<{ readonly project: string; readonly period: Period; readonly spent: number; readonly reserved: number }>
+  readonly reservations: ReadonlyArray<{
+    readonly id: string
+    readonly requestId?: string | undefined
+    readonly project: string
+    readonly period: Period
+    readonly amount: number
+    readonly state: string
+    readonly charge: number | null
+    readonly createdAt?: number | undefined
+  }>
+  /** Whole chains: every receipt of each project named. */
+  readonly receipts: ReadonlyArray<{
+    readonly requestId: string
+    readonly project: string
+    readonly period: Period
+    readonly seq: number
+    readonly charge: number
+    readonly prevHash: string
+    readonly hash: string
+  }>
+}
+
+export type RowInvariant =
+  | WindowInvariant
+  /** A settled charge never exceeds its reservation; a void charges 0; a hold has no charge yet. */
+  | "charge-within-reservation"
+  /** Exactly one receipt per settled reservation, none for a hold or a void, charging what it charged. */
+  | "one-receipt-per-charge"
+  /** A project's receipts chain: seq 1..n, each prev_hash the hash before it, the first the genesis hash. */
+  | "chain"
+  /** A reservation belongs to a window row. */
+  | "reservation-has-account"
+
+export interface RowFinding {
+  readonly invariant: RowInvariant
+  readonly subject: string
+  readonly detail: string
+}
+
+/** The genesis of every chain (spec/receipt.ts GENESIS_HASH; repeated here to keep the ledger rules free of receipts). */
+const GENESIS = "0".repeat(64)
+
+/** Every ledger rule over a store's rows; empty when they are sound. */
+export const checkLedgerRows = (rows: LedgerRows): ReadonlyArray<RowFinding> => {
+  const out: Array<RowFinding> = []
+  const caps = new Map(rows.projects.map((p) => [p.id, p]))
+  const facts = new Map<string, { receiptSum: number; heldSum: number; lastHoldAt: number | undefined }>()
+  const factsOf = (project: string, period: Period) => {
+    const k = accountKey(project, period)
+    let f = facts.get(k)
+    if (f === undefined) facts.set(k, (f = { receiptSum: 0, heldSum: 0, lastHoldAt: undefined }))
+    return f
+  }
+  const receiptsByRequest = new Map<string, Array<LedgerRows["receipts"][number]>>()
+  for (const rc of rows.receipts) {
+    factsOf(rc.project, rc.period).receiptSum += rc.charge
+    receiptsByRequest.set(rc.requestId, [...(receiptsByRequest.get(rc.requestId) ?? []), rc])
+  }
+  const windowKeys = new Set(rows.windows.map((w) => accountKey(w.project, w.period)))
+  for (const r of rows.reservations) {
+    const f = factsOf(r.project, r.period)
+    if (r.state === "held") f.heldSum += r.amount
+    if (r.createdAt !== undefined && (f.lastHoldAt === undefined || r.createdAt > f.lastHoldAt)) f.lastHoldAt = r.createdAt
+    if (!windowKeys.has(accountKey(r.project, r.period))) out.push({ invariant: "reservation-has-account", subject: r.id, detail: `no window ${r.project}/${r.period}` })
+    const chargeOk =
+      r.state === "settled" ? r.charge !== null && isCredits(r.charge) && r.charge <= r.amount : r.state === "voided" ? r.charge === 0 : r.state === "held" && r.charge === null
+    if (!chargeOk) out.push({ invariant: "charge-within-reservation", subject: r.id, detail: `${r.state} with charge ${r.charge} of ${r.amount}` })
+    if (r.requestId !== undefined) {
+      const rcs = receiptsByRequest.get(r.requestId) ?? []
+      const want = r.state === "settled" ? 1 : 0
+      if (rcs.length !== want || (want === 1 && rcs[0]!.charge !== r.charge)) {
+        out.push({ invariant: "one-receipt-per-charge", subject: r.id, detail: `${r.state}, ${rcs.length} receipt(s) charging ${rcs.map((x) => x.charge).join(", ")}` })
+      }
+    }
+  }
+  for (const w of rows.windows) {
+    const f = factsOf(w.project, w.period)
+    const p = caps.get(w.project)
+    for (const finding of checkWindow({ cap: p?.cap ?? 0, spent: w.spent, reserved: w.reserved, ...f, capChangedAt: p?.capChangedAt })) {
+      out.push({ ...finding, subject: `${w.project}/${w.period}` })
+    }
+  }
+  const byProject = new Map<string, Array<LedgerRows["receipts"][number]>>()
+  for (const rc of rows.receipts) byProject.set(rc.project, [...(byProject.get(rc.project) ?? []), rc])
+  for (const [project, chain] of byProject) {
+    const sorted = [...chain].sort((a, b) => a.seq - b.seq)
+    sorted.forEach((rc, i) => {
+      const prev = i === 0 ? GENESIS : sorted[i - 1]!.hash
+      if (rc.seq !== i + 1 || rc.prevHash !== prev) out.push({ invariant: "chain", subject: project, detail: `receipt seq ${rc.seq} at position ${i + 1}${rc.prevHash !== prev ? ", prev_hash breaks the chain" : ""}` })
+    })
+  }
+  return out
+}

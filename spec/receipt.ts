@@ -9,7 +9,7 @@
  * Receipts of one project form a chain in settlement order: receipt n's `prev_hash` is receipt
  * n−1's `hash` (`seq` counts from 1), and the first one's is GENESIS_HASH.
  */
-import { createHash, createPublicKey, verify } from "node:crypto"
+import { createHash, createPublicKey, type KeyObject, sign, verify } from "node:crypto"
 import { canonicalJson } from "./canonicalJson.ts"
 import type { TokenCounts } from "./pricing.ts"
 
@@ -57,6 +57,12 @@ export const receiptHash = (unsigned: UnsignedReceipt, bytes: Buffer = receiptBy
 export type ReceiptCheck = "hash" | "signature"
 
 /** Which of the receipt's own checks fail (empty = intact and signed by `publicKeyPem`). */
+/** Hash and sign a receipt body (which already carries its prev_hash and key id) with an Ed25519 key. */
+export const sealReceipt = (privateKey: KeyObject, unsigned: UnsignedReceipt): Receipt => {
+  const bytes = receiptBytes(unsigned)
+  return { ...unsigned, hash: receiptHash(unsigned, bytes), signature: sign(null, bytes, privateKey).toString("base64url") }
+}
+
 export const verifyReceipt = (receipt: Receipt, publicKeyPem: string): ReadonlyArray<ReceiptCheck> => {
   const unsigned = unsignedPart(receipt)
   const bytes = Buffer.from(canonicalJson(unsigned), "utf8")

@@ -4,8 +4,8 @@
  */
 import { HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Clock, Duration, Effect, Layer, Logger } from "effect"
-import { createServer, type Server } from "node:http"
+import { Effect, Layer, Logger } from "effect"
+import { createServer } from "node:http"
 import { Settings } from "./domain/config.ts"
 import { app } from "./http/app.ts"
 import { makeRequestListener } from "./http/fast.ts"
@@ -19,7 +19,7 @@ import { Metrics } from "./services/Metrics.ts"
 import { Pricing } from "./services/Pricing.ts"
 import { Projects } from "./services/Projects.ts"
 import { RateLimiter } from "./services/RateLimiter.ts"
-import { ReceiptSigner } from "./services/ReceiptSigner.ts"
+import { ReceiptKeyLive, ReceiptSigner } from "./services/ReceiptSigner.ts"
 import { Recovery } from "./services/Recovery.ts"
 import { Requests } from "./services/Requests.ts"
 import { Router } from "./services/Router.ts"
@@ -28,7 +28,7 @@ import { DatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
 export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default).pipe(
-  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default, Instance.Default)),
+  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default)),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),
@@ -51,48 +51,9 @@ export const HttpLive = Layer.unwrapEffect(
         yield* Effect.addFinalizer(() => Effect.sync(() => server.off("request", listener)))
       })
     )
-    return gracefulShutdown(server, s.shutdownGraceMs).pipe(
-      Layer.provideMerge(NodeHttpServer.layer(() => server, { port: s.port, host: s.host }).pipe(Layer.provideMerge(serve)))
-    )
+    return NodeHttpServer.layer(() => server, { port: s.port, host: s.host }).pipe(Layer.provideMerge(serve))
   })
 )
-
-/**
- * Graceful shutdown (SIGTERM, SIGINT; its finalizer runs before the server's and the services'):
- * stop accepting connections, let the calls in flight finish for up to `graceMs`
- * (TOLLGATE_SHUTDOWN_GRACE_MS), then end those still running — a non-streamed call voided, a stream
- * charged for what it delivered (Gateway.stopCalls) — and close every connection. Nothing stays
- * reserved or pending: what a call still held is resolved before the store closes, and the epoch is
- * marked stopped (src/services/Instance.ts).
- */
-const gracefulShutdown = (server: Server, graceMs: number) =>
-  Layer.scopedDiscard(
-    Effect.gen(function* () {
-      const gateway = yield* Gateway
-      yield* Effect.addFinalizer(() =>
-        Effect.gen(function* () {
-          yield* Effect.sync(() => server.close())
-          const start = yield* Clock.currentTimeMillis
-          yield* Effect.logInfo(`shutdown: no new connections; ${yield* gateway.inFlight} call(s) in flight, ${graceMs} ms to finish`)
-          for (;;) {
-            server.closeIdleConnections()
-            const busy = yield* gateway.inFlight
-            if (busy === 0) break
-            if ((yield* Clock.currentTimeMillis) - start >= graceMs) {
-              yield* Effect.logWarning(`shutdown: ${busy} call(s) still in flight after ${graceMs} ms; ending them (streams charged for what they delivered, other calls voided)`)
-              yield* gateway.stopCalls
-              break
-            }
-            yield* Effect.sleep(Duration.millis(20))
-          }
-          // Let the last replies leave, then drop whatever connection is left.
-          yield* Effect.sleep(Duration.millis(50))
-          yield* Effect.sync(() => server.closeAllConnections())
-          yield* Effect.logInfo(`shutdown: calls in flight resolved after ${(yield* Clock.currentTimeMillis) - start} ms`)
-        })
-      )
-    })
-  )
 
 /** Prints, once, what a new user needs to make a first call. Secrets here are shown once and never logged. */
 const Welcome = Layer.effectDiscard(

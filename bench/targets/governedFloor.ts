@@ -101,7 +101,7 @@ if (inline) {
   const bundled = new URL("./storeWorker.mjs", import.meta.url)
   const entry = existsSync(fileURLToPath(bundled)) ? bundled : new URL("../../src/store/storeWorker.mjs", import.meta.url)
   const worker = new Worker(entry, {
-    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId } satisfies StoreWorkerData,
+    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId, assertInvariants: false } satisfies StoreWorkerData,
     execArgv: []
   })
   await new Promise<void>((resolve, reject) => {

@@ -10,7 +10,7 @@
  * reservation. Exit code: 0 clean, 1 findings, 2 the audit could not run.
  */
 import Database from "better-sqlite3"
-import { sqliteFilename } from "../store/databaseUrl.ts"
+import { sqliteFilename } from "../domain/databaseUrl.ts"
 import { readFileSync } from "node:fs"
 import { parseArgs } from "node:util"
 import {
@@ -172,10 +172,14 @@ export const auditStore = (options: AuditOptions): AuditResult => {
         : bind<KeyRow>(`SELECT id, public_key, retired_at FROM receipt_keys`).iterate()
     )
     auditor.rateCards(bind<{ version: string; effective_from: string; prices: string }>(`SELECT version, effective_from, prices FROM rate_cards`).iterate())
-    auditor.projects(bind<{ id: string; budget_credits: number }>(`SELECT id, budget_credits FROM projects`).iterate())
+    auditor.projects(bind<{ id: string; budget_credits: number; updated_at: number }>(`SELECT id, budget_credits, updated_at FROM projects`).iterate())
     auditor.windows(
-      bind<{ project_id: string; period: string; spent: number; reserved: number }>(
-        `SELECT project_id, period, spent, reserved FROM budget_windows WHERE ${byProject("project_id")} AND ${byPeriod("period")}`
+      // last_hold_at: when the window's latest reservation was made (the grandfathered-cap rule, spec/ledger.ts).
+      bind<{ project_id: string; period: string; spent: number; reserved: number; last_hold_at: number | null }>(
+        `SELECT w.project_id, w.period, w.spent, w.reserved, r.last_hold_at FROM budget_windows w
+         LEFT JOIN (SELECT project_id, period, MAX(created_at) AS last_hold_at FROM reservations GROUP BY project_id, period) r
+           ON r.project_id = w.project_id AND r.period = w.period
+         WHERE ${byProject("w.project_id")} AND ${byPeriod("w.period")}`
       ).iterate()
     )
     if (period === null) {

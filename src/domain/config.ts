@@ -6,7 +6,7 @@ import { Config, ConfigError, Context, Effect, Layer, Option, Redacted, Schema }
 import { hostname } from "node:os"
 import { readFileSync } from "node:fs"
 import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
-import { isSqliteUrl } from "../store/databaseUrl.ts"
+import { isSqliteUrl } from "./databaseUrl.ts"
 
 export const ProviderConfig = Schema.Union(
   Schema.Struct({
@@ -122,6 +122,12 @@ export interface GatewaySettings {
    * SQLite file (src/store/storeWorker.ts), off the event loop. An in-memory store always runs them inline.
    */
   readonly storeWorker: boolean
+  /**
+   * Assertion mode (TOLLGATE_ASSERT=1): after each settlement and abandonment the store checks the
+   * project's window against the rulebook (spec/ledger.ts `checkWindow`) inside the transaction, and
+   * a violation fails it loudly (rolled back, a 500, an error in the log). For tests and canaries.
+   */
+  readonly assertInvariants: boolean
   readonly gateway: GatewayFile
 }
 
@@ -190,6 +196,7 @@ const settingsConfig = Config.all({
   breakerOpenMs: Config.integer("TOLLGATE_BREAKER_OPEN_MS").pipe(Config.withDefault(30_000)),
   accessLog: Config.boolean("TOLLGATE_ACCESS_LOG").pipe(Config.withDefault(true)),
   storeWorker: Config.boolean("TOLLGATE_STORE_WORKER").pipe(Config.withDefault(true)),
+  assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
@@ -260,6 +267,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   breakerOpenMs: 30_000,
   accessLog: false,
   storeWorker: true,
+  assertInvariants: false,
   gateway: defaultGatewayFile,
   ...overrides
 })

@@ -5,8 +5,16 @@
 import { Clock, Effect } from "effect"
 import { decode, encode } from "gpt-tokenizer"
 import { randomBase32 } from "../domain/ids.ts"
-import { countChat, countText } from "../services/Tokenizer.ts"
 import type { ChatProvider, DataEvents } from "./Provider.ts"
+
+/**
+ * How the demo counts tokens: the gateway's own counter (src/services/Tokenizer.ts), passed in by the
+ * Router that builds the provider — a provider sits beside the store, below the services.
+ */
+export interface TokenCounter {
+  readonly countChat: (messages: ReadonlyArray<{ readonly role?: unknown; readonly content?: unknown }>) => number
+  readonly countText: (text: string) => number
+}
 
 const lastUserText = (messages: unknown): string => {
   if (!Array.isArray(messages)) return ""
@@ -20,7 +28,7 @@ const lastUserText = (messages: unknown): string => {
   return ""
 }
 
-export const demoReply = (body: Record<string, unknown>): { text: string; finish: "stop" | "length"; promptTokens: number; completionTokens: number } => {
+export const demoReply = (body: Record<string, unknown>, { countChat, countText }: TokenCounter): { text: string; finish: "stop" | "length"; promptTokens: number; completionTokens: number } => {
   const said = lastUserText(body.messages).replace(/\s+/g, " ").trim().slice(0, 280)
   const full = `Hello from Tollgate's built-in demo model. You said: "${said}". This reply was governed, metered and receipted; point TOLLGATE_CONFIG at a real provider to route to a model.`
   const cap = typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : typeof body.max_tokens === "number" ? body.max_tokens : Infinity
@@ -35,7 +43,7 @@ export const demoReply = (body: Record<string, unknown>): { text: string; finish
   }
 }
 
-export const makeDemoProvider = (delayMs = 0): ChatProvider => {
+export const makeDemoProvider = (delayMs: number, counter: TokenCounter): ChatProvider => {
   const pause = delayMs > 0 ? Effect.sleep(delayMs) : Effect.void
   const usageOf = (r: ReturnType<typeof demoReply>) => ({
     prompt_tokens: r.promptTokens,
@@ -49,7 +57,7 @@ export const makeDemoProvider = (delayMs = 0): ChatProvider => {
     Effect.zipRight(
       pause,
       Effect.map(Clock.currentTimeMillis, (now) => {
-        const r = demoReply(body)
+        const r = demoReply(body, counter)
         const json = {
           id: `chatcmpl-${randomBase32(15)}`,
           object: "chat.completion",
@@ -66,7 +74,7 @@ export const makeDemoProvider = (delayMs = 0): ChatProvider => {
     Effect.zipRight(
       pause,
       Effect.map(Clock.currentTimeMillis, (now) => {
-        const r = demoReply(body)
+        const r = demoReply(body, counter)
         const id = `chatcmpl-${randomBase32(15)}`
         const created = Math.floor(now / 1000)
         const chunk = (choices: ReadonlyArray<unknown>, extra: Record<string, unknown> = {}) =>

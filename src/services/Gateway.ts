@@ -30,7 +30,7 @@ import { Pricing } from "./Pricing.ts"
 import { RateLimiter, rateLimitHeaders } from "./RateLimiter.ts"
 import type { Attempt, Verification } from "./Requests.ts"
 import { type Route, RouteFailed, Router } from "./Router.ts"
-import { sizeReservation, type SizingRequest } from "./budgetSizing.ts"
+import { sizeReservation, type SizingRequest } from "../domain/budgetSizing.ts"
 import { deliveredText, type Governance, type Surface } from "./surfaces/Surface.ts"
 import { countChat, countText } from "./Tokenizer.ts"
 

@@ -1,223 +1,34 @@
 /**
- * The budget ledger (DESIGN.md §4): per project and settlement window (calendar month UTC),
- * two-phase holds — reserve the worst case, then settle the actual charge (≤ reserved) or void —
- * and the receipt chain written in the same transaction as the charge.
- *
- * Invariant at every instant: spent + reserved ≤ cap. It is enforced by ONE guarded UPDATE (the cap
- * is read inside the statement), so no interleaving of requests or instances can overspend.
- * A hold is resolved at most once: settle and void only move rows still in state 'held'.
+ * The budget ledger's reads (docs/contract.md, "Credits"): a project's window, a receipt, usage.
+ * Its writes — reserve, settle, void, extend, expire — are the store port's transactions
+ * (src/store/ChatStore.ts over src/store/ledgerStatements.ts), which the Gateway and the recovery
+ * sweep call: one code path, the one the model tests drive.
  */
 import { SqlClient } from "@effect/sql"
-import type BetterSqlite3 from "better-sqlite3"
-import { Clock, Effect } from "effect"
+import { Effect } from "effect"
 import { periodOf } from "../../spec/ledger.ts"
-import type { TokenCounts } from "../../spec/pricing.ts"
-import { GENESIS_HASH, type Receipt, type UnsignedReceipt } from "../../spec/receipt.ts"
-import { BudgetExceeded, RequestNotFound } from "../domain/errors.ts"
+import type { Receipt } from "../../spec/receipt.ts"
+import { RequestNotFound } from "../domain/errors.ts"
 import { Sqlite } from "../store/Database.ts"
-import type { Abort } from "../store/syncTransactions.ts"
-import type { Scope } from "./IdempotencyStore.ts"
-import { ReceiptSigner } from "./ReceiptSigner.ts"
-import type { Verification } from "./Requests.ts"
+import type { Scope } from "../store/idempotencyStatements.ts"
+import { type BudgetWindow, makeLedgerStatements } from "../store/ledgerStatements.ts"
 
 export { periodOf }
 
-export interface BudgetWindow {
-  readonly period: string
-  readonly cap: number
-  readonly spent: number
-  readonly reserved: number
-}
-
-export interface Hold {
-  readonly reservationId: string
-  readonly requestId: string
-  readonly projectId: string
-  readonly period: string
-  readonly amount: number
-  readonly deadline: number
-}
-
-export interface Settlement {
-  readonly hold: Hold
-  readonly receiptId: string
-  readonly organization: string
-  readonly environment: string
-  readonly model: string
-  readonly route: string
-  readonly rateCardVersion: string
-  readonly tokens: TokenCounts
-  readonly usageSource: "reported" | "counted"
-  readonly charge: number
-  readonly verification: Verification
-}
-
-/** What signs a receipt: the service's key (ReceiptSigner) or the same key in the store worker. */
-export interface Sealer {
-  readonly keyId: string
-  readonly seal: (unsigned: UnsignedReceipt) => Receipt
-}
-
-/**
- * The ledger's statements over one better-sqlite3 connection, as plain synchronous functions: the
- * writes run inside a transaction of that connection (`Sqlite.transact` on the main thread, the
- * store worker's batches off it, src/store/storeWorker.ts).
- */
-export const makeLedgerWrites = (db: BetterSqlite3.Database, signer: Sealer) => {
-  // Prepared once on the connection the writes run on (the main thread's or the store worker's).
-  const selectWindow = db.prepare<[string, string], { cap: number; spent: number | null; reserved: number | null }>(
-    `SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
-     FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ?
-     WHERE p.id = ?`
-  )
-  // The guard: the cap is read inside the statement, so no interleaving can overspend.
-  const guardedHold = db.prepare<[number, string, string, number, string]>(
-    `UPDATE budget_windows SET reserved = reserved + ?
-     WHERE project_id = ? AND period = ? AND spent + reserved + ? <= (SELECT budget_credits FROM projects WHERE id = ?)`
-  )
-  const openWindow = db.prepare<[string, string]>(
-    "INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING"
-  )
-  const insertHold = db.prepare<[string, string, string, string, number, number, number]>(
-    `INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at)
-     VALUES (?, ?, ?, ?, ?, 'held', ?, ?)`
-  )
-  // One guarded UPDATE resolves the hold and clamps the charge to the amount stored with it
-  // (never to what the caller says it reserved).
-  const resolveSettled = db.prepare<[number, number, number, string], { amount: number; charge: number; project_id: string; period: string }>(
-    `UPDATE reservations SET state = 'settled', resolved_at = ?, charge = CASE WHEN ? < amount THEN ? ELSE amount END
-     WHERE id = ? AND state = 'held' RETURNING amount, charge, project_id, period`
-  )
-  const resolveVoided = db.prepare<[number, string], { amount: number; project_id: string; period: string }>(
-    `UPDATE reservations SET state = 'voided', charge = 0, resolved_at = ?
-     WHERE id = ? AND state = 'held' RETURNING amount, project_id, period`
-  )
-  const postCharge = db.prepare<[number, number, string, string]>(
-    "UPDATE budget_windows SET spent = spent + ?, reserved = reserved - ? WHERE project_id = ? AND period = ?"
-  )
-  const selectHead = db.prepare<[string], { seq: number; hash: string }>("SELECT seq, hash FROM chain_heads WHERE project_id = ?")
-  const insertReceipt = db.prepare(
-    `INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
-       body, prev_hash, hash, signature, signing_key_id, created_at,
-       route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-  )
-  const upsertHead = db.prepare<[string, number, string]>(
-    "INSERT INTO chain_heads (project_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT (project_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash"
-  )
-  const updateDeadline = db.prepare<[number, string]>("UPDATE reservations SET deadline = ? WHERE id = ? AND state = 'held'")
-
-  const windowSync = (projectId: string, period: string): BudgetWindow => {
-    const row = selectWindow.get(period, projectId)
-    return { period, cap: row?.cap ?? 0, spent: row?.spent ?? 0, reserved: row?.reserved ?? 0 }
-  }
-
-  /**
-   * Hold `amount` Credits, or abort with 402 when it would not fit under the cap. Synchronous:
-   * call it inside a transaction (`Sqlite.transact`), which `abort` rolls back.
-   */
-  const reserveSync = (hold: Hold, now: number, abort: Abort<BudgetExceeded>): void => {
-    const guarded = () => guardedHold.run(hold.amount, hold.projectId, hold.period, hold.amount, hold.projectId).changes === 1
-    // The window may not exist yet (first hold of the month): open it and try once more.
-    const held = guarded() || (openWindow.run(hold.projectId, hold.period), guarded())
-    if (!held) {
-      abort(
-        new BudgetExceeded({
-          message: `This request needs up to ${hold.amount} Credits but the project's remaining budget for ${hold.period} is smaller. Raise the budget cap or wait for the next settlement window.`,
-          param: null
-        })
-      )
-    }
-    insertHold.run(hold.reservationId, hold.requestId, hold.projectId, hold.period, hold.amount, hold.deadline, now)
-  }
-
-  /**
-   * Post the charge, release the rest of the hold, append the receipt to the project's chain.
-   * Synchronous: call it inside the settlement transaction. Throws (a defect) if the hold was already
-   * resolved — a bug, never a race: only the request that made the hold, or the recovery sweep after
-   * its deadline, resolves it.
-   */
-  const settleSync = (s: Settlement, now: number): Receipt => {
-    const row = resolveSettled.get(now, s.charge, s.charge, s.hold.reservationId)
-    if (row === undefined) throw new Error(`reservation ${s.hold.reservationId} was already resolved`)
-    const charge = row.charge
-    postCharge.run(charge, row.amount, row.project_id, row.period)
-    const head = selectHead.get(row.project_id)
-    const seq = (head?.seq ?? 0) + 1
-    const unsigned: UnsignedReceipt = {
-      object: "receipt",
-      receipt_id: s.receiptId,
-      request_id: s.hold.requestId,
-      organization: s.organization,
-      project_id: row.project_id,
-      environment: s.environment,
-      status: "completed",
-      verification: s.verification,
-      model: s.model,
-      route: s.route,
-      rate_card_version: s.rateCardVersion,
-      tokens: s.tokens,
-      usage_source: s.usageSource,
-      credits_reserved: row.amount,
-      credits_charged: charge,
-      period: row.period,
-      seq,
-      created_at: new Date(now).toISOString(),
-      prev_hash: head?.hash ?? GENESIS_HASH,
-      signing_key_id: signer.keyId
-    }
-    const receipt = signer.seal(unsigned)
-    insertReceipt.run(
-      receipt.receipt_id, receipt.request_id, receipt.project_id, receipt.environment, receipt.period,
-      seq, charge, receipt.rate_card_version, JSON.stringify(receipt), receipt.prev_hash, receipt.hash,
-      receipt.signature, receipt.signing_key_id, now,
-      s.route, s.tokens.input, s.tokens.cached_input, s.tokens.output, s.tokens.reasoning
-    )
-    upsertHead.run(row.project_id, seq, receipt.hash)
-    return receipt
-  }
-
-  /** Release a hold with no charge. Returns false if it was already resolved. Synchronous, in a transaction. */
-  const releaseSync = (reservationId: string, now: number): boolean => {
-    const row = resolveVoided.get(now, reservationId)
-    if (row === undefined) return false
-    postCharge.run(0, row.amount, row.project_id, row.period)
-    return true
-  }
-
-  /** Push a live hold's deadline out, so a long stream is not swept. Synchronous, in a transaction. */
-  const extendHoldSync = (reservationId: string, deadline: number): void => {
-    updateDeadline.run(deadline, reservationId)
-  }
-
-  return { windowSync, reserveSync, settleSync, releaseSync, extendHoldSync } as const
-}
+export type { BudgetWindow, Hold, Sealer, Settlement } from "../store/ledgerStatements.ts"
 
 export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
-    const signer = yield* ReceiptSigner
-
-    const { db, transact } = yield* Sqlite
-
-    const { windowSync, reserveSync, settleSync, releaseSync, extendHoldSync } = makeLedgerWrites(db, signer)
+    const { db } = yield* Sqlite
+    // Reads only: the statements need no signer (nothing is settled through this connection here).
+    const { windowSync } = makeLedgerStatements(db, {
+      keyId: "",
+      seal: () => {
+        throw new Error("the Ledger service does not settle: settlements go through ChatStore")
+      }
+    })
     const window = (projectId: string, period: string): Effect.Effect<BudgetWindow> => Effect.sync(() => windowSync(projectId, period))
-
-    /** Hold `amount` Credits, or fail with 402 when it would not fit under the cap. */
-    const reserve = (hold: Hold): Effect.Effect<void, BudgetExceeded> =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => transact<void, BudgetExceeded>((abort) => reserveSync(hold, now, abort)))
-
-    const settle = (s: Settlement): Effect.Effect<Receipt> => Effect.flatMap(Clock.currentTimeMillis, (now) => transact(() => settleSync(s, now)))
-
-    const release = (reservationId: string): Effect.Effect<boolean> =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => transact(() => releaseSync(reservationId, now)))
-
-    /** Push a live hold's deadline (and its idempotency claim's) out, so a long stream is not swept. */
-    const extendHold = (reservationId: string, deadline: number) => transact(() => extendHoldSync(reservationId, deadline))
-
-    /** Holds whose deadline passed: their process died or hung. */
-    const expiredHolds = (now: number) =>
-      sql<{ id: string; request_id: string }>`SELECT id, request_id FROM reservations WHERE state = 'held' AND deadline <= ${now}`.pipe(Effect.orDie)
 
     const receipt = (requestId: string, scope: Scope): Effect.Effect<Receipt, RequestNotFound> =>
       Effect.flatMap(
@@ -258,6 +69,6 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
         }))
       }).pipe(Effect.orDie)
 
-    return { window, windowSync, reserve, reserveSync, settle, settleSync, release, releaseSync, extendHold, expiredHolds, receipt, usage, periodOf } as const
+    return { window, windowSync, receipt, usage, periodOf } as const
   })
 }) {}

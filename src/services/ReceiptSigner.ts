@@ -11,14 +11,15 @@
  * signed keep verifying and the audit can tell that nothing was signed with it after retirement.
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
-import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign } from "node:crypto"
+import { Clock, Effect, Layer, Option } from "effect"
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from "node:crypto"
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { dirname, join } from "node:path"
 import { receiptKeyId } from "../../spec/audit.ts"
-import { type Receipt, receiptBytes, receiptHash, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { type Receipt, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
-import { sqliteFilename } from "../store/databaseUrl.ts"
+import { ReceiptKey } from "../store/ChatStore.ts"
+import { sqliteFilename } from "../domain/databaseUrl.ts"
 
 export interface PublicReceiptKey {
   readonly id: string
@@ -45,11 +46,7 @@ const loadOrCreate = (path: string | undefined): KeyObject => {
   return privateKey
 }
 
-/** Hash and sign a receipt body (which already carries its prev_hash and key id). */
-export const sealReceipt = (privateKey: KeyObject, unsigned: UnsignedReceipt): Receipt => {
-  const bytes = receiptBytes(unsigned)
-  return { ...unsigned, hash: receiptHash(unsigned, bytes), signature: sign(null, bytes, privateKey).toString("base64url") }
-}
+export { sealReceipt }
 
 export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/ReceiptSigner", {
   effect: Effect.gen(function* () {
@@ -93,3 +90,9 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
     return { keyId, publicPem, seal, signingKey, publicKeys } as const
   })
 }) {}
+
+/** The signing key for the store port's settlement transaction (src/store/ChatStore.ts). */
+export const ReceiptKeyLive = Layer.effect(
+  ReceiptKey,
+  Effect.map(ReceiptSigner, (s) => ({ keyId: s.keyId, signingKey: s.signingKey }))
+)

@@ -1,5 +1,8 @@
 /**
- * Where the governed call's write transactions run (src/store/chatTransactions.ts):
+ * The store port of the governed call (and of the recovery sweep): `ChatStoreApi` below, plain-data
+ * arguments and results, no SQLite type in its signature — what a second engine implements.
+ *
+ * The one place that chooses where its transactions (src/store/chatTransactions.ts) run:
  * - a file store: in the store worker (src/store/storeWorker.ts), a thread with its own connection,
  *   so the statements, the commits' fsyncs and the receipt signatures leave the event loop;
  * - an in-memory store (or TOLLGATE_STORE_WORKER=false): inline, on the main connection's
@@ -8,23 +11,46 @@
  * it was sent: the transaction will run, and the caller must see how it ended.
  */
 import { Clock, Context, Effect, Layer, Runtime } from "effect"
+import type { KeyObject } from "node:crypto"
 import { Worker } from "node:worker_threads"
+import { sealReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
-import { ReceiptSigner } from "../services/ReceiptSigner.ts"
-import { type AbandonArgs, type ChatOp, type ExtendArgs, type HeartbeatArgs, makeChatTransactions, mustSync, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
+import {
+  type AbandonArgs,
+  type ChatOp,
+  type ExpireArgs,
+  type ExtendArgs,
+  type HeartbeatArgs,
+  makeChatTransactions,
+  mustSync,
+  type ReserveArgs,
+  type Reserved,
+  type ReserveRefused,
+  type SettleArgs
+} from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
-import { sqliteFilename } from "./databaseUrl.ts"
+import { sqliteFilename } from "../domain/databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
 import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
 
-export type { ReserveRefused } from "./chatTransactions.ts"
+export type { AbandonArgs, ExpireArgs, ExtendArgs, ReserveArgs, Reserved, ReserveRefused, SettleArgs } from "./chatTransactions.ts"
+
+/** The key the settlement transaction signs receipts with (src/services/ReceiptSigner.ts provides it). */
+export interface ReceiptKeyApi {
+  readonly keyId: string
+  readonly signingKey: KeyObject
+}
+export class ReceiptKey extends Context.Tag("tollgate/ReceiptKey")<ReceiptKey, ReceiptKeyApi>() {}
 
 export interface ChatStoreApi {
   readonly reserve: (args: ReserveArgs) => Effect.Effect<Reserved, ReserveRefused>
   readonly settle: (args: SettleArgs) => Effect.Effect<void>
   readonly abandon: (args: AbandonArgs) => Effect.Effect<void>
   readonly extend: (args: ExtendArgs) => Effect.Effect<void>
+  /** This epoch is alive; open streams' progress marks (src/store/epochs.ts). */
   readonly heartbeat: (args: HeartbeatArgs) => Effect.Effect<void>
+  /** The recovery sweep: void the holds past their deadline; how many it voided. */
+  readonly expire: (args: ExpireArgs) => Effect.Effect<number>
   /** Whether transactions can run now (the store worker is up), for GET /readyz. */
   readonly health: () => StoreHealth
   /** Where the transactions run. */
@@ -175,20 +201,24 @@ const startWorker = (data: StoreWorkerData) =>
   })
 
 export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, ChatStoreApi>() {
-  static readonly Default: Layer.Layer<ChatStore, never, Settings | Sqlite | ReceiptSigner> = Layer.scoped(
+  static readonly Default: Layer.Layer<ChatStore, never, Settings | Sqlite | ReceiptKey> = Layer.scoped(
     ChatStore,
     Effect.gen(function* () {
       const settings = yield* Settings
       const store = yield* Sqlite
-      const signer = yield* ReceiptSigner
+      const signer = yield* ReceiptKey
       const filename = sqliteFilename(settings.databaseUrl)
       const inWorker = settings.storeWorker && filename !== ":memory:"
       let run: Run
       let health = (): StoreHealth => ({ ok: true })
       if (inWorker) {
-        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId }))
+        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId, assertInvariants: settings.assertInvariants }))
       } else {
-        const ops = makeChatTransactions(store.db, signer)
+        const ops = makeChatTransactions(
+          store.db,
+          { keyId: signer.keyId, seal: (unsigned) => sealReceipt(signer.signingKey, unsigned) },
+          { assertInvariants: settings.assertInvariants }
+        )
         run = <E>(op: ChatOp, args: unknown) =>
           store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort), mustSync(op, args))
       }
@@ -198,6 +228,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         abandon: (args) => Effect.asVoid(run("abandon", args)),
         extend: (args) => Effect.asVoid(run("extend", args)),
         heartbeat: (args) => Effect.asVoid(run("heartbeat", args)),
+        expire: (args) => run("expire", args) as Effect.Effect<number>,
         health,
         runsIn: inWorker ? "worker" : "inline"
       }

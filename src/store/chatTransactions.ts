@@ -9,15 +9,22 @@
  * - settle: the charge, the signed receipt, the request's completion and the stored idempotent result;
  * - abandon: void the hold, fail the request, free the idempotency key (nothing was charged);
  * - extend: push the holds and claims of calls in flight a TTL ahead;
- * - heartbeat: this process's epoch is alive, and its open streams' progress marks (src/store/epochs.ts).
+ * - heartbeat: this process's epoch is alive, and its open streams' progress marks (src/store/epochs.ts);
+ * - expire: the recovery sweep — void every hold past its deadline, fail its request, free its claim.
  *
  * A refused reservation rolls back and aborts with `ReserveRefused`, data the caller turns into its reply.
+ *
+ * This is the store port's core: what a second engine (PostgreSQL) implements is `ChatStoreApi`
+ * (src/store/ChatStore.ts) over these arguments and results, which carry no SQLite types. The
+ * statements are src/store's own (ledgerStatements, idempotencyStatements, requestStatements); the
+ * rules they need come from spec/ and domain/ (the sizing, the receipt seal), never from a service.
  */
 import type BetterSqlite3 from "better-sqlite3"
-import { type ClaimOutcome, makeIdempotencyWrites, type Scope, type StoredResult } from "../services/IdempotencyStore.ts"
-import { type Hold, makeLedgerWrites, type Sealer, type Settlement } from "../services/Ledger.ts"
-import { type Attempt, makeRequestWrites, type NewRequest } from "../services/Requests.ts"
-import { sizeReservation, type SizingRequest } from "../services/budgetSizing.ts"
+import { checkWindow } from "../../spec/ledger.ts"
+import { holdRefusedMessage, sizeReservation, type SizingRequest } from "../domain/budgetSizing.ts"
+import { type ClaimOutcome, makeIdempotencyStatements, type Scope, type StoredResult } from "./idempotencyStatements.ts"
+import { type Hold, makeLedgerStatements, type Sealer, type Settlement } from "./ledgerStatements.ts"
+import { type Attempt, makeRequestStatements, type NewRequest } from "./requestStatements.ts"
 import { crashPoint } from "../testing/crashPoint.ts"
 import { makeEpochWrites, type ProgressMark } from "./epochs.ts"
 import type { Abort } from "./syncTransactions.ts"
@@ -74,6 +81,12 @@ export interface ExtendArgs {
   }>
 }
 
+export interface ExpireArgs {
+  readonly now: number
+  /** What the failed request rows say. */
+  readonly failure: { readonly code: string; readonly message: string }
+}
+
 export interface HeartbeatArgs {
   readonly epoch: number
   readonly now: number
@@ -88,6 +101,8 @@ export interface ChatTransactions {
   readonly abandon: (args: AbandonArgs) => void
   readonly extend: (args: ExtendArgs) => void
   readonly heartbeat: (args: HeartbeatArgs) => void
+  /** How many holds it voided. */
+  readonly expire: (args: ExpireArgs) => number
 }
 
 export type ChatOp = keyof ChatTransactions
@@ -107,11 +122,30 @@ export type ChatOp = keyof ChatTransactions
  */
 export const mustSync = (op: ChatOp, args: unknown): boolean => op !== "reserve" || (args as ReserveArgs).request.stream
 
-export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer): ChatTransactions => {
-  const ledger = makeLedgerWrites(db, sealer)
-  const requests = makeRequestWrites(db)
-  const idempotency = makeIdempotencyWrites(db)
+export interface ChatTransactionOptions {
+  /** Assertion mode (TOLLGATE_ASSERT=1): check the window after each settlement and abandonment. */
+  readonly assertInvariants?: boolean
+}
+
+/** A window broke the rulebook inside a transaction (assertion mode): the transaction dies and rolls back. */
+export class InvariantViolated extends Error {
+  override readonly name = "InvariantViolated"
+}
+
+export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer, options: ChatTransactionOptions = {}): ChatTransactions => {
+  const ledger = makeLedgerStatements(db, sealer)
+  const requests = makeRequestStatements(db)
+  const idempotency = makeIdempotencyStatements(db)
   const epochs = makeEpochWrites(db)
+
+  /** Assertion mode: the window's rules (spec/ledger.ts `checkWindow`) on the rows this transaction wrote. */
+  const assertWindow = (projectId: string, period: string, after: string): void => {
+    if (options.assertInvariants !== true) return
+    const findings = checkWindow(ledger.windowFactsSync(projectId, period))
+    if (findings.length > 0) {
+      throw new InvariantViolated(`TOLLGATE_ASSERT: window ${projectId}/${period} after ${after}: ${findings.map((f) => `${f.invariant} (${f.detail})`).join("; ")}`)
+    }
+  }
 
   const reserve = (a: ReserveArgs, abort: Abort<ReserveRefused>): Reserved => {
     // The claim first: a replay (or a conflict) answers before any budget question.
@@ -128,16 +162,20 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
     const { outputCap, reservation } = sized as Extract<typeof sized, { _tag: "Fits" }>
     requests.insertPendingSync({ ...a.request, creditsReserved: reservation })
     // The guarded UPDATE stays the rule (spent + reserved ≤ cap), whatever the sizing said.
-    ledger.reserveSync({ ...a.hold, amount: reservation }, a.now, (e) => abort({ _tag: "OverBudget", message: e.message, param: null }))
+    if (!ledger.reserveSync({ ...a.hold, amount: reservation }, a.now)) {
+      abort({ _tag: "OverBudget", message: holdRefusedMessage(reservation, a.hold.period), param: null })
+    }
     epochs.markReservedSync(a.epoch, a.hold.reservationId, a.claim === undefined ? undefined : { scope: a.claim.scope, key: a.claim.key, requestId: a.request.id })
     return { outputCap, reservation }
   }
 
   const settle = (a: SettleArgs): void => {
-    ledger.settleSync(a, a.now)
+    // The charge the ledger posted (clamped to the hold it stored), not the one asked for: the request
+    // row and the receipt must say the same.
+    const receipt = ledger.settleSync(a, a.now)
     requests.completeSync(a.hold.requestId, {
       route: a.route,
-      creditsCharged: a.charge,
+      creditsCharged: receipt.credits_charged,
       receiptId: a.receiptId,
       verification: a.verification,
       attempts: a.attempts,
@@ -146,12 +184,17 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
     if (a.idempotent !== undefined) {
       idempotency.finishSync(a.idempotent.scope, a.idempotent.key, a.hold.requestId, a.idempotent.result, a.idempotent.ttlMs, a.now)
     }
+    assertWindow(receipt.project_id, receipt.period, `settling ${a.hold.reservationId}`)
   }
 
   const abandon = (a: AbandonArgs): void => {
     ledger.releaseSync(a.reservationId, a.now)
     requests.failSync(a.requestId, { code: a.code, message: a.message, attempts: a.attempts, completedAt: a.now })
     if (a.idempotent !== undefined) idempotency.releaseSync(a.idempotent.scope, a.idempotent.key, a.requestId)
+    if (options.assertInvariants === true) {
+      const w = ledger.reservationWindowSync(a.reservationId)
+      if (w !== undefined) assertWindow(w.projectId, w.period, `abandoning ${a.reservationId}`)
+    }
   }
 
   const extend = (a: ExtendArgs): void => {
@@ -161,7 +204,19 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer)
     }
   }
 
+  const expire = (a: ExpireArgs): number => {
+    let voided = 0
+    for (const hold of ledger.expiredSync(a.now)) {
+      // Guarded: a hold its own call resolved meanwhile stays as it is.
+      if (!ledger.releaseSync(hold.id, a.now)) continue
+      requests.failSync(hold.request_id, { ...a.failure, attempts: [], completedAt: a.now })
+      idempotency.releaseRequestSync(hold.request_id)
+      voided++
+    }
+    return voided
+  }
+
   const heartbeat = (a: HeartbeatArgs): void => epochs.heartbeatSync(a.epoch, a.now, a.marks)
 
-  return { reserve, settle, abandon, extend, heartbeat }
+  return { reserve, settle, abandon, extend, expire, heartbeat }
 }

@@ -12,7 +12,7 @@
 import BetterSqlite3 from "better-sqlite3"
 import type { KeyObject } from "node:crypto"
 import { parentPort, workerData } from "node:worker_threads"
-import { sealReceipt } from "../services/ReceiptSigner.ts"
+import { sealReceipt } from "../../spec/receipt.ts"
 import { type ChatOp, makeChatTransactions, mustSync } from "./chatTransactions.ts"
 import { makeGroupCommit, type TxOutcome } from "./syncTransactions.ts"
 
@@ -20,6 +20,7 @@ export interface StoreWorkerData {
   readonly filename: string
   readonly signingKey: KeyObject
   readonly signingKeyId: string
+  readonly assertInvariants: boolean
 }
 
 export interface Call {
@@ -37,7 +38,7 @@ db.pragma("journal_mode = WAL")
 db.pragma("synchronous = FULL")
 db.pragma("foreign_keys = ON")
 
-const ops = makeChatTransactions(db, { keyId: data.signingKeyId, seal: (unsigned) => sealReceipt(data.signingKey, unsigned) })
+const ops = makeChatTransactions(db, { keyId: data.signingKeyId, seal: (unsigned) => sealReceipt(data.signingKey, unsigned) }, { assertInvariants: data.assertInvariants })
 // The replies of one batch are sent together, as soon as it committed: the callers of an unsynced
 // batch hear back before the synced batch of the same turn has its fsync.
 let replies: Array<{ id: number; outcome: TxOutcome }> = []

@@ -1,5 +1,7 @@
 /**
- * Model-based test of the IdempotencyStore (SQLite, TestClock) against spec/idempotency.ts.
+ * Model-based test of idempotency as production runs it — the claim, stored result and release inside
+ * the store port's reserve / settle / abandon, in the store worker on a SQLite file, TestClock —
+ * against spec/idempotency.ts.
  * Invariants after every command: every (scope, key, fingerprint) peeks exactly as the model claims —
  * so a replay returns the identical bytes and original request id, a conflict changed nothing, a
  * release freed the key, an expired record is gone — and no other live rows exist. Racing claims:
@@ -18,7 +20,9 @@ import { ReleaseCommand } from "./idempotency/ReleaseCommand.ts"
 import { assertProperty } from "./support/assert.ts"
 import { Coverage } from "./support/coverage.ts"
 import { maxCommands, propertyTimeoutMs, scheduledRuns, serviceRuns } from "./support/profile.ts"
-import { makeServicesRuntime, RuntimePool, yieldBudgets } from "./support/runtime.ts"
+import { Effect } from "effect"
+import { Projects } from "../../src/services/Projects.ts"
+import { makeTimedPortRuntime, run, RuntimePool, type TimedPortRuntime, yieldBudgets } from "./support/runtime.ts"
 
 const scope = fc.integer({ min: 0, max: 2 })
 const key = fc.integer({ min: 0, max: KEYS.length - 1 })
@@ -41,24 +45,28 @@ const commands = fc.commands(
 )
 
 let counter = 0
-const setup = (pool: RuntimePool, coverage: Coverage, scheduler?: fc.Scheduler) => () => {
+const setup = (pool: RuntimePool<TimedPortRuntime>, coverage: Coverage, scheduler?: fc.Scheduler) => async () => {
   const rt = pool.next()
-  const run = ++counter
+  const n = ++counter
   coverage.runs++
-  // Fresh tenant ids per run: two environments of one project (same key, different scope) and another project.
+  // Fresh projects per run: two environments of one project (same key, different scope) and another project.
+  const [a, b] = await run(
+    rt,
+    Effect.flatMap(Projects, (p) => Effect.forEach(["a", "b"], (x) => Effect.map(p.create({ name: `idem-model-${x}`, budget_credits: 1_000, rate_limit: { requests_per_minute: 60 } }), (y) => y.id)))
+  )
   const scopes = [
-    { projectId: `prj_idem${run}a`, environment: "development" },
-    { projectId: `prj_idem${run}a`, environment: "production" },
-    { projectId: `prj_idem${run}b`, environment: "development" }
+    { projectId: a!, environment: "development" },
+    { projectId: a!, environment: "production" },
+    { projectId: b!, environment: "development" }
   ]
-  const real: IdemReal = { rt, coverage, scopes, scheduler, nextId: () => `im${run}_${++counter}` }
+  const real: IdemReal = { rt, coverage, scopes, calls: new Map(), scheduler, nextId: () => `im${n}_${++counter}` }
   return { model: { state: Idem.empty, claims: [] } satisfies IdemModel, real }
 }
 
-describe("IdempotencyStore follows spec/idempotency.ts", () => {
-  let rt: RuntimePool
+describe("idempotency through the store port (worker, file store) follows spec/idempotency.ts", () => {
+  let rt: RuntimePool<TimedPortRuntime>
   beforeAll(() => {
-    rt = new RuntimePool(makeServicesRuntime)
+    rt = new RuntimePool(makeTimedPortRuntime)
   })
   afterAll(() => rt.dispose())
 

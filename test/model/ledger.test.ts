@@ -1,5 +1,6 @@
 /**
- * Model-based test of the Ledger service (SQLite) against spec/ledger.ts.
+ * Model-based test of the money path as production runs it — the store port's reserve / settle /
+ * abandon (src/store/ChatStore.ts) in the store worker on a SQLite file — against spec/ledger.ts.
  * Invariants after every command: the service's windows equal the model's accounts; no overspend;
  * conservation (spent + reserved + available = cap); each reservation resolved at most once; exactly
  * one receipt (debit) per settled reservation, none otherwise; debits sum to spent; contiguous chain.
@@ -18,7 +19,7 @@ import { VoidCommand } from "./ledger/VoidCommand.ts"
 import { assertProperty } from "./support/assert.ts"
 import { Coverage } from "./support/coverage.ts"
 import { maxCommands, propertyTimeoutMs, scheduledRuns, serviceRuns } from "./support/profile.ts"
-import { makeLiveServicesRuntime, run, RuntimePool, type ServicesRuntime, yieldBudgets } from "./support/runtime.ts"
+import { makePortRuntime, type PortRuntime, run, RuntimePool, yieldBudgets } from "./support/runtime.ts"
 
 const project = fc.integer({ min: 0, max: 1 })
 const period = fc.integer({ min: 0, max: 1 })
@@ -43,8 +44,8 @@ const commands = fc.commands(
 )
 
 let counter = 0
-const setup = (pool: RuntimePool, coverage: Coverage, caps: readonly [number, number], scheduler?: fc.Scheduler) => async () => {
-  const rt: ServicesRuntime = pool.next()
+const setup = (pool: RuntimePool<PortRuntime>, coverage: Coverage, caps: readonly [number, number], scheduler?: fc.Scheduler) => async () => {
+  const rt = pool.next()
   const projects = await run(
     rt,
     Effect.flatMap(Projects, (p) => Effect.forEach(caps, (c, i) => Effect.map(p.create({ name: `ledger-model-${i}`, budget_credits: c, rate_limit: { requests_per_minute: 60 } }), (x) => x.id)))
@@ -56,10 +57,10 @@ const setup = (pool: RuntimePool, coverage: Coverage, caps: readonly [number, nu
   return { model: { state: model } satisfies LedgerModel, real }
 }
 
-describe("Ledger service follows spec/ledger.ts", () => {
-  let rt: RuntimePool
+describe("the store port's money path (worker, file store) follows spec/ledger.ts", () => {
+  let rt: RuntimePool<PortRuntime>
   beforeAll(() => {
-    rt = new RuntimePool(makeLiveServicesRuntime)
+    rt = new RuntimePool(makePortRuntime)
   })
   afterAll(() => rt.dispose())
 

@@ -5,18 +5,19 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, TestClock } from "effect"
-import { newRequestId, newReservationId } from "../../src/domain/ids.ts"
 import { fingerprintOf, IdempotencyStore } from "../../src/services/IdempotencyStore.ts"
-import { type Hold, Ledger } from "../../src/services/Ledger.ts"
+import { Ledger } from "../../src/services/Ledger.ts"
 import { Projects } from "../../src/services/Projects.ts"
-import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import { ReceiptKeyLive, ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { Instance } from "../../src/services/Instance.ts"
 import { Recovery } from "../../src/services/Recovery.ts"
 import { Requests } from "../../src/services/Requests.ts"
-import { newProject, pendingRequest, storeLayer } from "./layers.ts"
+import { ChatStore } from "../../src/store/ChatStore.ts"
+import { abandonArgs, reserveArgs } from "../support/portArgs.ts"
+import { newProject, storeLayer } from "./layers.ts"
 
-const Base = Ledger.Default.pipe(
-  Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default, Requests.Default, IdempotencyStore.Default, Instance.Default)),
+const Base = Layer.mergeAll(Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default).pipe(
+  Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default, Requests.Default, IdempotencyStore.Default)),
   Layer.provideMerge(storeLayer())
 )
 const Live = Recovery.Default.pipe(Layer.provideMerge(Base))
@@ -24,23 +25,18 @@ const Live = Recovery.Default.pipe(Layer.provideMerge(Base))
 const PERIOD = "1970-01"
 const FP = fingerprintOf("POST", "/v1/chat/completions", { model: "auto" })
 
-/** What the Gateway does before calling upstream: hold, pending request row, idempotency claim. */
+/** What the Gateway does before calling upstream: one reservation of the store port (claim, pending request, hold). */
 const startRequest = (projectId: string, amount: number, deadline: number, key: string) =>
   Effect.gen(function* () {
-    const ledger = yield* Ledger
-    const requests = yield* Requests
-    const idempotency = yield* IdempotencyStore
-    const hold: Hold = { reservationId: newReservationId(Date.now()), requestId: newRequestId(Date.now()), projectId, period: PERIOD, amount, deadline }
-    const scope = { projectId, environment: "development" }
-    yield* ledger.reserve(hold)
-    yield* requests.insertPending({
-      ...pendingRequest({ id: hold.requestId, projectId, idempotencyKey: key, rateCardVersion: "rc_test", createdAt: 0 }),
-      creditsReserved: amount
-    })
-    // The claim outlives the hold here, so only the sweep (not the claim's own expiry) can free it.
-    expect(yield* idempotency.claim(scope, key, FP, hold.requestId, 10 * deadline)).toEqual({ _tag: "Claimed" })
-    return { hold, scope }
+    const store = yield* ChatStore
+    const args = reserveArgs(projectId, amount, { now: 0, period: PERIOD, deadline, claim: { key, fingerprint: FP } })
+    expect(yield* store.reserve(args)).toEqual({ outputCap: 1, reservation: amount })
+    return { args, hold: args.hold, scope: args.claim!.scope }
   })
+
+/** A new claim of `key` (and a hold of 0), through the port. */
+const claimAgain = (projectId: string, key: string, now: number) =>
+  Effect.flatMap(ChatStore, (store) => Effect.either(store.reserve(reserveArgs(projectId, 0, { now, period: PERIOD, deadline: now + 100_000, claim: { key, fingerprint: FP } }))))
 
 const claimsOf = (requestId: string) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) => sql<{ n: number }>`SELECT COUNT(*) AS n FROM idempotency WHERE request_id = ${requestId}`).pipe(
@@ -75,13 +71,13 @@ describe("Recovery.sweep", () => {
         completed_at: new Date(2_000).toISOString()
       })
       expect(yield* claimsOf(stale.hold.requestId)).toBe(0)
-      expect(yield* idempotency.claim(stale.scope, "stale", FP, newRequestId(Date.now()), 100_000)).toEqual({ _tag: "Claimed" })
+      expect((yield* claimAgain(p.id, "stale", 2_000))._tag).toBe("Right")
 
       expect((yield* requests.find(fresh.hold.requestId, fresh.scope)).status).toBe("pending")
       expect(yield* claimsOf(fresh.hold.requestId)).toBe(1)
       expect(yield* idempotency.peek(fresh.scope, "fresh", FP)).toEqual({ _tag: "InFlight", requestId: fresh.hold.requestId })
       // The fresh hold can still be settled or voided by its own request.
-      expect(yield* ledger.release(fresh.hold.reservationId)).toBe(true)
+      yield* Effect.flatMap(ChatStore, (store) => store.abandon(abandonArgs(fresh.args, { now: 2_000 })))
 
       // A second sweep finds nothing more to do.
       expect(yield* recovery.sweep).toBe(0)
@@ -91,15 +87,14 @@ describe("Recovery.sweep", () => {
   it.effect("a hold already resolved by its request is not touched, even past its deadline", () =>
     Effect.gen(function* () {
       const recovery = yield* Recovery
-      const ledger = yield* Ledger
       const requests = yield* Requests
       const p = yield* newProject({ budget_credits: 1_000 })
       const done = yield* startRequest(p.id, 100, 1_000, "done")
-      expect(yield* ledger.release(done.hold.reservationId)).toBe(true)
+      yield* Effect.flatMap(ChatStore, (store) => store.abandon(abandonArgs(done.args, { now: 500, code: "route_unavailable" })))
       yield* TestClock.setTime(5_000)
       expect(yield* recovery.sweep).toBe(0)
-      // The request row was not failed by the sweep.
-      expect((yield* requests.find(done.hold.requestId, done.scope)).status).toBe("pending")
+      // The request row keeps what its own request wrote, not the sweep's failure.
+      expect(yield* requests.find(done.hold.requestId, done.scope)).toMatchObject({ status: "failed", error: { code: "route_unavailable" } })
     }).pipe(Effect.provide(Live)))
 
   it.effect("sweeps at start-up, before serving anything", () =>
@@ -135,17 +130,17 @@ describe("Recovery.sweep", () => {
  * delivered tokens charged from its progress mark — and leaves alone the epochs of live instances.
  */
 describe("Recovery of dead epochs", () => {
-  const Store = Layer.mergeAll(Ledger.Default, IdempotencyStore.Default, Requests.Default).pipe(
-    Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default)),
+  const Store = Layer.mergeAll(Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive))).pipe(
+    Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default, Requests.Default, IdempotencyStore.Default)),
     Layer.provideMerge(storeLayer({ instanceId: "host-a" }))
   )
   /** A process starting over the store: its own epoch, then its recovery. */
-  const restart = Effect.scoped(Effect.flatMap(Layer.build(Recovery.Default.pipe(Layer.provideMerge(Instance.Default))), () => Effect.void))
+  const restart = Effect.scoped(Effect.asVoid(Layer.build(Recovery.Default.pipe(Layer.provideMerge(Instance.Default)))))
 
   const FAR = 10_000_000 // a deadline the sweep would wait for: only the epoch rule can resolve these
   const PRICES = { demo: { input: 1000, output: 2000 } }
 
-  /** A previous process's epoch, with its holds: what a SIGKILL leaves. */
+  /** A previous process's epoch: what a SIGKILL leaves. */
   const previousProcess = (instanceId: string, heartbeatAt: number) =>
     Effect.gen(function* () {
       const sql = yield* SqlClient.SqlClient
@@ -154,28 +149,27 @@ describe("Recovery of dead epochs", () => {
       const rows = yield* sql<{ epoch: number }>`INSERT INTO instances (instance_id, started_at, heartbeat_at) VALUES (${instanceId}, 0, ${heartbeatAt}) RETURNING epoch`
       return rows[0]!.epoch
     })
-  const inEpoch = (epoch: number, reservationId: string, progress?: unknown) =>
-    Effect.flatMap(SqlClient.SqlClient, (sql) =>
-      Effect.zipRight(
-        sql`UPDATE reservations SET epoch = ${epoch}, progress = ${progress === undefined ? null : JSON.stringify(progress)} WHERE id = ${reservationId}`,
-        sql`UPDATE idempotency SET epoch = ${epoch} WHERE request_id = (SELECT request_id FROM reservations WHERE id = ${reservationId})`
-      )
-    )
+  /** Its call in flight: reserved through the port, marked with its epoch (and a stream's progress mark). */
+  const inEpoch = (epoch: number, projectId: string, amount: number, key: string, progress?: unknown) =>
+    Effect.gen(function* () {
+      const started = yield* startRequest(projectId, amount, FAR, key)
+      const sql = yield* SqlClient.SqlClient
+      yield* sql`UPDATE reservations SET epoch = ${epoch}, progress = ${progress === undefined ? null : JSON.stringify(progress)} WHERE id = ${started.hold.reservationId}`
+      yield* sql`UPDATE idempotency SET epoch = ${epoch} WHERE request_id = ${started.hold.requestId}`
+      if (progress !== undefined) yield* sql`UPDATE requests SET stream = 1 WHERE id = ${started.hold.requestId}`
+      return started
+    })
 
   it.effect("voids a call in flight of this instance's previous epoch at once, frees its key; charges a stream from its progress mark", () =>
     Effect.gen(function* () {
       const ledger = yield* Ledger
       const requests = yield* Requests
       const idempotency = yield* IdempotencyStore
-      const sql = yield* SqlClient.SqlClient
       const p = yield* newProject({ budget_credits: 100_000 })
       const epoch = yield* previousProcess("host-a", 0)
-      const plain = yield* startRequest(p.id, 300, FAR, "plain")
-      yield* inEpoch(epoch, plain.hold.reservationId)
-      const stream = yield* startRequest(p.id, 5_000, FAR, "stream")
+      const plain = yield* inEpoch(epoch, p.id, 300, "plain")
       const tokens = { input: 1_000, cached_input: 0, output: 700, reasoning: 0 }
-      yield* inEpoch(epoch, stream.hold.reservationId, { route: "demo", rateCardVersion: "rc_test", tokens, at: 0 })
-      yield* sql`UPDATE requests SET stream = 1 WHERE id = ${stream.hold.requestId}`
+      const stream = yield* inEpoch(epoch, p.id, 5_000, "stream", { route: "demo", rateCardVersion: "rc_test", tokens, at: 0 })
       expect(yield* ledger.window(p.id, PERIOD)).toMatchObject({ spent: 0, reserved: 5_300 })
 
       yield* TestClock.setTime(1_000) // far before any deadline
@@ -184,10 +178,9 @@ describe("Recovery of dead epochs", () => {
       // ceil((1000 × 1000 + 700 × 2000) / 1e6) = 3 Credits, the rest of the hold released.
       expect(yield* ledger.window(p.id, PERIOD)).toMatchObject({ spent: 3, reserved: 0 })
       expect(yield* requests.find(plain.hold.requestId, plain.scope)).toMatchObject({ status: "failed", credits_charged: 0, error: { code: "interrupted" } })
-      expect(yield* idempotency.claim(plain.scope, "plain", FP, newRequestId(Date.now()), FAR)).toEqual({ _tag: "Claimed" })
+      expect((yield* claimAgain(p.id, "plain", 2_000))._tag).toBe("Right")
 
-      const charged = yield* requests.find(stream.hold.requestId, stream.scope)
-      expect(charged).toMatchObject({ status: "completed", credits_charged: 3 })
+      expect(yield* requests.find(stream.hold.requestId, stream.scope)).toMatchObject({ status: "completed", credits_charged: 3 })
       const receipt = yield* ledger.receipt(stream.hold.requestId, stream.scope)
       expect(receipt).toMatchObject({ credits_charged: 3, tokens, usage_source: "counted", route: "demo", rate_card_version: "rc_test" })
       // A retry of the interrupted stream replays its end and the charge's evidence: no second run, no 409.
@@ -204,8 +197,7 @@ describe("Recovery of dead epochs", () => {
       const ledger = yield* Ledger
       const p = yield* newProject({ budget_credits: 1_000 })
       const epoch = yield* previousProcess("host-b", 0)
-      const theirs = yield* startRequest(p.id, 400, FAR, "theirs")
-      yield* inEpoch(epoch, theirs.hold.reservationId)
+      yield* inEpoch(epoch, p.id, 400, "theirs")
       yield* TestClock.setTime(9_000)
       yield* Effect.scoped(
         Effect.gen(function* () {
@@ -214,7 +206,7 @@ describe("Recovery of dead epochs", () => {
           expect((yield* ledger.window(p.id, PERIOD)).reserved).toBe(400)
           // The next sweep (10 s later) finds its heartbeat stale.
           yield* TestClock.adjust(10_000)
-          for (let i = 0; i < 20 && (yield* ledger.window(p.id, PERIOD)).reserved !== 0; i++) yield* Effect.yieldNow()
+          for (let i = 0; i < 50 && (yield* ledger.window(p.id, PERIOD)).reserved !== 0; i++) yield* Effect.yieldNow()
           expect((yield* ledger.window(p.id, PERIOD)).reserved).toBe(0)
         })
       )
@@ -225,8 +217,7 @@ describe("Recovery of dead epochs", () => {
       const ledger = yield* Ledger
       const p = yield* newProject({ budget_credits: 1_000 })
       const epoch = yield* previousProcess("host-a", 0)
-      const s = yield* startRequest(p.id, 400, FAR, "empty")
-      yield* inEpoch(epoch, s.hold.reservationId, { route: "demo", rateCardVersion: "rc_test", tokens: { input: 10, cached_input: 0, output: 0, reasoning: 0 }, at: 0 })
+      yield* inEpoch(epoch, p.id, 400, "empty", { route: "demo", rateCardVersion: "rc_test", tokens: { input: 10, cached_input: 0, output: 0, reasoning: 0 }, at: 0 })
       yield* restart
       expect(yield* ledger.window(p.id, PERIOD)).toMatchObject({ spent: 0, reserved: 0 })
     }).pipe(Effect.provide(Store)))

@@ -14,14 +14,13 @@ import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { verifyReceipt } from "../../spec/receipt.ts"
 import type { GatewaySettings } from "../../src/domain/config.ts"
-import { newReceiptId, newRequestId, newReservationId } from "../../src/domain/ids.ts"
-import { type Hold, Ledger } from "../../src/services/Ledger.ts"
 import { Projects } from "../../src/services/Projects.ts"
-import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
-import type { ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
+import { ReceiptKeyLive, ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import { makeChatTransactions, type ReserveArgs } from "../../src/store/chatTransactions.ts"
 import { ChatStore, StoreWorkerEntry } from "../../src/store/ChatStore.ts"
 import { Sqlite } from "../../src/store/Database.ts"
-import { newProject, pendingRequest, storeLayer } from "../services/layers.ts"
+import { DEFAULT_NOW, reserveArgs as portReserveArgs, settleArgs as portSettleArgs } from "../support/portArgs.ts"
+import { newProject, storeLayer } from "../services/layers.ts"
 
 const dirs: Array<string> = []
 afterAll(() => {
@@ -35,60 +34,17 @@ const fileUrl = () => {
 }
 
 const layerFor = (overrides: Partial<GatewaySettings>) =>
-  Layer.mergeAll(ChatStore.Default, Ledger.Default).pipe(
+  ChatStore.Default.pipe(
+    Layer.provide(ReceiptKeyLive),
     Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default)),
     Layer.provideMerge(storeLayer(overrides))
   )
 
-const PERIOD = "2026-01"
-const NOW = Date.UTC(2026, 0, 15)
+const NOW = DEFAULT_NOW
 
-/**
- * A reservation that sizes to exactly `amount` Credits: `amount` input tokens at 1 Credit each
- * (1,000,000 per million), free output, one output token.
- */
-const reserveArgs = (projectId: string, amount: number, claim?: { key: string; fingerprint: string }): ReserveArgs => {
-  const requestId = newRequestId(NOW)
-  const hold = { reservationId: newReservationId(NOW), requestId, projectId, period: PERIOD, deadline: NOW + 60_000 }
-  return {
-    now: NOW,
-    epoch: 1,
-    claim: claim === undefined ? undefined : { scope: { projectId, environment: "development" }, ...claim },
-    request: pendingRequest({ id: requestId, projectId, idempotencyKey: claim?.key ?? null, rateCardVersion: "rc_2026-01", createdAt: NOW }),
-    hold,
-    sizing: {
-      chain: [{ name: "demo", prices: { input: 1_000_000, output: 0 }, routeLimit: 16 }],
-      inputTokens: amount,
-      requested: 1,
-      maxCredits: undefined,
-      maxCreditsParam: "X-Max-Credits",
-      period: PERIOD
-    }
-  }
-}
-
-/** The hold a reservation of `amount` makes. */
-const holdOf = (r: ReserveArgs, amount: number): Hold => ({ ...r.hold, amount })
-
-const settleArgs = (r: ReserveArgs, amount: number, charge: number): SettleArgs => ({
-  now: NOW + 1,
-  hold: holdOf(r, amount),
-  receiptId: newReceiptId(NOW),
-  organization: "org_test",
-  environment: "development",
-  model: "auto",
-  route: "demo",
-  rateCardVersion: "rc_2026-01",
-  tokens: { input: 10, cached_input: 0, output: 5, reasoning: 0 },
-  usageSource: "reported",
-  charge,
-  verification: { state: "verified", checks: ["route", "schema", "budget"], failed_checks: [] },
-  attempts: [{ route: "demo", provider: "demo", outcome: "ok", duration_ms: 1 }],
-  idempotent:
-    r.claim === undefined
-      ? undefined
-      : { scope: r.claim.scope, key: r.claim.key, ttlMs: 86_400_000, result: { status: 200, contentType: "application/json", body: new TextEncoder().encode('{"ok":true}') } }
-})
+const reserveArgs = (projectId: string, amount: number, claim?: { key: string; fingerprint: string }): ReserveArgs =>
+  portReserveArgs(projectId, amount, claim === undefined ? {} : { claim })
+const settleArgs = (r: ReserveArgs, amount: number, charge: number) => portSettleArgs(r, amount, charge)
 
 /** Everything the four transactions write, in a comparable form (ids and times left out). */
 const snapshot = (db: Database.Database, projectId: string) => ({
@@ -244,11 +200,15 @@ describe("ChatStore", () => {
       const outcome = await rt.runPromise(
         Effect.gen(function* () {
           const store = yield* ChatStore
-          const ledger = yield* Ledger
+          // The same reservation body, run inline on the main thread's connection: the second writer.
+          const main = yield* Sqlite
+          const inline = makeChatTransactions(main.db, { keyId: "", seal: () => { throw new Error("no settlement here") } })
           const p = yield* newProject({ budget_credits: 1_000 })
           // 40 holds of 30 through the worker, 40 through the main thread's connection, interleaved.
           const viaWorker = Array.from({ length: 40 }, () => Effect.exit(Effect.asVoid(Effect.mapError(store.reserve(reserveArgs(p.id, 30)), (e) => e._tag))))
-          const viaMain = Array.from({ length: 40 }, () => Effect.exit(Effect.mapError(ledger.reserve(holdOf(reserveArgs(p.id, 30), 30)), (e) => e._tag)))
+          const viaMain = Array.from({ length: 40 }, () =>
+            Effect.exit(Effect.asVoid(Effect.mapError(main.transact<unknown, { _tag: string }>((abort) => inline.reserve(reserveArgs(p.id, 30), abort)), (e) => e._tag)))
+          )
           const exits = yield* Effect.all(viaWorker.flatMap((w, i) => [w, viaMain[i]!]), { concurrency: "unbounded" })
           return { p, exits }
         })
@@ -358,5 +318,44 @@ describe("ChatStore", () => {
     const child = spawnSync(process.execPath, ["--import", "tsx", "test/support/startStore.ts", file], { encoding: "utf8", timeout: 60_000 })
     // An unref'ed worker before it is up leaves the loop empty: Node then exits 13 (unsettled await).
     expect({ status: child.status, out: child.stdout.trim() }).toEqual({ status: 0, out: JSON.stringify({ runsIn: "worker", health: { ok: true } }) })
+  })
+})
+
+describe("assertion mode (TOLLGATE_ASSERT=1)", () => {
+  it("a settlement or abandonment that leaves its window off the rulebook dies and rolls back, in the worker and inline", async () => {
+    for (const databaseUrl of [fileUrl().url, "sqlite::memory:"]) {
+      const rt = ManagedRuntime.make(layerFor({ databaseUrl, assertInvariants: true }))
+      try {
+        const outcome = await rt.runPromise(
+          Effect.gen(function* () {
+            const store = yield* ChatStore
+            const sql = yield* SqlClient.SqlClient
+            const p = yield* newProject({ budget_credits: 1_000 })
+            // A sound window: settling and abandoning pass the check.
+            const ok = reserveArgs(p.id, 100)
+            yield* store.reserve(ok)
+            yield* store.settle(settleArgs(ok, 100, 40))
+            const a = reserveArgs(p.id, 50)
+            const b = reserveArgs(p.id, 60)
+            yield* store.reserve(a)
+            yield* store.reserve(b)
+            // Plant a violation: spent no longer equals the receipts' sum.
+            yield* sql`UPDATE budget_windows SET spent = spent + 1 WHERE project_id = ${p.id}`
+            const settled = yield* Effect.exit(store.settle(settleArgs(a, 50, 10)))
+            const abandoned = yield* Effect.exit(store.abandon({ now: NOW + 2, reservationId: b.hold.reservationId, requestId: b.request.id, code: "x", message: "x", attempts: [], idempotent: undefined }))
+            const rows = yield* sql<{ state: string }>`SELECT state FROM reservations WHERE project_id = ${p.id} ORDER BY amount`
+            return { settled, abandoned, states: rows.map((r) => r.state), runsIn: store.runsIn }
+          })
+        )
+        for (const exit of [outcome.settled, outcome.abandoned]) {
+          expect(Exit.isFailure(exit) && Cause.isDie(exit.cause), `${outcome.runsIn}: ${String(exit)}`).toBe(true)
+          if (Exit.isFailure(exit)) expect(String(Cause.squash(exit.cause))).toMatch(/TOLLGATE_ASSERT: window .* spent-equals-receipts \(spent (41|51), receipts sum (40|50)\)/)
+        }
+        // Both rolled back: the holds are still held.
+        expect(outcome.states).toEqual(["held", "held", "settled"])
+      } finally {
+        await rt.dispose()
+      }
+    }
   })
 })

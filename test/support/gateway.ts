@@ -56,6 +56,8 @@ export const startGateway = async (
   const dir = mkdtempSync(join(tmpdir(), "tollgate-test-"))
   const dbPath = join(dir, "tollgate.db")
   const settings = makeSettings({
+    // The end-to-end suite runs in assertion mode: every settlement and abandonment checks its window.
+    assertInvariants: true,
     databaseUrl: `sqlite:${dbPath}`,
     adminToken: Option.some(Redacted.make(ADMIN_TOKEN)),
     gateway,

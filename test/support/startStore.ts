@@ -5,11 +5,12 @@
  */
 import { Layer, ManagedRuntime } from "effect"
 import { makeSettings, Settings } from "../../src/domain/config.ts"
-import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import { ReceiptKeyLive, ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { ChatStore } from "../../src/store/ChatStore.ts"
 import { DatabaseLive } from "../../src/store/Database.ts"
 
 const layer = ChatStore.Default.pipe(
+  Layer.provide(ReceiptKeyLive),
   Layer.provideMerge(ReceiptSigner.Default),
   Layer.provideMerge(DatabaseLive),
   Layer.provide(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${process.argv[2]}` })))

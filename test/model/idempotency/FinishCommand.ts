@@ -1,20 +1,25 @@
-/** The owner stores its response; only the owner, only while in flight (a finished result is final). */
+/**
+ * The owner's call settles through the store port, storing its response for replay in the settlement
+ * transaction; only the owner, only while in flight (a finished result is final, an expired claim is gone).
+ */
 import { Effect } from "effect"
 import * as Idem from "../../../spec/idempotency.ts"
-import { IdempotencyStore } from "../../../src/services/IdempotencyStore.ts"
+import { ChatStore } from "../../../src/store/ChatStore.ts"
+import { settleArgs } from "../../support/portArgs.ts"
 import { nowMillis, run } from "../support/runtime.ts"
 import { checkInvariants, type IdemCommand, type IdemModel, type IdemReal, RESULT_TTL_MS, specScope, sweep } from "./model.ts"
 
-const encoder = new TextEncoder()
-
 export class FinishCommand implements IdemCommand {
   constructor(readonly pick: number, readonly status: number, readonly body: string) {}
-  check = (m: Readonly<IdemModel>) => m.claims.length > 0
+  check = (m: Readonly<IdemModel>) => m.claims.some((c) => c.open)
   async run(m: IdemModel, r: IdemReal): Promise<void> {
-    const c = m.claims[this.pick % m.claims.length]!
+    const open = m.claims.filter((c) => c.open)
+    const c = open[this.pick % open.length]!
     const scope = r.scopes[c.scope]!
     const now = await nowMillis(r.rt)
-    await run(r.rt, Effect.flatMap(IdempotencyStore, (s) => s.finish(scope, c.key, c.requestId, { status: this.status, contentType: "application/json", body: encoder.encode(this.body) }, RESULT_TTL_MS)))
+    const call = r.calls.get(c.requestId)!
+    await run(r.rt, Effect.flatMap(ChatStore, (s) => s.settle(settleArgs(call, 0, 0, { now, result: { status: this.status, body: this.body }, ttlMs: RESULT_TTL_MS }))))
+    c.open = false
     sweep(m, now)
     const step = Idem.finish(m.state, specScope(scope), c.key, c.requestId, { status: this.status, body: this.body }, now, RESULT_TTL_MS)
     r.coverage.hit("Finish", step.outcome._tag)

@@ -1,7 +1,11 @@
-/** A failure that charged nothing frees the key — only the owner's in-flight claim, never a finished one. */
+/**
+ * A call that charged nothing is abandoned through the store port, which frees its key — only the
+ * owner's in-flight claim, never a finished one; abandoning twice changes nothing.
+ */
 import { Effect } from "effect"
 import * as Idem from "../../../spec/idempotency.ts"
-import { IdempotencyStore } from "../../../src/services/IdempotencyStore.ts"
+import { ChatStore } from "../../../src/store/ChatStore.ts"
+import { abandonArgs } from "../../support/portArgs.ts"
 import { nowMillis, run } from "../support/runtime.ts"
 import { checkInvariants, type IdemCommand, type IdemModel, type IdemReal, specScope, sweep } from "./model.ts"
 
@@ -12,7 +16,8 @@ export class ReleaseCommand implements IdemCommand {
     const c = m.claims[this.pick % m.claims.length]!
     const scope = r.scopes[c.scope]!
     const now = await nowMillis(r.rt)
-    await run(r.rt, Effect.flatMap(IdempotencyStore, (s) => s.release(scope, c.key, c.requestId)))
+    await run(r.rt, Effect.flatMap(ChatStore, (s) => s.abandon(abandonArgs(r.calls.get(c.requestId)!, { now }))))
+    c.open = false
     sweep(m, now)
     const step = Idem.release(m.state, specScope(scope), c.key, c.requestId)
     r.coverage.hit("Release", step.outcome._tag)

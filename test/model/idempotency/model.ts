@@ -1,5 +1,8 @@
 /**
- * IdempotencyStore model run: the real store (SQLite, TestClock) against spec/idempotency.ts.
+ * Idempotency model run: the store port production runs — the claim inside the reservation, the
+ * stored result inside the settlement, the release inside the abandonment (src/store/ChatStore.ts),
+ * in the store worker on a SQLite file — and the IdempotencyStore service's `peek`, on TestClock,
+ * against spec/idempotency.ts.
  *
  * Expiry follows the spec: an in-flight claim lives until the deadline its caller passes (the
  * reservation deadline, so a crashed request frees its key), a finished record `idempotencyTtl`
@@ -11,9 +14,12 @@ import { Effect } from "effect"
 import type fc from "fast-check"
 import { expect } from "vitest"
 import * as Idem from "../../../spec/idempotency.ts"
+import { periodOf } from "../../../spec/ledger.ts"
 import { type ClaimOutcome, IdempotencyStore, type Scope } from "../../../src/services/IdempotencyStore.ts"
+import type { ReserveArgs } from "../../../src/store/chatTransactions.ts"
+import { reserveArgs } from "../../support/portArgs.ts"
 import type { Coverage } from "../support/coverage.ts"
-import { nowMillis, run, select, type ServicesRuntime } from "../support/runtime.ts"
+import { nowMillis, run, select, type TimedPortRuntime } from "../support/runtime.ts"
 
 /** The claim deadline callers pass (the reservation TTL) and the finished-record TTL (≥ 24 h). */
 export const CLAIM_TTL_MS = 15 * 60_000
@@ -24,20 +30,43 @@ export const FINGERPRINTS = ["fp-a", "fp-b"] as const
 
 export interface IdemModel {
   state: Idem.IdempotencyState
-  /** Every claim that won, for finish/release to pick from (including stale ones). */
-  readonly claims: Array<{ readonly scope: number; readonly key: string; readonly requestId: string }>
+  /**
+   * Every claim that won, for finish/release to pick from (including stale ones). `open` until its
+   * call settled or was abandoned: a call settles at most once (settling twice is a defect the ledger
+   * refuses), so only an open claim can finish.
+   */
+  readonly claims: Array<{ readonly scope: number; readonly key: string; readonly requestId: string; open: boolean }>
 }
 
 export interface IdemReal {
-  readonly rt: ServicesRuntime
+  readonly rt: TimedPortRuntime
   readonly coverage: Coverage
   readonly scopes: ReadonlyArray<Scope>
+  /** The reservation each winning claim was made with, by request id (settle and abandon need it). */
+  readonly calls: Map<string, ReserveArgs>
   /** Drives the start order of racing claims (a scheduler of its own, see ConcurrentClaimCommand). */
   readonly scheduler: fc.Scheduler | undefined
   nextId: () => string
 }
 
 export type IdemCommand = fc.AsyncCommand<IdemModel, IdemReal>
+
+/** The reservation a call with an idempotency key sends: the claim, and a hold of 0 Credits. */
+export const claimCall = (scope: Scope, key: string, fingerprint: string, requestId: string, now: number): ReserveArgs =>
+  reserveArgs(scope.projectId, 0, {
+    now,
+    period: periodOf(now),
+    deadline: now + CLAIM_TTL_MS,
+    claim: { key, fingerprint, environment: scope.environment },
+    ids: { reservationId: `rsv_${requestId.slice(4)}`, requestId }
+  })
+
+/** What the port's reserve answered, as a claim outcome. */
+export const claimOutcomeOf = (result: { readonly _tag: "Right" } | { readonly _tag: "Left"; readonly left: { readonly _tag: string; readonly outcome?: ClaimOutcome } }): ClaimOutcome => {
+  if (result._tag === "Right") return { _tag: "Claimed" }
+  if (result.left._tag !== "ClaimLost" || result.left.outcome === undefined) throw new Error(`reserve refused: ${JSON.stringify(result.left)}`)
+  return result.left.outcome
+}
 
 export const specScope = (s: Scope): Idem.Scope => ({ project: s.projectId, environment: s.environment })
 

@@ -1,7 +1,8 @@
 /**
- * N reservations race on one window (no surrounding transaction: the service's own guarded UPDATE must
- * make each atomic). The fiber yield budget is tiny so the fibers really interleave statement by
- * statement; in the scheduled property fast-check's scheduler also picks the order they start in.
+ * N reservations race on one window through the store port: sent from racing fibers, they reach the
+ * store worker in one batch or spread over several (the scheduled property's scheduler picks the
+ * order they start in, and a tiny fiber yield budget lets them interleave), where each is sized and
+ * guarded in its own savepoint of a group commit.
  *
  * Linearizable iff the admitted ones fit together and each refused one would not fit on top of all
  * admitted ones: then "admitted first, refused after" is a serial order the model agrees with.
@@ -9,17 +10,18 @@
 import { Effect, Exit } from "effect"
 import { expect } from "vitest"
 import * as Ledger from "../../../spec/ledger.ts"
-import { Ledger as LedgerService } from "../../../src/services/Ledger.ts"
+import { ChatStore } from "../../../src/store/ChatStore.ts"
 import { runExit } from "../support/runtime.ts"
-import { checkInvariants, holdOf, type LedgerCommand, type LedgerModel, type LedgerReal, PERIODS } from "./model.ts"
+import { checkInvariants, type LedgerCommand, type LedgerModel, type LedgerReal, PERIODS, reservationOf } from "./model.ts"
 
 export class ConcurrentReserveCommand implements LedgerCommand {
   constructor(readonly project: number, readonly period: number, readonly amounts: ReadonlyArray<number>, readonly opsBeforeYield: number) {}
   check = () => true as const
   async run(m: LedgerModel, r: LedgerReal): Promise<void> {
-    const holds = this.amounts.map((a) => holdOf(r, r.projects[this.project]!, PERIODS[this.period]!, a))
+    const args = this.amounts.map((a) => reservationOf(r, r.projects[this.project]!, PERIODS[this.period]!, a))
+    const holds = args.map((a, i) => ({ ...a.hold, amount: this.amounts[i]! }))
     const start = (i: number) =>
-      runExit(r.rt, Effect.flatMap(LedgerService, (l) => l.reserve(holds[i]!)).pipe(Effect.withMaxOpsBeforeYield(this.opsBeforeYield)))
+      runExit(r.rt, Effect.flatMap(ChatStore, (s) => s.reserve(args[i]!)).pipe(Effect.withMaxOpsBeforeYield(this.opsBeforeYield)))
     const s = r.scheduler
     const all = Promise.all(holds.map((_, i) => (s === undefined ? start(i) : s.schedule(Promise.resolve(i), `reserve#${i}`).then(start))))
     // The racing starts use their own scheduler: inside scheduledModelRun this command already runs
@@ -27,7 +29,7 @@ export class ConcurrentReserveCommand implements LedgerCommand {
     // own tasks (fast-check 3.23's waitOne awaits the running task), so a second one drives them.
     const exits = await (s === undefined ? all : s.waitFor(all))
     for (const e of exits) {
-      expect(Exit.isSuccess(e) || (e.cause._tag === "Fail" && e.cause.error._tag === "BudgetExceeded"), String(e)).toBe(true)
+      expect(Exit.isSuccess(e) || (e.cause._tag === "Fail" && e.cause.error._tag === "OverBudget"), String(e)).toBe(true)
     }
     const admitted = holds.filter((_, i) => Exit.isSuccess(exits[i]!))
     const refused = holds.filter((_, i) => !Exit.isSuccess(exits[i]!))
@@ -38,7 +40,7 @@ export class ConcurrentReserveCommand implements LedgerCommand {
       expect(step.outcome._tag, `no serial order explains ${wasAdmitted ? "admitting" : "refusing"} ${h.amount} (admitted ${admitted.map((x) => x.amount)}, refused ${refused.map((x) => x.amount)})`).toBe(
         wasAdmitted ? "Reserved" : "BudgetExceeded"
       )
-      if (wasAdmitted) r.holds.set(h.reservationId, h)
+      if (wasAdmitted) r.holds.set(h.reservationId, args[holds.indexOf(h)]!)
       state = step.state
     }
     m.state = state

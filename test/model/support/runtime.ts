@@ -5,7 +5,10 @@
  * never see each other's state and no store is rebuilt per run.
  */
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Layer, ManagedRuntime, TestClock, TestContext } from "effect"
+import { Duration, Effect, Layer, ManagedRuntime, TestClock, TestContext, type TestServices } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { makeSettings, Settings } from "../../../src/domain/config.ts"
 import { ServicesLive } from "../../../src/server.ts"
 import { IdempotencyStore } from "../../../src/services/IdempotencyStore.ts"
@@ -13,7 +16,8 @@ import { KeyRegistry } from "../../../src/services/KeyRegistry.ts"
 import { Ledger } from "../../../src/services/Ledger.ts"
 import { Projects } from "../../../src/services/Projects.ts"
 import { RateLimiter } from "../../../src/services/RateLimiter.ts"
-import { ReceiptSigner } from "../../../src/services/ReceiptSigner.ts"
+import { ReceiptKeyLive, ReceiptSigner } from "../../../src/services/ReceiptSigner.ts"
+import { ChatStore } from "../../../src/store/ChatStore.ts"
 import { DatabaseLive } from "../../../src/store/Database.ts"
 
 const servicesLayer = ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: "sqlite::memory:" }))))
@@ -38,6 +42,49 @@ export const makeServicesRuntime = () => ManagedRuntime.make(timedLayer.pipe(Lay
 export const makeLiveServicesRuntime = (): ServicesRuntime => ManagedRuntime.make(servicesLayer) as unknown as ServicesRuntime
 
 /**
+ * What production runs, for the models of the money path: `ServicesLive` over a SQLite FILE, so the
+ * store port (ChatStore) runs its transactions in the store worker, batched and group-committed,
+ * exactly as it serves requests. Each runtime gets its own file (removed on dispose).
+ */
+export const makePortRuntime = (): PortRuntime => {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-model-"))
+  const rt = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}`, assertInvariants: true }))), Layer.orDie))
+  const dispose = rt.dispose.bind(rt)
+  return Object.assign(rt, {
+    dispose: async () => {
+      await dispose()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+}
+/**
+ * The store port in the worker on a SQLite file, with the governance services, on TestClock: for the
+ * money-path models where time matters (idempotency expiry). No Gateway and no Recovery sweep (see
+ * `timedLayer`); the transactions take their `now` from their arguments, as the Gateway passes it.
+ */
+export const makeTimedPortRuntime = (): TimedPortRuntime => {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-model-"))
+  const layer = Layer.mergeAll(Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive))).pipe(
+    Layer.provideMerge(Layer.mergeAll(Projects.Default, IdempotencyStore.Default, ReceiptSigner.Default)),
+    Layer.provideMerge(DatabaseLive),
+    Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}`, assertInvariants: true }))),
+    Layer.provideMerge(TestContext.TestContext)
+  )
+  const rt = ManagedRuntime.make(layer)
+  const dispose = rt.dispose.bind(rt)
+  return Object.assign(rt, {
+    dispose: async () => {
+      await dispose()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+}
+export type TimedPortRuntime = ManagedRuntime.ManagedRuntime<ChatStore | Ledger | Projects | IdempotencyStore | ReceiptSigner | SqlClient.SqlClient | Settings | TestServices.TestServices, never>
+
+export type PortRuntime = ManagedRuntime.ManagedRuntime<Layer.Layer.Success<typeof servicesLayer>, never>
+export type PortServices = Layer.Layer.Success<typeof servicesLayer>
+
+/**
  * Fiber yield budgets for racing operations: small budgets make fibers interleave statement by
  * statement. Budgets of 16 ops or fewer can make Effect 3's runtime hang on a contended Semaphore
  * (reproducible with a bare `Effect.makeSemaphore`, unrelated to Tollgate), so stay above that.
@@ -48,20 +95,21 @@ export type ServicesRuntime = ReturnType<typeof makeServicesRuntime>
 export type Services = ManagedRuntime.ManagedRuntime.Context<ServicesRuntime>
 
 /** Run an effect on the runtime and return its Exit (failures and defects are data, for comparison). */
-export const runExit = <A, E>(rt: ServicesRuntime, effect: Effect.Effect<A, E, Services>) => rt.runPromiseExit(effect)
+export const runExit = <A, E, R>(rt: ManagedRuntime.ManagedRuntime<R, never>, effect: Effect.Effect<A, E, R>) => rt.runPromiseExit(effect)
 
-export const run = <A, E>(rt: ServicesRuntime, effect: Effect.Effect<A, E, Services>): Promise<A> => rt.runPromise(effect)
+export const run = <A, E, R>(rt: ManagedRuntime.ManagedRuntime<R, never>, effect: Effect.Effect<A, E, R>): Promise<A> => rt.runPromise(effect)
 
 /** Move the TestClock forward. */
-export const advance = (rt: ServicesRuntime, millis: number) => rt.runPromise(TestClock.adjust(Duration.millis(millis)))
+export const advance = <R>(rt: ManagedRuntime.ManagedRuntime<R | TestServices.TestServices, never>, millis: number) =>
+  rt.runPromise(TestClock.adjust(Duration.millis(millis)))
 
-export const nowMillis = (rt: ServicesRuntime) => rt.runPromise(Effect.clockWith((c) => c.currentTimeMillis))
+export const nowMillis = <R>(rt: ManagedRuntime.ManagedRuntime<R, never>) => rt.runPromise(Effect.clockWith((c) => c.currentTimeMillis))
 
 /** Raw read of the store, for invariants the service interfaces do not expose. */
 export const select = <Row extends object>(text: string, ...params: ReadonlyArray<unknown>) =>
   Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<Row>(text, params as Array<any>)).pipe(Effect.orDie)
 
-export const query = <Row extends object>(rt: ServicesRuntime, text: string, ...params: ReadonlyArray<unknown>) =>
+export const query = <Row extends object>(rt: ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, never>, text: string, ...params: ReadonlyArray<unknown>) =>
   rt.runPromise(select<Row>(text, ...params))
 
 /**
@@ -69,14 +117,14 @@ export const query = <Row extends object>(rt: ServicesRuntime, text: string, ...
  * thousands of runs in one store make its tables large enough that the per-command invariant
  * queries dominate the deep profile.
  */
-export class RuntimePool {
-  private current: ServicesRuntime | undefined
+export class RuntimePool<R extends { dispose(): Promise<void> } = ServicesRuntime> {
+  private current: R | undefined
   private used = 0
-  private readonly retired: Array<ServicesRuntime> = []
-  constructor(private readonly make: () => ServicesRuntime, private readonly runsPerStore = 250) {}
+  private readonly retired: Array<R> = []
+  constructor(private readonly make: () => R, private readonly runsPerStore = 250) {}
 
   /** The runtime for the next run. */
-  next(): ServicesRuntime {
+  next(): R {
     if (this.current === undefined || this.used >= this.runsPerStore) {
       if (this.current !== undefined) this.retired.push(this.current)
       this.current = this.make()

@@ -1,13 +1,15 @@
 /**
- * IdempotencyStore: the claim is one INSERT, a finished record replays its exact bytes, a different
+ * The idempotency records' statements (src/store/idempotencyStatements.ts) and the IdempotencyStore
+ * service's reads: the claim is one INSERT, a finished record replays its exact bytes, a different
  * payload is a conflict, a release frees the key, records expire, and a duplicate waits boundedly.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, TestClock } from "effect"
 import { checkKey, fingerprintOf, IdempotencyStore, validIdempotencyKey } from "../../src/services/IdempotencyStore.ts"
-import { storeLayer } from "./layers.ts"
+import { idempotencyStatements } from "../support/statements.ts"
+import { storeLayer } from "../services/layers.ts"
 
-const Live = IdempotencyStore.Default.pipe(Layer.provide(storeLayer()))
+const Live = IdempotencyStore.Default.pipe(Layer.provideMerge(storeLayer()))
 
 const scope = { projectId: "prj_a", environment: "development" }
 const KEY = "order-42"
@@ -22,7 +24,7 @@ const BODY = new Uint8Array([0x7b, 0x00, 0xff, 0xfe, 0x80, 0x0a, 0x7d])
 describe("IdempotencyStore.claim", () => {
   it.effect("two concurrent claims of one key: exactly one is Claimed, the other sees it in flight", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       const outcomes = yield* Effect.all(
         [store.claim(scope, KEY, FP, "req_1", FAR), store.claim(scope, KEY, FP, "req_2", FAR)],
         { concurrency: "unbounded" }
@@ -35,7 +37,7 @@ describe("IdempotencyStore.claim", () => {
 
   it.effect("finish → a duplicate replays status, content type, request id and identical bytes", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       expect(yield* store.claim(scope, KEY, FP, "req_1", FAR)).toEqual({ _tag: "Claimed" })
       yield* store.finish(scope, KEY, "req_1", { status: 201, contentType: "application/x-test", body: BODY }, DAY)
       const again = yield* store.claim(scope, KEY, FP, "req_2", FAR)
@@ -50,7 +52,7 @@ describe("IdempotencyStore.claim", () => {
 
   it.effect("a different payload under the same key is a Conflict, in flight or finished", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, KEY, FP, "req_1", FAR)
       expect(yield* store.claim(scope, KEY, OTHER_FP, "req_2", FAR)).toEqual({ _tag: "Conflict" })
       yield* store.finish(scope, KEY, "req_1", { status: 200, contentType: "application/json", body: BODY }, DAY)
@@ -60,7 +62,7 @@ describe("IdempotencyStore.claim", () => {
 
   it.effect("the same key in another project or environment is a separate record", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, KEY, FP, "req_1", FAR)
       expect(yield* store.claim({ ...scope, environment: "production" }, KEY, OTHER_FP, "req_2", FAR)).toEqual({ _tag: "Claimed" })
       expect(yield* store.claim({ ...scope, projectId: "prj_b" }, KEY, OTHER_FP, "req_3", FAR)).toEqual({ _tag: "Claimed" })
@@ -68,7 +70,7 @@ describe("IdempotencyStore.claim", () => {
 
   it.effect("release frees an in-flight claim of its owner only; a finished record is never released", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, KEY, FP, "req_1", FAR)
       yield* store.release(scope, KEY, "req_other")
       expect(yield* store.peek(scope, KEY, FP)).toEqual({ _tag: "InFlight", requestId: "req_1" })
@@ -82,7 +84,7 @@ describe("IdempotencyStore.claim", () => {
 
   it.effect("releaseRequests frees the in-flight claims of the named requests and nothing else", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, "k1", FP, "req_1", FAR)
       yield* store.claim(scope, "k2", FP, "req_2", FAR)
       yield* store.claim(scope, "k3", FP, "req_3", FAR)
@@ -98,7 +100,7 @@ describe("IdempotencyStore.claim", () => {
 describe("IdempotencyStore expiry", () => {
   it.effect("an in-flight claim lapses at its claim deadline and can be re-taken", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, KEY, FP, "req_1", 1_000)
       yield* TestClock.adjust(999)
       expect(yield* store.claim(scope, KEY, FP, "req_2", 5_000)).toEqual({ _tag: "InFlight", requestId: "req_1" })
@@ -110,7 +112,7 @@ describe("IdempotencyStore expiry", () => {
 
   it.effect("a finished record replays for its whole TTL and is gone after it", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, KEY, FP, "req_1", 1_000)
       yield* TestClock.adjust(500)
       // The TTL counts from the finish, not from the claim.
@@ -126,7 +128,7 @@ describe("IdempotencyStore expiry", () => {
 describe("IdempotencyStore.awaitSettled", () => {
   it.effect("times out with IdempotencyConflict when the original stays in flight", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, KEY, FP, "req_1", FAR)
       const waiter = yield* Effect.fork(Effect.flip(store.awaitSettled(scope, KEY, FP, 250)))
       yield* TestClock.adjust(249)
@@ -139,7 +141,7 @@ describe("IdempotencyStore.awaitSettled", () => {
 
   it.effect("returns the replay once the original finishes while it waits", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, KEY, FP, "req_1", FAR)
       const waiter = yield* Effect.fork(store.awaitSettled(scope, KEY, FP, 10_000))
       yield* TestClock.adjust(50)
@@ -151,7 +153,7 @@ describe("IdempotencyStore.awaitSettled", () => {
 
   it.effect("returns Claimed (run it yourself) once the original releases its claim", () =>
     Effect.gen(function* () {
-      const store = yield* IdempotencyStore
+      const store = yield* idempotencyStatements
       yield* store.claim(scope, KEY, FP, "req_1", FAR)
       const waiter = yield* Effect.fork(store.awaitSettled(scope, KEY, FP, 10_000))
       yield* TestClock.adjust(20)

@@ -1,16 +1,18 @@
 /**
- * Ledger: the guarded reservation (spent + reserved ≤ cap), settle/void exactly once, windows per
+ * The ledger's statements (src/store/ledgerStatements.ts), one at a time: the guarded reservation (spent + reserved ≤ cap), settle/void exactly once, windows per
  * calendar month, and the per-project receipt chain written with the charge.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Layer, TestClock } from "effect"
 import { GENESIS_HASH, verifyReceipt } from "../../spec/receipt.ts"
+import { holdRefusedMessage } from "../../src/domain/budgetSizing.ts"
 import type { TokenCounts } from "../../spec/pricing.ts"
 import { newReceiptId, newRequestId, newReservationId } from "../../src/domain/ids.ts"
 import { type Hold, Ledger, periodOf, type Settlement } from "../../src/services/Ledger.ts"
 import { Projects } from "../../src/services/Projects.ts"
 import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
-import { newProject, storeLayer } from "./layers.ts"
+import { ledgerStatements } from "../support/statements.ts"
+import { newProject, storeLayer } from "../services/layers.ts"
 
 const Live = Ledger.Default.pipe(Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default)), Layer.provideMerge(storeLayer()))
 
@@ -48,13 +50,13 @@ const windowOf = (projectId: string, period = JAN) => Effect.flatMap(Ledger, (l)
 describe("Ledger.reserve", () => {
   it.effect("admits an exact fit and refuses one Credit over, leaving the window unchanged", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       expect(yield* windowOf(p.id)).toEqual({ period: JAN, cap: 100, spent: 0, reserved: 0 })
 
       const over = yield* Effect.flip(ledger.reserve(holdOf(p.id, 101)))
       expect(over._tag).toBe("BudgetExceeded")
-      expect(over.message).toContain("needs up to 101 Credits")
+      expect(holdRefusedMessage(101, JAN)).toContain("needs up to 101 Credits")
       expect(yield* windowOf(p.id)).toEqual({ period: JAN, cap: 100, spent: 0, reserved: 0 })
 
       yield* ledger.reserve(holdOf(p.id, 60))
@@ -68,7 +70,7 @@ describe("Ledger.reserve", () => {
 
   it.effect("counts what was spent: settled charges leave less room for new holds", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       const h = holdOf(p.id, 80)
       yield* ledger.reserve(h)
@@ -80,7 +82,7 @@ describe("Ledger.reserve", () => {
 
   it.effect("the cap is read at reservation time: a raised cap admits more at once", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const projects = yield* Projects
       const p = yield* newProject({ budget_credits: 10 })
       expect((yield* Effect.flip(ledger.reserve(holdOf(p.id, 50))))._tag).toBe("BudgetExceeded")
@@ -91,7 +93,7 @@ describe("Ledger.reserve", () => {
 
   it.effect("windows roll over by period: a full January does not limit February", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       const jan = holdOf(p.id, 100, JAN)
       yield* ledger.reserve(jan)
@@ -112,7 +114,7 @@ describe("Ledger.reserve", () => {
 describe("Ledger.settle and release", () => {
   it.effect("settle posts the charge, releases the rest of the hold and writes a signed receipt", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const signer = yield* ReceiptSigner
       const p = yield* newProject({ budget_credits: 1_000 })
       const h = holdOf(p.id, 100)
@@ -140,7 +142,7 @@ describe("Ledger.settle and release", () => {
 
   it.effect("a charge above the hold is capped at the hold: posts min(charge, amount)", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       const h = holdOf(p.id, 100)
       yield* ledger.reserve(h)
@@ -151,7 +153,7 @@ describe("Ledger.settle and release", () => {
 
   it.effect("the clamp uses the amount stored with the hold, not what the caller claims it reserved", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       const h = holdOf(p.id, 10)
       yield* ledger.reserve(h)
@@ -163,7 +165,7 @@ describe("Ledger.settle and release", () => {
 
   it.effect("extendHold moves a live hold's deadline out of the sweep's reach, and only a live one", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       const h = holdOf(p.id, 10)
       yield* ledger.reserve(h)
@@ -177,7 +179,7 @@ describe("Ledger.settle and release", () => {
 
   it.effect("settling a hold twice dies and changes nothing the second time", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       const h = holdOf(p.id, 50)
       yield* ledger.reserve(h)
@@ -196,7 +198,7 @@ describe("Ledger.settle and release", () => {
 
   it.effect("release voids a hold once: true then false, and never touches spent", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       const h = holdOf(p.id, 70)
       yield* ledger.reserve(h)
@@ -215,7 +217,7 @@ describe("Ledger.settle and release", () => {
 
   it.effect("expiredHolds lists held reservations whose deadline has passed, only", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 100 })
       const early = { ...holdOf(p.id, 1), deadline: 1_000 }
       const late = { ...holdOf(p.id, 1), deadline: 5_000 }
@@ -231,7 +233,7 @@ describe("Ledger.settle and release", () => {
 describe("Ledger receipt chain and usage", () => {
   it.effect("receipts of a project chain by prev_hash with seq 1, 2, 3; each project has its own chain", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const signer = yield* ReceiptSigner
       const a = yield* newProject({ budget_credits: 1_000 })
       const b = yield* newProject({ budget_credits: 1_000 })
@@ -257,7 +259,7 @@ describe("Ledger receipt chain and usage", () => {
 
   it.effect("usage sums the receipts of one scope and window, per route", () =>
     Effect.gen(function* () {
-      const ledger = yield* Ledger
+      const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 10_000 })
       const other = yield* newProject({ budget_credits: 10_000 })
       const settleOne = (projectId: string, route: string, charge: number, tokens: TokenCounts, period = JAN, environment = "development") =>

@@ -4,6 +4,7 @@
  * transaction (src/store/chatTransactions.ts), so the cap and the hold are decided on the same
  * snapshot the guarded UPDATE then applies; POST /v1/routing/evaluate runs it on a plain read.
  * The rule is the rulebook's (`decideChainCap` in spec/pricing.ts); this adds the error messages.
+ * It lives in domain/ because both the services (evaluate) and the store's reservation body use it.
  */
 import { decideChainCap, type Prices } from "../../spec/pricing.ts"
 
@@ -51,3 +52,7 @@ export const sizeReservation = (r: SizingRequest, cap: number, remaining: number
         param: null
       }
 }
+
+/** Why the guarded UPDATE refused a hold the sizing let through (a bug or a cap lowered meanwhile). */
+export const holdRefusedMessage = (amount: number, period: string): string =>
+  `This request needs up to ${amount} Credits but the project's remaining budget for ${period} is smaller. Raise the budget cap or wait for the next settlement window.`

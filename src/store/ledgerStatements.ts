@@ -1,0 +1,220 @@
+/**
+ * The budget ledger's rows and statements (`budget_windows`, `reservations`, `receipts`,
+ * `chain_heads`): per project and settlement window, two-phase holds — reserve the worst case, then
+ * settle the actual charge (≤ reserved) or void — and the receipt chain written in the same
+ * transaction as the charge.
+ *
+ * Invariant at every instant: spent + reserved ≤ cap (spec/ledger.ts). It is enforced by ONE guarded
+ * UPDATE (the cap is read inside the statement), so no interleaving of requests or instances can
+ * overspend. A hold is resolved at most once: settle and void only move rows still in state 'held'.
+ */
+import type BetterSqlite3 from "better-sqlite3"
+import type { WindowFacts } from "../../spec/ledger.ts"
+import type { TokenCounts } from "../../spec/pricing.ts"
+import { GENESIS_HASH, type Receipt, type UnsignedReceipt } from "../../spec/receipt.ts"
+import type { Verification } from "./requestStatements.ts"
+
+export interface BudgetWindow {
+  readonly period: string
+  readonly cap: number
+  readonly spent: number
+  readonly reserved: number
+}
+
+export interface Hold {
+  readonly reservationId: string
+  readonly requestId: string
+  readonly projectId: string
+  readonly period: string
+  readonly amount: number
+  readonly deadline: number
+}
+
+export interface Settlement {
+  readonly hold: Hold
+  readonly receiptId: string
+  readonly organization: string
+  readonly environment: string
+  readonly model: string
+  readonly route: string
+  readonly rateCardVersion: string
+  readonly tokens: TokenCounts
+  readonly usageSource: "reported" | "counted"
+  readonly charge: number
+  readonly verification: Verification
+}
+
+/** What signs a receipt: the service's key (ReceiptSigner) or the same key in the store worker. */
+export interface Sealer {
+  readonly keyId: string
+  readonly seal: (unsigned: UnsignedReceipt) => Receipt
+}
+
+/**
+ * The ledger's statements over one better-sqlite3 connection, as plain synchronous functions: the
+ * writes run inside a transaction of that connection (`Sqlite.transact` on the main thread, the
+ * store worker's batches off it, src/store/storeWorker.ts).
+ */
+export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer) => {
+  // Prepared once on the connection the writes run on (the main thread's or the store worker's).
+  const selectWindow = db.prepare<[string, string], { cap: number; spent: number | null; reserved: number | null }>(
+    `SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
+     FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ?
+     WHERE p.id = ?`
+  )
+  // The guard: the cap is read inside the statement, so no interleaving can overspend.
+  const guardedHold = db.prepare<[number, string, string, number, string]>(
+    `UPDATE budget_windows SET reserved = reserved + ?
+     WHERE project_id = ? AND period = ? AND spent + reserved + ? <= (SELECT budget_credits FROM projects WHERE id = ?)`
+  )
+  const openWindow = db.prepare<[string, string]>(
+    "INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING"
+  )
+  const insertHold = db.prepare<[string, string, string, string, number, number, number]>(
+    `INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at)
+     VALUES (?, ?, ?, ?, ?, 'held', ?, ?)`
+  )
+  // One guarded UPDATE resolves the hold and clamps the charge to the amount stored with it
+  // (never to what the caller says it reserved).
+  const resolveSettled = db.prepare<[number, number, number, string], { amount: number; charge: number; project_id: string; period: string }>(
+    `UPDATE reservations SET state = 'settled', resolved_at = ?, charge = CASE WHEN ? < amount THEN ? ELSE amount END
+     WHERE id = ? AND state = 'held' RETURNING amount, charge, project_id, period`
+  )
+  const resolveVoided = db.prepare<[number, string], { amount: number; project_id: string; period: string }>(
+    `UPDATE reservations SET state = 'voided', charge = 0, resolved_at = ?
+     WHERE id = ? AND state = 'held' RETURNING amount, project_id, period`
+  )
+  const postCharge = db.prepare<[number, number, string, string]>(
+    "UPDATE budget_windows SET spent = spent + ?, reserved = reserved - ? WHERE project_id = ? AND period = ?"
+  )
+  const selectHead = db.prepare<[string], { seq: number; hash: string }>("SELECT seq, hash FROM chain_heads WHERE project_id = ?")
+  const insertReceipt = db.prepare(
+    `INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
+       body, prev_hash, hash, signature, signing_key_id, created_at,
+       route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+  )
+  const upsertHead = db.prepare<[string, number, string]>(
+    "INSERT INTO chain_heads (project_id, seq, hash) VALUES (?, ?, ?) ON CONFLICT (project_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash"
+  )
+  // What the rulebook's window check needs (spec/ledger.ts `checkWindow`), read in one statement.
+  const selectWindowFacts = db.prepare<[{ project: string; period: string }], {
+    cap: number | null; cap_changed_at: number | null; spent: number | null; reserved: number | null
+    receipt_sum: number; held_sum: number; last_hold_at: number | null
+  }>(
+    `SELECT (SELECT budget_credits FROM projects WHERE id = @project) AS cap,
+            (SELECT updated_at FROM projects WHERE id = @project) AS cap_changed_at,
+            w.spent AS spent, w.reserved AS reserved,
+            (SELECT COALESCE(SUM(credits_charged), 0) FROM receipts WHERE project_id = @project AND period = @period) AS receipt_sum,
+            (SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE project_id = @project AND period = @period AND state = 'held') AS held_sum,
+            (SELECT MAX(created_at) FROM reservations WHERE project_id = @project AND period = @period) AS last_hold_at
+     FROM (SELECT 1) LEFT JOIN budget_windows w ON w.project_id = @project AND w.period = @period`
+  )
+  const selectReservationWindow = db.prepare<[string], { project_id: string; period: string }>("SELECT project_id, period FROM reservations WHERE id = ?")
+  const selectExpired = db.prepare<[number], { id: string; request_id: string }>(
+    "SELECT id, request_id FROM reservations WHERE state = 'held' AND deadline <= ?"
+  )
+  const updateDeadline = db.prepare<[number, string]>("UPDATE reservations SET deadline = ? WHERE id = ? AND state = 'held'")
+
+  const windowSync = (projectId: string, period: string): BudgetWindow => {
+    const row = selectWindow.get(period, projectId)
+    return { period, cap: row?.cap ?? 0, spent: row?.spent ?? 0, reserved: row?.reserved ?? 0 }
+  }
+
+  /**
+   * Hold `amount` Credits if it fits under the cap; false (nothing written) when it does not.
+   * Synchronous: call it inside a transaction, which the caller rolls back on false.
+   */
+  const reserveSync = (hold: Hold, now: number): boolean => {
+    const guarded = () => guardedHold.run(hold.amount, hold.projectId, hold.period, hold.amount, hold.projectId).changes === 1
+    // The window may not exist yet (first hold of the month): open it and try once more.
+    const held = guarded() || (openWindow.run(hold.projectId, hold.period), guarded())
+    if (held) insertHold.run(hold.reservationId, hold.requestId, hold.projectId, hold.period, hold.amount, hold.deadline, now)
+    return held
+  }
+
+  /**
+   * Post the charge, release the rest of the hold, append the receipt to the project's chain.
+   * Synchronous: call it inside the settlement transaction. Throws (a defect) if the hold was already
+   * resolved — a bug, never a race: only the request that made the hold, or the recovery sweep after
+   * its deadline, resolves it.
+   */
+  const settleSync = (s: Settlement, now: number): Receipt => {
+    const row = resolveSettled.get(now, s.charge, s.charge, s.hold.reservationId)
+    if (row === undefined) throw new Error(`reservation ${s.hold.reservationId} was already resolved`)
+    const charge = row.charge
+    postCharge.run(charge, row.amount, row.project_id, row.period)
+    const head = selectHead.get(row.project_id)
+    const seq = (head?.seq ?? 0) + 1
+    const unsigned: UnsignedReceipt = {
+      object: "receipt",
+      receipt_id: s.receiptId,
+      request_id: s.hold.requestId,
+      organization: s.organization,
+      project_id: row.project_id,
+      environment: s.environment,
+      status: "completed",
+      verification: s.verification,
+      model: s.model,
+      route: s.route,
+      rate_card_version: s.rateCardVersion,
+      tokens: s.tokens,
+      usage_source: s.usageSource,
+      credits_reserved: row.amount,
+      credits_charged: charge,
+      period: row.period,
+      seq,
+      created_at: new Date(now).toISOString(),
+      prev_hash: head?.hash ?? GENESIS_HASH,
+      signing_key_id: signer.keyId
+    }
+    const receipt = signer.seal(unsigned)
+    insertReceipt.run(
+      receipt.receipt_id, receipt.request_id, receipt.project_id, receipt.environment, receipt.period,
+      seq, charge, receipt.rate_card_version, JSON.stringify(receipt), receipt.prev_hash, receipt.hash,
+      receipt.signature, receipt.signing_key_id, now,
+      s.route, s.tokens.input, s.tokens.cached_input, s.tokens.output, s.tokens.reasoning
+    )
+    upsertHead.run(row.project_id, seq, receipt.hash)
+    return receipt
+  }
+
+  /** Release a hold with no charge. Returns false if it was already resolved. Synchronous, in a transaction. */
+  const releaseSync = (reservationId: string, now: number): boolean => {
+    const row = resolveVoided.get(now, reservationId)
+    if (row === undefined) return false
+    postCharge.run(0, row.amount, row.project_id, row.period)
+    return true
+  }
+
+  /** Push a live hold's deadline out, so a long stream is not swept. Synchronous, in a transaction. */
+  const extendHoldSync = (reservationId: string, deadline: number): void => {
+    updateDeadline.run(deadline, reservationId)
+  }
+
+  /** Holds whose deadline passed at `now`: their process died or hung (the recovery sweep). */
+  const expiredSync = (now: number): ReadonlyArray<{ id: string; request_id: string }> => selectExpired.all(now)
+
+  /** A window as the rulebook's check reads it (spec/ledger.ts `WindowFacts`). */
+  const windowFactsSync = (projectId: string, period: string): WindowFacts => {
+    const r = selectWindowFacts.get({ project: projectId, period })!
+    return {
+      cap: r.cap ?? 0,
+      spent: r.spent ?? 0,
+      reserved: r.reserved ?? 0,
+      receiptSum: r.receipt_sum,
+      heldSum: r.held_sum,
+      capChangedAt: r.cap_changed_at ?? undefined,
+      lastHoldAt: r.last_hold_at ?? undefined
+    }
+  }
+
+  /** The window a reservation belongs to. */
+  const reservationWindowSync = (reservationId: string): { readonly projectId: string; readonly period: string } | undefined => {
+    const r = selectReservationWindow.get(reservationId)
+    return r === undefined ? undefined : { projectId: r.project_id, period: r.period }
+  }
+
+  return { windowSync, reserveSync, settleSync, releaseSync, extendHoldSync, expiredSync, windowFactsSync, reservationWindowSync } as const
+}
+
