@@ -19,7 +19,7 @@ import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKe
 import { newReceiptId, newRequestId, newReservationId } from "../domain/ids.ts"
 import { ChatStore } from "../store/ChatStore.ts"
 import type { ProgressMark } from "../store/epochs.ts"
-import { crashPoint } from "../testing/crashPoint.ts"
+import { crashPoint } from "../domain/crashPoint.ts"
 import { UpstreamFailure } from "../providers/Provider.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, IdempotencyStore, type Scope as TenantScope, type StoredResult } from "./IdempotencyStore.ts"
 import { Instance } from "./Instance.ts"

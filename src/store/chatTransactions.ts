@@ -25,7 +25,7 @@ import { holdRefusedMessage, sizeReservation, type SizingRequest } from "../doma
 import { type ClaimOutcome, makeIdempotencyStatements, type Scope, type StoredResult } from "./idempotencyStatements.ts"
 import { type Hold, makeLedgerStatements, type Sealer, type Settlement } from "./ledgerStatements.ts"
 import { type Attempt, makeRequestStatements, type NewRequest } from "./requestStatements.ts"
-import { crashPoint } from "../testing/crashPoint.ts"
+import { crashPoint } from "../domain/crashPoint.ts"
 import { makeEpochWrites, type ProgressMark } from "./epochs.ts"
 import type { Abort } from "./syncTransactions.ts"
 

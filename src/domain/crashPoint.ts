@@ -1,6 +1,6 @@
 /**
- * TEST ONLY: the fault hook of the crash harness (test/crash/). With TOLLGATE_TEST_CRASH_AT=<phase>[:<n>]
- * in its environment, the process SIGKILLs itself (no finalizer, no flush: a crash) the n-th time
+ * TEST ONLY: the fault hook of the crash harness (test/crash/), in domain/ (the lowest layer) so the
+ * store and the services can both call it. With TOLLGATE_TEST_CRASH_AT=<phase>[:<n>] in its environment, the process SIGKILLs itself (no finalizer, no flush: a crash) the n-th time
  * (default the first) a governed call reaches <phase>:
  *
  * - `claim`: inside the reservation transaction, after the idempotency claim, before its COMMIT;
