@@ -29,11 +29,12 @@ describe("SIGTERM under load", () => {
   it(`settles or voids every call in flight within the grace (${GRACE_MS} ms); nothing stays reserved; every answered call charged once`, async () => {
     const proc = await spawnGateway(server.main, store, { TOLLGATE_SHUTDOWN_GRACE_MS: String(GRACE_MS) })
     const key = proc.devKey!
-    // Non-streamed calls take 150 ms; a stream's ~6 chunks 500 ms apart outlast the grace; two calls
-    // (whichever reach the upstream first) wait 8 s for their headers, far past it.
-    upstream.setBehavior({ delayMs: 150, chunkDelayMs: 500 })
-    upstream.pushBehavior({ delayMs: 8_000 })
-    upstream.pushBehavior({ delayMs: 8_000 })
+    // Non-streamed calls take 150 ms; a stream's ~6 chunks 1.5 s apart outlast the grace (even when a
+    // loaded box is slow to act on the signal); two calls (whichever reach the upstream first) wait
+    // 30 s for their headers, far past it.
+    upstream.setBehavior({ delayMs: 150, chunkDelayMs: 1_500 })
+    upstream.pushBehavior({ delayMs: 30_000 })
+    upstream.pushBehavior({ delayMs: 30_000 })
     const answers: Array<Promise<{ stream: boolean; answer: Answer }>> = []
     const t0 = performance.now()
     let i = 0
@@ -49,6 +50,7 @@ describe("SIGTERM under load", () => {
     const exit = await proc.exited
     const exitMs = performance.now() - sentAt
     const results = await Promise.all(answers)
+    if (process.env.DEBUG_SHUTDOWN) console.log(proc.output().split("\n").filter((l) => /shutdown|Error|error/.test(l)).join("\n").slice(-3000))
 
     expect(exit.code).toBe(0)
     // The calls are resolved once the grace runs out; ending them and closing the store then take
