@@ -4,10 +4,11 @@
  */
 import { HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer, Logger } from "effect"
-import { createServer } from "node:http"
+import { Clock, Duration, Effect, Layer, Logger } from "effect"
+import { createServer, type Server } from "node:http"
 import { Settings } from "./domain/config.ts"
 import { app } from "./http/app.ts"
+import { answerClientError } from "./http/errors.ts"
 import { makeRequestListener } from "./http/fast.ts"
 import { Bootstrap } from "./services/Bootstrap.ts"
 import { Gateway } from "./services/Gateway.ts"
@@ -43,7 +44,15 @@ export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, R
  */
 export const HttpLive = Layer.unwrapEffect(
   Effect.map(Settings, (s) => {
-    const server = createServer()
+    const server = createServer({
+      // Slowloris bounds: the head within headersTimeout, the whole request within requestTimeout,
+      // checked every second (node's default check runs every 30 s).
+      headersTimeout: s.headersTimeoutMs,
+      requestTimeout: s.requestTimeoutMs,
+      keepAliveTimeout: s.keepAliveTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, s.headersTimeoutMs)
+    })
+    server.on("clientError", answerClientError)
     const serve = Layer.scopedDiscard(
       Effect.gen(function* () {
         const listener = yield* makeRequestListener(app)
@@ -51,9 +60,48 @@ export const HttpLive = Layer.unwrapEffect(
         yield* Effect.addFinalizer(() => Effect.sync(() => server.off("request", listener)))
       })
     )
-    return NodeHttpServer.layer(() => server, { port: s.port, host: s.host }).pipe(Layer.provideMerge(serve))
+    return gracefulShutdown(server, s.shutdownGraceMs).pipe(
+      Layer.provideMerge(NodeHttpServer.layer(() => server, { port: s.port, host: s.host }).pipe(Layer.provideMerge(serve)))
+    )
   })
 )
+
+/**
+ * Graceful shutdown (SIGTERM, SIGINT; its finalizer runs before the server's and the services'):
+ * stop accepting connections, let the calls in flight finish for up to `graceMs`
+ * (TOLLGATE_SHUTDOWN_GRACE_MS), then end those still running — a non-streamed call voided, a stream
+ * charged for what it delivered (Gateway.stopCalls) — and close every connection. Nothing stays
+ * reserved or pending: what a call still held is resolved before the store closes, and the epoch is
+ * marked stopped (src/services/Instance.ts).
+ */
+const gracefulShutdown = (server: Server, graceMs: number) =>
+  Layer.scopedDiscard(
+    Effect.gen(function* () {
+      const gateway = yield* Gateway
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function* () {
+          yield* Effect.sync(() => server.close())
+          const start = yield* Clock.currentTimeMillis
+          yield* Effect.logInfo(`shutdown: no new connections; ${yield* gateway.inFlight} call(s) in flight, ${graceMs} ms to finish`)
+          for (;;) {
+            server.closeIdleConnections()
+            const busy = yield* gateway.inFlight
+            if (busy === 0) break
+            if ((yield* Clock.currentTimeMillis) - start >= graceMs) {
+              yield* Effect.logWarning(`shutdown: ${busy} call(s) still in flight after ${graceMs} ms; ending them (streams charged for what they delivered, other calls voided)`)
+              yield* gateway.stopCalls
+              break
+            }
+            yield* Effect.sleep(Duration.millis(20))
+          }
+          // Let the last replies leave, then drop whatever connection is left.
+          yield* Effect.sleep(Duration.millis(50))
+          yield* Effect.sync(() => server.closeAllConnections())
+          yield* Effect.logInfo(`shutdown: calls in flight resolved after ${(yield* Clock.currentTimeMillis) - start} ms`)
+        })
+      )
+    })
+  )
 
 /** Prints, once, what a new user needs to make a first call. Secrets here are shown once and never logged. */
 const Welcome = Layer.effectDiscard(

@@ -83,6 +83,14 @@ export interface GatewaySettings {
   readonly databaseUrl: string
   readonly adminToken: Option.Option<Redacted.Redacted<string>>
   readonly maxBodyBytes: number
+  /** Deepest nesting of arrays and objects a JSON body may have (400 deeper): bounds every recursive walk of it. */
+  readonly maxJsonDepth: number
+  /** node:http timeouts: the request head, the whole request (head and body), an idle keep-alive connection. */
+  readonly headersTimeoutMs: number
+  readonly requestTimeoutMs: number
+  readonly keepAliveTimeoutMs: number
+  /** Bearer token of GET /metrics (the admin token is accepted too); with neither set, /metrics answers 401. */
+  readonly metricsToken: Option.Option<Redacted.Redacted<string>>
   /** How long a duplicate waits for an in-flight original before answering 409. */
   readonly inflightWaitMs: number
   /** Per-attempt upstream timeout (headers / first byte) and total deadline for retries + fallback. */
@@ -172,6 +180,11 @@ const settingsConfig = Config.all({
   ),
   adminToken: Config.option(Config.redacted("TOLLGATE_ADMIN_TOKEN")),
   maxBodyBytes: Config.integer("TOLLGATE_MAX_BODY_BYTES").pipe(Config.withDefault(8 * 1024 * 1024)),
+  maxJsonDepth: Config.integer("TOLLGATE_MAX_JSON_DEPTH").pipe(Config.withDefault(64)),
+  headersTimeoutMs: Config.integer("TOLLGATE_HEADERS_TIMEOUT_MS").pipe(Config.withDefault(10_000)),
+  requestTimeoutMs: Config.integer("TOLLGATE_REQUEST_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
+  keepAliveTimeoutMs: Config.integer("TOLLGATE_KEEP_ALIVE_TIMEOUT_MS").pipe(Config.withDefault(5_000)),
+  metricsToken: Config.option(Config.redacted("TOLLGATE_METRICS_TOKEN")),
   inflightWaitMs: Config.integer("TOLLGATE_INFLIGHT_WAIT_MS").pipe(Config.withDefault(60_000)),
   upstreamTimeoutMs: Config.integer("TOLLGATE_UPSTREAM_TIMEOUT_MS").pipe(Config.withDefault(60_000)),
   upstreamDeadlineMs: Config.integer("TOLLGATE_UPSTREAM_DEADLINE_MS").pipe(Config.withDefault(120_000)),
@@ -252,6 +265,11 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   databaseUrl: "sqlite::memory:",
   adminToken: Option.none(),
   maxBodyBytes: 8 * 1024 * 1024,
+  maxJsonDepth: 64,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 5_000,
+  metricsToken: Option.none(),
   inflightWaitMs: 10_000,
   upstreamTimeoutMs: 10_000,
   upstreamDeadlineMs: 20_000,

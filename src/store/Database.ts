@@ -12,7 +12,7 @@ import { SqlClient } from "@effect/sql"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import BetterSqlite3 from "better-sqlite3"
 import { Context, Effect, Layer } from "effect"
-import { mkdirSync } from "node:fs"
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs"
 import { dirname } from "node:path"
 import { Settings } from "../domain/config.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
@@ -62,12 +62,24 @@ const clientWithConnection = (filename: string) =>
     })
   )
 
+/**
+ * The store holds every project's spend and the hashes of its keys: its files are the owner's only
+ * (0600), whatever the process umask. The database file is created 0600 before SQLite opens it;
+ * SQLite creates its -wal and -shm files with the database file's permissions, and files left by an
+ * earlier version are tightened to 0600 too.
+ */
+export const createPrivateStoreFiles = (filename: string): void => {
+  mkdirSync(dirname(filename), { recursive: true, mode: 0o700 })
+  closeSync(openSync(filename, "a", 0o600))
+  for (const file of [filename, `${filename}-wal`, `${filename}-shm`]) if (existsSync(file)) chmodSync(file, 0o600)
+}
+
 /** SqlClient and Sqlite for the configured DATABASE_URL, migrated and tuned. */
 export const DatabaseLive: Layer.Layer<SqlClient.SqlClient | SqliteClient.SqliteClient | Sqlite, never, Settings> = Layer.scopedContext(
   Effect.gen(function* () {
     const settings = yield* Settings
     const filename = sqliteFilename(settings.databaseUrl)
-    if (filename !== ":memory:") mkdirSync(dirname(filename), { recursive: true })
+    if (filename !== ":memory:") createPrivateStoreFiles(filename)
     const { context, db } = yield* clientWithConnection(filename).pipe(Effect.orDie)
     const sql = Context.get(context, SqlClient.SqlClient)
     yield* pragmas.pipe(
