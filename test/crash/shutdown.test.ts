@@ -50,7 +50,6 @@ describe("SIGTERM under load", () => {
     const exit = await proc.exited
     const exitMs = performance.now() - sentAt
     const results = await Promise.all(answers)
-    if (process.env.DEBUG_SHUTDOWN) console.log(proc.output().split("\n").filter((l) => /shutdown|Error|error/.test(l)).join("\n").slice(-3000))
 
     expect(exit.code).toBe(0)
     // The calls are resolved once the grace runs out; ending them and closing the store then take
