@@ -24,11 +24,14 @@ import { ReceiptKeyLive, ReceiptSigner } from "./services/ReceiptSigner.ts"
 import { Recovery } from "./services/Recovery.ts"
 import { Requests } from "./services/Requests.ts"
 import { Router } from "./services/Router.ts"
+import { Activity } from "./services/Activity.ts"
+import { Sessions } from "./services/Sessions.ts"
 import { ChatStore } from "./store/ChatStore.ts"
 import { DatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
-export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default).pipe(
+export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).pipe(
+  Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default)),
   Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default)),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)

@@ -130,6 +130,8 @@ export interface GatewaySettings {
    * SQLite file (src/store/storeWorker.ts), off the event loop. An in-memory store always runs them inline.
    */
   readonly storeWorker: boolean
+  /** How long a dashboard sign-in lasts (absolute, from sign-in). */
+  readonly sessionTtlMs: number
   /**
    * Assertion mode (TOLLGATE_ASSERT=1): after each settlement and abandonment the store checks the
    * project's window against the rulebook (spec/ledger.ts `checkWindow`) inside the transaction, and
@@ -209,6 +211,7 @@ const settingsConfig = Config.all({
   breakerOpenMs: Config.integer("TOLLGATE_BREAKER_OPEN_MS").pipe(Config.withDefault(30_000)),
   accessLog: Config.boolean("TOLLGATE_ACCESS_LOG").pipe(Config.withDefault(true)),
   storeWorker: Config.boolean("TOLLGATE_STORE_WORKER").pipe(Config.withDefault(true)),
+  sessionTtlMs: Config.map(Config.integer("TOLLGATE_SESSION_TTL_SECONDS").pipe(Config.withDefault(8 * 3600)), (s) => s * 1000),
   assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
@@ -285,6 +288,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   breakerOpenMs: 30_000,
   accessLog: false,
   storeWorker: true,
+  sessionTtlMs: 8 * 3600 * 1000,
   assertInvariants: false,
   gateway: defaultGatewayFile,
   ...overrides

@@ -30,6 +30,9 @@ import { docsPage } from "./docs.ts"
 import { type BodyLimits, readJsonBody } from "./body.ts"
 import * as S from "./schemas.ts"
 import { errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
+import { dashboardRoutes, keysWithLastUse } from "./dashboard.ts"
+import { type Access, adminRoute, visibleProject } from "./session.ts"
+import type { Viewer } from "../services/Sessions.ts"
 
 const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
   const v = req.headers[name]
@@ -243,15 +246,11 @@ const receiptKeys = Effect.gen(function* () {
 
 // ---- Admin API (DESIGN.md §8) ----
 
-const admin = <R>(f: (req: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse, AdminError, R>) =>
-  respondErrors(
-    Effect.gen(function* () {
-      const req = yield* HttpServerRequest.HttpServerRequest
-      const bootstrap = yield* Bootstrap
-      yield* bootstrap.authorizeAdmin(header(req, "authorization"))
-      return yield* f(req)
-    })
-  )
+/** An admin route: the admin token, or a dashboard session (src/http/session.ts); `reader` lets a team read its own project. */
+const admin = <R>(
+  f: (req: HttpServerRequest.HttpServerRequest, viewer: Viewer) => Effect.Effect<HttpServerResponse.HttpServerResponse, AdminError, R>,
+  access: Access = "operator"
+) => adminRoute(f, access)
 
 const adminBody = Effect.gen(function* () {
   const settings = yield* Settings
@@ -270,7 +269,7 @@ const optionalBody = Effect.gen(function* () {
 
 const projectId = Effect.map(HttpRouter.params, (p) => p.id ?? "")
 
-const projectView = (id: string) =>
+const projectView = (id: string, viewer: Viewer = { role: "operator" }) =>
   Effect.gen(function* () {
     const projects = yield* Projects
     const ledger = yield* Ledger
@@ -282,7 +281,7 @@ const projectView = (id: string) =>
       ...project,
       object: "project",
       current_window: { period: window.period, budget_credits: window.cap, spent: window.spent, reserved: window.reserved, remaining: Math.max(0, window.cap - window.spent - window.reserved) },
-      keys: yield* keys.list(id)
+      keys: yield* keysWithLastUse(id, yield* keys.list(id), viewer)
     }
   })
 
@@ -298,7 +297,10 @@ const adminRoutes = HttpRouter.empty.pipe(
       })
     )
   ),
-  HttpRouter.get("/admin/v1/projects/:id", admin(() => Effect.flatMap(projectId, (id) => Effect.map(projectView(id), (v) => json(v))))),
+  HttpRouter.get(
+    "/admin/v1/projects/:id",
+    admin((_req, viewer) => Effect.flatMap(projectId, (id) => Effect.zipRight(visibleProject(viewer, id), Effect.map(projectView(id, viewer), (v) => json(v)))), "reader")
+  ),
   HttpRouter.patch(
     "/admin/v1/projects/:id",
     admin(() =>
@@ -326,10 +328,12 @@ const adminRoutes = HttpRouter.empty.pipe(
   ),
   HttpRouter.get(
     "/admin/v1/projects/:id/keys",
-    admin(() => Effect.gen(function* () {
+    admin((_req, viewer) => Effect.gen(function* () {
       const keys = yield* KeyRegistry
-      return json({ object: "list", data: yield* keys.list(yield* projectId) })
-    }))
+      const id = yield* projectId
+      yield* visibleProject(viewer, id)
+      return json({ object: "list", data: yield* keysWithLastUse(id, yield* keys.list(id), viewer) })
+    }), "reader")
   ),
   HttpRouter.post(
     "/admin/v1/keys/:id/rotate",
@@ -399,14 +403,16 @@ export const router = HttpRouter.empty.pipe(
   HttpRouter.get("/docs", Effect.succeed(HttpServerResponse.html(docsPage))),
   HttpRouter.get("/readyz", readiness),
   HttpRouter.get("/metrics", metrics),
-  HttpRouter.concat(adminRoutes)
+  HttpRouter.concat(adminRoutes),
+  HttpRouter.concat(dashboardRoutes)
 )
 
 /** A bounded label for a request path (ids folded), for metrics and logs. */
 export const endpointLabel = (url: string): string => {
   const path = url.split("?")[0] ?? ""
   if (path.startsWith("/v1/requests/")) return path.endsWith("/receipt") ? "/v1/requests/{id}/receipt" : "/v1/requests/{id}"
-  if (path.startsWith("/admin/v1/")) return path.replace(/\/(prj|key)_[a-z2-7]+/g, "/{id}")
+  if (path.startsWith("/admin/v1/")) return path.replace(/\/(prj|key|req)_[a-z2-7]+/g, "/{id}")
+  if (path === "/dashboard" || path.startsWith("/dashboard/")) return "/dashboard"
   return KNOWN_PATHS.has(path) ? path : "other"
 }
 const KNOWN_PATHS = new Set([

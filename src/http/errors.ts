@@ -67,6 +67,8 @@ export const wireError = (e: GovernanceError | AdminError): WireError => {
       return { status: 404, type: "invalid_request_error", code: "not_found", message: e.message, param: null, headers: noRetry }
     case "AdminUnauthorized":
       return { status: 401, type: "invalid_request_error", code: "invalid_admin_token", message: e.message, param: null, headers: noRetry }
+    case "AdminForbidden":
+      return { status: 403, type: "invalid_request_error", code: e.code, message: e.message, param: null, headers: noRetry }
     case "AdminConflict":
       return { status: 409, type: "invalid_request_error", code: "conflict", message: e.message, param: null, headers: noRetry }
   }
