@@ -5,11 +5,11 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Either, Layer, Option, Redacted, Schedule } from "effect"
-import { randomBytes } from "node:crypto"
 import { checkGcra, emissionIntervalMicros, type GcraState, type RateLimit } from "../../spec/rateLimit.ts"
 import { Settings } from "../domain/config.ts"
 import { RateLimited } from "../domain/errors.ts"
 import { isPostgresUrl } from "../domain/databaseUrl.ts"
+import { makeEpochStore, staleAfterMs } from "../store/epochStore.ts"
 import { connectRedisGcra, pgGcra, type SharedGcraDecision } from "../store/sharedGcra.ts"
 
 export interface RateVerdict {
@@ -85,10 +85,12 @@ export class RateLimiter extends Effect.Service<RateLimiter>()("tollgate/RateLim
 }) {}
 
 /**
- * How many instances share the limit while Redis is away: the instances that wrote a heartbeat to
- * the shared database in the last 15 s (at least 1).
+ * How many instances share the limit while Redis is away: the live epochs of the shared store
+ * (migration 0004's `instances`: not stopped, heartbeat fresher than the recovery's staleness bound;
+ * at least 1), read again every 5 s. A SIGKILLed instance still counts until its heartbeat is stale,
+ * which only makes each share smaller.
  */
-const HEARTBEAT_MS = 5_000
+const COUNT_EVERY_MS = 5_000
 
 /**
  * The limit shared by every instance: each admission is one atomic step in the shared store — a Lua
@@ -104,21 +106,17 @@ const makeShared = (
   admitShared: (projectId: string, intervalMicros: number, burst: number) => Effect.Effect<SharedGcraDecision, unknown>
 ) =>
   Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
+    const epochs = yield* makeEpochStore
+    const staleMs = staleAfterMs((yield* Settings).heartbeatMs)
     const fallback = makeLocal()
-    const instanceId = `inst_${randomBytes(8).toString("hex")}`
     let instances = 1
     let degradedReason: string | undefined
-    const heartbeat = Effect.gen(function* () {
+    const count = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      yield* sql`INSERT INTO instances (id, seen_at) VALUES (${instanceId}, ${now}) ON CONFLICT (id) DO UPDATE SET seen_at = ${now}`
-      const [row] = yield* sql<{ n: number }>`SELECT COUNT(*) AS n FROM instances WHERE seen_at > ${now - 3 * HEARTBEAT_MS}`
-      instances = Math.max(1, Number(row?.n ?? 1))
-      yield* sql`DELETE FROM instances WHERE seen_at < ${now - 60 * HEARTBEAT_MS}`
-    }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("rate limiter heartbeat failed", cause)))
-    yield* heartbeat
-    yield* Effect.forkScoped(Effect.repeat(Effect.delay(heartbeat, Duration.millis(HEARTBEAT_MS)), Schedule.forever))
-    yield* Effect.addFinalizer(() => Effect.ignore(sql`DELETE FROM instances WHERE id = ${instanceId}`))
+      instances = Math.max(1, yield* epochs.liveCount(now, staleMs))
+    }).pipe(Effect.catchAllCause((cause) => Effect.logWarning("rate limiter: counting the live instances failed", cause)))
+    yield* count
+    yield* Effect.forkScoped(Effect.repeat(Effect.delay(count, Duration.millis(COUNT_EVERY_MS)), Schedule.forever))
 
     const share = (limit: RateLimit): RateLimit => ({
       requestsPerMinute: Math.max(1, Math.floor(limit.requestsPerMinute / instances)),
@@ -159,7 +157,7 @@ const makeShared = (
   })
 
 /** The limit shared through Redis (REDIS_URL). */
-export const RateLimiterShared = (redisUrl: string): Layer.Layer<RateLimiter, never, SqlClient.SqlClient> =>
+export const RateLimiterShared = (redisUrl: string): Layer.Layer<RateLimiter, never, SqlClient.SqlClient | Settings> =>
   Layer.scoped(
     RateLimiter,
     Effect.gen(function* () {
@@ -174,7 +172,7 @@ export const RateLimiterShared = (redisUrl: string): Layer.Layer<RateLimiter, ne
   )
 
 /** The limit shared through PostgreSQL (a postgres:// DATABASE_URL and no REDIS_URL). */
-export const RateLimiterPostgres: Layer.Layer<RateLimiter, never, SqlClient.SqlClient> = Layer.scoped(
+export const RateLimiterPostgres: Layer.Layer<RateLimiter, never, SqlClient.SqlClient | Settings> = Layer.scoped(
   RateLimiter,
   Effect.flatMap(pgGcra, (admit) => makeShared("PostgreSQL", admit))
 )

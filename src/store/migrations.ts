@@ -170,15 +170,38 @@ const leanerWriteIndexes = Effect.gen(function* () {
 })
 
 /**
- * The rate limit shared by several instances (src/services/RateLimiter.ts):
- * - `instances`: live instances (a heartbeat each), how many share the limit when its store is
- *   unreachable, so each admits its share;
- * - `rate_limits`: each project's GCRA state (its theoretical arrival time, µs) when PostgreSQL keeps
- *   it (no REDIS_URL). UNLOGGED on PostgreSQL: no WAL, no fsync per admission; a crash forgets the
- *   state, which only refills the buckets once.
+ * Instance epochs (docs/contract.md §4, issue 19 finding 5): every process that opens the store takes a new
+ * epoch (a row of `instances`, with its stable instance id and a heartbeat) and marks the holds and
+ * idempotency claims it makes with it. On start, a process resolves at once the holds and claims of
+ * the epochs known dead — its own earlier epochs, and any whose heartbeat stopped — instead of
+ * waiting for their deadline. A stream's hold carries the durable progress mark its heartbeat writes
+ * (route, rate card and the tokens delivered so far), from which a hold of a dead epoch is charged.
+ * Rows made before this migration have no epoch: only the deadline sweep resolves them.
+ */
+const instanceEpochs = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  const columns = `instance_id TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL,
+    stopped_at INTEGER`
+  // The same table on both engines; the epoch is the engine's own increasing key.
+  yield* sql.onDialectOrElse({
+    pg: () => sql.unsafe(pgDdl(`CREATE TABLE instances (\n    epoch BIGSERIAL PRIMARY KEY,\n    ${columns}\n  )`)),
+    orElse: () => sql.unsafe(`CREATE TABLE instances (\n    epoch INTEGER PRIMARY KEY AUTOINCREMENT,\n    ${columns}\n  )`)
+  })
+  yield* ddl`ALTER TABLE reservations ADD COLUMN epoch INTEGER`
+  yield* ddl`ALTER TABLE reservations ADD COLUMN progress TEXT`
+  yield* ddl`ALTER TABLE idempotency ADD COLUMN epoch INTEGER`
+})
+
+/**
+ * The rate limit shared by several instances (src/services/RateLimiter.ts): `rate_limits`, each
+ * project's GCRA state (its theoretical arrival time, µs) when PostgreSQL keeps it (no REDIS_URL).
+ * UNLOGGED on PostgreSQL: no WAL, no fsync per admission; a crash forgets the state, which only
+ * refills the buckets once. How many instances share the limit when its store is unreachable is read
+ * from migration 0004's `instances` (the live epochs), not from a table of its own.
  */
 const sharedRateLimit = Effect.gen(function* () {
-  yield* ddl`CREATE TABLE instances (id TEXT PRIMARY KEY, seen_at INTEGER NOT NULL)`
   const sql = yield* SqlClient.SqlClient
   const table = "TABLE rate_limits (project_id TEXT PRIMARY KEY, tat INTEGER NOT NULL)"
   yield* sql.onDialectOrElse({ pg: () => sql.unsafe(`CREATE UNLOGGED ${pgDdl(table)}`), orElse: () => sql.unsafe(`CREATE ${table}`) })
@@ -189,7 +212,8 @@ export const migrationSteps = {
   "0001_init": init,
   "0002_receipt_usage_columns": receiptUsageColumns,
   "0003_leaner_write_indexes": leanerWriteIndexes,
-  "0004_shared_rate_limit": sharedRateLimit
+  "0004_instance_epochs": instanceEpochs,
+  "0005_shared_rate_limit": sharedRateLimit
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -13,6 +13,10 @@
  *   is locked (upserted FOR UPDATE) before its receipt is sealed, so settlements of several instances
  *   append to one chain, one after the other; the charge, the receipt, the head, the request's
  *   completion and the idempotent result commit together.
+ * - reserve marks the claim and the hold with the process's epoch, and heartbeat writes the epoch's
+ *   heartbeat and open streams' progress marks (src/store/epochs.ts): a survivor or a restart resolves
+ *   a dead epoch's holds through settle and abandon (src/services/Recovery.ts), each guarded on the
+ *   hold's state, so two instances resolving one dead epoch never resolve a hold twice.
  * - expire: the sweep takes expired holds with FOR UPDATE SKIP LOCKED and moves each `held → voided`
  *   once: several instances sweeping at once split the work, none voids a hold twice.
  *
@@ -25,7 +29,7 @@ import { GENESIS_HASH, sealReceipt, type UnsignedReceipt } from "../../spec/rece
 import { checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
-import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
+import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
 import { type ClaimOutcome, outcomeOf } from "./idempotencyStatements.ts"
 
@@ -169,8 +173,8 @@ export const makePgChatStore = Effect.gen(function* () {
               ${r.idempotencyKey}, ${r.rateCardVersion}, ${reservation}::bigint, ${r.createdAt}::bigint
             WHERE EXISTS (SELECT 1 FROM held)),
           hold AS (
-            INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at)
-            SELECT ${a.hold.reservationId}, ${a.hold.requestId}, ${projectId}, ${period}, ${reservation}::bigint, 'held', ${a.hold.deadline}::bigint, ${a.now}::bigint
+            INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at, epoch)
+            SELECT ${a.hold.reservationId}, ${a.hold.requestId}, ${projectId}, ${period}, ${reservation}::bigint, 'held', ${a.hold.deadline}::bigint, ${a.now}::bigint, ${a.epoch}::bigint
             WHERE EXISTS (SELECT 1 FROM held))
           SELECT COUNT(*) AS n FROM held`
         let held = (yield* guarded)[0]!.n === 1
@@ -294,6 +298,20 @@ export const makePgChatStore = Effect.gen(function* () {
           )
         )
 
+  /**
+   * This epoch is alive (its `instances` row), and each open stream's progress mark (src/store/epochs.ts),
+   * written on its hold while it is still held: what a survivor charges if this process dies.
+   */
+  const heartbeat = (a: HeartbeatArgs): Effect.Effect<void> =>
+    transact(
+      Effect.zipRight(
+        sql`UPDATE instances SET heartbeat_at = ${a.now} WHERE epoch = ${a.epoch}`,
+        Effect.forEach(a.marks, (m) => sql`UPDATE reservations SET progress = ${JSON.stringify(m.mark)} WHERE id = ${m.reservationId} AND state = 'held'`, {
+          discard: true
+        })
+      )
+    )
+
   /** One batch of the sweep: the expired holds no other sweeper holds, each voided once. */
   const expireBatch = (a: ExpireArgs): Effect.Effect<number> =>
     transact(
@@ -341,6 +359,7 @@ export const makePgChatStore = Effect.gen(function* () {
     abandon,
     extend,
     expire,
+    heartbeat,
     health: () => ({ ok: true }),
     runsIn: "inline"
   }

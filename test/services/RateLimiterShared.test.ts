@@ -12,6 +12,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { makeSettings, Settings } from "../../src/domain/config.ts"
+import { Instance } from "../../src/services/Instance.ts"
 import { RateLimiter, RateLimiterPostgres, RateLimiterShared, rateLimitFallbacks } from "../../src/services/RateLimiter.ts"
 import { StoreDatabaseLive } from "../../src/store/Database.ts"
 import { freshSchema, pgReachable, type TestSchema } from "../support/pg.ts"
@@ -39,10 +40,18 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-/** `n` instances: each its own limiter (and Redis client) on `redisUrl`, all on one store file (their heartbeats). */
+/**
+ * `n` instances: each its own limiter (and Redis client) on `redisUrl`, all on one store file; each
+ * takes its epoch (src/services/Instance.ts), which is what the fallback counts.
+ */
 const instances = async (n: number, redisUrl: string, store: string) => {
-  const rts = Array.from({ length: n }, () =>
-    ManagedRuntime.make(RateLimiterShared(redisUrl).pipe(Layer.provide(storeLayer({ databaseUrl: `sqlite:${join(dir, store)}` }))))
+  const rts = Array.from({ length: n }, (_, i) =>
+    ManagedRuntime.make(
+      RateLimiterShared(redisUrl).pipe(
+        Layer.provideMerge(Instance.Default),
+        Layer.provide(storeLayer({ databaseUrl: `sqlite:${join(dir, store)}`, instanceId: `limiter-${i}` }))
+      )
+    )
   )
   runtimes.push(...rts)
   // Started one after the other: the first migrates the file.

@@ -46,7 +46,7 @@ describe.skipIf(!runnable)("three instances on one PostgreSQL and one Redis", ()
 
   const start = (i: number): Promise<Node> => {
     const child = spawn(process.execPath, [join(dir, "dist/main.mjs")], {
-      env: { ...env, TOLLGATE_RECEIPT_KEY_FILE: join(dir, `key-${i}.pem`) },
+      env: { ...env, TOLLGATE_RECEIPT_KEY_FILE: join(dir, `key-${i}.pem`), TOLLGATE_INSTANCE_ID: `node-${i}` },
       stdio: ["ignore", "pipe", "pipe"]
     })
     const node: Node = { child, origin: "", out: "" }
@@ -118,7 +118,7 @@ describe.skipIf(!runnable)("three instances on one PostgreSQL and one Redis", ()
       TOLLGATE_ACCESS_LOG: "false",
       TOLLGATE_UPSTREAM_TIMEOUT_MS: "2000",
       TOLLGATE_UPSTREAM_DEADLINE_MS: "3000",
-      TOLLGATE_RESERVATION_TTL_MS: "4000"
+      TOLLGATE_RESERVATION_TTL_MS: "6000"
     }
     nodes.push(...(await Promise.all([0, 1, 2].map(start))))
   }, 120_000)
