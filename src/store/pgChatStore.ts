@@ -123,8 +123,8 @@ export const makePgChatStore = Effect.gen(function* () {
   const claim = (a: ReserveArgs): Effect.Effect<ClaimOutcome, SqlError.SqlError> =>
     Effect.gen(function* () {
       const c = a.claim!
-      const insert = sql<{ one: number }>`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
-        VALUES (${c.scope.projectId}, ${c.scope.environment}, ${c.key}, ${c.fingerprint}, ${a.request.id}, 'in_flight', ${a.now}, ${a.hold.deadline})
+      const insert = sql<{ one: number }>`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
+        VALUES (${c.scope.projectId}, ${c.scope.environment}, ${c.key}, ${c.fingerprint}, ${a.request.id}, 'in_flight', ${a.now}, ${a.hold.deadline}, ${a.epoch})
         ON CONFLICT DO NOTHING RETURNING 1 AS one`
       // A few rounds: between a lost INSERT and the read, the holder may release the key (its call failed).
       for (let round = 0; round < 3; round++) {
