@@ -24,7 +24,9 @@ import { type GatewaySettings, makeSettings, Settings } from "../../src/domain/c
 import { KeyRegistry } from "../../src/services/KeyRegistry.ts"
 import { ServicesLive } from "../../src/server.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
+import { Instance as InstanceEpoch } from "../../src/services/Instance.ts"
 import { Ledger } from "../../src/services/Ledger.ts"
+import { Recovery } from "../../src/services/Recovery.ts"
 import { Projects } from "../../src/services/Projects.ts"
 import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { ChatStore } from "../../src/store/ChatStore.ts"
@@ -181,6 +183,39 @@ describe.skipIf(!reachable && process.env.CI === undefined)("PostgreSQL store, s
     const late = await nodes[1]!.runPromiseExit(Effect.flatMap(ChatStore, (s) => s.settle(settleArgs(holds[0]!, 3, 3))))
     expect(late._tag).toBe("Failure")
     expect(await query(nodes[0]!, "SELECT COUNT(*) AS n FROM receipts WHERE project_id = $1", project.id)).toEqual([{ n: 0 }])
+  })
+
+  it("dead epochs: another instance's live holds and claims are left alone; a stale one's are freed once, by two survivors at once", async () => {
+    const schema = freshSchema()
+    schemas.push(schema)
+    // A long heartbeat, so no beat rewrites what the test sets: an epoch is stale after 600 s.
+    const [a, b, c] = ["node-a", "node-b", "node-c"].map((id) => instance(schema.url, { instanceId: id, heartbeatMs: 60_000 }))
+    await Promise.all([a!, b!, c!].map((rt) => rt.runPromise(Bootstrap)))
+    const project = await newProject(a!, 100_000)
+    const epochA = await a!.runPromise(Effect.map(InstanceEpoch, (i) => i.epoch))
+    const deadline = Date.now() + 3_600_000
+    const holds = Array.from({ length: 30 }, (_, i) => ({
+      ...reserveArgs(project.id, 3, i % 2 === 0 ? { deadline, claim: { key: `dead-${i}`, fingerprint: "f" } } : { deadline }),
+      epoch: epochA
+    }))
+    for (const args of holds) expect(Either.isRight(await reserve(a!, args))).toBe(true)
+    const resolve = (rt: Instance) => rt.runPromise(Effect.flatMap(Recovery, (r) => r.resolveDeadEpochs))
+    const leftOfA = async () => ({
+      holds: (await query<{ n: number }>(a!, "SELECT COUNT(*) AS n FROM reservations WHERE epoch = $1 AND state = 'held'", epochA))[0]!.n,
+      claims: (await query<{ n: number }>(a!, "SELECT COUNT(*) AS n FROM idempotency WHERE epoch = $1 AND state = 'in_flight'", epochA))[0]!.n
+    })
+    // A lives (a fresh heartbeat, its own instance id): B's and C's recovery leave its calls alone.
+    expect(await Promise.all([resolve(b!), resolve(c!)])).toEqual([{ charged: 0, voided: 0 }, { charged: 0, voided: 0 }])
+    expect(await leftOfA()).toEqual({ holds: 30, claims: 15 })
+    // A's heartbeat stops (as if SIGKILLed 700 s ago): B and C, at once, free each hold and claim once.
+    await query(a!, "UPDATE instances SET heartbeat_at = $1 WHERE epoch = $2", Date.now() - 700_000, epochA)
+    await Promise.all([resolve(b!), resolve(c!), resolve(b!)])
+    expect(await leftOfA()).toEqual({ holds: 0, claims: 0 })
+    expect(await query(a!, "SELECT spent, reserved FROM budget_windows WHERE project_id = $1", project.id)).toEqual([{ spent: 0, reserved: 0 }])
+    expect(await query(b!, "SELECT state, COUNT(*) AS n FROM reservations WHERE project_id = $1 GROUP BY state", project.id)).toEqual([{ state: "voided", n: 30 }])
+    expect(await query(c!, "SELECT status, error_code, COUNT(*) AS n FROM requests WHERE project_id = $1 GROUP BY status, error_code", project.id)).toEqual([
+      { status: "failed", error_code: "interrupted", n: 30 }
+    ])
   })
 
   it("a key revoked on one instance is refused by the others at once (LISTEN/NOTIFY), not after their cache's TTL", async () => {
