@@ -185,7 +185,7 @@ describe.skipIf(!reachable && process.env.CI === undefined)("PostgreSQL store, s
     expect(await query(nodes[0]!, "SELECT COUNT(*) AS n FROM receipts WHERE project_id = $1", project.id)).toEqual([{ n: 0 }])
   })
 
-  it("dead epochs: another instance's live holds and claims are left alone; a stale one's are freed once, by two survivors at once", async () => {
+  it("dead epochs: another instance's live holds and claims are left alone; a stale one's are freed once (a marked stream charged from its progress mark), by two survivors at once", async () => {
     const schema = freshSchema()
     schemas.push(schema)
     // A long heartbeat, so no beat rewrites what the test sets: an epoch is stale after 600 s.
@@ -199,6 +199,11 @@ describe.skipIf(!reachable && process.env.CI === undefined)("PostgreSQL store, s
       epoch: epochA
     }))
     for (const args of holds) expect(Either.isRight(await reserve(a!, args))).toBe(true)
+    // And one open stream whose heartbeat marked its progress (5 output tokens delivered).
+    const stream = { ...reserveArgs(project.id, 3, { deadline, stream: true }), epoch: epochA }
+    expect(Either.isRight(await reserve(a!, stream))).toBe(true)
+    const mark = { route: "demo", rateCardVersion: "rc_2026-01", tokens: { input: 3, cached_input: 0, output: 5, reasoning: 0 }, at: Date.now() }
+    await a!.runPromise(Effect.flatMap(ChatStore, (st) => st.heartbeat({ epoch: epochA, now: Date.now(), marks: [{ reservationId: stream.hold.reservationId, mark }] })))
     const resolve = (rt: Instance) => rt.runPromise(Effect.flatMap(Recovery, (r) => r.resolveDeadEpochs))
     const leftOfA = async () => ({
       holds: (await query<{ n: number }>(a!, "SELECT COUNT(*) AS n FROM reservations WHERE epoch = $1 AND state = 'held'", epochA))[0]!.n,
@@ -206,14 +211,22 @@ describe.skipIf(!reachable && process.env.CI === undefined)("PostgreSQL store, s
     })
     // A lives (a fresh heartbeat, its own instance id): B's and C's recovery leave its calls alone.
     expect(await Promise.all([resolve(b!), resolve(c!)])).toEqual([{ charged: 0, voided: 0 }, { charged: 0, voided: 0 }])
-    expect(await leftOfA()).toEqual({ holds: 30, claims: 15 })
+    expect(await leftOfA()).toEqual({ holds: 31, claims: 15 })
     // A's heartbeat stops (as if SIGKILLed 700 s ago): B and C, at once, free each hold and claim once.
     await query(a!, "UPDATE instances SET heartbeat_at = $1 WHERE epoch = $2", Date.now() - 700_000, epochA)
     await Promise.all([resolve(b!), resolve(c!), resolve(b!)])
     expect(await leftOfA()).toEqual({ holds: 0, claims: 0 })
-    expect(await query(a!, "SELECT spent, reserved FROM budget_windows WHERE project_id = $1", project.id)).toEqual([{ spent: 0, reserved: 0 }])
-    expect(await query(b!, "SELECT state, COUNT(*) AS n FROM reservations WHERE project_id = $1 GROUP BY state", project.id)).toEqual([{ state: "voided", n: 30 }])
-    expect(await query(c!, "SELECT status, error_code, COUNT(*) AS n FROM requests WHERE project_id = $1 GROUP BY status, error_code", project.id)).toEqual([
+    // The stream is charged from its mark, once, with a receipt; everything else voided.
+    const receipts = await query<{ request_id: string; credits_charged: number }>(a!, "SELECT request_id, credits_charged FROM receipts WHERE project_id = $1", project.id)
+    expect(receipts.map((r) => r.request_id)).toEqual([stream.request.id])
+    expect(receipts[0]!.credits_charged).toBeGreaterThan(0)
+    expect(await query(a!, "SELECT spent, reserved FROM budget_windows WHERE project_id = $1", project.id)).toEqual([{ spent: receipts[0]!.credits_charged, reserved: 0 }])
+    expect(await query(b!, "SELECT state, COUNT(*) AS n FROM reservations WHERE project_id = $1 GROUP BY state ORDER BY state", project.id)).toEqual([
+      { state: "settled", n: 1 },
+      { state: "voided", n: 30 }
+    ])
+    expect(await query(c!, "SELECT status, error_code, COUNT(*) AS n FROM requests WHERE project_id = $1 GROUP BY status, error_code ORDER BY status", project.id)).toEqual([
+      { status: "completed", error_code: null, n: 1 },
       { status: "failed", error_code: "interrupted", n: 30 }
     ])
   })
