@@ -8,6 +8,7 @@ import { Effect, Layer, Logger } from "effect"
 import { createServer } from "node:http"
 import { Settings } from "./domain/config.ts"
 import { app } from "./http/app.ts"
+import { answerClientError } from "./http/errors.ts"
 import { makeRequestListener } from "./http/fast.ts"
 import { Bootstrap } from "./services/Bootstrap.ts"
 import { Gateway } from "./services/Gateway.ts"
@@ -22,11 +23,14 @@ import { ReceiptKeyLive, ReceiptSigner } from "./services/ReceiptSigner.ts"
 import { Recovery } from "./services/Recovery.ts"
 import { Requests } from "./services/Requests.ts"
 import { Router } from "./services/Router.ts"
+import { Activity } from "./services/Activity.ts"
+import { Sessions } from "./services/Sessions.ts"
 import { ChatStore } from "./store/ChatStore.ts"
 import { DatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
-export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default).pipe(
+export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).pipe(
+  Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default)),
   Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive)))),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
@@ -42,7 +46,15 @@ export const ServicesLive = Layer.mergeAll(Gateway.Default, Bootstrap.Default, R
  */
 export const HttpLive = Layer.unwrapEffect(
   Effect.map(Settings, (s) => {
-    const server = createServer()
+    const server = createServer({
+      // Slowloris bounds: the head within headersTimeout, the whole request within requestTimeout,
+      // checked every second (node's default check runs every 30 s).
+      headersTimeout: s.headersTimeoutMs,
+      requestTimeout: s.requestTimeoutMs,
+      keepAliveTimeout: s.keepAliveTimeoutMs,
+      connectionsCheckingInterval: Math.min(1000, s.headersTimeoutMs)
+    })
+    server.on("clientError", answerClientError)
     const serve = Layer.scopedDiscard(
       Effect.gen(function* () {
         const listener = yield* makeRequestListener(app)

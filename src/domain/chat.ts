@@ -39,6 +39,38 @@ const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typ
 const optionalPositiveInt = (v: unknown): v is number | null | undefined =>
   v === undefined || v === null || (typeof v === "number" && Number.isSafeInteger(v) && v >= 1)
 
+const isNumber = (v: unknown) => typeof v === "number" && Number.isFinite(v)
+const isInteger = (v: unknown) => typeof v === "number" && Number.isSafeInteger(v)
+const isBoolean = (v: unknown) => typeof v === "boolean"
+const isString = (v: unknown) => typeof v === "string"
+
+/**
+ * The types of the OpenAI fields Tollgate does not read but passes upstream: a wrongly typed one is
+ * the client's mistake, answered here as 400 with `param` naming it rather than spending an upstream
+ * call (and an attempt of the route) on it. `null` is accepted for each, as OpenAI does; ranges are
+ * left to the upstream. Fields not listed pass through unchecked.
+ */
+const KNOWN_FIELD_TYPES: ReadonlyArray<readonly [field: string, check: (v: unknown) => boolean, expected: string]> = [
+  ["temperature", isNumber, "a number"],
+  ["top_p", isNumber, "a number"],
+  ["presence_penalty", isNumber, "a number"],
+  ["frequency_penalty", isNumber, "a number"],
+  ["seed", isInteger, "an integer"],
+  ["n", isInteger, "an integer"],
+  ["logprobs", isBoolean, "a boolean"],
+  ["top_logprobs", isInteger, "an integer"],
+  ["parallel_tool_calls", isBoolean, "a boolean"],
+  ["store", isBoolean, "a boolean"],
+  ["user", isString, "a string"],
+  ["service_tier", isString, "a string"],
+  ["reasoning_effort", isString, "a string"],
+  ["stop", (v) => isString(v) || (Array.isArray(v) && v.every(isString)), "a string or an array of strings"],
+  ["logit_bias", (v) => isObject(v) && Object.values(v).every(isNumber), "an object of numbers"],
+  ["tools", (v) => Array.isArray(v) && v.every(isObject), "an array of objects"],
+  ["tool_choice", (v) => isString(v) || isObject(v), "a string or an object"],
+  ["response_format", isObject, "an object"]
+]
+
 /** Read a chat completion body: the request, or why it is refused. Synchronous (an Either is also an Effect). */
 export const parseChatRequest = (body: unknown): Either.Either<ChatRequest, InvalidRequest | UnsupportedWorkflow> => {
   if (!isObject(body)) return Either.left(bad("The request body must be a JSON object.", null))
@@ -80,6 +112,10 @@ export const parseChatRequest = (body: unknown): Either.Either<ChatRequest, Inva
     }
   }
   if (body.audio !== undefined && body.audio !== null) return Either.left(unsupported("Audio output is outside the supported text workflows.", "audio"))
+  for (const [field, check, expected] of KNOWN_FIELD_TYPES) {
+    const v = body[field]
+    if (v !== undefined && v !== null && !check(v)) return Either.left(bad(`'${field}' must be ${expected}.`, field))
+  }
   if (body.n !== undefined && body.n !== null && body.n !== 1) return Either.left(bad("Tollgate supports n = 1 only.", "n"))
   if (!optionalPositiveInt(body.max_tokens)) return Either.left(bad("'max_tokens' must be a positive integer.", "max_tokens"))
   if (!optionalPositiveInt(body.max_completion_tokens)) {

@@ -82,6 +82,14 @@ export interface GatewaySettings {
   readonly databaseUrl: string
   readonly adminToken: Option.Option<Redacted.Redacted<string>>
   readonly maxBodyBytes: number
+  /** Deepest nesting of arrays and objects a JSON body may have (400 deeper): bounds every recursive walk of it. */
+  readonly maxJsonDepth: number
+  /** node:http timeouts: the request head, the whole request (head and body), an idle keep-alive connection. */
+  readonly headersTimeoutMs: number
+  readonly requestTimeoutMs: number
+  readonly keepAliveTimeoutMs: number
+  /** Bearer token of GET /metrics (the admin token is accepted too); with neither set, /metrics answers 401. */
+  readonly metricsToken: Option.Option<Redacted.Redacted<string>>
   /** How long a duplicate waits for an in-flight original before answering 409. */
   readonly inflightWaitMs: number
   /** Per-attempt upstream timeout (headers / first byte) and total deadline for retries + fallback. */
@@ -105,6 +113,8 @@ export interface GatewaySettings {
    * SQLite file (src/store/storeWorker.ts), off the event loop. An in-memory store always runs them inline.
    */
   readonly storeWorker: boolean
+  /** How long a dashboard sign-in lasts (absolute, from sign-in). */
+  readonly sessionTtlMs: number
   /**
    * Assertion mode (TOLLGATE_ASSERT=1): after each settlement and abandonment the store checks the
    * project's window against the rulebook (spec/ledger.ts `checkWindow`) inside the transaction, and
@@ -155,6 +165,11 @@ const settingsConfig = Config.all({
   ),
   adminToken: Config.option(Config.redacted("TOLLGATE_ADMIN_TOKEN")),
   maxBodyBytes: Config.integer("TOLLGATE_MAX_BODY_BYTES").pipe(Config.withDefault(8 * 1024 * 1024)),
+  maxJsonDepth: Config.integer("TOLLGATE_MAX_JSON_DEPTH").pipe(Config.withDefault(64)),
+  headersTimeoutMs: Config.integer("TOLLGATE_HEADERS_TIMEOUT_MS").pipe(Config.withDefault(10_000)),
+  requestTimeoutMs: Config.integer("TOLLGATE_REQUEST_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
+  keepAliveTimeoutMs: Config.integer("TOLLGATE_KEEP_ALIVE_TIMEOUT_MS").pipe(Config.withDefault(5_000)),
+  metricsToken: Config.option(Config.redacted("TOLLGATE_METRICS_TOKEN")),
   inflightWaitMs: Config.integer("TOLLGATE_INFLIGHT_WAIT_MS").pipe(Config.withDefault(60_000)),
   upstreamTimeoutMs: Config.integer("TOLLGATE_UPSTREAM_TIMEOUT_MS").pipe(Config.withDefault(60_000)),
   upstreamDeadlineMs: Config.integer("TOLLGATE_UPSTREAM_DEADLINE_MS").pipe(Config.withDefault(120_000)),
@@ -167,6 +182,7 @@ const settingsConfig = Config.all({
   breakerOpenMs: Config.integer("TOLLGATE_BREAKER_OPEN_MS").pipe(Config.withDefault(30_000)),
   accessLog: Config.boolean("TOLLGATE_ACCESS_LOG").pipe(Config.withDefault(true)),
   storeWorker: Config.boolean("TOLLGATE_STORE_WORKER").pipe(Config.withDefault(true)),
+  sessionTtlMs: Config.map(Config.integer("TOLLGATE_SESSION_TTL_SECONDS").pipe(Config.withDefault(8 * 3600)), (s) => s * 1000),
   assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
@@ -189,6 +205,11 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   databaseUrl: "sqlite::memory:",
   adminToken: Option.none(),
   maxBodyBytes: 8 * 1024 * 1024,
+  maxJsonDepth: 64,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 5_000,
+  metricsToken: Option.none(),
   inflightWaitMs: 10_000,
   upstreamTimeoutMs: 10_000,
   upstreamDeadlineMs: 20_000,
@@ -201,6 +222,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   breakerOpenMs: 30_000,
   accessLog: false,
   storeWorker: true,
+  sessionTtlMs: 8 * 3600 * 1000,
   assertInvariants: false,
   gateway: defaultGatewayFile,
   ...overrides

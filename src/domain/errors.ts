@@ -81,4 +81,10 @@ export type GovernanceError =
   | InvalidRequest
   | PayloadTooLarge
 
-export type AdminError = AdminNotFound | AdminUnauthorized | AdminConflict | InvalidRequest | PayloadTooLarge
+export type AdminError = AdminNotFound | AdminUnauthorized | AdminForbidden | AdminConflict | InvalidRequest | PayloadTooLarge
+
+/** 403 on the admin API: a signed-in session may not do this (a team's read-only session, a missing or forged CSRF token). */
+export class AdminForbidden extends Schema.TaggedError<AdminForbidden>()("AdminForbidden", {
+  message: Schema.String,
+  code: Schema.Literal("forbidden", "invalid_csrf_token")
+}) {}

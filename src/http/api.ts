@@ -7,6 +7,7 @@
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import * as S from "./schemas.ts"
+import { adminGroups } from "./adminApi.ts"
 
 class ProjectKey extends HttpApiMiddleware.Tag<ProjectKey>()("ProjectKey", {
   failure: S.Errors.invalidApiKey,
@@ -54,7 +55,9 @@ const governed = HttpApiGroup.make("governed")
       .setPayload(S.ChatCompletionRequest)
       .addSuccess(S.Evaluation)
       .addError(S.Errors.invalidRequest)
+      .addError(S.Errors.tooLarge)
       .addError(S.Errors.unsupportedWorkflow)
+      .addError(S.Errors.rateLimited)
       .addError(S.Errors.routeUnavailable)
   )
   .middleware(ProjectKey)
@@ -63,7 +66,7 @@ const open = HttpApiGroup.make("public")
   .add(HttpApiEndpoint.get("receiptKeys", "/v1/receipts/keys").addSuccess(S.ReceiptKeys))
   .add(HttpApiEndpoint.get("health", "/healthz").addSuccess(Schema.Struct({ status: Schema.Literal("ok") })))
 
-export const PublicApi = HttpApi.make("tollgate").add(governed).add(open)
+export const PublicApi = HttpApi.make("tollgate").add(governed).add(open).add(adminGroups.admin).add(adminGroups.signIn)
 
 /** The OpenAPI 3.1 document of the public surface. */
 export const openApiDocument = (() => {
@@ -74,7 +77,7 @@ export const openApiDocument = (() => {
       title: "Tollgate",
       version: "1.0.0",
       description:
-        "Governed, OpenAI-compatible AI gateway. Every governed call carries `Authorization: Bearer <project key>` and returns evidence (`governance`, `x-request-id`) and rate-limit headers."
+        "Governed, OpenAI-compatible AI gateway. Every governed call carries `Authorization: Bearer <project key>` and returns evidence (`governance`, `x-request-id`) and rate-limit headers. The admin API (`/admin/v1`) takes `Authorization: Bearer <admin token>` or the dashboard's session cookie (writes then need `X-CSRF-Token`)."
     }
   }
 })()

@@ -7,7 +7,8 @@
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { Cause, Clock, Effect, FiberRef, Option, Stream } from "effect"
+import { Cause, Clock, Effect, FiberRef, Option, Redacted, Stream } from "effect"
+import { hashSecret, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
 import { type AdminError, type GovernanceError, InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
@@ -26,20 +27,23 @@ import { responsesSurface, responsesToChat } from "../services/surfaces/response
 import type { Surface } from "../services/surfaces/Surface.ts"
 import { openApiDocument } from "./api.ts"
 import { docsPage } from "./docs.ts"
-import { readJsonBody } from "./body.ts"
+import { type BodyLimits, readJsonBody } from "./body.ts"
 import * as S from "./schemas.ts"
 import { errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
+import { dashboardRoutes, keysWithLastUse } from "./dashboard.ts"
+import { type Access, adminRoute, visibleProject } from "./session.ts"
+import type { Viewer } from "../services/Sessions.ts"
 
 const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
   const v = req.headers[name]
   return typeof v === "string" ? v : undefined
 }
 
-/** Read and parse a JSON body within the size limit: 413 when larger, 400 when not JSON (src/http/body.ts). */
-export const readJson = (maxBytes: number) =>
+/** Read and parse a JSON body within the size and depth limits: 413 when larger, 400 when too deep or not JSON (src/http/body.ts). */
+export const readJson = (limits: BodyLimits) =>
   Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) =>
     Effect.async<unknown, PayloadTooLarge | InvalidRequest>((resume) =>
-      readJsonBody(NodeHttpServerRequest.toIncomingMessage(req), maxBytes, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
+      readJsonBody(NodeHttpServerRequest.toIncomingMessage(req), limits, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
     )
   )
 
@@ -117,7 +121,7 @@ const governed = (toCall: GovernedCall) =>
     return yield* respondErrors(
       authenticated((principal, req) =>
         Effect.gen(function* () {
-          const clientBody = yield* readJson(settings.maxBodyBytes)
+          const clientBody = yield* readJson(settings)
           const reply = yield* handleGoverned(gateway, toCall, principal, clientBody, req.headers, headers)
           return toResponse(reply, headers)
         })
@@ -133,14 +137,16 @@ const responses = governed(governedCalls["/v1/responses"])
 const routingEvaluate = Effect.gen(function* () {
   const settings = yield* Settings
   const gateway = yield* Gateway
+  const headers: Record<string, string> = {}
   return yield* respondErrors(
     authenticated((principal, req) =>
       Effect.gen(function* () {
-        const body = yield* readJson(settings.maxBodyBytes)
-        const evaluation: typeof S.Evaluation.Type = yield* gateway.evaluate(principal, body, header(req, "x-max-credits"))
-        return json(evaluation)
+        const body = yield* readJson(settings)
+        const evaluation: typeof S.Evaluation.Type = yield* gateway.evaluate(principal, body, header(req, "x-max-credits"), headers)
+        return HttpServerResponse.unsafeJson(evaluation, { headers })
       })
-    )
+    ),
+    headers
   )
 })
 
@@ -240,19 +246,15 @@ const receiptKeys = Effect.gen(function* () {
 
 // ---- Admin API (docs/contract.md §8) ----
 
-const admin = <R>(f: (req: HttpServerRequest.HttpServerRequest) => Effect.Effect<HttpServerResponse.HttpServerResponse, AdminError, R>) =>
-  respondErrors(
-    Effect.gen(function* () {
-      const req = yield* HttpServerRequest.HttpServerRequest
-      const bootstrap = yield* Bootstrap
-      yield* bootstrap.authorizeAdmin(header(req, "authorization"))
-      return yield* f(req)
-    })
-  )
+/** An admin route: the admin token, or a dashboard session (src/http/session.ts); `reader` lets a team read its own project. */
+const admin = <R>(
+  f: (req: HttpServerRequest.HttpServerRequest, viewer: Viewer) => Effect.Effect<HttpServerResponse.HttpServerResponse, AdminError, R>,
+  access: Access = "operator"
+) => adminRoute(f, access)
 
 const adminBody = Effect.gen(function* () {
   const settings = yield* Settings
-  const body = yield* readJson(settings.maxBodyBytes)
+  const body = yield* readJson(settings)
   if (body === null || typeof body !== "object" || Array.isArray(body)) {
     return yield* new InvalidRequest({ message: "The request body must be a JSON object.", param: null })
   }
@@ -267,7 +269,7 @@ const optionalBody = Effect.gen(function* () {
 
 const projectId = Effect.map(HttpRouter.params, (p) => p.id ?? "")
 
-const projectView = (id: string) =>
+const projectView = (id: string, viewer: Viewer = { role: "operator" }) =>
   Effect.gen(function* () {
     const projects = yield* Projects
     const ledger = yield* Ledger
@@ -279,7 +281,7 @@ const projectView = (id: string) =>
       ...project,
       object: "project",
       current_window: { period: window.period, budget_credits: window.cap, spent: window.spent, reserved: window.reserved, remaining: Math.max(0, window.cap - window.spent - window.reserved) },
-      keys: yield* keys.list(id)
+      keys: yield* keysWithLastUse(id, yield* keys.list(id), viewer)
     }
   })
 
@@ -295,7 +297,10 @@ const adminRoutes = HttpRouter.empty.pipe(
       })
     )
   ),
-  HttpRouter.get("/admin/v1/projects/:id", admin(() => Effect.flatMap(projectId, (id) => Effect.map(projectView(id), (v) => json(v))))),
+  HttpRouter.get(
+    "/admin/v1/projects/:id",
+    admin((_req, viewer) => Effect.flatMap(projectId, (id) => Effect.zipRight(visibleProject(viewer, id), Effect.map(projectView(id, viewer), (v) => json(v)))), "reader")
+  ),
   HttpRouter.patch(
     "/admin/v1/projects/:id",
     admin(() =>
@@ -323,10 +328,12 @@ const adminRoutes = HttpRouter.empty.pipe(
   ),
   HttpRouter.get(
     "/admin/v1/projects/:id/keys",
-    admin(() => Effect.gen(function* () {
+    admin((_req, viewer) => Effect.gen(function* () {
       const keys = yield* KeyRegistry
-      return json({ object: "list", data: yield* keys.list(yield* projectId) })
-    }))
+      const id = yield* projectId
+      yield* visibleProject(viewer, id)
+      return json({ object: "list", data: yield* keysWithLastUse(id, yield* keys.list(id), viewer) })
+    }), "reader")
   ),
   HttpRouter.post(
     "/admin/v1/keys/:id/rotate",
@@ -349,6 +356,32 @@ const adminRoutes = HttpRouter.empty.pipe(
   )
 )
 
+/**
+ * GET /metrics carries every project's id and spend: it answers only `Authorization: Bearer` with
+ * TOLLGATE_METRICS_TOKEN (for the scraper) or the admin token, compared in constant time.
+ */
+const metrics = Effect.gen(function* () {
+  const settings = yield* Settings
+  const bootstrap = yield* Bootstrap
+  const req = yield* HttpServerRequest.HttpServerRequest
+  const authorization = header(req, "authorization")
+  const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? "")?.[1]
+  const scraper = Option.isSome(settings.metricsToken) && token !== undefined && sameHash(hashSecret(token), hashSecret(Redacted.value(settings.metricsToken.value)))
+  const allowed = scraper || Option.isSome(yield* Effect.option(bootstrap.authorizeAdmin(authorization)))
+  if (!allowed) {
+    return errorResponse({
+      status: 401,
+      type: "invalid_request_error",
+      code: "invalid_metrics_token",
+      message: "GET /metrics needs 'Authorization: Bearer <token>' with TOLLGATE_METRICS_TOKEN or the admin token.",
+      param: null,
+      headers: { "www-authenticate": "Bearer" }
+    })
+  }
+  const m = yield* Metrics
+  return HttpServerResponse.text(m.render(), { contentType: "text/plain; version=0.0.4" })
+})
+
 /** Ready when the store can run the governed call's transactions (the store worker is up). */
 const readiness = Effect.map(ChatStore, (store) => {
   const health = store.health()
@@ -369,15 +402,17 @@ export const router = HttpRouter.empty.pipe(
   HttpRouter.get("/openapi.json", Effect.succeed(json(openApiDocument))),
   HttpRouter.get("/docs", Effect.succeed(HttpServerResponse.html(docsPage))),
   HttpRouter.get("/readyz", readiness),
-  HttpRouter.get("/metrics", Effect.map(Metrics, (m) => HttpServerResponse.text(m.render(), { contentType: "text/plain; version=0.0.4" }))),
-  HttpRouter.concat(adminRoutes)
+  HttpRouter.get("/metrics", metrics),
+  HttpRouter.concat(adminRoutes),
+  HttpRouter.concat(dashboardRoutes)
 )
 
 /** A bounded label for a request path (ids folded), for metrics and logs. */
 export const endpointLabel = (url: string): string => {
   const path = url.split("?")[0] ?? ""
   if (path.startsWith("/v1/requests/")) return path.endsWith("/receipt") ? "/v1/requests/{id}/receipt" : "/v1/requests/{id}"
-  if (path.startsWith("/admin/v1/")) return path.replace(/\/(prj|key)_[a-z2-7]+/g, "/{id}")
+  if (path.startsWith("/admin/v1/")) return path.replace(/\/(prj|key|req)_[a-z2-7]+/g, "/{id}")
+  if (path === "/dashboard" || path.startsWith("/dashboard/")) return "/dashboard"
   return KNOWN_PATHS.has(path) ? path : "other"
 }
 const KNOWN_PATHS = new Set([

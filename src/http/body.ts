@@ -1,14 +1,25 @@
 /**
- * Reading a JSON request body within a size limit, straight from node's IncomingMessage. One
- * implementation for the Effect handlers (src/http/app.ts) and the raw fast path (src/http/fast.ts),
+ * Reading a JSON request body within a size and a depth limit, straight from node's IncomingMessage.
+ * One implementation for the Effect handlers (src/http/app.ts) and the raw fast path (src/http/fast.ts),
  * so both answer 413 / 400 with the same messages.
+ *
+ * Depth is checked on the raw bytes as they arrive, before JSON.parse: a body nested deeper than the
+ * limit never becomes an object, so no recursive walk of it (JSON.stringify upstream, the idempotency
+ * fingerprint, the token estimate) can overflow the stack. A body refused before it was read to its end
+ * is answered with `Connection: close` and the connection is closed once the answer is flushed
+ * (`closeIfUnread`), never drained.
  */
-import type { IncomingMessage } from "node:http"
+import type { IncomingMessage, ServerResponse } from "node:http"
 import { InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
 
 export type BodyResult =
   | { readonly ok: true; readonly value: unknown }
   | { readonly ok: false; readonly error: PayloadTooLarge | InvalidRequest }
+
+export interface BodyLimits {
+  readonly maxBodyBytes: number
+  readonly maxJsonDepth: number
+}
 
 // Built only when needed: an Effect error captures a stack trace, too costly for every request.
 const tooLarge = (maxBytes: number): BodyResult => ({
@@ -16,6 +27,8 @@ const tooLarge = (maxBytes: number): BodyResult => ({
   error: new PayloadTooLarge({ message: `The request body exceeds the limit of ${maxBytes} bytes.` })
 })
 const invalid = (message: string): BodyResult => ({ ok: false, error: new InvalidRequest({ message, param: null }) })
+const tooDeep = (maxDepth: number): BodyResult =>
+  invalid(`The JSON body nests arrays and objects deeper than ${maxDepth} levels; flatten it.`)
 
 /** The body's declared length (0 when absent), as the 413 check before reading sees it. */
 export const declaredLength = (source: IncomingMessage): number => {
@@ -23,7 +36,35 @@ export const declaredLength = (source: IncomingMessage): number => {
   return Number(typeof v === "string" ? v : "0")
 }
 
-/** Parse a body's text: 400 when empty or not JSON. */
+/**
+ * The nesting depth of JSON text fed in chunks: brackets outside strings. Bytes of multi-byte UTF-8
+ * characters are all ≥ 0x80, so a byte-wise scan never mistakes one for a quote or a bracket.
+ * Returns false from `feed` as soon as the depth exceeds `maxDepth`.
+ */
+export const makeDepthScanner = (maxDepth: number) => {
+  let depth = 0
+  let inString = false
+  let escaped = false
+  return {
+    feed: (chunk: Uint8Array): boolean => {
+      for (let i = 0; i < chunk.length; i++) {
+        const b = chunk[i]!
+        if (inString) {
+          if (escaped) escaped = false
+          else if (b === 0x5c) escaped = true // backslash
+          else if (b === 0x22) inString = false // quote
+        } else if (b === 0x22) inString = true
+        else if (b === 0x5b || b === 0x7b) {
+          // [ {
+          if (++depth > maxDepth) return false
+        } else if (b === 0x5d || b === 0x7d) depth-- // ] }
+      }
+      return true
+    }
+  }
+}
+
+/** Parse a body's text: 400 when empty or not JSON. (Depth is checked on the bytes, before this.) */
 export const parseJsonText = (text: string): BodyResult => {
   if (text.length === 0) return invalid("The request body is empty; send a JSON object.")
   try {
@@ -34,14 +75,25 @@ export const parseJsonText = (text: string): BodyResult => {
 }
 
 /**
- * Read and parse a JSON body of at most `maxBytes`, then call `done` once: 413 when the declared or
- * the received length is over the limit, 400 when empty, unreadable or not JSON. Past the limit the
- * rest is drained unbuffered rather than destroyed (as `withMaxBodySize` does), so a chunked upload
- * still receives its 413 instead of a connection reset.
+ * Answering before the request's body was read to its end (401 before reading, 413, a body too deep):
+ * say `Connection: close`, so node closes the connection once the answer is flushed instead of
+ * reading the rest of the body to reuse the connection. Call before the response head is written.
  */
-export const readJsonBody = (source: IncomingMessage, maxBytes: number, done: (result: BodyResult) => void): void => {
-  if (declaredLength(source) > maxBytes) return done(tooLarge(maxBytes))
+export const closeIfUnread = (res: ServerResponse): void => {
+  if (!res.req.complete) res.shouldKeepAlive = false
+}
+
+/**
+ * Read and parse a JSON body within the limits, then call `done` once: 413 when the declared or the
+ * received length is over the size limit, 400 when nested too deep, empty, unreadable or not JSON.
+ * After a refusal the rest of the body is not buffered; the answer closes the connection
+ * (`closeIfUnread`).
+ */
+export const readJsonBody = (source: IncomingMessage, limits: BodyLimits, done: (result: BodyResult) => void): void => {
+  const { maxBodyBytes, maxJsonDepth } = limits
+  if (declaredLength(source) > maxBodyBytes) return done(tooLarge(maxBodyBytes))
   const chunks: Array<Buffer> = []
+  const depth = makeDepthScanner(maxJsonDepth)
   let bytes = 0
   let finished = false
   const finish = (result: () => BodyResult) => {
@@ -54,7 +106,8 @@ export const readJsonBody = (source: IncomingMessage, maxBytes: number, done: (r
   source.on("data", (chunk: Buffer) => {
     if (finished) return
     bytes += chunk.length
-    if (bytes > maxBytes) finish(() => tooLarge(maxBytes))
+    if (bytes > maxBodyBytes) finish(() => tooLarge(maxBodyBytes))
+    else if (!depth.feed(chunk)) finish(() => tooDeep(maxJsonDepth))
     else chunks.push(chunk)
   })
   source.once("end", () =>

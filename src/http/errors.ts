@@ -7,6 +7,7 @@
  */
 import { HttpServerResponse } from "@effect/platform"
 import { Cause, Effect } from "effect"
+import type { Duplex } from "node:stream"
 import type { AdminError, GovernanceError } from "../domain/errors.ts"
 
 export interface WireError {
@@ -55,6 +56,8 @@ export const wireError = (e: GovernanceError | AdminError): WireError => {
       return { status: 404, type: "invalid_request_error", code: "not_found", message: e.message, param: null, headers: noRetry }
     case "AdminUnauthorized":
       return { status: 401, type: "invalid_request_error", code: "invalid_admin_token", message: e.message, param: null, headers: noRetry }
+    case "AdminForbidden":
+      return { status: 403, type: "invalid_request_error", code: e.code, message: e.message, param: null, headers: noRetry }
     case "AdminConflict":
       return { status: 409, type: "invalid_request_error", code: "conflict", message: e.message, param: null, headers: noRetry }
   }
@@ -87,3 +90,28 @@ export const internalError: HttpServerResponse.HttpServerResponse = errorRespons
 
 /** Log a defect with its cause for operators; the client only sees `internalError`. */
 export const logDefect = (cause: Cause.Cause<unknown>) => Effect.logError("unhandled failure", Cause.pretty(cause))
+
+/**
+ * What a client's broken request gets before it reaches a handler (node's 'clientError': a head too
+ * large, a malformed request, a head or body that took too long): the same OpenAI error body as any
+ * other error, written on the raw socket, then the connection closed. Node's own answer is an empty
+ * body; a reset or an already answered request gets nothing.
+ */
+export const answerClientError = (error: Error & { readonly code?: string }, socket: Duplex): void => {
+  const answered = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true
+  if (error.code === "ECONNRESET" || !socket.writable || answered) {
+    socket.destroy()
+    return
+  }
+  const [status, reason, code, message] =
+    error.code === "HPE_HEADER_OVERFLOW"
+      ? [431, "Request Header Fields Too Large", "request_header_fields_too_large", "The request headers are larger than the server accepts (16 KiB in total)."]
+      : error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+        ? [408, "Request Timeout", "request_timeout", "The request was not received in time; the connection is closed."]
+        : [400, "Bad Request", "invalid_request_error", "The HTTP request is malformed."]
+  const body = JSON.stringify({ error: { message, type: "invalid_request_error", code, param: null } })
+  socket.once("finish", () => socket.destroy())
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
+  )
+}

@@ -22,7 +22,7 @@ import { Gateway, type GatewayReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
 import { type GovernedCall, governedCalls, handleGoverned, logAccess } from "./app.ts"
-import { readJsonBody } from "./body.ts"
+import { closeIfUnread, readJsonBody } from "./body.ts"
 import { errorResponse, internalError, logDefect, wireError } from "./errors.ts"
 
 type FastPath = keyof typeof governedCalls
@@ -44,6 +44,7 @@ export const fastPathOf = (req: IncomingMessage): FastPath | undefined => {
 /** Write a response built for the Effect server (JSON error bodies), as its node handler does. */
 const writeResponse = (res: ServerResponse, response: HttpServerResponse.HttpServerResponse): void => {
   if (res.writableEnded) return
+  closeIfUnread(res)
   res.writeHead(response.status, response.headers)
   res.end(response.body._tag === "Uint8Array" ? response.body.body : undefined)
 }
@@ -54,6 +55,7 @@ const writeBody = (res: ServerResponse, reply: Extract<GatewayReply, { _tag: "Bo
   const length = typeof reply.body === "string" ? Buffer.byteLength(reply.body) : reply.body.byteLength
   const out: Record<string, string> = { ...headers, "content-type": reply.contentType }
   if (length > 0) out["content-length"] = String(length)
+  closeIfUnread(res)
   res.writeHead(reply.status, out)
   res.end(reply.body)
 }
@@ -105,7 +107,7 @@ export const makeFastHandler = Effect.gen(function* () {
 
   const readJson = (req: IncomingMessage) =>
     Effect.async<unknown, GovernanceError>((resume) =>
-      readJsonBody(req, settings.maxBodyBytes, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
+      readJsonBody(req, settings, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
     )
 
   return (req: IncomingMessage, res: ServerResponse, path: FastPath): void => {
@@ -180,7 +182,16 @@ export const makeRequestListener = <E, R>(app: HttpApp.Default<E, R>) =>
     const fast = yield* makeFastHandler
     return (req: IncomingMessage, res: ServerResponse): void => {
       const path = fastPathOf(req)
-      if (path === undefined) effectHandler(req, res)
-      else fast(req, res, path)
+      if (path !== undefined) return fast(req, res, path)
+      // The Effect server writes the head itself: a request with a body it answers before reading it
+      // to the end (401 on the admin API, 413) gets `Connection: close` there too.
+      if (!req.complete) {
+        const writeHead = res.writeHead
+        res.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse["writeHead"]>) {
+          closeIfUnread(this)
+          return writeHead.apply(this, args)
+        } as ServerResponse["writeHead"]
+      }
+      effectHandler(req, res)
     }
   })

@@ -69,10 +69,32 @@ export const ChatCompletionRequest = Schema.Struct(
     max_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
     max_completion_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
     stream: Schema.optional(Schema.NullOr(Schema.Boolean)),
-    stream_options: Schema.optional(Schema.NullOr(Schema.Struct({ include_usage: Schema.optional(Schema.Boolean) })))
+    stream_options: Schema.optional(Schema.NullOr(Schema.Struct({ include_usage: Schema.optional(Schema.Boolean) }))),
+    // Passed upstream, but their types are checked (400 naming the field): src/domain/chat.ts.
+    temperature: Schema.optional(Schema.NullOr(Schema.Number)),
+    top_p: Schema.optional(Schema.NullOr(Schema.Number)),
+    presence_penalty: Schema.optional(Schema.NullOr(Schema.Number)),
+    frequency_penalty: Schema.optional(Schema.NullOr(Schema.Number)),
+    seed: Schema.optional(Schema.NullOr(Schema.Int)),
+    n: Schema.optional(Schema.NullOr(Schema.Literal(1))),
+    logprobs: Schema.optional(Schema.NullOr(Schema.Boolean)),
+    top_logprobs: Schema.optional(Schema.NullOr(Schema.Int)),
+    parallel_tool_calls: Schema.optional(Schema.NullOr(Schema.Boolean)),
+    store: Schema.optional(Schema.NullOr(Schema.Boolean)),
+    user: Schema.optional(Schema.NullOr(Schema.String)),
+    service_tier: Schema.optional(Schema.NullOr(Schema.String)),
+    reasoning_effort: Schema.optional(Schema.NullOr(Schema.String)),
+    stop: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.String)))),
+    logit_bias: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Number }))),
+    tools: Schema.optional(Schema.NullOr(Schema.Array(Extra))),
+    tool_choice: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Extra))),
+    response_format: Schema.optional(Schema.NullOr(Extra))
   },
   Extra
-).annotations({ identifier: "ChatCompletionRequest", description: "Other OpenAI fields pass through to the upstream." })
+).annotations({
+  identifier: "ChatCompletionRequest",
+  description: "Other OpenAI fields pass through to the upstream unchecked. A body may be nested at most TOLLGATE_MAX_JSON_DEPTH (64) levels deep."
+})
 
 export const ChatCompletion = Schema.Struct(
   {
@@ -94,6 +116,7 @@ export const ResponsesRequest = Schema.Struct(
     instructions: Schema.optional(Schema.NullOr(Schema.String)),
     max_output_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
     temperature: Schema.optional(Schema.NullOr(Schema.Number)),
+    top_p: Schema.optional(Schema.NullOr(Schema.Number)),
     metadata: Schema.optional(Metadata),
     stream: Schema.optional(Schema.NullOr(Schema.Boolean))
   },

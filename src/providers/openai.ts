@@ -44,13 +44,9 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
         timedOutNow = true
         controller.abort()
       }, timeoutMs)
-      let running: Promise<A>
-      try {
-        running = work(controller.signal)
-      } catch (e) {
-        running = Promise.reject(e)
-      }
-      running.then(
+      // A synchronous throw of `work` is a bug of ours, not an upstream failure: it is a defect (it
+      // escapes Effect.async), which never counts against the route's breaker (src/services/Router.ts).
+      work(controller.signal).then(
         (a) => {
           clearTimeout(timer)
           resume(Effect.succeed(a))
@@ -66,7 +62,13 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
       })
     })
 
-  const send = (route: RouteConfig, body: Record<string, unknown>, signal: AbortSignal) =>
+  /**
+   * The request's JSON, serialized before any attempt: a body that cannot be serialized is the
+   * gateway's failure (a defect), never the upstream's.
+   */
+  const payloadOf = (route: RouteConfig, body: Record<string, unknown>): string => JSON.stringify({ ...body, model: route.upstream_model })
+
+  const send = (payload: string, signal: AbortSignal) =>
     request(url, {
       method: "POST",
       dispatcher,
@@ -75,7 +77,7 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
         "content-type": "application/json",
         ...(secret === undefined ? {} : { authorization: `Bearer ${Redacted.value(secret)}` })
       },
-      body: JSON.stringify({ ...body, model: route.upstream_model })
+      body: payload
     })
 
   const parseObject = (text: string): Effect.Effect<Record<string, unknown>, UpstreamFailure> => {
@@ -91,9 +93,12 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
   }
 
   const complete: ChatProvider["complete"] = (route, body) =>
-    attempt(async (signal) => {
-      const res = await send(route, body, signal)
-      return { status: res.statusCode, text: await res.body.text() }
+    Effect.suspend(() => {
+      const payload = payloadOf(route, body)
+      return attempt(async (signal) => {
+        const res = await send(payload, signal)
+        return { status: res.statusCode, text: await res.body.text() }
+      })
     }).pipe(
       Effect.flatMap(({ status, text }) =>
         status >= 400 ? Effect.fail(statusFailure(status, upstreamErrorDetail(text))) : Effect.map(parseObject(text), (json) => ({ raw: text, json }))
@@ -102,8 +107,9 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
 
   const stream: ChatProvider["stream"] = (route, body) =>
     Effect.gen(function* () {
+      const payload = payloadOf(route, body)
       const res = yield* Effect.acquireRelease(
-        attempt((signal) => send(route, body, signal)),
+        attempt((signal) => send(payload, signal)),
         // Destroying an unfinished undici body emits 'error' (RequestAbortedError): absorb it, or a
         // client that hangs up mid-stream would crash the process with an unhandled 'error' event.
         (res) => Effect.sync(() => res.body.on("error", () => {}).destroy())

@@ -15,7 +15,7 @@ import { Clock, Duration, Effect, Either, Exit, Fiber, FiberSet, Option, Runtime
 import { chargeFor, chargeWithinReservation, type Prices, settledCharge, type TokenCounts, tokensFromUsage } from "../../spec/pricing.ts"
 import { type ChatRequest, parseChatRequest, parseMaxCredits, upstreamBody } from "../domain/chat.ts"
 import { Settings } from "../domain/config.ts"
-import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, type InvalidRequest, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
+import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, type RateLimited, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
 import { newReceiptId, newRequestId, newReservationId } from "../domain/ids.ts"
 import { ChatStore } from "../store/ChatStore.ts"
 import { UpstreamFailure } from "../providers/Provider.ts"
@@ -29,7 +29,7 @@ import type { Attempt, Verification } from "./Requests.ts"
 import { type Route, RouteFailed, Router } from "./Router.ts"
 import { sizeReservation, type SizingRequest } from "../domain/budgetSizing.ts"
 import { deliveredText, type Governance, type Surface } from "./surfaces/Surface.ts"
-import { countChat, countText } from "./Tokenizer.ts"
+import { countChatInput, countText } from "./Tokenizer.ts"
 
 export type { Governance } from "./surfaces/Surface.ts"
 
@@ -202,13 +202,14 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         }
       })
 
-    /** Route and price a request at `now`, and count its input: everything the reservation sizes. Reads no store. */
+    /** Route and price a request at `now` with its counted input: everything the reservation sizes. Reads no store. */
     const route = (
       principal: Principal,
       request: ChatRequest,
       maxCredits: number | undefined,
       maxCreditsParam: string,
-      now: number
+      now: number,
+      inputTokens: number
     ): Either.Either<Routed, RouteUnavailable> => {
       const candidates = router.candidatesAt(request.model, principal.projectId, now)
       if (Either.isLeft(candidates)) return Either.left(candidates.left)
@@ -221,7 +222,6 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       if (chain.length === 0) {
         return Either.left(new RouteUnavailable({ message: `No rate card in force prices the route for '${request.model}'.`, retryable: false }))
       }
-      const inputTokens = countChat(request.messages, request.tools)
       const sizing: SizingRequest = {
         chain: chain.map((r) => ({ name: r.name, prices: prices.get(r.name)!.prices, routeLimit: r.max_output_tokens })),
         inputTokens,
@@ -239,9 +239,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       request: ChatRequest,
       maxCredits: number | undefined,
       maxCreditsParam: string,
-      now: number
+      now: number,
+      inputTokens: number
     ): Either.Either<Quote, RouteUnavailable> =>
-      Either.map(route(principal, request, maxCredits, maxCreditsParam, now), (r) => {
+      Either.map(route(principal, request, maxCredits, maxCreditsParam, now, inputTokens), (r) => {
         const window = ledger.windowSync(principal.projectId, r.sizing.period)
         const remaining = Math.max(0, window.cap - window.spent - window.reserved)
         const sized = sizeReservation(r.sizing, window.cap, remaining)
@@ -266,6 +267,15 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         if (Either.isLeft(admitted)) return Effect.fail(admitted.left)
         const { request, maxCredits, maxCreditsParam } = admitted.right
         const md = request.metadata
+        // Two different keys for one call: which one the client meant is unknowable, so neither is guessed.
+        if (md.idempotency_key !== undefined && call.idempotencyKeyHeader !== undefined && md.idempotency_key !== call.idempotencyKeyHeader) {
+          return Effect.fail(
+            new InvalidRequest({
+              message: "The Idempotency-Key header and metadata.idempotency_key differ; send one key, or the same key in both.",
+              param: "metadata.idempotency_key"
+            })
+          )
+        }
         const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
         const checked = rawKey === undefined ? Either.right(undefined) : checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
         if (Either.isLeft(checked)) return Effect.fail(checked.left)
@@ -277,77 +287,81 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
         const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
         const fingerprint = key === undefined ? "" : fingerprintOf("POST", surface.path, call.clientBody ?? call.body)
-        const routed = route(principal, request, maxCredits, maxCreditsParam, now)
-        if (Either.isLeft(routed)) {
-          // A replay (or a conflict, or an original in flight) answers even when the route is gone.
-          if (key !== undefined) {
-            const seen = idempotency.peekAt(scope, key, fingerprint, now)
-            if (seen._tag !== "Claimed") {
-              return Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, headers), (reply) =>
-                Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(routed.left)
-              )
-            }
-          }
-          return Effect.fail(routed.left)
-        }
-        const { chain, prices, inputTokens, sizing } = routed.right
-        const requestId = newRequestId(now)
-        headers["x-request-id"] = requestId
-        const hold = {
-          reservationId: newReservationId(now),
-          requestId,
-          projectId: principal.projectId,
-          period: sizing.period,
-          deadline: now + settings.reservationTtlMs
-        }
-        const first = chain[0]!
-        // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
-        // original in flight answers first —, the output cap and hold sized on the budget window as
-        // it is in that transaction, the pending request row and the hold.
-        return store.reserve({
-          now,
-          claim: key === undefined ? undefined : { scope, key, fingerprint },
-          request: {
-            id: requestId,
-            projectId: principal.projectId,
-            environment: principal.environment,
-            keyId: principal.keyId,
-            endpoint: surface.path,
-            model: request.model,
-            route: first.name,
-            stream: request.stream,
-            idempotencyKey: key ?? null,
-            rateCardVersion: prices.get(first.name)!.version,
-            createdAt: now
-          },
-          hold,
-          sizing
-        }).pipe(
-          Effect.map((reserved): Plan | GatewayReply => ({
-            requestId,
-            request,
-            body: call.body as Record<string, unknown>,
-            surface,
-            chain,
-            prices,
-            inputTokens,
-            outputCap: reserved.outputCap,
-            hold: { ...hold, amount: reserved.reservation },
-            idempotency: key === undefined ? undefined : { key, fingerprint },
-            scope
-          })),
-          Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
-            refused._tag === "OverBudget"
-              ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
-              : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
-                  Effect.flatMap(Option.match({
-                    // The original was released while we waited: run again as a fresh request.
-                    onNone: () => plan(call),
-                    onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
-                  }))
+        // Counted after the rate check, in bounded slices (src/services/Tokenizer.ts): a long prompt
+        // never holds the event loop, and a limited caller gets no tokenizer time.
+        return Effect.flatMap(countChatInput(request.messages, request.tools), (counted) => {
+          const routed = route(principal, request, maxCredits, maxCreditsParam, now, counted)
+          if (Either.isLeft(routed)) {
+            // A replay (or a conflict, or an original in flight) answers even when the route is gone.
+            if (key !== undefined) {
+              const seen = idempotency.peekAt(scope, key, fingerprint, now)
+              if (seen._tag !== "Claimed") {
+                return Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, headers), (reply) =>
+                  Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(routed.left)
                 )
+              }
+            }
+            return Effect.fail(routed.left)
+          }
+          const { chain, prices, inputTokens, sizing } = routed.right
+          const requestId = newRequestId(now)
+          headers["x-request-id"] = requestId
+          const hold = {
+            reservationId: newReservationId(now),
+            requestId,
+            projectId: principal.projectId,
+            period: sizing.period,
+            deadline: now + settings.reservationTtlMs
+          }
+          const first = chain[0]!
+          // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
+          // original in flight answers first —, the output cap and hold sized on the budget window as
+          // it is in that transaction, the pending request row and the hold.
+          return store.reserve({
+            now,
+            claim: key === undefined ? undefined : { scope, key, fingerprint },
+            request: {
+              id: requestId,
+              projectId: principal.projectId,
+              environment: principal.environment,
+              keyId: principal.keyId,
+              endpoint: surface.path,
+              model: request.model,
+              route: first.name,
+              stream: request.stream,
+              idempotencyKey: key ?? null,
+              rateCardVersion: prices.get(first.name)!.version,
+              createdAt: now
+            },
+            hold,
+            sizing
+          }).pipe(
+            Effect.map((reserved): Plan | GatewayReply => ({
+              requestId,
+              request,
+              body: call.body as Record<string, unknown>,
+              surface,
+              chain,
+              prices,
+              inputTokens,
+              outputCap: reserved.outputCap,
+              hold: { ...hold, amount: reserved.reservation },
+              idempotency: key === undefined ? undefined : { key, fingerprint },
+              scope
+            })),
+            Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+              refused._tag === "OverBudget"
+                ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
+                : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
+                    Effect.flatMap(Option.match({
+                      // The original was released while we waited: run again as a fresh request.
+                      onNone: () => plan(call),
+                      onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
+                    }))
+                  )
+            )
           )
-        )
+        })
       })
 
     /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
@@ -426,6 +440,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
       router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
         Effect.onInterrupt(() => abandon(p, "interrupted", "The gateway shut down before the upstream answered.", [])),
+        Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
         Effect.catchAll((failed) => fromRouteFailure(p, failed)),
         Effect.flatMap((served) => {
           const json = served.value.json
@@ -464,6 +479,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         const served = yield* router.openStream(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
           Scope.extend(connection),
           Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Scope.close(connection, Exit.void))),
+          Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
           Effect.catchAll((failed) => fromRouteFailure(p, failed))
         )
         // Kept alive by `keepStreamsAlive` until its connection closes.
@@ -607,10 +623,22 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
      * POST /v1/routing/evaluate: what a call would do — route, rate card, estimated and worst-case
      * Credits, whether the budget and rate checks would pass — executing, reserving and charging nothing.
      */
-    const evaluate = (principal: Principal, body: unknown, maxCreditsHeader: string | undefined): Effect.Effect<Evaluation, InvalidApiKey | InvalidRequest | UnsupportedWorkflow | RouteUnavailable> =>
+    const evaluate = (
+      principal: Principal,
+      body: unknown,
+      maxCreditsHeader: string | undefined,
+      headers: ReplyHeaders
+    ): Effect.Effect<Evaluation, InvalidApiKey | InvalidRequest | UnsupportedWorkflow | RouteUnavailable | RateLimited> =>
       Effect.gen(function* () {
         const { request, maxCredits, maxCreditsParam } = yield* admitRequest(principal, body, maxCreditsHeader)
-        const q = yield* quote(principal, request, maxCredits, maxCreditsParam, yield* Clock.currentTimeMillis)
+        const now = yield* Clock.currentTimeMillis
+        // An evaluation is counted against the project's rate limit like the call it previews: it
+        // costs the gateway the same parsing and tokenizing, and must not be a free way to spend CPU.
+        const verdict = yield* rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
+        Object.assign(headers, rateLimitHeaders(verdict))
+        const inputTokens = yield* countChatInput(request.messages, request.tools)
+        const q = yield* quote(principal, request, maxCredits, maxCreditsParam, now, inputTokens)
+        // Would the call it previews, sent next, pass the rate check?
         const rateOk = yield* rateLimiter.peek(principal.projectId, principal.rateLimit)
         const route = q.chain[0]!
         const priced = q.prices.get(route.name)!

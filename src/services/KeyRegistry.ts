@@ -69,12 +69,28 @@ const keyStatus = (row: Pick<KeyRow, "revoked_at" | "expires_at">, now: number):
 
 const invalid = (message: string) => new InvalidApiKey({ message })
 
+/** What an unknown key id's secret is compared against: a hash no secret has (its preimage is unknown). */
+const DUMMY_HASH = hashSecret(`tollgate-unknown-key-${Math.random()}`)
+/** Cached key ids (known and unknown) at most. */
+const MAX_CACHED_KEYS = 100_000
+
 export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegistry", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     const settings = yield* Settings
     const projects = yield* Projects
-    const cache = new Map<string, { readonly row: KeyRow; readonly fetchedAt: number }>()
+    /**
+     * Key rows by id, and ids known to be unknown (row undefined): an unknown id is remembered for as
+     * long as a known one, so a repeated guess costs exactly what a repeated wrong secret costs — one
+     * cache hit and one SHA-256 compared in constant time — and its timing tells no key id apart.
+     * Bounded: the oldest entries go first.
+     */
+    const cache = new Map<string, { readonly row: KeyRow | undefined; readonly fetchedAt: number }>()
+    const remember = (keyId: string, row: KeyRow | undefined, now: number) => {
+      cache.delete(keyId)
+      cache.set(keyId, { row, fetchedAt: now })
+      if (cache.size > MAX_CACHED_KEYS) cache.delete(cache.keys().next().value!)
+    }
 
     const loadKey = (keyId: string) =>
       Effect.map(
@@ -83,24 +99,23 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         (rows) => Option.fromNullable(rows[0])
       ).pipe(Effect.orDie)
 
-    /** A key row fresh enough to trust at `now`, without touching the store. */
-    const cachedRow = (keyId: string, now: number): KeyRow | undefined => {
+    /** A cache entry fresh enough to trust at `now` (a row, or "no such key"), without touching the store. */
+    const cachedEntry = (keyId: string, now: number) => {
       const hit = cache.get(keyId)
-      return hit !== undefined && now - hit.fetchedAt < settings.keyCacheTtlMs ? hit.row : undefined
+      return hit !== undefined && now - hit.fetchedAt < settings.keyCacheTtlMs ? hit : undefined
     }
 
-    /** Read a key row from the store and remember it (or forget it, when it is gone). */
+    /** Read a key row from the store and remember it, or remember that there is none. */
     const refreshKey = (keyId: string, now: number) =>
-      Effect.tap(loadKey(keyId), (row) =>
-        Effect.sync(() => {
-          if (Option.isSome(row)) cache.set(keyId, { row: row.value, fetchedAt: now })
-          else cache.delete(keyId)
-        })
-      )
+      Effect.tap(loadKey(keyId), (row) => Effect.sync(() => remember(keyId, Option.getOrUndefined(row), now)))
 
-    /** The key row's verdict for a presented secret at `now`: the caller's scope, or why not. */
-    const verify = (row: KeyRow, parsed: { readonly secret: string; readonly environment: string }, now: number) => {
-      if (!sameHash(hashSecret(parsed.secret), row.secret_sha256) || row.environment !== parsed.environment) return invalid("Unknown API key.")
+    /**
+     * The key row's verdict for a presented secret at `now`: the caller's scope, or why not. An
+     * unknown key id is checked against a dummy hash, the same work as a wrong secret.
+     */
+    const verify = (row: KeyRow | undefined, parsed: { readonly secret: string; readonly environment: string }, now: number) => {
+      const matches = sameHash(hashSecret(parsed.secret), row?.secret_sha256 ?? DUMMY_HASH)
+      if (row === undefined || !matches || row.environment !== parsed.environment) return invalid("Unknown API key.")
       if (row.revoked_at !== null) return invalid(`API key ${row.id} has been revoked.`)
       if (row.expires_at !== null && now >= row.expires_at) {
         return invalid(`API key ${row.id} was rotated and its grace period has ended; use its replacement.`)
@@ -128,14 +143,15 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         const parsed = match === null ? undefined : parseKey(match[1]!)
         if (parsed === undefined) return invalid("Malformed API key. Tollgate keys look like tg_dev_…; check for copy-paste damage.")
         const now = clock.unsafeCurrentTimeMillis()
-        const row = cachedRow(parsed.keyId, now)
-        if (row !== undefined) return verify(row, parsed, now)
-        return Effect.flatMap(refreshKey(parsed.keyId, now), (found) => (Option.isNone(found) ? invalid("Unknown API key.") : verify(found.value, parsed, now)))
+        const hit = cachedEntry(parsed.keyId, now)
+        if (hit !== undefined) return verify(hit.row, parsed, now)
+        return Effect.flatMap(refreshKey(parsed.keyId, now), (found) => verify(Option.getOrUndefined(found), parsed, now))
       })
 
     const issue = (projectId: string, environment: Environment, now: number, replaces: string | null) =>
       Effect.gen(function* () {
         const id = newKeyId()
+        cache.delete(id)
         const secret = newSecret()
         yield* sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces)
                    VALUES (${id}, ${projectId}, ${environment}, ${hashSecret(secret)}, ${now}, ${replaces})`
@@ -230,7 +246,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     /** Drop cached state for a project (its cap or rate limit changed). */
     const forgetProject = (projectId: string) =>
       Effect.sync(() => {
-        for (const [id, entry] of cache) if (entry.row.project_id === projectId) cache.delete(id)
+        for (const [id, entry] of cache) if (entry.row?.project_id === projectId) cache.delete(id)
       })
 
     return { authenticate, create, rotate, revoke, info, list, forgetProject } as const

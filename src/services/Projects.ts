@@ -125,6 +125,9 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
 
     const count = Effect.map(sql<{ n: number }>`SELECT COUNT(*) AS n FROM projects`, (rows) => rows[0]?.n ?? 0).pipe(Effect.orDie)
 
-    return { get, create, update, count } as const
+    /** Every project, oldest first (the dashboard's list; a gateway holds tens to thousands of projects). */
+    const list = Effect.map(sql<ProjectRow>`SELECT * FROM projects ORDER BY created_at, id`, (rows) => rows.map(toProject)).pipe(Effect.orDie)
+
+    return { get, create, update, count, list } as const
   })
 }) {}

@@ -12,7 +12,7 @@
 import { SqlClient } from "@effect/sql"
 import type BetterSqlite3 from "better-sqlite3"
 import { Context, Effect, Layer } from "effect"
-import { mkdirSync } from "node:fs"
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs"
 import { dirname } from "node:path"
 import { Settings } from "../domain/config.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
@@ -32,12 +32,24 @@ const pragmas = Effect.gen(function* () {
   yield* sql.unsafe("PRAGMA foreign_keys = ON")
 })
 
+/**
+ * The store holds every project's spend and the hashes of its keys: its files are the owner's only
+ * (0600), whatever the process umask. The database file is created 0600 before SQLite opens it;
+ * SQLite creates its -wal and -shm files with the database file's permissions, and files left by an
+ * earlier version are tightened to 0600 too.
+ */
+export const createPrivateStoreFiles = (filename: string): void => {
+  mkdirSync(dirname(filename), { recursive: true, mode: 0o700 })
+  closeSync(openSync(filename, "a", 0o600))
+  for (const file of [filename, `${filename}-wal`, `${filename}-shm`]) if (existsSync(file)) chmodSync(file, 0o600)
+}
+
 /** SqlClient and Sqlite for the configured DATABASE_URL, migrated and tuned. */
 export const DatabaseLive: Layer.Layer<SqlClient.SqlClient | Sqlite, never, Settings> = Layer.scopedContext(
   Effect.gen(function* () {
     const settings = yield* Settings
     const filename = sqliteFilename(settings.databaseUrl)
-    if (filename !== ":memory:") mkdirSync(dirname(filename), { recursive: true })
+    if (filename !== ":memory:") createPrivateStoreFiles(filename)
     // One owner of the main connection: opened here, the SqlClient built over it (src/store/sqliteClient.ts).
     const { sql, db } = yield* makeSqliteClient(filename)
     yield* pragmas.pipe(

@@ -1,3 +1,4 @@
+import { Option, Redacted } from "effect"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { endpointLabel } from "../../src/http/app.ts"
@@ -9,16 +10,31 @@ const value = (text: string, metric: string, labels: string): number => {
   return line === undefined ? 0 : Number(line.split(" ").at(-1))
 }
 
+const METRICS_TOKEN = "scrape-token-for-tests"
+
 describe("GET /metrics (Prometheus text format)", () => {
-  const env = useMockedGateway({ beforeAll, afterAll })
+  const env = useMockedGateway({ beforeAll, afterAll }, undefined, { metricsToken: Option.some(Redacted.make(METRICS_TOKEN)) })
+  const scrape = (token = METRICS_TOKEN) => fetch(`${env.gateway.origin}/metrics`, { headers: { authorization: `Bearer ${token}` } })
+
+  it("needs a credential (issue 19, finding 6): none or a wrong one is a JSON 401 that lists no project; the metrics token or the admin token scrape", async () => {
+    for (const headers of [{}, { authorization: "Bearer wrong" }, { authorization: `Bearer ${env.gateway.devKey}` }]) {
+      const res = await fetch(`${env.gateway.origin}/metrics`, { headers })
+      expect(res.status).toBe(401)
+      const text = await res.text()
+      expect(JSON.parse(text).error).toMatchObject({ code: "invalid_metrics_token", type: "invalid_request_error" })
+      expect(text).not.toContain("prj_")
+    }
+    expect((await scrape()).status).toBe(200)
+    expect((await scrape(env.gateway.adminToken)).status).toBe(200)
+  })
 
   it("counts requests by endpoint and status, attempts by route, and credits charged per project", async () => {
     const client = new OpenAI({ baseURL: env.gateway.url, apiKey: env.gateway.devKey, maxRetries: 0 })
-    const before = await (await fetch(`${env.gateway.origin}/metrics`)).text()
+    const before = await (await scrape()).text()
     const completion = await client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "metrics" }] })
     await client.chat.completions.create({ model: "nope", messages: [{ role: "user", content: "x" }] }).catch(() => undefined)
     await fetch(`${env.gateway.url}/requests/req_unknownxx`, { headers: { authorization: `Bearer ${env.gateway.devKey}` } })
-    const res = await fetch(`${env.gateway.origin}/metrics`)
+    const res = await scrape()
     expect(res.headers.get("content-type")).toMatch(/text\/plain/)
     const after = await res.text()
     const delta = (metric: string, labels: string) => value(after, metric, labels) - value(before, metric, labels)

@@ -15,7 +15,11 @@ describe("OpenAPI document and the wire schemas", () => {
     const doc: any = await (await fetch(`${env.gateway.origin}/openapi.json`)).json()
     expect(doc.openapi).toBe("3.1.0")
     expect(Object.keys(doc.paths).sort()).toEqual(
-      ["/healthz", "/v1/chat/completions", "/v1/models", "/v1/rate_cards", "/v1/receipts/keys", "/v1/requests/{id}", "/v1/requests/{id}/receipt", "/v1/responses", "/v1/routing/evaluate", "/v1/usage"].sort()
+      [
+        "/healthz", "/v1/chat/completions", "/v1/models", "/v1/rate_cards", "/v1/receipts/keys", "/v1/requests/{id}", "/v1/requests/{id}/receipt", "/v1/responses", "/v1/routing/evaluate", "/v1/usage",
+        "/admin/v1/session", "/admin/v1/projects", "/admin/v1/projects/{id}", "/admin/v1/projects/{id}/keys", "/admin/v1/keys/{id}/rotate", "/admin/v1/keys/{id}/revoke",
+        "/admin/v1/projects/{id}/usage", "/admin/v1/projects/{id}/requests", "/admin/v1/projects/{id}/requests/{request_id}", "/admin/v1/projects/{id}/requests/{request_id}/receipt"
+      ].sort()
     )
     const chat = doc.paths["/v1/chat/completions"].post
     expect(Object.keys(chat.responses).sort()).toEqual(["200", "400", "401", "402", "409", "413", "422", "429", "503"])

@@ -192,3 +192,32 @@ describe("KeyRegistry admin operations", () => {
       expect((yield* keys.authenticate(bearer(issued.secret))).budgetCredits).toBe(900)
     }).pipe(Effect.provide(Live)))
 })
+
+describe("key checks in constant time (issue 19, finding 7)", () => {
+  const Cached = KeyRegistry.Default.pipe(Layer.provideMerge(Projects.Default), Layer.provideMerge(storeLayer({ keyCacheTtlMs: 600_000 })))
+
+  it.live("an unknown key id costs what a wrong secret costs: medians within 1.5× of each other, interleaved", () =>
+    Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      const parsed = parseKey(issued.secret)!
+      const wrongSecret = bearer(formatKey(parsed.keyId, "development", newSecret()))
+      const unknownId = bearer(formatKey(newKeyId(), "development", newSecret()))
+      const time = (authorization: string) => {
+        const t0 = performance.now()
+        Effect.runSync(Effect.either(keys.authenticate(authorization)))
+        return performance.now() - t0
+      }
+      for (let i = 0; i < 200; i++) time(i % 2 === 0 ? wrongSecret : unknownId) // warm both paths
+      const wrong: Array<number> = []
+      const unknown: Array<number> = []
+      for (let i = 0; i < 2000; i++) {
+        wrong.push(time(wrongSecret))
+        unknown.push(time(unknownId))
+      }
+      const median = (xs: Array<number>) => xs.sort((a, b) => a - b)[xs.length >> 1]!
+      const [w, u] = [median(wrong), median(unknown)]
+      console.log(`[finding 7] key check median: wrong secret ${(w * 1000).toFixed(1)} µs, unknown key id ${(u * 1000).toFixed(1)} µs`)
+      expect(u / w).toBeLessThan(1.5)
+      expect(w / u).toBeLessThan(1.5)
+    }).pipe(Effect.provide(Cached)))
+})

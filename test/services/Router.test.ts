@@ -4,7 +4,7 @@
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { afterAll, afterEach, beforeAll, describe, expect, it, layer } from "@effect/vitest"
-import { Effect, Layer, TestClock } from "effect"
+import { Cause, Effect, Layer, TestClock } from "effect"
 import type { GatewayFile, GatewaySettings } from "../../src/domain/config.ts"
 import { type Route, Router } from "../../src/services/Router.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
@@ -253,4 +253,18 @@ describe("Router against a real upstream", () => {
       yield* TestClock.adjust(5_000)
       expect(names(yield* router.candidates("auto"))).toEqual(["primary", "secondary"])
     }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 0, breakerFailures: 2, breakerOpenMs: 5_000 }))))
+  it.effect("a failure of the gateway's own (a body it cannot serialize) is a defect: never counted against the route, no upstream call", () =>
+    Effect.gen(function* () {
+      const router = yield* Router
+      // JSON.stringify throws on a BigInt, as it throws "Maximum call stack size exceeded" on a body
+      // nested 100k deep: the gateway failed, the route did not.
+      const unserializable = () => ({ messages: [{ role: "user", content: "x" }], extra: 1n })
+      for (let i = 0; i < 4; i++) {
+        const exit = yield* Effect.exit(router.complete(yield* router.candidates("primary"), unserializable))
+        expect(exit._tag === "Failure" && Cause.isDie(exit.cause)).toBe(true)
+      }
+      expect(mock.calls).toBe(0)
+      expect(router.breakerStatus("primary", yield* TestClock.currentTimeMillis)).toBe("closed")
+      expect((yield* call("primary")).route.name).toBe("primary")
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1, breakerFailures: 2 }))))
 })

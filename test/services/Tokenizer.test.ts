@@ -4,7 +4,7 @@
 import fc from "fast-check"
 import { countTokens } from "gpt-tokenizer"
 import { describe, expect, it } from "vitest"
-import { countChat, countText, makeCountCache } from "../../src/services/Tokenizer.ts"
+import { BUDGET_MS, countBounded, countChat, countText, makeCountCache } from "../../src/services/Tokenizer.ts"
 
 describe("the count cache", () => {
   it("property: a cached count equals the tokenizer's count, whatever the order and repetition of texts", () => {
@@ -41,5 +41,48 @@ describe("the count cache", () => {
       expect(countChat([{ role: "system", content: system }, { role: "user", content: user }])).toBe(expected)
     }
     expect(countText("")).toBe(0)
+  })
+})
+
+describe("bounded cost whatever the text (issue 19, finding 1)", () => {
+  const longRuns = fc
+    .array(
+      fc.oneof(
+        fc.stringOf(fc.constantFrom("a", "b", "z", "Q", "é", "漢", "😀", "!", "7"), { minLength: 150, maxLength: 600 }),
+        fc.stringOf(fc.constantFrom(" ", "\n", "\t"), { minLength: 1, maxLength: 300 }),
+        fc.lorem({ maxCount: 20 })
+      ),
+      { maxLength: 6 }
+    )
+    .map((parts) => parts.join(""))
+
+  it("property: a text cut into bounded runs never counts fewer tokens than the whole text (the estimate errs high)", () => {
+    fc.assert(
+      fc.property(longRuns, (text) => {
+        expect(countBounded(text)).toBeGreaterThanOrEqual(countTokens(text))
+      }),
+      { numRuns: 200 }
+    )
+  })
+
+  it("property: ordinary text (no run longer than the bound) is counted exactly", () => {
+    fc.assert(
+      fc.property(fc.lorem({ maxCount: 200 }), (text) => {
+        expect(countBounded(text)).toBe(countTokens(text))
+      }),
+      { numRuns: 100 }
+    )
+  })
+
+  it("4 MiB of one letter run unlike any other is counted within a bounded time, as an upper bound past the budget", () => {
+    let text = ""
+    for (let i = 0; text.length < 4 * 1024 * 1024; i++) text += `tollgate${i.toString(36).replace(/\d/g, (d) => "qrstuvwxyz"[Number(d)]!)}`
+    const t0 = performance.now()
+    const n = countBounded(text)
+    const ms = performance.now() - t0
+    console.log(`[finding 1] countBounded of ${text.length} chars without a space: ${n} tokens in ${ms.toFixed(0)} ms (budget ${BUDGET_MS} ms)`)
+    expect(ms).toBeLessThan(BUDGET_MS + 1500)
+    expect(n).toBeGreaterThan(text.length / 8)
+    expect(n).toBeLessThanOrEqual(Buffer.byteLength(text))
   })
 })

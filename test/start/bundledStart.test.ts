@@ -74,6 +74,11 @@ describe("npm start: the bundled server", () => {
     for await (const chunk of stream) governance = (chunk as { governance?: typeof governance }).governance ?? governance
     expect(governance?.status).toBe("completed")
 
+    // The bundled server finds the dashboard's build (dashboard/dist, made by `npm ci` / prestart).
+    const dashboard = await fetch(new URL("/dashboard/", baseURL))
+    expect(dashboard.status).toBe(200)
+    expect(dashboard.headers.get("content-security-policy")).toContain("script-src 'self'")
+
     const db = new Database(join(dir, "t.db"), { readonly: true })
     try {
       const ids = (db.prepare("SELECT id FROM receipts").all() as Array<{ id: string }>).map((r) => r.id).sort()

@@ -1,0 +1,224 @@
+import { useEffect, useState } from "preact/hooks"
+import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Project, type Session, type Usage } from "./api.ts"
+import { UsageChart } from "./chart.tsx"
+import { ago, BudgetBar, credits, Dialog, ErrorNote, message, Status, when } from "./ui.tsx"
+
+const thisMonth = () => new Date().toISOString().slice(0, 7)
+
+export const ProjectPage = ({ id, session }: { id: string; session: Session }) => {
+  const [project, setProject] = useState<Project | null>(null)
+  const [error, setError] = useState<string | null>(null)
+  const operator = session.role === "operator"
+  const load = () => api.project(id).then(setProject, (e) => setError(message(e)))
+  useEffect(() => void load(), [id])
+
+  if (error !== null && project === null) return <><h1>Project</h1><ErrorNote error={error} /></>
+  if (project === null) return <p role="status">Loading…</p>
+  return (
+    <>
+      <h1>{project.name}</h1>
+      <p class="meta"><code>{project.id}</code> · {project.organization}{session.role === "team" ? ` · ${session.environment} (read-only)` : ""}</p>
+      <nav class="tabs" aria-label="Project"><a href={`#/projects/${id}`} aria-current="page">Overview</a><a href={`#/projects/${id}/requests`}>Requests and receipts</a></nav>
+      <ErrorNote error={error} />
+      <section class="card" aria-labelledby="budget-h">
+        <h2 id="budget-h">Budget this month</h2>
+        <BudgetBar window={project.current_window} label="Budget" />
+        {operator ? <EditLimits project={project} onSaved={setProject} /> : <p class="meta">Rate limit: {project.rate_limit.requests_per_minute} requests/min, burst {project.rate_limit.burst}</p>}
+      </section>
+      <UsageSection project={project} session={session} />
+      <KeysSection project={project} session={session} reload={load} />
+    </>
+  )
+}
+
+const EditLimits = ({ project, onSaved }: { project: Project; onSaved: (p: Project) => void }) => {
+  const [budget, setBudget] = useState(String(project.budget_credits))
+  const [rpm, setRpm] = useState(String(project.rate_limit.requests_per_minute))
+  const [burst, setBurst] = useState(String(project.rate_limit.burst))
+  const [state, setState] = useState<string | null>(null)
+  const [error, setError] = useState<string | null>(null)
+  const save = async (e: Event) => {
+    e.preventDefault()
+    setError(null)
+    try {
+      const p = await api.updateProject(project.id, { budget_credits: Number(budget), rate_limit: { requests_per_minute: Number(rpm), burst: Number(burst) } })
+      onSaved(p)
+      setState("Saved. The next call sees the new limits.")
+    } catch (err) {
+      setError(message(err))
+    }
+  }
+  return (
+    <form onSubmit={save} class="grid-form inline" aria-label="Budget and rate limit">
+      <label for="e-budget">Budget cap (Credits)</label>
+      <input id="e-budget" type="number" min="0" step="1" required value={budget} onInput={(e) => setBudget(e.currentTarget.value)} />
+      <label for="e-rpm">Requests per minute</label>
+      <input id="e-rpm" type="number" min="1" step="1" required value={rpm} onInput={(e) => setRpm(e.currentTarget.value)} />
+      <label for="e-burst">Burst</label>
+      <input id="e-burst" type="number" min="1" step="1" required value={burst} onInput={(e) => setBurst(e.currentTarget.value)} />
+      <button type="submit">Save limits</button>
+      {state === null ? null : <p role="status" class="ok">{state}</p>}
+      <ErrorNote error={error} />
+    </form>
+  )
+}
+
+const UsageSection = ({ project, session }: { project: Project; session: Session }) => {
+  const [period, setPeriod] = useState(thisMonth())
+  const [environment, setEnvironment] = useState("")
+  const [usage, setUsage] = useState<Usage | null>(null)
+  const [error, setError] = useState<string | null>(null)
+  useEffect(() => {
+    if (!/^\d{4}-\d{2}$/.test(period)) return
+    api.usage(project.id, period, environment).then((u) => { setUsage(u); setError(null) }, (e) => setError(message(e)))
+  }, [project.id, period, environment, project.current_window.spent])
+  const allEnvironments = usage !== null && usage.environment === null
+  const matches = usage !== null && usage.receipts_credits === usage.budget.spent
+  return (
+    <section class="card" aria-labelledby="usage-h">
+      <h2 id="usage-h">Usage</h2>
+      <div class="filters">
+        <label for="u-month">Month</label>
+        <input id="u-month" type="month" value={period} onInput={(e) => setPeriod(e.currentTarget.value)} />
+        {session.role === "operator" ? (
+          <>
+            <label for="u-env">Environment</label>
+            <select id="u-env" value={environment} onChange={(e) => setEnvironment(e.currentTarget.value)}>
+              <option value="">All</option>
+              {ENVIRONMENTS.map((env) => <option value={env}>{env}</option>)}
+            </select>
+          </>
+        ) : null}
+      </div>
+      <ErrorNote error={error} />
+      {usage === null ? <p role="status">Loading…</p> : (
+        <>
+          <p class="total" data-testid="receipts-total">
+            {usage.period}: <strong data-field="receipts-credits">{credits(usage.receipts_credits)}</strong> Credits over <strong data-field="receipts">{credits(usage.receipts)}</strong> receipts
+            {allEnvironments
+              ? matches ? <> — <span class="ok">equal to spent ({credits(usage.budget.spent)}) ✓</span></> : <> — <span class="warn">spent is {credits(usage.budget.spent)}</span></>
+              : <> in {usage.environment}; the budget's spent ({credits(usage.budget.spent)}) covers every environment.</>}
+          </p>
+          <div class="charts">
+            <UsageChart usage={usage} field="credits" title="Credits per day" />
+            <UsageChart usage={usage} field="requests" title="Requests per day" />
+          </div>
+        </>
+      )}
+    </section>
+  )
+}
+
+const KeysSection = ({ project, session, reload }: { project: Project; session: Session; reload: () => Promise<unknown> }) => {
+  const operator = session.role === "operator"
+  const [environment, setEnvironment] = useState<Environment>("development")
+  const [issued, setIssued] = useState<IssuedKey | null>(null)
+  const [rotating, setRotating] = useState<ApiKey | null>(null)
+  const [grace, setGrace] = useState("86400")
+  const [revoking, setRevoking] = useState<ApiKey | null>(null)
+  const [error, setError] = useState<string | null>(null)
+  const act = async (f: () => Promise<void>) => {
+    setError(null)
+    try {
+      await f()
+      await reload()
+    } catch (err) {
+      setError(message(err))
+    }
+  }
+  const keys = project.keys ?? []
+  return (
+    <section class="card" aria-labelledby="keys-h">
+      <h2 id="keys-h">API keys</h2>
+      <ErrorNote error={error} />
+      <div class="table-wrap">
+        <table data-table="keys">
+          <thead><tr><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th><th scope="col">Created</th><th scope="col">Expires</th><th scope="col">Last used</th>{operator ? <th scope="col"><span class="sr-only">Actions</span></th> : null}</tr></thead>
+          <tbody>
+            {keys.map((k) => (
+              <tr data-key={k.id}>
+                <td><code>{k.id}</code>{k.replaces === null ? null : <div class="meta">replaces <code>{k.replaces}</code></div>}</td>
+                <td>{k.environment}</td>
+                <td><Status value={k.status} /></td>
+                <td>{when(k.created_at)}</td>
+                <td>{k.status === "revoked" ? `revoked ${when(k.revoked_at)}` : when(k.expires_at)}</td>
+                <td data-field="last-used" title={when(k.last_used_at)}>{ago(k.last_used_at)}</td>
+                {operator ? (
+                  <td class="actions">
+                    {k.status === "active" ? <button type="button" class="secondary" onClick={() => setRotating(k)} aria-label={`Rotate ${k.id}`}>Rotate</button> : null}
+                    {k.status === "active" || k.status === "rotated" ? <button type="button" class="danger" onClick={() => setRevoking(k)} aria-label={`Revoke ${k.id}`}>Revoke</button> : null}
+                  </td>
+                ) : null}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      {operator ? (
+        <form class="inline-form" onSubmit={(e) => { e.preventDefault(); void act(async () => setIssued(await api.createKey(project.id, environment))) }}>
+          <label for="k-env">Environment</label>
+          <select id="k-env" value={environment} onChange={(e) => setEnvironment(e.currentTarget.value as Environment)}>
+            {ENVIRONMENTS.map((env) => <option value={env}>{env}</option>)}
+          </select>
+          <button type="submit">Create key</button>
+        </form>
+      ) : null}
+
+      <Dialog title={issued?.replaces === undefined ? "New API key" : "Rotated API key"} open={issued !== null} onClose={() => setIssued(null)}>
+        {issued === null ? null : <SecretOnce issued={issued} onDone={() => setIssued(null)} />}
+      </Dialog>
+
+      <Dialog title={`Rotate ${rotating?.id ?? ""}`} open={rotating !== null} onClose={() => setRotating(null)}>
+        <form onSubmit={(e) => {
+          e.preventDefault()
+          const key = rotating!
+          setRotating(null)
+          void act(async () => setIssued(await api.rotateKey(key.id, Number(grace))))
+        }}>
+          <p>A new key works at once. The old key keeps working until the grace period ends, so clients can switch without downtime.</p>
+          <label for="r-grace">Grace period (seconds)</label>
+          <input id="r-grace" type="number" min="0" step="1" required value={grace} onInput={(e) => setGrace(e.currentTarget.value)} />
+          <div class="buttons"><button type="button" class="secondary" onClick={() => setRotating(null)}>Cancel</button><button type="submit">Rotate key</button></div>
+        </form>
+      </Dialog>
+
+      <Dialog title={`Revoke ${revoking?.id ?? ""}?`} open={revoking !== null} onClose={() => setRevoking(null)}>
+        <p>Every call with this key fails with 401 from now on. This cannot be undone.</p>
+        <div class="buttons">
+          <button type="button" class="secondary" onClick={() => setRevoking(null)}>Cancel</button>
+          <button type="button" class="danger" onClick={() => { const key = revoking!; setRevoking(null); void act(async () => void (await api.revokeKey(key.id))) }}>Revoke key</button>
+        </div>
+      </Dialog>
+    </section>
+  )
+}
+
+/** Copy with the Clipboard API (secure contexts: HTTPS, localhost), else by selecting the field and the copy command. */
+const copy = async (text: string): Promise<boolean> => {
+  try {
+    await navigator.clipboard.writeText(text)
+    return true
+  } catch {
+    const field = document.getElementById("secret") as HTMLInputElement | null
+    field?.select()
+    return document.execCommand("copy")
+  }
+}
+
+/** The secret, shown this once: a copy button and a warning. It is dropped from memory when the dialog closes. */
+const SecretOnce = ({ issued, onDone }: { issued: IssuedKey; onDone: () => void }) => {
+  const [copied, setCopied] = useState(false)
+  return (
+    <div class="secret">
+      <p class="warn" role="alert"><strong>Copy this key now.</strong> It is shown only once; Tollgate keeps only its hash and cannot show it again.</p>
+      {issued.replaces === undefined ? null : <p>It replaces <code>{issued.replaces}</code>, which keeps working until {when(issued.old_key_expires_at ?? null)}.</p>}
+      <label for="secret">{issued.environment} key <code>{issued.id}</code></label>
+      <input id="secret" readOnly value={issued.secret} spellcheck={false} onFocus={(e) => e.currentTarget.select()} data-secret />
+      <div class="buttons">
+        <button type="button" onClick={() => copy(issued.secret).then(setCopied)}>{copied ? "Copied ✓" : "Copy key"}</button>
+        <button type="button" class="secondary" onClick={onDone}>I have stored it</button>
+      </div>
+      <p role="status" class="sr-only">{copied ? "Key copied to the clipboard" : ""}</p>
+    </div>
+  )
+}

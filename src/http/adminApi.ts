@@ -1,0 +1,273 @@
+/**
+ * The admin API (DESIGN.md §8) and the dashboard's session, as an HttpApi group for the OpenAPI
+ * document. Served by src/http/app.ts (projects, keys) and src/http/dashboard.ts (session, lists,
+ * usage per day, request log, receipts with chain links).
+ *
+ * Authentication: `Authorization: Bearer <TOLLGATE_ADMIN_TOKEN>`, or the dashboard's session cookie
+ * `tollgate_session` (HttpOnly, SameSite=Strict) from POST /admin/v1/session. A cookie-authenticated
+ * write must carry the session's CSRF token in `X-CSRF-Token`. A team session (signed in with a
+ * project key) reads its own project and environment only; writes answer 403.
+ */
+import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { Schema } from "effect"
+import * as S from "./schemas.ts"
+
+const errorAt = (status: number, code: string, description: string) =>
+  S.ErrorBody.annotations({ identifier: `AdminError${status}_${code}`, description: `${code}: ${description}`, ...HttpApiSchema.annotations({ status }) })
+
+const E = {
+  invalidRequest: errorAt(400, "invalid_request_error", "malformed JSON or fields"),
+  unauthorized: errorAt(401, "invalid_admin_token", "missing or wrong admin token, or no live dashboard session (invalid_api_key when signing in with a bad project key)"),
+  forbidden: errorAt(403, "forbidden", "a team session is read-only; invalid_csrf_token: a cookie-authenticated write without the session's X-CSRF-Token"),
+  notFound: errorAt(404, "not_found", "unknown project or key id (or another project's, for a team session)"),
+  requestNotFound: errorAt(404, "request_not_found", "no such request (or receipt) in this project and the session's environment"),
+  conflict: errorAt(409, "conflict", "the key cannot be rotated in its state")
+}
+
+class AdminAuth extends HttpApiMiddleware.Tag<AdminAuth>()("AdminAuth", {
+  failure: E.unauthorized,
+  security: {
+    adminToken: HttpApiSecurity.bearer,
+    session: HttpApiSecurity.annotate(HttpApiSecurity.apiKey({ in: "cookie", key: "tollgate_session" }), OpenApi.Description, "Dashboard session cookie; writes also need the X-CSRF-Token header.")
+  }
+}) {}
+
+const Environment = Schema.Literal("development", "staging", "production")
+
+const RateLimit = Schema.Struct({ requests_per_minute: Schema.Int, burst: Schema.Int })
+
+const Window = Schema.Struct({
+  period: Schema.String,
+  budget_credits: Schema.Int,
+  spent: Schema.Int,
+  reserved: Schema.Int,
+  remaining: Schema.Int
+}).annotations({ identifier: "BudgetWindow", description: "The project's budget window (all environments): spent + reserved ≤ budget_credits." })
+
+export const ApiKey = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("api_key"),
+  project_id: Schema.String,
+  environment: Environment,
+  status: Schema.Literal("active", "rotated", "expired", "revoked"),
+  created_at: Schema.String,
+  expires_at: Schema.NullOr(Schema.String),
+  revoked_at: Schema.NullOr(Schema.String),
+  replaces: Schema.NullOr(Schema.String),
+  replaced_by: Schema.NullOr(Schema.String),
+  last_used_at: Schema.NullOr(Schema.String).annotations({ description: "Start of the key's latest governed request (the request log)." })
+}).annotations({ identifier: "ApiKey" })
+
+const ProjectFields = {
+  id: Schema.String,
+  object: Schema.Literal("project"),
+  organization: Schema.String,
+  name: Schema.String,
+  budget_credits: Schema.Int,
+  rate_limit: RateLimit,
+  created_at: Schema.String,
+  updated_at: Schema.String,
+  current_window: Window
+}
+
+export const ProjectSummary = Schema.Struct(ProjectFields).annotations({ identifier: "ProjectSummary" })
+
+export const Project = Schema.Struct({ ...ProjectFields, keys: Schema.Array(ApiKey) }).annotations({
+  identifier: "Project",
+  description: "A team session sees only the keys of its own environment."
+})
+
+export const ProjectList = Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ProjectSummary) }).annotations({ identifier: "ProjectList" })
+
+const NewProject = Schema.Struct({
+  name: Schema.String,
+  organization: Schema.optional(Schema.String),
+  budget_credits: Schema.Int,
+  rate_limit: Schema.Struct({ requests_per_minute: Schema.Int, burst: Schema.optional(Schema.Int) })
+})
+
+const ProjectPatch = Schema.Struct({
+  name: Schema.optional(Schema.String),
+  budget_credits: Schema.optional(Schema.Int),
+  rate_limit: Schema.optional(Schema.Struct({ requests_per_minute: Schema.optional(Schema.Int), burst: Schema.optional(Schema.Int) }))
+})
+
+export const IssuedKey = Schema.Struct({
+  id: Schema.String,
+  object: Schema.Literal("api_key"),
+  project_id: Schema.String,
+  environment: Environment,
+  secret: Schema.String.annotations({ description: "The full key. Shown once; only its hash is stored." }),
+  created_at: Schema.String
+}).annotations({ identifier: "IssuedKey" })
+
+export const RotatedKey = Schema.Struct({
+  ...IssuedKey.fields,
+  replaces: Schema.String,
+  old_key_expires_at: Schema.String
+}).annotations({ identifier: "RotatedKey" })
+
+export const SessionInfo = Schema.Struct({
+  object: Schema.Literal("session"),
+  role: Schema.Literal("operator", "team"),
+  project_id: Schema.NullOr(Schema.String),
+  environment: Schema.NullOr(Environment),
+  csrf_token: Schema.String.annotations({ description: "Send it as X-CSRF-Token on every cookie-authenticated write. Keep it in memory only." }),
+  expires_at: Schema.String
+}).annotations({ identifier: "Session" })
+
+export const DailyUsage = Schema.Struct({
+  object: Schema.Literal("project_usage"),
+  project_id: Schema.String,
+  environment: Schema.NullOr(Environment),
+  period: Schema.String,
+  budget: Window,
+  days: Schema.Array(Schema.Struct({ date: Schema.String, model: Schema.String, requests: Schema.Int, credits: Schema.Int })),
+  receipts: Schema.Int,
+  receipts_credits: Schema.Int.annotations({ description: "Σ credits_charged of the window's receipts; over all environments it equals budget.spent." })
+}).annotations({ identifier: "ProjectUsage", description: "Credits and requests per UTC day (of settlement) and model, from the window's receipts." })
+
+export const RequestListItem = Schema.Struct({
+  ...S.RequestStatus.fields,
+  environment: Environment,
+  key_id: Schema.String,
+  idempotency_key: Schema.NullOr(Schema.String)
+}).annotations({ identifier: "RequestLogEntry" })
+
+export const RequestPage = Schema.Struct({
+  object: Schema.Literal("list"),
+  data: Schema.Array(RequestListItem),
+  has_more: Schema.Boolean,
+  next_cursor: Schema.NullOr(Schema.String)
+}).annotations({ identifier: "RequestPage", description: "Newest first; pass next_cursor as cursor for the next page." })
+
+const ChainLink = Schema.NullOr(Schema.Struct({ seq: Schema.Int, request_id: Schema.String, environment: Schema.String, hash: Schema.String }))
+
+export const ReceiptView = Schema.Struct({
+  object: Schema.Literal("receipt_view"),
+  receipt: S.Receipt,
+  previous: ChainLink.annotations({ description: "The receipt before it in the project's chain (its hash is this receipt's prev_hash); null for seq 1." }),
+  next: ChainLink
+}).annotations({ identifier: "ReceiptView" })
+
+const ProjectPath = Schema.Struct({ id: Schema.String.annotations({ description: "A project id, prj_…" }) })
+const KeyPath = Schema.Struct({ id: Schema.String.annotations({ description: "A key id, key_…" }) })
+const RequestPath = Schema.Struct({ id: Schema.String, request_id: Schema.String.annotations({ description: "A request id, req_…" }) })
+
+const EnvironmentParam = Schema.optional(Environment.annotations({ description: "Operator: filter by environment. A team session always reads its own." }))
+
+const admin = HttpApiGroup.make("admin")
+  .add(HttpApiEndpoint.get("listProjects", "/admin/v1/projects").addSuccess(ProjectList))
+  .add(
+    HttpApiEndpoint.post("createProject", "/admin/v1/projects")
+      .setPayload(NewProject)
+      .addSuccess(Project, { status: 201 })
+      .addError(E.invalidRequest)
+      .addError(E.forbidden)
+  )
+  .add(HttpApiEndpoint.get("getProject", "/admin/v1/projects/:id").setPath(ProjectPath).addSuccess(Project).addError(E.notFound))
+  .add(
+    HttpApiEndpoint.patch("updateProject", "/admin/v1/projects/:id")
+      .setPath(ProjectPath)
+      .setPayload(ProjectPatch)
+      .addSuccess(Project)
+      .addError(E.invalidRequest)
+      .addError(E.forbidden)
+      .addError(E.notFound)
+  )
+  .add(
+    HttpApiEndpoint.post("createKey", "/admin/v1/projects/:id/keys")
+      .setPath(ProjectPath)
+      .setPayload(Schema.Struct({ environment: Environment }))
+      .addSuccess(IssuedKey, { status: 201 })
+      .addError(E.invalidRequest)
+      .addError(E.forbidden)
+      .addError(E.notFound)
+  )
+  .add(
+    HttpApiEndpoint.get("listKeys", "/admin/v1/projects/:id/keys")
+      .setPath(ProjectPath)
+      .addSuccess(Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ApiKey) }).annotations({ identifier: "ApiKeyList" }))
+      .addError(E.notFound)
+  )
+  .add(
+    HttpApiEndpoint.post("rotateKey", "/admin/v1/keys/:id/rotate")
+      .setPath(KeyPath)
+      .setPayload(Schema.Struct({ grace_seconds: Schema.optional(Schema.Int.annotations({ description: "default 86400" })) }))
+      .addSuccess(RotatedKey, { status: 201 })
+      .addError(E.invalidRequest)
+      .addError(E.forbidden)
+      .addError(E.notFound)
+      .addError(E.conflict)
+  )
+  .add(
+    HttpApiEndpoint.post("revokeKey", "/admin/v1/keys/:id/revoke")
+      .setPath(KeyPath)
+      .addSuccess(ApiKey.pipe(Schema.omit("last_used_at")).annotations({ identifier: "RevokedKey" }))
+      .addError(E.forbidden)
+      .addError(E.notFound)
+  )
+  .add(
+    HttpApiEndpoint.get("getProjectUsage", "/admin/v1/projects/:id/usage")
+      .setPath(ProjectPath)
+      .setUrlParams(Schema.Struct({ period: Schema.optional(Schema.String.annotations({ description: "YYYY-MM; default: the current window" })), environment: EnvironmentParam }))
+      .addSuccess(DailyUsage)
+      .addError(E.invalidRequest)
+      .addError(E.notFound)
+  )
+  .add(
+    HttpApiEndpoint.get("listRequests", "/admin/v1/projects/:id/requests")
+      .setPath(ProjectPath)
+      .setUrlParams(
+        Schema.Struct({
+          environment: EnvironmentParam,
+          status: Schema.optional(Schema.Literal("pending", "completed", "failed")),
+          model: Schema.optional(Schema.String.annotations({ description: "The requested model or the route that served it" })),
+          q: Schema.optional(Schema.String.annotations({ description: "Substring of the request id, idempotency key, receipt id, model or route" })),
+          cursor: Schema.optional(Schema.String.annotations({ description: "next_cursor of the previous page" })),
+          limit: Schema.optional(Schema.String.annotations({ description: "1–100, default 25" }))
+        })
+      )
+      .addSuccess(RequestPage)
+      .addError(E.invalidRequest)
+      .addError(E.notFound)
+  )
+  .add(
+    HttpApiEndpoint.get("getProjectRequest", "/admin/v1/projects/:id/requests/:request_id")
+      .setPath(RequestPath)
+      .addSuccess(RequestListItem)
+      .addError(E.requestNotFound)
+  )
+  .add(
+    HttpApiEndpoint.get("getProjectReceipt", "/admin/v1/projects/:id/requests/:request_id/receipt")
+      .setPath(RequestPath)
+      .addSuccess(ReceiptView)
+      .addError(E.requestNotFound)
+  )
+  .add(
+    HttpApiEndpoint.get("getSession", "/admin/v1/session")
+      .addSuccess(SessionInfo)
+      .annotate(OpenApi.Description, "The current dashboard session (cookie), with its CSRF token.")
+  )
+  .add(
+    HttpApiEndpoint.del("signOut", "/admin/v1/session")
+      .addSuccess(Schema.Struct({ object: Schema.Literal("session"), signed_out: Schema.Literal(true) }))
+      .addError(E.forbidden)
+      .annotate(OpenApi.Description, "Sign out: ends the session and expires the cookie. Needs X-CSRF-Token.")
+  )
+  .middleware(AdminAuth)
+
+/** Sign-in takes a token in the body, not a header: it is the one admin call without prior authentication. */
+const signIn = HttpApiGroup.make("session").add(
+  HttpApiEndpoint.post("signIn", "/admin/v1/session")
+    .setPayload(Schema.Struct({ token: Schema.String.annotations({ description: "The admin token (operator) or a project key (team, read-only)" }) }))
+    .addSuccess(SessionInfo, { status: 201 })
+    .addError(E.invalidRequest)
+    .addError(E.unauthorized)
+    .annotate(
+      OpenApi.Description,
+      "Dashboard sign-in. Sets the session cookie tollgate_session (HttpOnly, SameSite=Strict, Path=/). Content-Type must be application/json."
+    )
+)
+
+export const adminGroups = { admin, signIn }

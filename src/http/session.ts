@@ -1,0 +1,106 @@
+/**
+ * Who may call the admin API, and how (issue 17):
+ * - `Authorization: Bearer <admin token>`: the operator, as before (CLI, scripts). No cookie involved.
+ * - the dashboard's session cookie: the operator or a team (one project and environment, read-only).
+ *   Every write with a cookie must carry the session's `X-CSRF-Token`; a team session writes nothing.
+ * A team asking for another project's data gets the same 404 as for an unknown id.
+ */
+import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
+import { Effect } from "effect"
+import { Settings } from "../domain/config.ts"
+import { type AdminError, AdminForbidden, AdminNotFound, type GovernanceError, InvalidRequest, type PayloadTooLarge } from "../domain/errors.ts"
+import { Bootstrap } from "../services/Bootstrap.ts"
+import { Sessions, type Viewer } from "../services/Sessions.ts"
+import { readJsonBody } from "./body.ts"
+import { errorResponse, wireError } from "./errors.ts"
+
+export const SESSION_COOKIE = "tollgate_session"
+export const CSRF_HEADER = "x-csrf-token"
+
+const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
+  const v = req.headers[name]
+  return typeof v === "string" ? v : undefined
+}
+
+const isRead = (method: string) => method === "GET" || method === "HEAD"
+
+/** The caller of an admin route: the bearer admin token wins; otherwise the session cookie (with CSRF on writes). */
+export const adminViewer = (req: HttpServerRequest.HttpServerRequest) =>
+  Effect.gen(function* () {
+    const authorization = header(req, "authorization")
+    const cookie = req.cookies[SESSION_COOKIE]
+    if (authorization !== undefined || cookie === undefined) {
+      const bootstrap = yield* Bootstrap
+      yield* bootstrap.authorizeAdmin(authorization)
+      return { role: "operator" } as Viewer
+    }
+    const sessions = yield* Sessions
+    const session = yield* sessions.resume(cookie)
+    if (!isRead(req.method)) yield* sessions.checkCsrf(session, header(req, CSRF_HEADER))
+    return session.viewer
+  })
+
+export type Access = "operator" | "reader"
+
+const readOnly = () => new AdminForbidden({ code: "forbidden", message: "A team session is read-only; ask an operator to make this change." })
+
+/**
+ * An admin route: authenticate (token or session), refuse a team where only the operator may act,
+ * run `f`, and turn every typed failure into the OpenAI-shaped error body.
+ */
+export const adminRoute = <R>(
+  f: (req: HttpServerRequest.HttpServerRequest, viewer: Viewer) => Effect.Effect<HttpServerResponse.HttpServerResponse, AdminError | GovernanceError, R>,
+  access: Access = "operator"
+) =>
+  Effect.catchAll(
+    Effect.gen(function* () {
+      const req = yield* HttpServerRequest.HttpServerRequest
+      const viewer = yield* adminViewer(req)
+      if (access === "operator" && viewer.role !== "operator") return yield* readOnly()
+      return yield* f(req, viewer)
+    }),
+    (e) => Effect.succeed(errorResponse(wireError(e)))
+  )
+
+/** A team sees its own project only: any other id answers like an unknown one. */
+export const visibleProject = (viewer: Viewer, projectId: string): Effect.Effect<void, AdminNotFound> =>
+  viewer.role === "team" && viewer.projectId !== projectId ? Effect.fail(new AdminNotFound({ message: `No project with id ${projectId}.` })) : Effect.void
+
+/** The environment a viewer reads: a team's own, or the operator's filter (validated). */
+export const viewedEnvironment = (viewer: Viewer, requested: unknown): Effect.Effect<string | undefined, InvalidRequest> => {
+  if (viewer.role === "team") return Effect.succeed(viewer.environment)
+  if (requested === undefined || requested === "") return Effect.succeed(undefined)
+  return requested === "development" || requested === "staging" || requested === "production"
+    ? Effect.succeed(requested)
+    : Effect.fail(new InvalidRequest({ message: "environment must be one of development, staging, production.", param: "environment" }))
+}
+
+/** A small JSON object body (sign-in), read within the gateway's body limit. */
+export const jsonObjectBody = Effect.gen(function* () {
+  const settings = yield* Settings
+  const req = yield* HttpServerRequest.HttpServerRequest
+  const body = yield* Effect.async<unknown, PayloadTooLarge | InvalidRequest>((resume) =>
+    readJsonBody(NodeHttpServerRequest.toIncomingMessage(req), settings, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
+  )
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    return yield* new InvalidRequest({ message: "The request body must be a JSON object.", param: null })
+  }
+  return body as Record<string, unknown>
+})
+
+/** Cookie attributes: HttpOnly, SameSite=Strict, whole origin; Secure when the request came over HTTPS. */
+export const cookieOptions = (req: HttpServerRequest.HttpServerRequest, maxAgeMs?: number) => {
+  const secure = header(req, "x-forwarded-proto") === "https" || (NodeHttpServerRequest.toIncomingMessage(req).socket as { encrypted?: boolean }).encrypted === true
+  return {
+    httpOnly: true,
+    sameSite: "strict" as const,
+    path: "/",
+    secure,
+    ...(maxAgeMs === undefined ? {} : { maxAge: `${Math.floor(maxAgeMs / 1000)} seconds` as const })
+  }
+}
+
+export const noStore = { "cache-control": "no-store" }
+
+export const json = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status, headers: noStore })

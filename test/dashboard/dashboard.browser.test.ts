@@ -1,0 +1,269 @@
+/**
+ * The dashboard in a real browser (Debian's Chromium through playwright-core), against a real
+ * gateway and the real mock upstream: an operator signs in, creates a project and a key, uses the
+ * key with the `openai` SDK, sees the call in the request log and the chart, rotates the key and
+ * uses both during the grace period, revokes one and sees the next call fail with 401, verifies a
+ * receipt in the browser; a team signs in with a key and cannot see another project. Failed
+ * sign-in, an expired session and a forged CSRF token are refused.
+ *
+ * `TOLLGATE_SCREENSHOTS=1` (npm run screenshots) also saves the screens to docs/screenshots/.
+ */
+import { existsSync, mkdirSync } from "node:fs"
+import { join } from "node:path"
+import OpenAI from "openai"
+import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { ADMIN_TOKEN, mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
+
+const CHROMIUM = "/usr/bin/chromium"
+const SHOTS = process.env.TOLLGATE_SCREENSHOTS === "1" ? join(import.meta.dirname, "../../docs/screenshots") : undefined
+
+describe("the dashboard in headless Chromium", () => {
+  let upstream: MockUpstream
+  let gw: TestGateway
+  let browser: Browser
+  const problems: Array<string> = []
+
+  beforeAll(async () => {
+    if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: run scripts/install-browser.sh`)
+    upstream = await startMockUpstream()
+    // Two routes priced high enough that a few calls show on the budget bar and the charts.
+    gw = await startGateway(
+      mockGatewayFile(
+        upstream.url,
+        [
+          { name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true },
+          { name: "gpt-mini", provider: "mock", upstream_model: "mock-mini", max_output_tokens: 256, auto: false }
+        ],
+        { "gpt-test": { input: 5_000_000, output: 20_000_000 }, "gpt-mini": { input: 1_000_000, output: 4_000_000 } }
+      )
+    )
+    // launch() starts Chromium on a fresh temporary profile; every test context is a fresh cookie jar.
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"]
+    })
+    if (SHOTS !== undefined) mkdirSync(SHOTS, { recursive: true })
+  }, 60_000)
+  afterAll(async () => {
+    await browser?.close()
+    await gw?.close()
+    await upstream?.close()
+  })
+
+  /** A fresh context (its own cookie jar) whose page reports console errors, CSP violations and failed requests. */
+  const open = async (viewport = { width: 1280, height: 900 }): Promise<{ context: BrowserContext; page: Page }> => {
+    const context = await browser.newContext({ viewport, deviceScaleFactor: 1, timezoneId: "UTC", locale: "en-GB" })
+    await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: gw.origin })
+    const page = await context.newPage()
+    page.on("console", (m) => {
+      // Refusals the journey provokes on purpose (401 sign-in, 403 CSRF, 404 another project) are logged by the browser as failed loads.
+      if (m.type() === "error" && !/status of 40[134]/.test(m.text())) problems.push(`console: ${m.text()}`)
+    })
+    page.on("response", (r) => {
+      if (r.status() >= 500) problems.push(`${r.status()}: ${r.url()}`)
+    })
+    page.on("pageerror", (e) => problems.push(`pageerror: ${e.message}`))
+    page.on("requestfailed", (r) => problems.push(`requestfailed: ${r.url()}`))
+    page.on("request", (r) => {
+      if (!r.url().startsWith(gw.origin)) problems.push(`off-origin request: ${r.url()}`)
+    })
+    return { context, page }
+  }
+
+  const shot = async (page: Page, name: string, fullPage = true) => {
+    if (SHOTS !== undefined) await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage })
+  }
+
+  const signIn = async (page: Page, token: string) => {
+    await page.goto(`${gw.origin}/dashboard/`)
+    await page.getByLabel("Admin token or project key").fill(token)
+    await page.getByRole("button", { name: "Sign in" }).click()
+  }
+
+  const chat = (key: string, content: string, model = "auto") =>
+    new OpenAI({ baseURL: gw.url, apiKey: key, maxRetries: 0 }).chat.completions.create({ model, messages: [{ role: "user", content }] })
+
+  it("operator: sign in, project, key, calls, request log, chart, rotate, revoke, verify a receipt; team: own project only", async () => {
+    const started = Date.now()
+    const { context, page } = await open()
+
+    // The page is served with a strict CSP and nothing but this origin.
+    const res = await page.goto(`${gw.origin}/dashboard/`)
+    const csp = res!.headers()["content-security-policy"]!
+    expect(csp).toContain("default-src 'none'")
+    expect(csp).toContain("script-src 'self'")
+    expect(csp).not.toContain("unsafe-inline")
+
+    // A wrong token is refused.
+    await page.getByLabel("Admin token or project key").fill("wrong-token")
+    await page.getByRole("button", { name: "Sign in" }).click()
+    await expect(page.getByRole("alert").textContent()).resolves.toMatch(/Sign-in failed: Wrong admin token/)
+    await shot(page, "sign-in")
+
+    // The operator signs in; the session is an HttpOnly cookie the page cannot read, nothing in storage.
+    await page.getByLabel("Admin token or project key").fill(ADMIN_TOKEN)
+    await page.getByRole("button", { name: "Sign in" }).click()
+    await page.getByRole("heading", { name: "Projects" }).waitFor()
+    expect(await page.evaluate("document.cookie")).toBe("")
+    expect(await page.evaluate("localStorage.length + sessionStorage.length")).toBe(0)
+    const cookies = await context.cookies()
+    expect(cookies.map((c) => [c.name, c.httpOnly, c.sameSite])).toEqual([["tollgate_session", true, "Strict"]])
+    expect(page.url()).not.toContain(ADMIN_TOKEN)
+
+    // Create a project.
+    await page.getByLabel("Name").fill("checkout")
+    await page.getByLabel("Budget cap (Credits per month)").fill("50000")
+    await page.getByLabel("Requests per minute").fill("600")
+    await page.getByRole("button", { name: "Create project" }).click()
+    await page.getByRole("heading", { name: "checkout" }).waitFor()
+    const projectId = /#\/projects\/(prj_[a-z2-7]+)/.exec(page.url())![1]!
+
+    // Create a key: the secret is shown once, with a warning and a copy button.
+    await page.getByLabel("Environment", { exact: true }).last().selectOption("production")
+    await page.getByRole("button", { name: "Create key" }).click()
+    const dialog = page.getByRole("dialog")
+    await expect(dialog.getByRole("alert").textContent()).resolves.toContain("shown only once")
+    const firstKey = await dialog.locator("[data-secret]").inputValue()
+    expect(firstKey).toMatch(/^tg_prd_/)
+    await dialog.getByRole("button", { name: "Copy key" }).click()
+    await dialog.getByRole("button", { name: "Copied ✓" }).waitFor()
+    expect(await page.evaluate("navigator.clipboard.readText()")).toBe(firstKey)
+    await shot(page, "key-created", false)
+    await dialog.getByRole("button", { name: "I have stored it" }).click()
+    expect(page.url()).not.toContain(firstKey)
+
+    // Before any call: the chart's totals are zero.
+    const creditsTotal = () => page.locator('[data-total="credits"]').first().textContent().catch(() => null)
+    const chartPixels = () => page.locator('[data-chart="credits"] canvas').first().evaluate((c) => (c as unknown as { toDataURL(): string }).toDataURL())
+    await page.locator('[data-chart="credits"] canvas').first().waitFor()
+    const pixelsBefore = await chartPixels()
+    expect(await page.locator('[data-field="receipts"]').textContent()).toBe("0")
+
+    // Use the key with the OpenAI SDK, three times.
+    const completions = []
+    for (let i = 0; i < 3; i++) completions.push(await chat(firstKey, `order ${i}`, i === 2 ? "gpt-mini" : "auto"))
+    const requestId = (completions[0] as any).governance.request_id as string
+
+    // The chart and the totals change; the month's receipts total equals spent; the key was last used just now.
+    await page.reload()
+    await page.getByRole("heading", { name: "checkout" }).waitFor()
+    await expect.poll(() => page.locator('[data-field="receipts"]').textContent()).toBe("3")
+    const spent = await page.locator('[data-field="spent"]').first().textContent()
+    expect(await page.locator('[data-field="receipts-credits"]').textContent()).toBe(spent)
+    expect(await page.getByTestId("receipts-total").textContent()).toContain("equal to spent")
+    expect(Number((await creditsTotal())!.replace(/,/g, ""))).toBeGreaterThan(0)
+    expect(await chartPixels()).not.toBe(pixelsBefore)
+    await expect(page.locator('[data-field="last-used"]').first().textContent()).resolves.toMatch(/s ago/)
+
+    // Edit the budget cap: the bar's figures follow.
+    await page.getByLabel("Budget cap (Credits)", { exact: true }).fill("60000")
+    await page.getByRole("button", { name: "Save limits" }).click()
+    await expect.poll(() => page.locator('[data-field="cap"]').first().textContent()).toBe("60,000")
+    await shot(page, "project")
+
+    // The request log lists the calls; a search finds one; its detail shows attempts and verification.
+    await page.getByRole("link", { name: "Requests and receipts" }).click()
+    await page.getByRole("heading", { name: "Requests and receipts" }).waitFor()
+    await expect.poll(() => page.locator("[data-request]").count()).toBe(3)
+    await shot(page, "requests")
+    await page.getByLabel("Search").fill(requestId)
+    await page.getByRole("button", { name: "Apply" }).click()
+    await expect.poll(() => page.locator("[data-request]").count()).toBe(1)
+    await page.getByRole("link", { name: requestId }).click()
+    await page.locator('[data-table="attempts"] tbody tr').first().waitFor()
+    expect(await page.locator('[data-table="attempts"] tbody tr').count()).toBe(1)
+
+    // Verify the receipt in the browser: hash, Ed25519 signature (served public key), chain link.
+    await page.getByRole("button", { name: "Verify receipt in this browser" }).click()
+    await page.locator('[data-verdict="valid"]').waitFor()
+    expect(await page.locator(".verdict").textContent()).toContain("(WebCrypto)")
+    await shot(page, "receipt")
+
+    // Rotate the key with a grace period: both the old and the new key work.
+    await page.goto(`${gw.origin}/dashboard/#/projects/${projectId}`)
+    await page.getByRole("button", { name: /^Rotate key_/ }).click()
+    await page.getByLabel("Grace period (seconds)").fill("3600")
+    await page.getByRole("button", { name: "Rotate key", exact: true }).click()
+    const rotated = page.getByRole("dialog")
+    await expect(rotated.textContent()).resolves.toContain("keeps working until")
+    const secondKey = await rotated.locator("[data-secret]").inputValue()
+    await rotated.getByRole("button", { name: "I have stored it" }).click()
+    expect(secondKey).not.toBe(firstKey)
+    await chat(firstKey, "old key during grace")
+    await chat(secondKey, "new key")
+    await expect.poll(() => page.locator("[data-key] .badge-rotated").count()).toBe(1)
+
+    // Revoke the old key, with confirmation: its next call fails with 401, the new one still works.
+    await page.getByRole("button", { name: /^Revoke key_/ }).first().click()
+    await page.getByRole("dialog").getByRole("button", { name: "Revoke key" }).click()
+    await expect.poll(() => page.locator("[data-key] .badge-revoked").count()).toBe(1)
+    await expect(chat(firstKey, "after revoke")).rejects.toMatchObject({ status: 401 })
+    await chat(secondKey, "still fine")
+
+    // A forged or missing CSRF token is refused, even with the session cookie.
+    const forged = await page.evaluate(async () => {
+      const post = (headers: Record<string, string>) =>
+        fetch("/admin/v1/projects", { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify({ name: "x", budget_credits: 1, rate_limit: { requests_per_minute: 1 } }) })
+          .then(async (r) => [r.status, ((await r.json()) as any).error.code])
+      return [await post({ "x-csrf-token": "forged" }), await post({})]
+    })
+    expect(forged).toEqual([[403, "invalid_csrf_token"], [403, "invalid_csrf_token"]])
+
+    // The phone layout of the project page.
+    if (SHOTS !== undefined) {
+      const phone = await open({ width: 390, height: 844 })
+      await signIn(phone.page, ADMIN_TOKEN)
+      await phone.page.getByRole("heading", { name: "Projects" }).waitFor()
+      await phone.page.goto(`${gw.origin}/dashboard/#/projects/${projectId}`)
+      await phone.page.locator('[data-chart="credits"] canvas').first().waitFor()
+      await shot(phone.page, "project-phone")
+      await phone.context.close()
+    }
+
+    // Sign out: back to the sign-in page, the cookie is gone.
+    await page.getByRole("button", { name: "Sign out" }).click()
+    await page.getByLabel("Admin token or project key").waitFor()
+    expect(await context.cookies()).toEqual([])
+
+    // A team signs in with its key: its own project, read-only; another project stays invisible.
+    const team = await open()
+    await signIn(team.page, secondKey)
+    await team.page.getByRole("heading", { name: "checkout" }).waitFor()
+    expect(await team.page.locator(".who").textContent()).toBe("Team · production")
+    expect(await team.page.getByRole("button", { name: "Create key" }).count()).toBe(0)
+    expect(await team.page.getByRole("button", { name: "Save limits" }).count()).toBe(0)
+    await shot(team.page, "team")
+    await team.page.goto(`${gw.origin}/dashboard/#/projects/${gw.projectId}`)
+    await expect(team.page.getByRole("alert").textContent()).resolves.toContain(`No project with id ${gw.projectId}`)
+    await team.page.goto(`${gw.origin}/dashboard/#/projects/${gw.projectId}/requests`)
+    await expect(team.page.getByRole("alert").textContent()).resolves.toContain("No project with id")
+    await team.context.close()
+
+    expect(problems).toEqual([])
+    await context.close()
+    console.log(`dashboard browser journey: ${Date.now() - started} ms`)
+  }, 120_000)
+
+  it("an expired session sends the page back to sign-in", async () => {
+    const short = await startGateway(mockGatewayFile(upstream.url), { sessionTtlMs: 1500 })
+    const context = await browser.newContext()
+    try {
+      const page = await context.newPage()
+      // Keyboard only: the sign-in screen focuses its field, Enter submits.
+      await page.goto(`${short.origin}/dashboard/`)
+      await expect.poll(() => page.evaluate("document.activeElement.id")).toBe("token")
+      await page.keyboard.type(ADMIN_TOKEN)
+      await page.keyboard.press("Enter")
+      await page.getByRole("heading", { name: "Projects" }).waitFor()
+      await new Promise((r) => setTimeout(r, 1700))
+      await page.getByRole("link", { name: "default" }).click()
+      await page.getByRole("status").filter({ hasText: "Your session has ended" }).waitFor()
+      await page.getByLabel("Admin token or project key").waitFor()
+    } finally {
+      await context.close()
+      await short.close()
+    }
+  }, 60_000)
+})
