@@ -7,6 +7,7 @@
  * report gives medians over rounds. A benchmark, not a test: it never fails on speed (it exits
  * non-zero only if a target cannot start or answers wrongly).
  *
+ * `npm run bench -- --soak [--soak-seconds N] [--soak-rate R]`: the bounded soak instead (bench/soak.ts).
  * Flags: --quick (< 60 s), --rounds N, --duration S, --warmup S, --rates 200,1000,2000,
  *        --stream-rates 200,1000, --connections N (closed model), --delay MS (mock latency),
  *        --chunk-delay MS, --chunks N (content events per stream), --out DIR, --no-write,
@@ -532,7 +533,10 @@ const main = async () => {
   log(`took ${((finished.getTime() - started.getTime()) / 1000).toFixed(0)} s`)
 }
 
-main()
+// `--soak`: the bounded soak (bench/soak.ts) instead of the comparison.
+const run = flag("--soak") ? () => import("./soak.ts").then(async (m) => void (process.exitCode = await m.soak())) : main
+
+run()
   .catch((e: unknown) => {
     log(`bench failed: ${e instanceof Error ? e.message : String(e)}`)
     process.exitCode = 1

@@ -67,6 +67,7 @@ const callArgs = (i: number, now: number): { reserve: ReserveArgs; settle: (amou
   return {
     reserve: {
       now,
+      epoch: 0,
       claim: { scope, key, fingerprint: "f".repeat(64) },
       request: { id: requestId, projectId, environment: scope.environment, keyId: "key_bench", endpoint: "/v1/chat/completions", model, route: model, stream: false, idempotencyKey: key, rateCardVersion: "rc_2026-11", createdAt: now },
       hold,

@@ -4,8 +4,8 @@
  */
 import { HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer, Logger } from "effect"
-import { createServer } from "node:http"
+import { Clock, Duration, Effect, Layer, Logger } from "effect"
+import { createServer, type Server } from "node:http"
 import { Settings } from "./domain/config.ts"
 import { app } from "./http/app.ts"
 import { answerClientError } from "./http/errors.ts"
@@ -13,6 +13,7 @@ import { makeRequestListener } from "./http/fast.ts"
 import { Bootstrap } from "./services/Bootstrap.ts"
 import { Gateway } from "./services/Gateway.ts"
 import { IdempotencyStore } from "./services/IdempotencyStore.ts"
+import { Instance } from "./services/Instance.ts"
 import { KeyRegistry } from "./services/KeyRegistry.ts"
 import { Ledger } from "./services/Ledger.ts"
 import { Metrics } from "./services/Metrics.ts"
@@ -31,7 +32,7 @@ import { DatabaseLive } from "./store/Database.ts"
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
 export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default)),
-  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive)))),
+  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default)),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiter.Default, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),
@@ -62,9 +63,48 @@ export const HttpLive = Layer.unwrapEffect(
         yield* Effect.addFinalizer(() => Effect.sync(() => server.off("request", listener)))
       })
     )
-    return NodeHttpServer.layer(() => server, { port: s.port, host: s.host }).pipe(Layer.provideMerge(serve))
+    return gracefulShutdown(server, s.shutdownGraceMs).pipe(
+      Layer.provideMerge(NodeHttpServer.layer(() => server, { port: s.port, host: s.host }).pipe(Layer.provideMerge(serve)))
+    )
   })
 )
+
+/**
+ * Graceful shutdown (SIGTERM, SIGINT; its finalizer runs before the server's and the services'):
+ * stop accepting connections, let the calls in flight finish for up to `graceMs`
+ * (TOLLGATE_SHUTDOWN_GRACE_MS), then end those still running — a non-streamed call voided, a stream
+ * charged for what it delivered (Gateway.stopCalls) — and close every connection. Nothing stays
+ * reserved or pending: what a call still held is resolved before the store closes, and the epoch is
+ * marked stopped (src/services/Instance.ts).
+ */
+const gracefulShutdown = (server: Server, graceMs: number) =>
+  Layer.scopedDiscard(
+    Effect.gen(function* () {
+      const gateway = yield* Gateway
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function* () {
+          yield* Effect.sync(() => server.close())
+          const start = yield* Clock.currentTimeMillis
+          yield* Effect.logInfo(`shutdown: no new connections; ${yield* gateway.inFlight} call(s) in flight, ${graceMs} ms to finish`)
+          for (;;) {
+            server.closeIdleConnections()
+            const busy = yield* gateway.inFlight
+            if (busy === 0) break
+            if ((yield* Clock.currentTimeMillis) - start >= graceMs) {
+              yield* Effect.logWarning(`shutdown: ${busy} call(s) still in flight after ${graceMs} ms; ending them (streams charged for what they delivered, other calls voided)`)
+              yield* gateway.stopCalls
+              break
+            }
+            yield* Effect.sleep(Duration.millis(20))
+          }
+          // Let the last replies leave, then drop whatever connection is left.
+          yield* Effect.sleep(Duration.millis(50))
+          yield* Effect.sync(() => server.closeAllConnections())
+          yield* Effect.logInfo(`shutdown: calls in flight resolved after ${(yield* Clock.currentTimeMillis) - start} ms`)
+        })
+      )
+    })
+  )
 
 /** Prints, once, what a new user needs to make a first call. Secrets here are shown once and never logged. */
 const Welcome = Layer.effectDiscard(

@@ -177,6 +177,7 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
   const hold = { reservationId: newReservationId(now), requestId, projectId: principal.projectId, period, deadline: now + settings.reservationTtlMs }
   const reserve: ReserveArgs = {
     now,
+    epoch: 0,
     claim: key === undefined ? undefined : { scope, key, fingerprint },
     request: {
       id: requestId,

@@ -2,7 +2,8 @@
  * The gateway's configuration: environment variables (docs/contract.md §8, a contract) and the JSON file
  * named by TOLLGATE_CONFIG (providers, routes, rate cards). Loaded once at start-up.
  */
-import { Config, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { Config, ConfigError, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { hostname } from "node:os"
 import { readFileSync } from "node:fs"
 import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
 import { isSqliteUrl } from "./databaseUrl.ts"
@@ -96,8 +97,24 @@ export interface GatewaySettings {
   readonly upstreamTimeoutMs: number
   readonly upstreamDeadlineMs: number
   readonly upstreamRetries: number
-  /** A reservation whose process died is voided by the recovery sweep after this long. */
+  /**
+   * How far ahead a hold's and an idempotency claim's deadline is set; a call in flight pushes it out
+   * every third of it (heartbeat), so only a hold whose process died or hung reaches it and is voided
+   * by the recovery sweep. Must outlive the upstream deadline (`upstreamCallBoundMs`), checked at start.
+   */
   readonly reservationTtlMs: number
+  /**
+   * How often this process proves it is alive (its `instances` row) and writes the progress mark of
+   * its open streams (the output delivered so far, charged if the process dies mid-stream).
+   */
+  readonly heartbeatMs: number
+  /**
+   * This process's stable name among the instances sharing a store: on start it resolves the holds
+   * and claims its own previous epochs left (docs/contract.md §4). Defaults to the host name.
+   */
+  readonly instanceId: string
+  /** On SIGTERM: how long calls in flight may run before they are settled or voided and the process exits. */
+  readonly shutdownGraceMs: number
   /** Idempotency records live at least this long (docs/contract.md §5: ≥ 24 h). */
   readonly idempotencyTtlMs: number
   /** How long an authenticated key stays cached; bounds how fast a revocation on another instance takes effect. */
@@ -175,6 +192,18 @@ const settingsConfig = Config.all({
   upstreamDeadlineMs: Config.integer("TOLLGATE_UPSTREAM_DEADLINE_MS").pipe(Config.withDefault(120_000)),
   upstreamRetries: Config.integer("TOLLGATE_UPSTREAM_RETRIES").pipe(Config.withDefault(1)),
   reservationTtlMs: Config.integer("TOLLGATE_RESERVATION_TTL_MS").pipe(Config.withDefault(15 * 60_000)),
+  heartbeatMs: Config.integer("TOLLGATE_HEARTBEAT_MS").pipe(
+    Config.validate({ message: "must be between 50 and 60000 (milliseconds)", validation: (n) => n >= 50 && n <= 60_000 }),
+    Config.withDefault(1000)
+  ),
+  instanceId: Config.string("TOLLGATE_INSTANCE_ID").pipe(
+    Config.validate({ message: "must be 1–128 printable ASCII characters", validation: (s) => /^[\x21-\x7e]{1,128}$/.test(s) }),
+    Config.withDefault(hostname() || "tollgate")
+  ),
+  shutdownGraceMs: Config.integer("TOLLGATE_SHUTDOWN_GRACE_MS").pipe(
+    Config.validate({ message: "must be ≥ 0 (milliseconds)", validation: (n) => n >= 0 }),
+    Config.withDefault(10_000)
+  ),
   idempotencyTtlMs: Config.integer("TOLLGATE_IDEMPOTENCY_TTL_MS").pipe(Config.withDefault(DEFAULT_TTL_MILLIS)),
   keyCacheTtlMs: Config.integer("TOLLGATE_KEY_CACHE_TTL_MS").pipe(Config.withDefault(1000)),
   receiptKeyFile: Config.option(Config.string("TOLLGATE_RECEIPT_KEY_FILE")),
@@ -187,6 +216,40 @@ const settingsConfig = Config.all({
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
+/** The backoff the Router sleeps between two attempts of a route, at most (src/services/Router.ts). */
+const MAX_BACKOFF_MS = 2_000 + 50
+
+/**
+ * The longest a non-streamed upstream call can run, retries and fallback included, by the
+ * configuration: the Router starts no attempt after `upstreamDeadlineMs`, and one attempt lasts at
+ * most its provider's timeout (`timeout_ms`, else TOLLGATE_UPSTREAM_TIMEOUT_MS; a demo provider its
+ * `delay_ms`); nor can more than (1 + retries) attempts per route, each followed by a backoff, run.
+ * A stream has no such bound: its heartbeat keeps its hold alive however long it runs.
+ */
+export const upstreamCallBoundMs = (s: Pick<GatewaySettings, "upstreamDeadlineMs" | "upstreamTimeoutMs" | "upstreamRetries" | "gateway">): number => {
+  const timeouts = Object.values(s.gateway.providers).map((p) => (p.type === "demo" ? (p.delay_ms ?? 0) : (p.timeout_ms ?? s.upstreamTimeoutMs)))
+  const longestAttempt = Math.max(0, ...timeouts)
+  const attempts = (1 + Math.max(0, s.upstreamRetries)) * Math.max(1, s.gateway.routes.length)
+  return Math.min(s.upstreamDeadlineMs + longestAttempt, attempts * (longestAttempt + MAX_BACKOFF_MS))
+}
+
+/**
+ * A hold and its idempotency claim must outlive the call they cover even if its heartbeat stalls:
+ * a TTL shorter than the upstream bound would let the recovery sweep void a live call's hold and
+ * free its key, and a retry would run (and be charged) again (issue 19, finding 3). Refused at start.
+ */
+export const checkReservationTtl = (s: GatewaySettings): Effect.Effect<GatewaySettings, ConfigError.ConfigError> => {
+  const bound = upstreamCallBoundMs(s)
+  return s.reservationTtlMs > bound
+    ? Effect.succeed(s)
+    : Effect.fail(
+        ConfigError.InvalidData(
+          ["TOLLGATE_RESERVATION_TTL_MS"],
+          `is ${s.reservationTtlMs} ms, but an upstream call may run ${bound} ms (TOLLGATE_UPSTREAM_DEADLINE_MS ${s.upstreamDeadlineMs} + the longest attempt's timeout, or every attempt with its backoff); set it above ${bound}, or lower the upstream timeout or deadline`
+        )
+      )
+}
+
 /** Settings from the process environment (and the TOLLGATE_CONFIG file when set). */
 export const SettingsFromEnv = Layer.effect(
   Settings,
@@ -194,7 +257,7 @@ export const SettingsFromEnv = Layer.effect(
     const { configPath, ...rest } = yield* settingsConfig
     const file = Option.isSome(configPath) ? yield* loadGatewayFile(configPath.value) : defaultGatewayFile
     const gateway = yield* validateGatewayFile(file)
-    return { ...rest, idempotencyTtlMs: Math.max(rest.idempotencyTtlMs, MIN_TTL_MILLIS), gateway }
+    return yield* checkReservationTtl({ ...rest, idempotencyTtlMs: Math.max(rest.idempotencyTtlMs, MIN_TTL_MILLIS), gateway })
   }).pipe(Effect.orDie)
 )
 
@@ -215,6 +278,9 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   upstreamDeadlineMs: 20_000,
   upstreamRetries: 1,
   reservationTtlMs: 15 * 60_000,
+  heartbeatMs: 1000,
+  instanceId: "test",
+  shutdownGraceMs: 10_000,
   idempotencyTtlMs: DEFAULT_TTL_MILLIS,
   keyCacheTtlMs: 1000,
   receiptKeyFile: Option.none(),

@@ -22,7 +22,13 @@ export class RequestNotFound extends Schema.TaggedError<RequestNotFound>()("Requ
 
 /** 409 idempotency_conflict: the key was used with another payload (or is still in flight past the wait bound). */
 export class IdempotencyConflict extends Schema.TaggedError<IdempotencyConflict>()("IdempotencyConflict", {
-  message: Schema.String
+  message: Schema.String,
+  /**
+   * Set when the key's original is still in flight (the wait for it ran out): retrying later will
+   * get its result, so the answer says when (Retry-After) and that a retry helps. Absent for a key
+   * reused with another body, which no retry can fix.
+   */
+  retryAfterMs: Schema.optional(Schema.Number)
 }) {}
 
 /** 422 unsupported_workflow: outside the text-only scope of the connected beta. */

@@ -30,7 +30,18 @@ export const wireError = (e: GovernanceError | AdminError): WireError => {
     case "RequestNotFound":
       return { status: 404, type: "invalid_request_error", code: "request_not_found", message: e.message, param: null, headers: noRetry }
     case "IdempotencyConflict":
-      return { status: 409, type: "invalid_request_error", code: "idempotency_conflict", message: e.message, param: null, headers: noRetry }
+      return {
+        status: 409,
+        type: "invalid_request_error",
+        code: "idempotency_conflict",
+        message: e.message,
+        param: null,
+        // The original still in flight: a retry later gets its result (an SDK retries on its own).
+        headers:
+          e.retryAfterMs === undefined
+            ? noRetry
+            : { "retry-after": String(Math.max(1, Math.ceil(e.retryAfterMs / 1000))), "retry-after-ms": String(Math.max(1, Math.ceil(e.retryAfterMs))), "x-should-retry": "true" }
+      }
     case "UnsupportedWorkflow":
       return { status: 422, type: "invalid_request_error", code: "unsupported_workflow", message: e.message, param: e.param, headers: noRetry }
     case "RateLimited":

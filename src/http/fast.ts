@@ -17,7 +17,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { Cause, Effect, Exit, Option, Runtime } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Settings } from "../domain/config.ts"
-import type { GovernanceError } from "../domain/errors.ts"
+import { type GovernanceError, RouteUnavailable } from "../domain/errors.ts"
 import { Gateway, type GatewayReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
@@ -145,10 +145,11 @@ export const makeFastHandler = Effect.gen(function* () {
         return writeResponse(res, response)
       }
       if (Cause.isInterruptedOnly(exit.cause)) {
-        // Only a shutting-down runtime interrupts the call; the Effect server answers 503 then.
-        if (!res.headersSent) res.writeHead(503)
-        res.end()
-        return
+        // Only a shutting-down gateway interrupts the call (its hold was voided): an OpenAI-shaped 503.
+        if (res.headersSent) return void res.end()
+        const response = errorResponse(wireError(shuttingDown), headers)
+        record(response.status, response.headers["x-request-id"])
+        return writeResponse(res, response)
       }
       runFork(logDefect(exit.cause))
       record(internalError.status, internalError.headers["x-request-id"])
@@ -170,6 +171,11 @@ export const makeFastHandler = Effect.gen(function* () {
       }
     })
   }
+})
+
+const shuttingDown = new RouteUnavailable({
+  message: "The gateway shut down before this request finished; nothing was charged. Retry it (with the same idempotency key, if any).",
+  retryable: true
 })
 
 /**

@@ -25,11 +25,15 @@ export const Errors = {
   invalidApiKey: errorAt(401, "invalid_api_key", "key missing, revoked, expired, or scoped to another project"),
   budgetExceeded: errorAt(402, "budget_exceeded", "the worst case does not fit the remaining budget or max_credits"),
   requestNotFound: errorAt(404, "request_not_found", "no governed request with that id in the caller's tenant scope"),
-  idempotencyConflict: errorAt(409, "idempotency_conflict", "the idempotency key was used with a different payload"),
+  idempotencyConflict: errorAt(
+    409,
+    "idempotency_conflict",
+    "the idempotency key was used with a different payload (x-should-retry: false), or its original is still in flight after the bounded wait (Retry-After, x-should-retry: true: a retry then gets its result)"
+  ),
   tooLarge: errorAt(413, "request_too_large", "the body exceeds the configured limit"),
   unsupportedWorkflow: errorAt(422, "unsupported_workflow", "outside the text-only scope of the connected beta"),
   rateLimited: errorAt(429, "rate_limited", "the project's rate check rejected the burst; see Retry-After"),
-  routeUnavailable: errorAt(503, "route_unavailable", "no available route for the model; retry with model auto")
+  routeUnavailable: errorAt(503, "route_unavailable", "no available route for the model (retry with model auto), or the gateway shut down before the call finished (nothing charged)")
 }
 
 export const Verification = Schema.Struct({

@@ -18,8 +18,11 @@ import { Settings } from "../domain/config.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, type RateLimited, RouteUnavailable, type UnsupportedWorkflow } from "../domain/errors.ts"
 import { newReceiptId, newRequestId, newReservationId } from "../domain/ids.ts"
 import { ChatStore } from "../store/ChatStore.ts"
+import type { ProgressMark } from "../store/epochs.ts"
+import { crashPoint } from "../domain/crashPoint.ts"
 import { UpstreamFailure } from "../providers/Provider.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, IdempotencyStore, type Scope as TenantScope, type StoredResult } from "./IdempotencyStore.ts"
+import { Instance } from "./Instance.ts"
 import type { Principal } from "./KeyRegistry.ts"
 import { type Hold, Ledger, periodOf } from "./Ledger.ts"
 import { Metrics } from "./Metrics.ts"
@@ -155,23 +158,47 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     /** Callers' fibers the service owns (`adopt`): a call running in one needs no fiber of its own. */
     const adopted = new WeakSet<Fiber.RuntimeFiber<unknown, unknown>>()
 
-    // A stream may outlive the reservation TTL: while it is open, its hold and idempotency claim are
-    // pushed a TTL ahead every third of a TTL, so the recovery sweep never takes them. One timer for
-    // every open stream (a stream registers for its lifetime), not a fiber and a timer per stream.
-    const openStreams = new Set<Plan>()
-    const keepStreamsAlive = Effect.gen(function* () {
-      if (openStreams.size === 0) return
+    const instance = yield* Instance
+
+    // A call may outlive the reservation TTL (a stream always can; a non-streamed call whose upstream
+    // trickles its body can): while it runs, its hold and idempotency claim are pushed a TTL ahead
+    // every third of a TTL, so the recovery sweep never takes them and a retry never runs it twice
+    // (issue 19, finding 3). One timer for every call in flight (a call registers for its lifetime),
+    // not a fiber and a timer per call.
+    const liveCalls = new Set<Plan>()
+    const keepCallsAlive = Effect.gen(function* () {
+      if (liveCalls.size === 0) return
       const deadline = (yield* Clock.currentTimeMillis) + settings.reservationTtlMs
       yield* store.extend({
         deadline,
-        streams: Array.from(openStreams, (p) => ({
+        streams: Array.from(liveCalls, (p) => ({
           reservationId: p.hold.reservationId,
           requestId: p.requestId,
           idempotent: p.idempotency === undefined ? undefined : { scope: p.scope, key: p.idempotency.key }
         }))
       })
     })
-    yield* Effect.forkScoped(Effect.repeat(Effect.delay(keepStreamsAlive, Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever))
+    const logged = (what: string) => (e: Effect.Effect<void>) =>
+      Effect.catchAllCause(e, (cause) => Effect.logWarning(`${what} failed; retrying at the next beat`, cause))
+    yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("keeping holds alive")(keepCallsAlive), Duration.millis(settings.reservationTtlMs / 3)), Schedule.forever))
+
+    // The heartbeat: this epoch is alive, and each open stream's progress mark (route, rate card and
+    // the tokens delivered so far) is written durably when it changed, so a crash charges what the
+    // client received (src/services/Recovery.ts). What a stream delivered after its last mark — at
+    // most one beat — is not charged if the process dies.
+    const streamMarks = new Map<Plan, () => ProgressMark | undefined>()
+    /** How to end each open stream (shutdown past its grace). */
+    const streamCancels = new Map<Plan, () => void>()
+    const beat = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      const marks: Array<{ reservationId: string; mark: ProgressMark }> = []
+      for (const [p, next] of streamMarks) {
+        const mark = next()
+        if (mark !== undefined) marks.push({ reservationId: p.hold.reservationId, mark: { ...mark, at: now } })
+      }
+      yield* store.heartbeat({ epoch: instance.epoch, now, marks })
+    })
+    yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("heartbeat")(beat), Duration.millis(settings.heartbeatMs)), Schedule.forever))
 
     const replay = (result: StoredResult, headers: ReplyHeaders): GatewayReply => {
       headers["x-request-id"] = result.requestId
@@ -258,7 +285,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       })
 
     /** Everything up to and including the reservation. */
-    const plan = (call: ChatCall): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+    const plan = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
       // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
       Effect.clockWith((clock) => {
         const now = clock.unsafeCurrentTimeMillis()
@@ -319,6 +346,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           // it is in that transaction, the pending request row and the hold.
           return store.reserve({
             now,
+            epoch: instance.epoch,
             claim: key === undefined ? undefined : { scope, key, fingerprint },
             request: {
               id: requestId,
@@ -336,26 +364,31 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             hold,
             sizing
           }).pipe(
-            Effect.map((reserved): Plan | GatewayReply => ({
-              requestId,
-              request,
-              body: call.body as Record<string, unknown>,
-              surface,
-              chain,
-              prices,
-              inputTokens,
-              outputCap: reserved.outputCap,
-              hold: { ...hold, amount: reserved.reservation },
-              idempotency: key === undefined ? undefined : { key, fingerprint },
-              scope
-            })),
+            Effect.map((reserved): Plan | GatewayReply => {
+              const p: Plan = {
+                requestId,
+                request,
+                body: call.body as Record<string, unknown>,
+                surface,
+                chain,
+                prices,
+                inputTokens,
+                outputCap: reserved.outputCap,
+                hold: { ...hold, amount: reserved.reservation },
+                idempotency: key === undefined ? undefined : { key, fingerprint },
+                scope
+              }
+              onReserved(p)
+              crashPoint("reserved")
+              return p
+            }),
             Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
               refused._tag === "OverBudget"
                 ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
                 : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
                     Effect.flatMap(Option.match({
                       // The original was released while we waited: run again as a fresh request.
-                      onNone: () => plan(call),
+                      onNone: () => plan(call, onReserved),
                       onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
                     }))
                   )
@@ -425,6 +458,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
               : { scope: p.scope, key: p.idempotency.key, ttlMs: settings.idempotencyTtlMs, result: { status: rendered.status, contentType: rendered.contentType, body } }
         }).pipe(
           Effect.map(() => {
+            crashPoint("settled")
             metrics.settled(principal.projectId, usageSource, charge)
             return { status: rendered.status, contentType: rendered.contentType, body }
           })
@@ -438,6 +472,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       )
 
     const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
+      Effect.suspend(() => {
+        // Kept alive by `keepCallsAlive` until it settles or is abandoned.
+        liveCalls.add(p)
+        return Effect.ensuring(completeNonStreamingCall(p, principal), Effect.sync(() => liveCalls.delete(p)))
+      })
+
+    const completeNonStreamingCall = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
       router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
         Effect.onInterrupt(() => abandon(p, "interrupted", "The gateway shut down before the upstream answered.", [])),
         Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
@@ -482,9 +523,9 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
           Effect.catchAll((failed) => fromRouteFailure(p, failed))
         )
-        // Kept alive by `keepStreamsAlive` until its connection closes.
-        openStreams.add(p)
-        yield* Scope.addFinalizer(connection, Effect.sync(() => openStreams.delete(p)))
+        // Kept alive by `keepCallsAlive`, and its progress marked by the heartbeat, until its connection closes.
+        liveCalls.add(p)
+        yield* Scope.addFinalizer(connection, Effect.sync(() => (liveCalls.delete(p), streamMarks.delete(p))))
         const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: yield* Clock.currentTimeMillis })
         // Every frame sent, kept only when an idempotency key will store the stream for replay.
         const keep = p.idempotency !== undefined
@@ -497,6 +538,14 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         let usage: Parameters<typeof tokensFromUsage>[0] | undefined
         let schemaOk = true
         let settled = false
+        const rateCardVersion = p.prices.get(served.route.name)!.version
+        let markedLength = 0
+        streamMarks.set(p, () => {
+          if (settled || delivered.length === markedLength) return undefined
+          markedLength = delivered.length
+          const tokens: TokenCounts = { input: p.inputTokens, cached_input: 0, output: countText(delivered), reasoning: 0 }
+          return { route: served.route.name, rateCardVersion, tokens, at: 0 }
+        })
 
         const onEvent = (data: string): ReadonlyArray<Uint8Array> => {
           let json: Record<string, unknown> | undefined
@@ -567,6 +616,17 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           // below, which then settles as a disconnect.
           void (started ? run(Scope.close(connection, Exit.void)) : close())
         }
+        // Shutdown past its grace ends the stream as an upstream cut does: the client gets the broken
+        // stream's last event, with the charge for what it was delivered (nothing delivered: voided).
+        let stopping = false
+        const stop = () => {
+          if (cancelled || stopping) return
+          if (!started) return cancel()
+          stopping = true
+          void run(Scope.close(connection, Exit.void))
+        }
+        streamCancels.set(p, stop)
+        yield* Scope.addFinalizer(connection, Effect.sync(() => streamCancels.delete(p)))
         const frames: AsyncIterable<Uint8Array> = {
           async *[Symbol.asyncIterator]() {
             started = true
@@ -584,6 +644,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
                 ended = "cut"
                 failure = e instanceof UpstreamFailure ? e : undefined
               }
+              if (stopping) {
+                ended = "cut"
+                failure = new UpstreamFailure({ reason: "protocol", message: "the gateway is shutting down", retryable: true })
+              }
               const tail = await run(finish(cancelled ? "disconnect" : ended, failure))
               if (tail.length > 0 && !cancelled) yield concat(tail)
             } finally {
@@ -597,7 +661,18 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
     /** Run one governed call on the given surface. */
     const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>
-      Effect.flatMap(plan(call), (planned) => {
+      Effect.suspend(() => {
+        // The hold this call made, if any: interrupted (shutdown) between its reservation and the
+        // step that settles or voids it — a stream still opening, a call not yet upstream — it is
+        // voided here. Every write of `abandon` is guarded, so voiding a call already resolved is a no-op.
+        let reserved: Plan | undefined
+        return handlePlanned(call, (p) => (reserved = p)).pipe(
+          Effect.onInterrupt(() => (reserved === undefined ? Effect.void : abandon(reserved, "interrupted", "The gateway shut down before the upstream answered.", [])))
+        )
+      })
+
+    const handlePlanned = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<GatewayReply, GovernanceError> =>
+      Effect.flatMap(plan(call, onReserved), (planned) => {
         if ("_tag" in planned) return Effect.succeed(planned)
         if (planned.request.stream) return completeStreaming(planned, call.principal)
         // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
@@ -668,7 +743,22 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         } satisfies Evaluation
       })
 
-    return { handle, adopt, evaluate } as const
+    /** Governed calls running now: upstream calls the service owns, and open streams. */
+    const inFlight = Effect.map(FiberSet.size(inflight), (n) => n + streamCancels.size)
+
+    /**
+     * Shutdown past its grace (src/server.ts): end every call still in flight now. A non-streamed
+     * call is interrupted and its hold voided (a settlement already under way completes first); an
+     * open stream ends as a client hang-up does, charged for what it delivered. Waits (bounded) for
+     * their settlements.
+     */
+    const stopCalls = Effect.gen(function* () {
+      for (const cancel of Array.from(streamCancels.values())) cancel()
+      yield* FiberSet.clear(inflight)
+      for (let i = 0; i < 200 && liveCalls.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
+    })
+
+    return { handle, adopt, evaluate, inFlight, stopCalls } as const
   })
 }) {}
 

@@ -16,6 +16,13 @@ import { type ClaimOutcome, makeIdempotencyStatements, type Scope } from "../sto
 
 export type { ClaimOutcome, Scope, StoredResult } from "../store/idempotencyStatements.ts"
 
+/**
+ * When a duplicate's wait for its in-flight original runs out, it is told to come back this much
+ * later (409 with Retry-After and x-should-retry: true): the original is alive (its process keeps
+ * its claim alive; a dead process's claims are freed at its restart or once its heartbeat is stale).
+ */
+export const IN_FLIGHT_RETRY_AFTER_MS = 1_000
+
 /** The rule lives in spec/idempotency.ts: 1–255 printable ASCII characters. */
 export const validIdempotencyKey = isValidKey
 
@@ -49,7 +56,8 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
           const now = yield* Clock.currentTimeMillis
           if (now - start >= maxWaitMs) {
             return yield* new IdempotencyConflict({
-              message: `A request with this idempotency key (${outcome.requestId}) is still in progress; retry later to receive its result.`
+              message: `A request with this idempotency key (${outcome.requestId}) is still in progress; retry after ${Math.ceil(IN_FLIGHT_RETRY_AFTER_MS / 1000)} s to receive its result.`,
+              retryAfterMs: IN_FLIGHT_RETRY_AFTER_MS
             })
           }
           yield* Effect.sleep(Duration.millis(delay))

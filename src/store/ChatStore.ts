@@ -20,6 +20,7 @@ import {
   type ChatOp,
   type ExpireArgs,
   type ExtendArgs,
+  type HeartbeatArgs,
   makeChatTransactions,
   mustSync,
   type ReserveArgs,
@@ -46,6 +47,8 @@ export interface ChatStoreApi {
   readonly settle: (args: SettleArgs) => Effect.Effect<void>
   readonly abandon: (args: AbandonArgs) => Effect.Effect<void>
   readonly extend: (args: ExtendArgs) => Effect.Effect<void>
+  /** This epoch is alive; open streams' progress marks (src/store/epochs.ts). */
+  readonly heartbeat: (args: HeartbeatArgs) => Effect.Effect<void>
   /** The recovery sweep: void the holds past their deadline; how many it voided. */
   readonly expire: (args: ExpireArgs) => Effect.Effect<number>
   /** Whether transactions can run now (the store worker is up), for GET /readyz. */
@@ -224,6 +227,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         settle: (args) => Effect.asVoid(run("settle", args)),
         abandon: (args) => Effect.asVoid(run("abandon", args)),
         extend: (args) => Effect.asVoid(run("extend", args)),
+        heartbeat: (args) => Effect.asVoid(run("heartbeat", args)),
         expire: (args) => run("expire", args) as Effect.Effect<number>,
         health,
         runsIn: inWorker ? "worker" : "inline"

@@ -8,7 +8,8 @@
  *   transaction, the pending request row and the budget hold;
  * - settle: the charge, the signed receipt, the request's completion and the stored idempotent result;
  * - abandon: void the hold, fail the request, free the idempotency key (nothing was charged);
- * - extend: push open streams' holds and claims a TTL ahead;
+ * - extend: push the holds and claims of calls in flight a TTL ahead;
+ * - heartbeat: this process's epoch is alive, and its open streams' progress marks (src/store/epochs.ts);
  * - expire: the recovery sweep — void every hold past its deadline, fail its request, free its claim.
  *
  * A refused reservation rolls back and aborts with `ReserveRefused`, data the caller turns into its reply.
@@ -24,6 +25,8 @@ import { holdRefusedMessage, sizeReservation, type SizingRequest } from "../doma
 import { type ClaimOutcome, makeIdempotencyStatements, type Scope, type StoredResult } from "./idempotencyStatements.ts"
 import { type Hold, makeLedgerStatements, type Sealer, type Settlement } from "./ledgerStatements.ts"
 import { type Attempt, makeRequestStatements, type NewRequest } from "./requestStatements.ts"
+import { crashPoint } from "../domain/crashPoint.ts"
+import { makeEpochWrites, type ProgressMark } from "./epochs.ts"
 import type { Abort } from "./syncTransactions.ts"
 
 export interface ReserveArgs {
@@ -34,6 +37,8 @@ export interface ReserveArgs {
   readonly request: Omit<NewRequest, "creditsReserved">
   readonly hold: Omit<Hold, "amount">
   readonly sizing: SizingRequest
+  /** The epoch of the process making the hold and the claim (migration 0004): recovered by it if the process dies. */
+  readonly epoch: number
 }
 
 /** What was reserved: the output cap the upstream call gets and the Credits held for it. */
@@ -82,12 +87,20 @@ export interface ExpireArgs {
   readonly failure: { readonly code: string; readonly message: string }
 }
 
+export interface HeartbeatArgs {
+  readonly epoch: number
+  readonly now: number
+  /** Progress marks of open streams that delivered more since the last beat. */
+  readonly marks: ReadonlyArray<{ readonly reservationId: string; readonly mark: ProgressMark }>
+}
+
 /** The transactions by name: what a message to the store worker names. */
 export interface ChatTransactions {
   readonly reserve: (args: ReserveArgs, abort: Abort<ReserveRefused>) => Reserved
   readonly settle: (args: SettleArgs) => void
   readonly abandon: (args: AbandonArgs) => void
   readonly extend: (args: ExtendArgs) => void
+  readonly heartbeat: (args: HeartbeatArgs) => void
   /** How many holds it voided. */
   readonly expire: (args: ExpireArgs) => number
 }
@@ -123,6 +136,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer,
   const ledger = makeLedgerStatements(db, sealer)
   const requests = makeRequestStatements(db)
   const idempotency = makeIdempotencyStatements(db)
+  const epochs = makeEpochWrites(db)
 
   /** Assertion mode: the window's rules (spec/ledger.ts `checkWindow`) on the rows this transaction wrote. */
   const assertWindow = (projectId: string, period: string, after: string): void => {
@@ -140,6 +154,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer,
       const claimed = idempotency.claimSync(scope, key, fingerprint, a.request.id, a.hold.deadline, a.now)
       if (claimed._tag !== "Claimed") abort({ _tag: "ClaimLost", outcome: claimed })
     }
+    crashPoint("claim")
     // Sized on the window as it is inside this transaction: no other hold can come in between.
     const window = ledger.windowSync(a.hold.projectId, a.hold.period)
     const sized = sizeReservation(a.sizing, window.cap, Math.max(0, window.cap - window.spent - window.reserved))
@@ -150,6 +165,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer,
     if (!ledger.reserveSync({ ...a.hold, amount: reservation }, a.now)) {
       abort({ _tag: "OverBudget", message: holdRefusedMessage(reservation, a.hold.period), param: null })
     }
+    epochs.markReservedSync(a.epoch, a.hold.reservationId, a.claim === undefined ? undefined : { scope: a.claim.scope, key: a.claim.key, requestId: a.request.id })
     return { outputCap, reservation }
   }
 
@@ -200,5 +216,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer,
     return voided
   }
 
-  return { reserve, settle, abandon, extend, expire }
+  const heartbeat = (a: HeartbeatArgs): void => epochs.heartbeatSync(a.epoch, a.now, a.marks)
+
+  return { reserve, settle, abandon, extend, expire, heartbeat }
 }

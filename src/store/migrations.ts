@@ -160,11 +160,35 @@ const leanerWriteIndexes = Effect.gen(function* () {
   yield* sql`CREATE INDEX reservations_held ON reservations(deadline) WHERE state = 'held'`
 })
 
+/**
+ * Instance epochs (DESIGN.md §4, issue 19 finding 5): every process that opens the store takes a new
+ * epoch (a row of `instances`, with its stable instance id and a heartbeat) and marks the holds and
+ * idempotency claims it makes with it. On start, a process resolves at once the holds and claims of
+ * the epochs known dead — its own earlier epochs, and any whose heartbeat stopped — instead of
+ * waiting for their deadline. A stream's hold carries the durable progress mark its heartbeat writes
+ * (route, rate card and the tokens delivered so far), from which a hold of a dead epoch is charged.
+ * Rows made before this migration have no epoch: only the deadline sweep resolves them.
+ */
+const instanceEpochs = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE TABLE instances (
+    epoch INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance_id TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL,
+    stopped_at INTEGER
+  )`
+  yield* sql`ALTER TABLE reservations ADD COLUMN epoch INTEGER`
+  yield* sql`ALTER TABLE reservations ADD COLUMN progress TEXT`
+  yield* sql`ALTER TABLE idempotency ADD COLUMN epoch INTEGER`
+})
+
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
 export const migrationSteps = {
   "0001_init": init,
   "0002_receipt_usage_columns": receiptUsageColumns,
-  "0003_leaner_write_indexes": leanerWriteIndexes
+  "0003_leaner_write_indexes": leanerWriteIndexes,
+  "0004_instance_epochs": instanceEpochs
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

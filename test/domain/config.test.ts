@@ -3,8 +3,12 @@
  * naming the variable, never a stack trace from deep inside a layer.
  */
 import { ConfigProvider, Effect, Exit, Layer } from "effect"
+import { mkdtempSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { describe, expect, it } from "vitest"
-import { Settings, SettingsFromEnv } from "../../src/domain/config.ts"
+import { makeSettings, Settings, SettingsFromEnv, upstreamCallBoundMs } from "../../src/domain/config.ts"
+import { mockGatewayFile } from "../support/gateway.ts"
 
 const settingsWith = (env: Record<string, string>) =>
   Effect.runPromiseExit(
@@ -25,5 +29,32 @@ describe("SettingsFromEnv", () => {
     const message = Exit.isFailure(exit) ? String(exit.cause) : ""
     expect(message).toContain("DATABASE_URL")
     expect(message).toContain("must be sqlite:<path>")
+  })
+
+  it("refuses a reservation TTL that an upstream call can outlive, naming the variable, without a stack trace (issue 19, finding 3)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "tg-config-"))
+    const configPath = join(dir, "gateway.json")
+    writeFileSync(configPath, JSON.stringify(mockGatewayFile("http://127.0.0.1:1/v1")))
+    // An OpenAI-compatible upstream with the defaults: 60 s attempts within a 120 s deadline, one retry:
+    // a call may run 2 × (60 s + 2.05 s backoff) = 124.1 s.
+    const exit = await settingsWith({ TOLLGATE_CONFIG: configPath, TOLLGATE_RESERVATION_TTL_MS: "60000" })
+    expect(Exit.isFailure(exit)).toBe(true)
+    const message = Exit.isFailure(exit) ? String(exit.cause) : ""
+    expect(message).toContain("TOLLGATE_RESERVATION_TTL_MS")
+    expect(message).toContain("set it above 124100")
+    expect(message).not.toMatch(/\n\s+at /)
+    // The same TTL is fine once the upstream bound is under it: 5 s attempts.
+    expect(Exit.isSuccess(await settingsWith({ TOLLGATE_CONFIG: configPath, TOLLGATE_RESERVATION_TTL_MS: "60000", TOLLGATE_UPSTREAM_TIMEOUT_MS: "5000" }))).toBe(true)
+    expect(Exit.isSuccess(await settingsWith({ TOLLGATE_CONFIG: configPath }))).toBe(true)
+  })
+
+  it("the upstream bound counts the longest provider timeout, the deadline, and every attempt with its backoff", () => {
+    const base = makeSettings({ upstreamTimeoutMs: 10_000, upstreamDeadlineMs: 30_000, upstreamRetries: 1 })
+    // One demo route (no delay): 2 attempts × (0 + 2050 ms backoff).
+    expect(upstreamCallBoundMs(base)).toBe(4_100)
+    const slow = { ...base, gateway: mockGatewayFile("http://127.0.0.1:1/v1") }
+    expect(upstreamCallBoundMs(slow)).toBe(2 * (10_000 + 2_050))
+    const three = { ...slow, gateway: mockGatewayFile("http://127.0.0.1:1/v1", ["a", "b", "c"].map((name) => ({ name, provider: "mock", upstream_model: "m", max_output_tokens: 16, auto: true }))) }
+    expect(upstreamCallBoundMs(three)).toBe(30_000 + 10_000)
   })
 })

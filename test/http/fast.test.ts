@@ -189,7 +189,7 @@ describe("a defect on the fast path", () => {
     const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
     const dying = Layer.succeed(
       Gateway,
-      Gateway.make({ handle: () => Effect.die(new Error("secret internals")), adopt: () => undefined, evaluate: () => Effect.die("unused") })
+      Gateway.make({ handle: () => Effect.die(new Error("secret internals")), adopt: () => undefined, evaluate: () => Effect.die("unused"), inFlight: Effect.succeed(0), stopCalls: Effect.void })
     )
     const runtime = ManagedRuntime.make(
       Layer.merge(ServicesLive, dying).pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json))

@@ -47,7 +47,8 @@ describe("migration 0003: leaner write indexes", () => {
 
     await migrate(filename)
     const db = new BetterSqlite3(filename, { readonly: true })
-    expect(rowsOf(db)).toEqual(rows)
+    // Later migrations add columns (0004: epoch, progress): every row keeps every value it had.
+    expect(rowsOf(db)).toMatchObject(rows)
 
     const indexes = db.prepare(`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name`).all()
     expect(indexes).toEqual([
@@ -64,6 +65,30 @@ describe("migration 0003: leaner write indexes", () => {
       "USING INDEX receipts_window (project_id=? AND period=? AND environment=?)"
     )
     expect(planOf(db, `SELECT COUNT(*) FROM receipts WHERE project_id = 'prj_a' AND period = '2026-11'`)).toContain("receipts_window (project_id=? AND period=?)")
+    db.close()
+  })
+})
+
+describe("migration 0004: instance epochs", () => {
+  it("adds the instances table and the epoch and progress columns; rows made before keep their values, with no epoch", async () => {
+    const filename = join(mkdtempSync(join(tmpdir(), "tg-migrate-")), "t.db")
+    await migrateUpTo(filename, "0003_leaner_write_indexes")
+    const before = new BetterSqlite3(filename)
+    seed(before)
+    before.prepare(`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at) VALUES ('prj_a', 'development', 'k', 'f', 'req_2', 'in_flight', 2, 200)`).run()
+    const tables = ["reservations", "idempotency"]
+    const rows = tables.map((t) => before.prepare(`SELECT * FROM ${t} ORDER BY 1`).all())
+    before.close()
+
+    await migrate(filename)
+    const db = new BetterSqlite3(filename)
+    const after = tables.map((t) => db.prepare(`SELECT * FROM ${t} ORDER BY 1`).all() as Array<Record<string, unknown>>)
+    expect(after).toMatchObject(rows)
+    expect(after[0]!.map((r) => [r.epoch, r.progress])).toEqual([[null, null], [null, null]])
+    expect(after[1]!.map((r) => r.epoch)).toEqual([null])
+    // Epochs count up from 1, one per process that opens the store.
+    const insert = db.prepare(`INSERT INTO instances (instance_id, started_at, heartbeat_at) VALUES ('host', 0, 0) RETURNING epoch`)
+    expect([insert.get(), insert.get()]).toEqual([{ epoch: 1 }, { epoch: 2 }])
     db.close()
   })
 })

@@ -31,6 +31,7 @@ export const reserveArgs = (projectId: string, amount: number, o: ReserveOptions
   const environment = o.claim?.environment ?? "development"
   return {
     now,
+    epoch: 1,
     claim: o.claim === undefined ? undefined : { scope: { projectId, environment }, key: o.claim.key, fingerprint: o.claim.fingerprint },
     request: {
       id: requestId,
