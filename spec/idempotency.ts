@@ -1,5 +1,5 @@
 /**
- * Idempotency rules (DESIGN.md §5): the reference model of idempotency records.
+ * Idempotency rules (docs/contract.md §5): the reference model of idempotency records.
  *
  * A record is scoped to a tenant (project + environment) and a client-chosen key. It remembers the
  * fingerprint of the request that claimed it (SHA-256 of method, path and canonical body), so a key
@@ -64,14 +64,14 @@ export interface IdempotencyState {
 
 export const empty: IdempotencyState = { records: new Map() }
 
-/** Keys live at least this long (DESIGN.md §5). */
+/** Keys live at least this long (docs/contract.md §5). */
 export const MIN_TTL_MILLIS = 24 * 60 * 60 * 1000
 export const DEFAULT_TTL_MILLIS = MIN_TTL_MILLIS
 
 /** Unambiguous map key: the same client key in two tenants is two different records. */
 export const recordKey = (scope: Scope, key: string): string => JSON.stringify([scope.project, scope.environment, key])
 
-/** 1–255 printable ASCII characters (DESIGN.md §5); checked at the edge, before any claim. */
+/** 1–255 printable ASCII characters (docs/contract.md §5); checked at the edge, before any claim. */
 export const isValidKey = (key: string): boolean => /^[\x20-\x7e]{1,255}$/.test(key)
 
 /** The record of `key`; with `nowMillis`, only if it is still live then (a record past its deadline is absent). */

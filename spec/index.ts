@@ -1,5 +1,5 @@
 /**
- * The rulebook: pure reference models of Tollgate's governance rules (see STYLE.md).
+ * The rulebook: pure reference models of Tollgate's governance rules (see docs/style.md).
  * The services follow them, the model-based tests check the services against them, and
  * `tollgate audit` uses them to check a live database. If a rule changes, it changes here first.
  */

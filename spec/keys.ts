@@ -1,5 +1,5 @@
 /**
- * API key lifecycle rules (DESIGN.md §2): the reference model of which key ids authenticate.
+ * API key lifecycle rules (docs/contract.md §2): the reference model of which key ids authenticate.
  *
  *   active  --rotate-->  rotated (valid strictly before expiresAt = rotation time + grace)
  *   active | rotated  --revoke-->  revoked (never valid again)

@@ -1,5 +1,5 @@
 /**
- * Budget ledger rules (DESIGN.md §4): the reference model of reservations and settlement.
+ * Budget ledger rules (docs/contract.md §4): the reference model of reservations and settlement.
  *
  * Each project has one account per settlement window (a calendar month in UTC, written "YYYY-MM"):
  *   cap      - the most Credits the window may commit,

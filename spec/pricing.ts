@@ -1,5 +1,5 @@
 /**
- * Pricing rules (DESIGN.md §4): the one place where Credits are computed.
+ * Pricing rules (docs/contract.md §4): the one place where Credits are computed.
  *
  * Prices are integer Credits per 1,000,000 tokens of a token class. A charge is
  *   ceil( Σ tokens[class] × price[class] / 1,000,000 )
@@ -81,7 +81,7 @@ export type OutputCapDecision =
   | { readonly _tag: "OverBudget"; readonly worstCase: number; readonly limitedBy: "budget" | "max_credits" }
 
 /**
- * Decide the output cap and the reservation of a request (DESIGN.md §4).
+ * Decide the output cap and the reservation of a request (docs/contract.md §4).
  *
  * - `requested` is the client's own max_tokens, if any; it is honoured (clamped to the route limit),
  *   and if its worst case does not fit, the request is over budget.

@@ -1,5 +1,5 @@
 /**
- * Receipts (DESIGN.md §6): what a receipt contains, how its hash chain and signature are formed, and
+ * Receipts (docs/contract.md §6): what a receipt contains, how its hash chain and signature are formed, and
  * how anyone verifies one offline with nothing but node:crypto and the public key.
  *
  *   unsigned  = the receipt without `hash` and `signature`   (it includes `prev_hash`)

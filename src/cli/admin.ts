@@ -1,5 +1,5 @@
 /**
- * `tollgate projects …` and `tollgate keys …`: thin clients of the admin API (DESIGN.md §8).
+ * `tollgate projects …` and `tollgate keys …`: thin clients of the admin API (docs/contract.md §8).
  */
 import { parseArgs } from "node:util"
 

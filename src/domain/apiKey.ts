@@ -1,5 +1,5 @@
 /**
- * API key tokens (DESIGN.md §2): `tg_<env>_<key id>_<secret><crc>`.
+ * API key tokens (docs/contract.md §2): `tg_<env>_<key id>_<secret><crc>`.
  *
  * - `<env>` is `dev`, `stg` or `prd`;
  * - `<key id>` is the public id without its `key_` prefix (base32, 16 chars);

@@ -1,6 +1,6 @@
 /**
  * How much a call may generate and how much to hold for it, against the budget left in its window
- * (DESIGN.md §4). Pure: the reservation transaction runs it on the window it reads inside that
+ * (docs/contract.md §4). Pure: the reservation transaction runs it on the window it reads inside that
  * transaction (src/store/chatTransactions.ts), so the cap and the hold are decided on the same
  * snapshot the guarded UPDATE then applies; POST /v1/routing/evaluate runs it on a plain read.
  * The rule is the rulebook's (`decideChainCap` in spec/pricing.ts); this adds the error messages.

@@ -1,6 +1,6 @@
 /**
  * The chat completion request as Tollgate reads it. Only the fields governance needs are checked;
- * every other field passes through to the upstream untouched (DESIGN.md §3). Errors name the
+ * every other field passes through to the upstream untouched (docs/contract.md §3). Errors name the
  * offending field the way OpenAI does (`messages[0].content`).
  */
 import { Either } from "effect"

@@ -1,5 +1,5 @@
 /**
- * The gateway's configuration: environment variables (DESIGN.md §8, a contract) and the JSON file
+ * The gateway's configuration: environment variables (docs/contract.md §8, a contract) and the JSON file
  * named by TOLLGATE_CONFIG (providers, routes, rate cards). Loaded once at start-up.
  */
 import { Config, ConfigError, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
@@ -110,12 +110,12 @@ export interface GatewaySettings {
   readonly heartbeatMs: number
   /**
    * This process's stable name among the instances sharing a store: on start it resolves the holds
-   * and claims its own previous epochs left (DESIGN.md §4). Defaults to the host name.
+   * and claims its own previous epochs left (docs/contract.md §4). Defaults to the host name.
    */
   readonly instanceId: string
   /** On SIGTERM: how long calls in flight may run before they are settled or voided and the process exits. */
   readonly shutdownGraceMs: number
-  /** Idempotency records live at least this long (DESIGN.md §5: ≥ 24 h). */
+  /** Idempotency records live at least this long (docs/contract.md §5: ≥ 24 h). */
   readonly idempotencyTtlMs: number
   /** How long an authenticated key stays cached; bounds how fast a revocation on another instance takes effect. */
   readonly keyCacheTtlMs: number

@@ -1,5 +1,5 @@
 /**
- * One TaggedError per stable error code (SPEC.md "Errors", DESIGN.md §6).
+ * One TaggedError per stable error code (docs/contract.md §9, §6).
  * The tag names the failure; `src/http/errors.ts` is the one place that turns them into wire bodies.
  */
 import { Schema } from "effect"

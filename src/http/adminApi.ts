@@ -1,5 +1,5 @@
 /**
- * The admin API (DESIGN.md §8) and the dashboard's session, as an HttpApi group for the OpenAPI
+ * The admin API (docs/contract.md §8) and the dashboard's session, as an HttpApi group for the OpenAPI
  * document. Served by src/http/app.ts (projects, keys) and src/http/dashboard.ts (session, lists,
  * usage per day, request log, receipts with chain links).
  *

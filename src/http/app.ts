@@ -244,7 +244,7 @@ const receiptKeys = Effect.gen(function* () {
   return json({ object: "list", data: keys } satisfies typeof S.ReceiptKeys.Type)
 })
 
-// ---- Admin API (DESIGN.md §8) ----
+// ---- Admin API (docs/contract.md §8) ----
 
 /** An admin route: the admin token, or a dashboard session (src/http/session.ts); `reader` lets a team read its own project. */
 const admin = <R>(

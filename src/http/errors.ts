@@ -1,7 +1,7 @@
 /**
- * The ONE place where failures become OpenAI-shaped wire bodies (DESIGN.md §6):
+ * The ONE place where failures become OpenAI-shaped wire bodies (docs/contract.md §6):
  *   {"error": {"message", "type", "code", "param"}}
- * with the status of SPEC.md's error table, `x-should-retry: false` where a retry cannot help
+ * with the status of the error table (docs/contract.md §9), `x-should-retry: false` where a retry cannot help
  * (OpenAI SDKs retry 409 and 429 on their own), and Retry-After on 429. Anything unexpected
  * (a defect) becomes a 500 with a generic message: no stack trace ever leaves the process.
  */

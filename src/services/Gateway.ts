@@ -1,5 +1,5 @@
 /**
- * The governed call (DESIGN.md §3), in this order:
+ * The governed call (docs/contract.md §3), in this order:
  *   authenticate (done by the caller) → validate workflow → rate check → idempotency claim → route →
  *   price estimate → budget reservation → upstream call (retries / fallback) →
  *   settle (charge, receipt, idempotent result in ONE transaction) → respond.

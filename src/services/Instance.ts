@@ -1,5 +1,5 @@
 /**
- * This process's epoch (DESIGN.md §4, migration 0004): taken when the store opens, written on every
+ * This process's epoch (docs/contract.md §4, migration 0004): taken when the store opens, written on every
  * hold and idempotency claim the process makes, kept alive by the Gateway's heartbeat, and marked
  * stopped once a clean shutdown has resolved every call in flight. A restarted process resolves the
  * holds of the epochs known dead at once (src/services/Recovery.ts).

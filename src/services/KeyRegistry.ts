@@ -1,5 +1,5 @@
 /**
- * Project-scoped API keys (DESIGN.md §2): authentication, creation, rotation with grace, revocation.
+ * Project-scoped API keys (docs/contract.md §2): authentication, creation, rotation with grace, revocation.
  *
  * Only the key id and SHA-256(secret) are stored. Authenticated keys are cached for
  * `keyCacheTtlMs` (default 1 s), which bounds how long a revocation made by another instance takes

@@ -1,5 +1,5 @@
 /**
- * Rate cards (DESIGN.md §4). The configured cards are frozen into the store at start-up: a version
+ * Rate cards (docs/contract.md §4). The configured cards are frozen into the store at start-up: a version
  * that was stored before with other prices stops the gateway, because a card is never edited once a
  * charge may have used it (a price change is a new version). Charge arithmetic lives in spec/pricing.ts.
  */

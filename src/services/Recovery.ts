@@ -1,5 +1,5 @@
 /**
- * Recovery (DESIGN.md §4), so a crash never strands budget or an idempotency key:
+ * Recovery (docs/contract.md §4), so a crash never strands budget or an idempotency key:
  *
  * - Dead epochs, at once: every process marks its holds and claims with its epoch (src/services/Instance.ts).
  *   On start (before the server listens), and then with every sweep, the holds of the epochs known

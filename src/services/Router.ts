@@ -1,5 +1,5 @@
 /**
- * Routing (DESIGN.md §3, §8): a model name is either a configured route or `auto`, which tries the
+ * Routing (docs/contract.md §3, §8): a model name is either a configured route or `auto`, which tries the
  * `auto: true` routes in configured order. Each route gets up to 1 + `upstreamRetries` attempts with
  * jittered exponential backoff on retryable failures (429, 5xx, connect errors, timeouts), all within
  * one total deadline; `auto` then falls back to the next route. Failures after retries are 503

@@ -3,21 +3,21 @@
  * SQLite file through @effect/sql-sqlite-node with WAL and synchronous=FULL, so a settled charge is
  * on disk before its response leaves. Migrations run at start-up.
  *
- * Two ways in, one connection: `SqlClient` (@effect/sql) for everything, and `Sqlite` — the same
+ * Two ways in, one connection that this module opens and owns (src/store/sqliteClient.ts): `SqlClient`
+ * (@effect/sql, built with its public constructors) for everything, and `Sqlite` — the same
  * better-sqlite3 connection with synchronous group-committed transactions (src/store/syncTransactions.ts).
  * The chat path's writes go through `ChatStore` (src/store/ChatStore.ts), which for a file store runs
  * them on a second connection, in a worker thread.
  */
 import { SqlClient } from "@effect/sql"
-import { SqliteClient } from "@effect/sql-sqlite-node"
-import BetterSqlite3 from "better-sqlite3"
+import type BetterSqlite3 from "better-sqlite3"
 import { Context, Effect, Layer } from "effect"
 import { chmodSync, closeSync, existsSync, mkdirSync, openSync } from "node:fs"
 import { dirname } from "node:path"
 import { Settings } from "../domain/config.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
-import { installGroupCommit } from "./groupCommit.ts"
 import { runMigrations } from "./migrations.ts"
+import { makeSqliteClient } from "./sqliteClient.ts"
 import { makeSyncTransactions, type SyncTransactions } from "./syncTransactions.ts"
 
 export { sqliteFilename }
@@ -32,36 +32,6 @@ const pragmas = Effect.gen(function* () {
   yield* sql.unsafe("PRAGMA foreign_keys = ON")
 })
 
-/** One build at a time: the capture below patches a prototype for the duration of a build. */
-const buildLock = Effect.unsafeMakeSemaphore(1)
-
-/**
- * Build SqliteClient's layer and keep the better-sqlite3 connection it opens. The client keeps its
- * connection private; it sets `journal_mode = WAL` through `pragma()` right after opening it, so the
- * connection to `filename` that makes that call while the layer is built is that connection.
- */
-const clientWithConnection = (filename: string) =>
-  buildLock.withPermits(1)(
-    Effect.gen(function* () {
-      const proto = BetterSqlite3.prototype as { pragma: (this: BetterSqlite3.Database, ...args: Array<unknown>) => unknown }
-      const original = proto.pragma
-      let captured: BetterSqlite3.Database | undefined
-      proto.pragma = function (this: BetterSqlite3.Database, ...args) {
-        if (captured === undefined && this.name === filename && args[0] === "journal_mode = WAL") captured = this
-        return original.apply(this, args)
-      }
-      const context = yield* Layer.build(SqliteClient.layer({ filename })).pipe(
-        Effect.ensuring(
-          Effect.sync(() => {
-            proto.pragma = original
-          })
-        )
-      )
-      if (captured === undefined) return yield* Effect.dieMessage("SqliteClient opened no connection to capture (is better-sqlite3 installed twice?)")
-      return { context, db: captured }
-    })
-  )
-
 /**
  * The store holds every project's spend and the hashes of its keys: its files are the owner's only
  * (0600), whatever the process umask. The database file is created 0600 before SQLite opens it;
@@ -75,20 +45,18 @@ export const createPrivateStoreFiles = (filename: string): void => {
 }
 
 /** SqlClient and Sqlite for the configured DATABASE_URL, migrated and tuned. */
-export const DatabaseLive: Layer.Layer<SqlClient.SqlClient | SqliteClient.SqliteClient | Sqlite, never, Settings> = Layer.scopedContext(
+export const DatabaseLive: Layer.Layer<SqlClient.SqlClient | Sqlite, never, Settings> = Layer.scopedContext(
   Effect.gen(function* () {
     const settings = yield* Settings
     const filename = sqliteFilename(settings.databaseUrl)
     if (filename !== ":memory:") createPrivateStoreFiles(filename)
-    const { context, db } = yield* clientWithConnection(filename).pipe(Effect.orDie)
-    const sql = Context.get(context, SqlClient.SqlClient)
+    // One owner of the main connection: opened here, the SqlClient built over it (src/store/sqliteClient.ts).
+    const { sql, db } = yield* makeSqliteClient(filename)
     yield* pragmas.pipe(
       Effect.zipRight(runMigrations),
-      // Group commit (src/store/groupCommit.ts): one fsync per batch of transactions, same guarantees.
-      Effect.zipRight(installGroupCommit(sql)),
       Effect.provideService(SqlClient.SqlClient, sql),
       Effect.orDie
     )
-    return Context.add(context, Sqlite, { db, ...makeSyncTransactions(db) })
+    return Context.make(SqlClient.SqlClient, sql).pipe(Context.add(Sqlite, { db, ...makeSyncTransactions(db) }))
   })
 )

@@ -1,5 +1,5 @@
 /**
- * The governed call's four write transactions (DESIGN.md §3), as synchronous bodies over one
+ * The governed call's four write transactions (docs/contract.md §3), as synchronous bodies over one
  * better-sqlite3 connection. Their arguments and results are plain data, so the same bodies run on
  * the main thread (`Sqlite.transact`, an in-memory store) or in the store worker that owns the write
  * connection of a file store (src/store/storeWorker.ts), batched and group-committed either way:

@@ -1,5 +1,5 @@
 /**
- * Instance epochs and progress marks (DESIGN.md §4; migration 0004): the statements that let a
+ * Instance epochs and progress marks (docs/contract.md §4; migration 0004): the statements that let a
  * restarted process resolve at once what a dead one left in flight, instead of waiting for the
  * holds' deadlines.
  *

@@ -161,7 +161,7 @@ const leanerWriteIndexes = Effect.gen(function* () {
 })
 
 /**
- * Instance epochs (DESIGN.md §4, issue 19 finding 5): every process that opens the store takes a new
+ * Instance epochs (docs/contract.md §4, issue 19 finding 5): every process that opens the store takes a new
  * epoch (a row of `instances`, with its stable instance id and a heartbeat) and marks the holds and
  * idempotency claims it makes with it. On start, a process resolves at once the holds and claims of
  * the epochs known dead — its own earlier epochs, and any whose heartbeat stopped — instead of

@@ -179,6 +179,25 @@ describe("tollgate audit: a store built by real traffic", () => {
     expect(named(audit(path))).toEqual([`window_over_cap ${windowSubject(store.projectB, period)}`])
   })
 
+  it("a cap lowered below the window's commitments is grandfathered (one rule, spec/ledger.ts): clean until a hold is made after the change", () => {
+    // What PATCH /admin/v1/projects does: a new cap, and updated_at moves. No hold since: clean.
+    const lowered = (db: Database.Database) => {
+      const last = (db.prepare(`SELECT MAX(created_at) AS t FROM reservations WHERE project_id = ?`).get(store.projectB) as { t: number }).t
+      db.prepare(`UPDATE projects SET budget_credits = 1, updated_at = ? WHERE id = ?`).run(last + 1, store.projectB)
+      return last + 1
+    }
+    expect(named(audit(tampered(store.snapshot, (db) => void lowered(db))))).toEqual([])
+    // A hold made after the change had to fit under the new cap: over it now is a finding.
+    const path = tampered(store.snapshot, (db) => {
+      const changedAt = lowered(db)
+      db.prepare(
+        `INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at)
+         VALUES ('res_after', 'req_after', ?, ?, 0, 'held', 0, ?)`
+      ).run(store.projectB, period, changedAt + 1)
+    })
+    expect(named(audit(path))).toEqual([`window_over_cap ${windowSubject(store.projectB, period)}`])
+  })
+
   it("a receipt whose request row was deleted: names the receipt", () => {
     let target!: ChainRow
     const path = tampered(store.snapshot, (db) => {

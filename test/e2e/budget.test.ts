@@ -1,5 +1,5 @@
 /**
- * The budget invariant (DESIGN.md §4) under concurrency, end to end: many overlapping requests
+ * The budget invariant (docs/contract.md §4) under concurrency, end to end: many overlapping requests
  * against a small cap. At every sampled instant spent + reserved ≤ cap; afterwards spent ≤ cap,
  * nothing is left reserved, the receipts sum to what was spent, and every rejection is a 402.
  */

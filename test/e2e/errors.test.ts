@@ -1,5 +1,5 @@
 /**
- * Every stable error code of SPEC.md (plus 400 and 413 of DESIGN.md §6) through the official OpenAI
+ * Every stable error code (docs/contract.md §9, 400 and 413 included) through the official OpenAI
  * SDK against a running gateway: status, the `{error:{message,type,code,param}}` body, the headers
  * that tell SDKs whether to retry, and that a rejected call changed nothing it should not have.
  */

@@ -1,5 +1,5 @@
 /**
- * Idempotency (DESIGN.md §5) end to end: a replay returns the original bytes with
+ * Idempotency (docs/contract.md §5) end to end: a replay returns the original bytes with
  * `Idempotent-Replayed: true` and costs neither an upstream call nor a Credit; a conflict changes
  * nothing; concurrent duplicates share one upstream call; a failure that charged nothing frees the key.
  */

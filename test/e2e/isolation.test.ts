@@ -1,5 +1,5 @@
 /**
- * Tenant isolation (DESIGN.md §2): requests, receipts, idempotency keys and budgets belong to the
+ * Tenant isolation (docs/contract.md §2): requests, receipts, idempotency keys and budgets belong to the
  * (project, environment) that created them. Another tenant's request id answers exactly like an
  * unknown one, so ids leak nothing.
  */

@@ -1,5 +1,5 @@
 /**
- * Key rotation and revocation through the admin API, observed through the OpenAI SDK (DESIGN.md §2):
+ * Key rotation and revocation through the admin API, observed through the OpenAI SDK (docs/contract.md §2):
  * the new key works at once, the old one for its grace period (none with grace_seconds 0), and a
  * revocation takes effect on the very next call through the same instance, even for a cached key.
  */

@@ -1,5 +1,5 @@
 /**
- * Evidence of a governed request (DESIGN.md §6): GET /v1/requests/{id} shows status and attempts
+ * Evidence of a governed request (docs/contract.md §6): GET /v1/requests/{id} shows status and attempts
  * (retries and `auto` fallback included); the receipt has SPEC's fields, its charge can be
  * recomputed from its tokens and the rate card, it chains to the previous receipt, and it verifies
  * offline with the public key served at GET /v1/receipts/keys.

@@ -1,5 +1,5 @@
 /**
- * Streams through the OpenAI SDK (DESIGN.md §6): where governance rides, what is charged when the
+ * Streams through the OpenAI SDK (docs/contract.md §6): where governance rides, what is charged when the
  * upstream omits usage, breaks mid-stream or fails before any token, and when the client aborts.
  */
 import OpenAI, { APIError, APIUserAbortError } from "openai"

@@ -19,7 +19,7 @@ import { CLAIM_TTL_MS, FINGERPRINTS, type IdemModel, type IdemReal, KEYS, RESULT
 import { ReleaseCommand } from "./idempotency/ReleaseCommand.ts"
 import { assertProperty } from "./support/assert.ts"
 import { Coverage } from "./support/coverage.ts"
-import { maxCommands, propertyTimeoutMs, scheduledRuns, serviceRuns } from "./support/profile.ts"
+import { maxCommands, portRuns, propertyTimeoutMs, scheduledRuns, serviceRuns } from "./support/profile.ts"
 import { Effect } from "effect"
 import { Projects } from "../../src/services/Projects.ts"
 import { makeTimedPortRuntime, run, RuntimePool, type TimedPortRuntime, yieldBudgets } from "./support/runtime.ts"
@@ -74,7 +74,7 @@ describe("idempotency through the store port (worker, file store) follows spec/i
     "claim/finish/release/expiry: replay identical, conflict changes nothing, one winner per key",
     async () => {
       const coverage = new Coverage("IdempotencyStore (asyncModelRun)")
-      await assertProperty("IdempotencyStore", fc.asyncProperty(commands, (cmds) => fc.asyncModelRun(setup(rt, coverage), cmds)), serviceRuns)
+      await assertProperty("IdempotencyStore", fc.asyncProperty(commands, (cmds) => fc.asyncModelRun(setup(rt, coverage), cmds)), portRuns)
       coverage.print()
     },
     propertyTimeoutMs

@@ -18,7 +18,7 @@ import { SettleCommand } from "./ledger/SettleCommand.ts"
 import { VoidCommand } from "./ledger/VoidCommand.ts"
 import { assertProperty } from "./support/assert.ts"
 import { Coverage } from "./support/coverage.ts"
-import { maxCommands, propertyTimeoutMs, scheduledRuns, serviceRuns } from "./support/profile.ts"
+import { maxCommands, portRuns, propertyTimeoutMs, scheduledRuns } from "./support/profile.ts"
 import { makePortRuntime, type PortRuntime, run, RuntimePool, yieldBudgets } from "./support/runtime.ts"
 
 const project = fc.integer({ min: 0, max: 1 })
@@ -71,7 +71,7 @@ describe("the store port's money path (worker, file store) follows spec/ledger.t
       await assertProperty(
         "Ledger",
         fc.asyncProperty(fc.tuple(cap, cap), commands, (caps, cmds) => fc.asyncModelRun(setup(rt, coverage, caps), cmds)),
-        serviceRuns
+        portRuns
       )
       coverage.print()
     },

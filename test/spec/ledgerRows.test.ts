@@ -4,6 +4,7 @@
  * assertion mode all rely on them.
  */
 import { describe, expect, it } from "vitest"
+import * as Ledger from "../../spec/ledger.ts"
 import { checkLedgerRows, checkWindow, grandfatheredOnRows, type LedgerRows } from "../../spec/ledger.ts"
 
 const H = (n: number) => String(n).padStart(64, "0")
@@ -97,5 +98,56 @@ describe("checkWindow", () => {
   it("non-negative fires on a negative or fractional sum", () => {
     expect(checkWindow({ cap: 10, spent: -1, reserved: 0, receiptSum: -1, heldSum: 0 }).map((f) => f.invariant)).toEqual(["non-negative"])
     expect(checkWindow({ cap: 10, spent: 0.5, reserved: 0, receiptSum: 0.5, heldSum: 0 }).map((f) => f.invariant)).toEqual(["non-negative"])
+  })
+})
+
+describe("the state checker (spec/ledger.ts violations) fires on each planted violation", () => {
+  // A sound state: one project, one window, a settled reservation (30 of 50) and a held one (20).
+  const base = (() => {
+    let s = Ledger.setCap(Ledger.empty, "p", 100, "2026-01").state
+    s = Ledger.reserve(s, "r1", "p", "2026-01", 50).state
+    s = Ledger.settle(s, "r1", 30).state
+    return Ledger.reserve(s, "r2", "p", "2026-01", 20).state
+  })()
+  const withReservation = (patch: Partial<Ledger.Reservation>, id = "r1"): Ledger.LedgerState => ({
+    ...base,
+    reservations: new Map(base.reservations).set(id, { ...base.reservations.get(id)!, ...patch })
+  })
+
+  it("is quiet on a sound state", () => {
+    expect(Ledger.violations(base)).toEqual([])
+  })
+  it("non-negative: a fractional amount or a negative charge", () => {
+    expect(Ledger.invariants(withReservation({ amount: 50.5 }))).toContain("non-negative")
+    expect(Ledger.invariants(withReservation({ charge: -1 }))).toContain("non-negative")
+  })
+  it("charge-within-reservation: a settled charge over its hold, or none at all", () => {
+    expect(Ledger.violations(withReservation({ amount: 29 }))).toContainEqual({ invariant: "charge-within-reservation", subject: "r1" })
+    const { charge: _drop, ...noCharge } = base.reservations.get("r1")!
+    expect(Ledger.violations({ ...base, reservations: new Map(base.reservations).set("r1", noCharge) })).toContainEqual({ invariant: "charge-within-reservation", subject: "r1" })
+  })
+  it("reservation-has-account: a reservation whose window has no account", () => {
+    expect(Ledger.violations({ ...base, accounts: new Map() })).toContainEqual({ invariant: "reservation-has-account", subject: "r1" })
+  })
+  it("resolved-at-most-once: resolved twice, or a resolution of an unknown reservation", () => {
+    const twice = { ...base, journal: [...base.journal, { kind: "void" as const, id: "r1", project: "p", period: "2026-01", amount: 50 }] }
+    expect(Ledger.violations(twice)).toContainEqual({ invariant: "resolved-at-most-once", subject: "r1" })
+    const ghost = { ...base, journal: [...base.journal, { kind: "void" as const, id: "r9", project: "p", period: "2026-01", amount: 1 }] }
+    expect(Ledger.violations(ghost)).toEqual([{ invariant: "resolved-at-most-once", subject: "r9" }])
+  })
+  it("remaining and the Reserved outcome report cap − spent − reserved", () => {
+    expect(Ledger.remaining(base, "p", "2026-01")).toBe(50)
+    expect(Ledger.reserve(base, "r3", "p", "2026-01", 10).outcome).toMatchObject({ _tag: "Reserved", remaining: 40 })
+    expect(Ledger.reserve(base, "r3", "p", "2026-01", 51).outcome).toMatchObject({ _tag: "BudgetExceeded", remaining: 50 })
+  })
+})
+
+describe("row checker edges", () => {
+  it("grandfathering needs a known cap change", () => {
+    expect(grandfatheredOnRows(undefined, undefined)).toBe(false)
+  })
+  it("a chain handed over out of order is still one sound chain", () => {
+    const second = { requestId: "q9", project: "p", period: "2026-02", seq: 2, charge: 0, prevHash: H(1), hash: H(2) }
+    expect(checkLedgerRows({ ...sound, receipts: [second, ...sound.receipts] })).toEqual([])
   })
 })

@@ -1,7 +1,8 @@
 /**
  * The store's two transaction paths on one connection: `Sqlite.transact` (synchronous bodies,
- * group-committed) and `@effect/sql`'s `withTransaction` (group-committed Effects). Per transaction:
- * atomic, durable before the caller resumes, never interleaved with another.
+ * group-committed by `makeGroupCommit`, the one group commit) and `@effect/sql`'s plain
+ * `withTransaction` (the admin's rare writes). Per transaction: atomic, durable before the caller
+ * resumes, never interleaved with another.
  */
 import { SqlClient } from "@effect/sql"
 import Database from "better-sqlite3"
@@ -128,8 +129,8 @@ describe("Sqlite.transact (synchronous, group-committed)", () => {
   })
 })
 
-describe("sql.withTransaction (group-committed Effects)", () => {
-  it("commits concurrent transactions together; a failing one rolls back alone", async () => {
+describe("sql.withTransaction (plain @effect/sql, for admin writes)", () => {
+  it("commits concurrent transactions one by one; a failing one rolls back alone", async () => {
     await run(Effect.map(Sqlite, ({ db }) => db.exec("DELETE FROM t")))
     const exits = await run(
       Effect.flatMap(SqlClient.SqlClient, (sql) =>

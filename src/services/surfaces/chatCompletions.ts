@@ -2,7 +2,7 @@
  * POST /v1/chat/completions: the upstream's chat completion passes through byte for byte, with
  * `governance` appended as the last member. In a stream, governance rides on the last chunk before
  * [DONE]: the usage chunk when the client asked for usage, otherwise the finish_reason chunk, held
- * back until the upstream ends and the charge settles (DESIGN.md §6).
+ * back until the upstream ends and the charge settles (docs/contract.md §6).
  */
 import { type Governance, SSE_DONE, sseFrame, type Surface, withGovernance } from "./Surface.ts"
 

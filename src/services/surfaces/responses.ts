@@ -1,5 +1,5 @@
 /**
- * POST /v1/responses: the OpenAI Responses API for text workflows (DESIGN.md §7), served by
+ * POST /v1/responses: the OpenAI Responses API for text workflows (docs/contract.md §7), served by
  * translating to a chat completion upstream and translating the result back:
  *   input (string or message items) + instructions → messages; max_output_tokens → the output cap;
  *   function tools → chat tools; text.format → response_format.

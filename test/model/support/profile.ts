@@ -12,6 +12,12 @@ const fromEnv = (name: string): number | undefined => {
 
 /** Runs per service-level model (Ledger, IdempotencyStore, RateLimiter, KeyRegistry). */
 export const serviceRuns = fromEnv("TOLLGATE_MODEL_RUNS") ?? (deep ? 10_000 : 200)
+/**
+ * Runs per model of the money path through the store port (Ledger, idempotency): each command is a
+ * round trip to the store worker and a COMMIT on a SQLite file (synchronous=FULL, as production), so
+ * the deep profile runs fewer of them than of the in-memory models to stay within minutes.
+ */
+export const portRuns = fromEnv("TOLLGATE_MODEL_RUNS") ?? (deep ? 3_000 : 200)
 /** Runs of the gateway-level model (real HTTP gateway + mock upstream): fewer, each run is heavier. */
 export const gatewayRuns = fromEnv("TOLLGATE_GATEWAY_RUNS") ?? (deep ? 200 : 25)
 /**
@@ -20,6 +26,6 @@ export const gatewayRuns = fromEnv("TOLLGATE_GATEWAY_RUNS") ?? (deep ? 200 : 25)
  */
 export const maxCommands = deep ? 15 : 25
 /** vitest timeout for one property. */
-export const propertyTimeoutMs = deep ? 600_000 : 60_000
+export const propertyTimeoutMs = deep ? 1_800_000 : 60_000
 /** Runs of the scheduled (interleaving) properties, on top of serviceRuns. */
 export const scheduledRuns = fromEnv("TOLLGATE_SCHEDULED_RUNS") ?? (deep ? 1_000 : 50)
