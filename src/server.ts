@@ -2,9 +2,11 @@
  * Layer composition: settings → store and HTTP client → services → HTTP server.
  * `main.ts` launches `ServerLive`; tests build the same graph with their own Settings.
  */
+import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
+import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
 import { HttpServer } from "@effect/platform"
 import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
-import { Clock, Duration, Effect, Layer, Logger } from "effect"
+import { Clock, Duration, Effect, Layer, Logger, Option } from "effect"
 import { createServer, type Server } from "node:http"
 import { Settings } from "./domain/config.ts"
 import { app } from "./http/app.ts"
@@ -128,14 +130,30 @@ const Welcome = Layer.effectDiscard(
 )
 
 /**
- * The whole gateway: services, the app served over HTTP, the welcome banner. Requires Settings.
- * Tracer spans are off: no exporter is configured, and Effect's default tracer would still build a
- * span per request, per SQL statement and per upstream call (and inject trace headers upstream),
- * a measurable share of the chat path's CPU (bench/README.md). Re-enable it with an exporter.
+ * Traces: with an OTLP endpoint configured (OTEL_EXPORTER_OTLP_ENDPOINT), the governed call's spans
+ * (`tollgate.governed_call` → reserve, upstream, settle or abandon; src/services/Gateway.ts) and the
+ * SQL and HTTP client spans under them are exported as OTLP/HTTP JSON, in batches, by a tracer on its
+ * own undici client. Without one, spans are off: Effect's default tracer would still build a span per
+ * request, per SQL statement and per upstream call (and inject trace headers upstream), a measurable
+ * share of the chat path's CPU (docs/decisions/).
  */
+export const TracingLive = Layer.unwrapEffect(
+  Effect.map(Settings, (s) =>
+    Option.match(s.otlpTracesUrl, {
+      onNone: () => Layer.setTracerEnabled(false),
+      onSome: (url) =>
+        OtlpTracer.layer({ url, resource: { serviceName: "tollgate" } }).pipe(
+          Layer.provide(OtlpSerialization.layerJson),
+          Layer.provide(NodeHttpClient.layerUndici)
+        )
+    })
+  )
+)
+
+/** The whole gateway: services, the app served over HTTP, the welcome banner. Requires Settings. */
 export const ServerLive = Welcome.pipe(
   Layer.provideMerge(HttpLive),
   Layer.provideMerge(ServicesLive),
   Layer.provide(Logger.json),
-  Layer.provide(Layer.setTracerEnabled(false))
+  Layer.provide(TracingLive)
 )

@@ -143,6 +143,12 @@ export interface GatewaySettings {
    */
   readonly assertInvariants: boolean
   readonly gateway: GatewayFile
+  /**
+   * Where OpenTelemetry traces of the governed call go (OTLP over HTTP, JSON); none: tracing off.
+   * From OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or OTEL_EXPORTER_OTLP_ENDPOINT + "/v1/traces", as the
+   * OpenTelemetry SDKs read them.
+   */
+  readonly otlpTracesUrl: Option.Option<string>
 }
 
 export class Settings extends Context.Tag("tollgate/Settings")<Settings, GatewaySettings>() {}
@@ -222,6 +228,14 @@ const settingsConfig = Config.all({
   ),
   sessionTtlMs: Config.map(Config.integer("TOLLGATE_SESSION_TTL_SECONDS").pipe(Config.withDefault(8 * 3600)), (s) => s * 1000),
   assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
+  otlpTracesUrl: Config.all([
+    Config.option(Config.string("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")),
+    Config.option(Config.string("OTEL_EXPORTER_OTLP_ENDPOINT"))
+  ]).pipe(
+    Config.map(([traces, base]) =>
+      Option.orElse(Option.filter(traces, (u) => u !== ""), () => Option.map(Option.filter(base, (u) => u !== ""), (u) => `${u.replace(/\/+$/, "")}/v1/traces`))
+    )
+  ),
   configPath: Config.option(Config.string("TOLLGATE_CONFIG"))
 })
 
@@ -301,6 +315,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   pgPoolSize: 10,
   sessionTtlMs: 8 * 3600 * 1000,
   assertInvariants: false,
+  otlpTracesUrl: Option.none(),
   gateway: defaultGatewayFile,
   ...overrides
 })

@@ -12,7 +12,8 @@ import type { ChatProvider, DataEvents } from "./Provider.ts"
  * Router that builds the provider — a provider sits beside the store, below the services.
  */
 export interface TokenCounter {
-  readonly countChat: (messages: ReadonlyArray<{ readonly role?: unknown; readonly content?: unknown }>) => number
+  /** A prompt's tokens, counted without holding the event loop (a prompt may be megabytes). */
+  readonly countChatInput: (messages: ReadonlyArray<{ readonly role?: unknown; readonly content?: unknown }>) => Effect.Effect<number>
   readonly countText: (text: string) => number
 }
 
@@ -28,7 +29,11 @@ const lastUserText = (messages: unknown): string => {
   return ""
 }
 
-export const demoReply = (body: Record<string, unknown>, { countChat, countText }: TokenCounter): { text: string; finish: "stop" | "length"; promptTokens: number; completionTokens: number } => {
+export const demoReply = (
+  body: Record<string, unknown>,
+  promptTokens: number,
+  countText: TokenCounter["countText"]
+): { text: string; finish: "stop" | "length"; promptTokens: number; completionTokens: number } => {
   const said = lastUserText(body.messages).replace(/\s+/g, " ").trim().slice(0, 280)
   const full = `Hello from Tollgate's built-in demo model. You said: "${said}". This reply was governed, metered and receipted; point TOLLGATE_CONFIG at a real provider to route to a model.`
   const cap = typeof body.max_completion_tokens === "number" ? body.max_completion_tokens : typeof body.max_tokens === "number" ? body.max_tokens : Infinity
@@ -38,13 +43,19 @@ export const demoReply = (body: Record<string, unknown>, { countChat, countText 
   return {
     text,
     finish: truncated ? "length" : "stop",
-    promptTokens: countChat(Array.isArray(body.messages) ? body.messages : []),
+    promptTokens,
     completionTokens: truncated ? cap : countText(full)
   }
 }
 
 export const makeDemoProvider = (delayMs: number, counter: TokenCounter): ChatProvider => {
   const pause = delayMs > 0 ? Effect.sleep(delayMs) : Effect.void
+  /** The reply to `body`, after the pause, its prompt counted in slices (the reply itself is short). */
+  const reply = (body: Record<string, unknown>) =>
+    Effect.zipRight(
+      pause,
+      Effect.map(counter.countChatInput(Array.isArray(body.messages) ? body.messages : []), (promptTokens) => demoReply(body, promptTokens, counter.countText))
+    )
   const usageOf = (r: ReturnType<typeof demoReply>) => ({
     prompt_tokens: r.promptTokens,
     completion_tokens: r.completionTokens,
@@ -54,10 +65,8 @@ export const makeDemoProvider = (delayMs: number, counter: TokenCounter): ChatPr
   })
 
   const complete: ChatProvider["complete"] = (route, body) =>
-    Effect.zipRight(
-      pause,
+    Effect.flatMap(reply(body), (r) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        const r = demoReply(body, counter)
         const json = {
           id: `chatcmpl-${randomBase32(15)}`,
           object: "chat.completion",
@@ -71,10 +80,8 @@ export const makeDemoProvider = (delayMs: number, counter: TokenCounter): ChatPr
     )
 
   const stream: ChatProvider["stream"] = (route, body) =>
-    Effect.zipRight(
-      pause,
+    Effect.flatMap(reply(body), (r) =>
       Effect.map(Clock.currentTimeMillis, (now) => {
-        const r = demoReply(body, counter)
         const id = `chatcmpl-${randomBase32(15)}`
         const created = Math.floor(now / 1000)
         const chunk = (choices: ReadonlyArray<unknown>, extra: Record<string, unknown> = {}) =>

@@ -10,7 +10,7 @@ import { HttpClient } from "@effect/platform"
 import { Clock, Duration, Effect, Either, Random, type Scope } from "effect"
 import { Metrics } from "./Metrics.ts"
 import * as Health from "./RouteHealth.ts"
-import { countChat, countText } from "./Tokenizer.ts"
+import { countChatInput, countText } from "./Tokenizer.ts"
 import { type RouteConfig, Settings } from "../domain/config.ts"
 import { InvalidRequest, RouteUnavailable } from "../domain/errors.ts"
 import { makeAnthropicProvider } from "../providers/anthropic.ts"
@@ -43,7 +43,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
     for (const [name, p] of Object.entries(settings.gateway.providers)) {
       if (p.type === "openai") providers.set(name, makeOpenAIProvider(name, p, settings.upstreamTimeoutMs))
       else if (p.type === "anthropic") providers.set(name, makeAnthropicProvider(name, p, http, settings.upstreamTimeoutMs))
-      else if (p.type === "demo") providers.set(name, makeDemoProvider(p.delay_ms ?? 0, { countChat, countText }))
+      else if (p.type === "demo") providers.set(name, makeDemoProvider(p.delay_ms ?? 0, { countChatInput, countText }))
     }
     const routes: ReadonlyArray<Route> = settings.gateway.routes
       .filter((r) => providers.has(r.provider))

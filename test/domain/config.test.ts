@@ -2,7 +2,7 @@
  * Settings from the environment: a value the gateway cannot use is refused at start with a message
  * naming the variable, never a stack trace from deep inside a layer.
  */
-import { ConfigProvider, Effect, Exit, Layer } from "effect"
+import { ConfigProvider, Effect, Exit, Layer, Option } from "effect"
 import { mkdtempSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -18,6 +18,20 @@ const settingsWith = (env: Record<string, string>) =>
   )
 
 describe("SettingsFromEnv", () => {
+  it("reads the OTLP traces URL as the OpenTelemetry SDKs do: the traces endpoint as given, else the base endpoint + /v1/traces, else tracing off", async () => {
+    const tracesUrl = (env: Record<string, string>) =>
+      Effect.runPromise(
+        Effect.map(Settings, (s) => s.otlpTracesUrl).pipe(
+          Effect.provide(SettingsFromEnv.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env)))))))
+        )
+      )
+    expect(await tracesUrl({})).toStrictEqual(Option.none())
+    expect(await tracesUrl({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318/" })).toStrictEqual(Option.some("http://collector:4318/v1/traces"))
+    expect(
+      await tracesUrl({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://traces:4318/custom" })
+    ).toStrictEqual(Option.some("http://traces:4318/custom"))
+  })
+
   it("takes a sqlite: DATABASE_URL, and defaults to the file under ./data", async () => {
     expect(await settingsWith({ DATABASE_URL: "sqlite:/var/lib/tollgate/t.db" })).toStrictEqual(Exit.succeed("sqlite:/var/lib/tollgate/t.db"))
     expect(await settingsWith({})).toStrictEqual(Exit.succeed("sqlite:./data/tollgate.db"))

@@ -5,7 +5,8 @@
  * /healthz stays fast meanwhile; and /v1/routing/evaluate is rate-limited like the calls it previews.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { useMockedGateway } from "../support/gateway.ts"
+import { defaultGatewayFile } from "../../src/domain/config.ts"
+import { startGateway, type TestGateway, useMockedGateway } from "../support/gateway.ts"
 import { duringAttack, fmt, noSpaceText } from "./probe.ts"
 
 // HOSTILE_TEXT_KB lets the test be run against the unfixed code with a text that blocks for seconds, not minutes.
@@ -91,5 +92,28 @@ describe("POST /v1/routing/evaluate is rate-limited like the calls it previews (
       body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: "call" }] })
     })
     expect(call.status).toBe(429)
+  })
+})
+
+describe("the built-in demo provider, as `npm start` serves it (finding 1)", () => {
+  let gw: TestGateway
+  beforeAll(async () => {
+    gw = await startGateway(defaultGatewayFile)
+  })
+  afterAll(() => gw.close())
+
+  // The demo reports usage, so it counts the prompt itself: that count must not hold the loop either.
+  it(`counts a ${CHARS / 1024} KB prompt without a space in slices: /healthz under 200 ms meanwhile`, async () => {
+    const body = { model: "auto", messages: [{ role: "user", content: noSpaceText(CHARS, 9_999) }], max_tokens: 16 }
+    const { result, figures } = await duringAttack(gw.origin, () =>
+      fetch(`${gw.url}/chat/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${gw.devKey}`, "content-type": "application/json" },
+        body: JSON.stringify(body)
+      }).then(async (res) => ({ status: res.status, text: await res.text() }))
+    )
+    console.log(`[finding 1] demo provider, ${CHARS} chars without a space: ${result.status}, ${fmt(figures)}`)
+    expect(result.status).toBe(200)
+    expect(figures.healthzMaxMs).toBeLessThan(200)
   })
 })
