@@ -187,6 +187,7 @@ describe("the dashboard in headless Chromium", () => {
     await page.getByLabel("Grace period (seconds)").fill("3600")
     await page.getByRole("button", { name: "Rotate key", exact: true }).click()
     const rotated = page.getByRole("dialog")
+    await rotated.getByText(/keeps working until/).waitFor({ timeout: 10_000 })
     await expect(rotated.textContent()).resolves.toContain("keeps working until")
     const secondKey = await rotated.locator("[data-secret]").inputValue()
     await rotated.getByRole("button", { name: "I have stored it" }).click()
