@@ -44,6 +44,38 @@ export interface Settlement {
   readonly verification: Verification
 }
 
+/**
+ * The receipt a settlement appends, before its signature: the settlement's facts, the resolved hold
+ * (what it reserved and where it posted), and its place in the project's chain. One builder for
+ * every engine (SQLite here, PostgreSQL in pgChatStore.ts), so receipts read the same whoever wrote them.
+ */
+export const unsignedReceipt = (
+  s: Omit<Settlement, "charge">,
+  hold: { readonly project_id: string; readonly period: string; readonly amount: number; readonly charge: number },
+  chain: { readonly seq: number; readonly prevHash: string; readonly now: number; readonly keyId: string }
+): UnsignedReceipt => ({
+  object: "receipt",
+  receipt_id: s.receiptId,
+  request_id: s.hold.requestId,
+  organization: s.organization,
+  project_id: hold.project_id,
+  environment: s.environment,
+  status: "completed",
+  verification: s.verification,
+  model: s.model,
+  route: s.route,
+  rate_card_version: s.rateCardVersion,
+  tokens: s.tokens,
+  usage_source: s.usageSource,
+  credits_reserved: hold.amount,
+  credits_charged: hold.charge,
+  period: hold.period,
+  seq: chain.seq,
+  created_at: new Date(chain.now).toISOString(),
+  prev_hash: chain.prevHash,
+  signing_key_id: chain.keyId
+})
+
 /** What signs a receipt: the service's key (ReceiptSigner) or the same key in the store worker. */
 export interface Sealer {
   readonly keyId: string
@@ -146,28 +178,7 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
     postCharge.run(charge, row.amount, row.project_id, row.period)
     const head = selectHead.get(row.project_id)
     const seq = (head?.seq ?? 0) + 1
-    const unsigned: UnsignedReceipt = {
-      object: "receipt",
-      receipt_id: s.receiptId,
-      request_id: s.hold.requestId,
-      organization: s.organization,
-      project_id: row.project_id,
-      environment: s.environment,
-      status: "completed",
-      verification: s.verification,
-      model: s.model,
-      route: s.route,
-      rate_card_version: s.rateCardVersion,
-      tokens: s.tokens,
-      usage_source: s.usageSource,
-      credits_reserved: row.amount,
-      credits_charged: charge,
-      period: row.period,
-      seq,
-      created_at: new Date(now).toISOString(),
-      prev_hash: head?.hash ?? GENESIS_HASH,
-      signing_key_id: signer.keyId
-    }
+    const unsigned = unsignedReceipt(s, { ...row, charge }, { seq, prevHash: head?.hash ?? GENESIS_HASH, now, keyId: signer.keyId })
     const receipt = signer.seal(unsigned)
     insertReceipt.run(
       receipt.receipt_id, receipt.request_id, receipt.project_id, receipt.environment, receipt.period,

@@ -25,13 +25,14 @@
  */
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Duration, Effect, Layer } from "effect"
-import { GENESIS_HASH, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { GENESIS_HASH, sealReceipt } from "../../spec/receipt.ts"
 import { checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
-import { type ClaimOutcome, outcomeOf } from "./idempotencyStatements.ts"
+import { type ClaimOutcome, type IdempotencyRow, outcomeOf } from "./idempotencyStatements.ts"
+import { unsignedReceipt } from "./ledgerStatements.ts"
 
 /** Transactions run again after a serialization failure or a deadlock, by SQLSTATE (read by /metrics). */
 export const pgRetries: Record<"40001" | "40P01", number> = { "40001": 0, "40P01": 0 }
@@ -46,15 +47,6 @@ const retryableCode = (e: SqlError.SqlError): "40001" | "40P01" | undefined => {
 /** Holds the sweep voids per transaction. */
 const SWEEP_BATCH = 500
 
-interface IdemRow {
-  readonly fingerprint: string
-  readonly request_id: string
-  readonly state: "in_flight" | "finished"
-  readonly status: number | null
-  readonly content_type: string | null
-  readonly body: Uint8Array | null
-  readonly expires_at: number
-}
 
 const asBuffer = (b: Uint8Array): Buffer => (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength))
 
@@ -116,7 +108,7 @@ export const makePgChatStore = Effect.gen(function* () {
   }
 
   const selectLiveClaim = (a: NonNullable<ReserveArgs["claim"]>, now: number) =>
-    sql<IdemRow>`SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
+    sql<IdempotencyRow>`SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
       WHERE project_id = ${a.scope.projectId} AND environment = ${a.scope.environment} AND key = ${a.key} AND expires_at > ${now}`
 
   /** The atomic claim (one INSERT on the primary key); what it met when another claim holds the key. */
@@ -220,28 +212,7 @@ export const makePgChatStore = Effect.gen(function* () {
           ON CONFLICT (project_id) DO UPDATE SET seq = chain_heads.seq RETURNING seq, hash`
         if (head === undefined) return yield* Effect.dieMessage(`no budget window ${row.period} for project ${row.project_id}`)
         const seq = head.seq + 1
-        const unsigned: UnsignedReceipt = {
-          object: "receipt",
-          receipt_id: s.receiptId,
-          request_id: s.hold.requestId,
-          organization: s.organization,
-          project_id: row.project_id,
-          environment: s.environment,
-          status: "completed",
-          verification: s.verification,
-          model: s.model,
-          route: s.route,
-          rate_card_version: s.rateCardVersion,
-          tokens: s.tokens,
-          usage_source: s.usageSource,
-          credits_reserved: row.amount,
-          credits_charged: charge,
-          period: row.period,
-          seq,
-          created_at: new Date(s.now).toISOString(),
-          prev_hash: head.hash,
-          signing_key_id: signer.keyId
-        }
+        const unsigned = unsignedReceipt(s, { ...row, charge }, { seq, prevHash: head.hash, now: s.now, keyId: signer.keyId })
         const receipt = sealReceipt(signer.signingKey, unsigned)
         yield* sql`WITH appended AS (
             INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
