@@ -32,7 +32,7 @@ import type { Attempt, Verification } from "./Requests.ts"
 import { type Route, RouteFailed, Router } from "./Router.ts"
 import { sizeReservation, type SizingRequest } from "../domain/budgetSizing.ts"
 import { deliveredText, type Governance, type Surface } from "./surfaces/Surface.ts"
-import { countChatInput, countText } from "./Tokenizer.ts"
+import { countBounded, countChatInput, countText } from "./Tokenizer.ts"
 
 export type { Governance } from "./surfaces/Surface.ts"
 
@@ -577,7 +577,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         streamMarks.set(p, () => {
           if (settled || delivered.length === markedLength) return undefined
           markedLength = delivered.length
-          const tokens: TokenCounts = { input: p.inputTokens, cached_input: 0, output: countText(delivered), reasoning: 0 }
+          // Uncached: a stream's prefix never repeats, and caching one per beat would push out the prompts the cache is for.
+          const tokens: TokenCounts = { input: p.inputTokens, cached_input: 0, output: countBounded(delivered), reasoning: 0 }
           return { route: served.route.name, rateCardVersion, tokens, at: 0 }
         })
 
@@ -616,7 +617,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             if (settled) return Effect.succeed([])
             settled = true
             const reported = how === "complete" && usage !== undefined && typeof usage.prompt_tokens === "number"
-            const tokens: TokenCounts = reported ? tokensFromUsage(usage!) : { input: p.inputTokens, cached_input: 0, output: countText(delivered), reasoning: 0 }
+            const tokens: TokenCounts = reported ? tokensFromUsage(usage!) : { input: p.inputTokens, cached_input: 0, output: countBounded(delivered), reasoning: 0 }
             if (delivered.length === 0 && how !== "complete") {
               const message = failure?.message ?? "the client disconnected before any token was delivered"
               return Effect.as(

@@ -34,6 +34,9 @@ export interface IdempotencyRow {
   readonly expires_at: number
 }
 
+/** A stored body as a Buffer, without a copy when it is one already. */
+export const asBuffer = (b: Uint8Array): Buffer => (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength))
+
 export const outcomeOf = (row: IdempotencyRow, fingerprint: string): ClaimOutcome => {
   if (row.fingerprint !== fingerprint) return { _tag: "Conflict" }
   if (row.state === "in_flight") return { _tag: "InFlight", requestId: row.request_id }
@@ -96,7 +99,7 @@ export const makeIdempotencyStatements = (db: BetterSqlite3.Database) => {
    * Only the owner's live in-flight claim: a finished result is final, an expired claim is gone.
    */
   const finishSync = (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number, now: number): void => {
-    const body = Buffer.isBuffer(result.body) ? result.body : Buffer.from(result.body.buffer, result.body.byteOffset, result.body.byteLength)
+    const body = asBuffer(result.body)
     updateFinished.run(result.status, result.contentType, body, now + ttlMs, scope.projectId, scope.environment, key, requestId, now)
   }
 

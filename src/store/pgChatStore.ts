@@ -31,7 +31,7 @@ import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
-import { type ClaimOutcome, type IdempotencyRow, outcomeOf } from "./idempotencyStatements.ts"
+import { asBuffer, type ClaimOutcome, type IdempotencyRow, outcomeOf } from "./idempotencyStatements.ts"
 import { unsignedReceipt } from "./ledgerStatements.ts"
 
 /** Transactions run again after a serialization failure or a deadlock, by SQLSTATE (read by /metrics). */
@@ -48,7 +48,6 @@ const retryableCode = (e: SqlError.SqlError): "40001" | "40P01" | undefined => {
 const SWEEP_BATCH = 500
 
 
-const asBuffer = (b: Uint8Array): Buffer => (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength))
 
 export const makePgChatStore = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient

@@ -68,6 +68,8 @@ describe("SIGTERM under load", () => {
     for (const { answer } of charged) expect(receipts.get(answer.governance!.receipt_id)?.credits_charged).toBe(answer.governance!.credits_charged)
     // Streams cut by the grace were charged for what they delivered, with the evidence on their last event.
     const cutStreams = results.filter((r) => r.stream && r.answer.contentChunks > 0 && r.answer.errorCode === "route_unavailable")
+    // Streams outlive the grace by design here, so some must have been cut: the check below must not pass empty.
+    expect(cutStreams.length).toBeGreaterThan(0)
     for (const { answer } of cutStreams) expect(answer.governance?.credits_charged ?? 0).toBeGreaterThan(0)
     expect(audit(store.dbPath).summary.clean).toBe(true)
     const statuses = results.reduce<Record<string, number>>((acc, r) => ((acc[String(r.answer.status)] = (acc[String(r.answer.status)] ?? 0) + 1), acc), {})
