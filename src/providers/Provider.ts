@@ -2,8 +2,7 @@
  * What every upstream adapter offers: an OpenAI-shaped chat completion, whole or streamed.
  * Adapters translate their provider's wire format to OpenAI's; the Gateway only speaks OpenAI.
  */
-import type { HttpClientError } from "@effect/platform"
-import { Cause, Chunk, Data, Effect, Exit, Option, Runtime, type Scope, Stream } from "effect"
+import { Data, type Effect, type Scope } from "effect"
 import type { RouteConfig } from "../domain/config.ts"
 
 export class UpstreamFailure extends Data.TaggedError("UpstreamFailure")<{
@@ -41,32 +40,9 @@ export interface ChatProvider {
  * The `data:` payloads of a stream's SSE events, in batches as they arrive (one per network read).
  * Iterating throws an `UpstreamFailure` when the stream breaks. A plain async iterable rather than an
  * Effect Stream: the per-event path of a stream is the hot path, and an Effect Stream costs ≈ 50–100 µs
- * of CPU per element pulled (bench/README.md).
+ * of CPU per element pulled (docs/decisions/0007).
  */
 export type DataEvents = AsyncIterable<ReadonlyArray<string>>
-
-/** An Effect Stream of event data as DataEvents (for adapters that translate with Stream operators). */
-export const dataEventsOf = (stream: Stream.Stream<string, UpstreamFailure>): Effect.Effect<DataEvents, never, Scope.Scope> =>
-  Effect.gen(function* () {
-    const pull = yield* Stream.toPull(stream)
-    const runExit = Runtime.runPromiseExit(yield* Effect.runtime<never>())
-    return {
-      async *[Symbol.asyncIterator]() {
-        for (;;) {
-          const exit = await runExit(pull)
-          if (Exit.isSuccess(exit)) {
-            yield Chunk.toReadonlyArray(exit.value)
-            continue
-          }
-          const failure = Cause.failureOption(exit.cause)
-          // A defect or an interruption of the pull: the stream broke.
-          if (Option.isNone(failure)) throw new UpstreamFailure({ reason: "protocol", message: "the upstream stream broke", retryable: true })
-          if (Option.isSome(failure.value)) throw failure.value.value
-          return // the end of the stream
-        }
-      }
-    }
-  })
 
 export const statusFailure = (status: number, detail: string): UpstreamFailure =>
   new UpstreamFailure({
@@ -94,15 +70,6 @@ export const transportFailure = (cause: unknown, name: string): UpstreamFailure 
     message: `could not reach provider ${name}: ${cause instanceof Error ? cause.message : String(cause)}`,
     retryable: true
   })
-
-/** Map the HTTP client's transport errors to UpstreamFailure. */
-export const catchTransport = (name: string) =>
-  <A, E, R>(effect: Effect.Effect<A, E | HttpClientError.HttpClientError, R>): Effect.Effect<A, Exclude<E, HttpClientError.HttpClientError> | UpstreamFailure, R> =>
-    Effect.catchIf(
-      effect,
-      (e): e is HttpClientError.HttpClientError => typeof e === "object" && e !== null && "_tag" in e && (e._tag === "RequestError" || e._tag === "ResponseError"),
-      (e) => Effect.fail(transportFailure((e as { cause?: unknown }).cause ?? e, name))
-    ) as Effect.Effect<A, Exclude<E, HttpClientError.HttpClientError> | UpstreamFailure, R>
 
 /** The failure of an attempt that took longer than its timeout: retryable. */
 export const timeoutFailure = (name: string, ms: number) => () =>

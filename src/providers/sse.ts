@@ -6,7 +6,6 @@
  * One pass, one stream stage: the parser is a plain function over each network chunk (a stream of
  * 20 events through decodeText → splitLines → mapAccum → flatten cost ≈ 4× more CPU).
  */
-import { Stream } from "effect"
 import type { DataEvents, UpstreamFailure } from "./Provider.ts"
 
 const LINE_END = /\r\n|\r|\n/g
@@ -45,12 +44,6 @@ export const makeSseParser = (): SseParser => {
   return { push }
 }
 
-export const sseData = <E>(bytes: Stream.Stream<Uint8Array, E>): Stream.Stream<string, E> =>
-  Stream.suspend(() => {
-    const parser = makeSseParser()
-    return Stream.mapConcat(bytes, parser.push)
-  })
-
 /** After `[DONE]`, how long the rest of the body (normally just its end) may take before it is cut. */
 const AFTER_DONE_MS = 1_000
 
@@ -70,13 +63,18 @@ const drainFor = (it: AsyncIterator<unknown>, ms: number): Promise<boolean> => {
 }
 
 /**
- * The event data of an SSE byte stream, a batch per network read, up to `[DONE]` (not included).
- * After `[DONE]` the body is read to its end (an upstream closes right after it) rather than cut:
- * destroying an unfinished HTTP body costs an error object and the pooled connection. An upstream
- * that keeps sending after `[DONE]` is cut after a second. A failure of the byte stream before
- * `[DONE]` is thrown as `toFailure(error)`.
+ * The event data of an SSE byte stream, a batch per network read, up to `[DONE]` (not included), or
+ * up to the batch after which `ended()` turns true (a reader that knows the end of its protocol, e.g.
+ * Anthropic's `message_stop`, says so there). After the end the body is read to its end (an upstream
+ * closes right after it) rather than cut: destroying an unfinished HTTP body costs an error object and
+ * the pooled connection. An upstream that keeps sending after the end is cut after a second. A failure
+ * of the byte stream before the end is thrown as `toFailure(error)`.
  */
-export const sseEvents = (bytes: AsyncIterable<Uint8Array>, toFailure: (e: unknown) => UpstreamFailure): DataEvents => ({
+export const sseEvents = (
+  bytes: AsyncIterable<Uint8Array>,
+  toFailure: (e: unknown) => UpstreamFailure,
+  ended?: () => boolean
+): DataEvents => ({
   async *[Symbol.asyncIterator]() {
     const parser = makeSseParser()
     const it = bytes[Symbol.asyncIterator]()
@@ -93,9 +91,8 @@ export const sseEvents = (bytes: AsyncIterable<Uint8Array>, toFailure: (e: unkno
         const end = events.indexOf("[DONE]")
         if (end < 0) {
           if (events.length > 0) yield events
-          continue
-        }
-        if (end > 0) yield events.slice(0, end)
+          if (ended === undefined || !ended()) continue
+        } else if (end > 0) yield events.slice(0, end)
         if (await drainFor(it, AFTER_DONE_MS)) return
         break
       }

@@ -6,7 +6,6 @@
  * `route_unavailable`; an upstream 4xx caused by the request itself is a 400 and is not retried.
  * Every attempt is recorded for GET /v1/requests/{id}.
  */
-import { HttpClient } from "@effect/platform"
 import { Clock, Duration, Effect, Either, Random, type Scope } from "effect"
 import { Metrics } from "./Metrics.ts"
 import * as Health from "./RouteHealth.ts"
@@ -37,12 +36,11 @@ export class RouteFailed {
 export class Router extends Effect.Service<Router>()("tollgate/Router", {
   effect: Effect.gen(function* () {
     const settings = yield* Settings
-    const http = yield* HttpClient.HttpClient
     const metrics = yield* Metrics
     const providers = new Map<string, ChatProvider>()
     for (const [name, p] of Object.entries(settings.gateway.providers)) {
       if (p.type === "openai") providers.set(name, makeOpenAIProvider(name, p, settings.upstreamTimeoutMs))
-      else if (p.type === "anthropic") providers.set(name, makeAnthropicProvider(name, p, http, settings.upstreamTimeoutMs))
+      else if (p.type === "anthropic") providers.set(name, makeAnthropicProvider(name, p, settings.upstreamTimeoutMs))
       else if (p.type === "demo") providers.set(name, makeDemoProvider(p.delay_ms ?? 0, { countChatInput, countText }))
     }
     const routes: ReadonlyArray<Route> = settings.gateway.routes

@@ -2,14 +2,13 @@
  * The Anthropic adapter against the real-HTTP mock upstream (POST /v1/messages), plus a few
  * hand-written SSE servers for what the mock cannot send (error events, a stream cut cleanly).
  */
-import { HttpClient } from "@effect/platform"
-import { NodeHttpClient } from "@effect/platform-node"
 import { Effect, Either } from "effect"
 import { createServer, type Server } from "node:http"
 import type { AddressInfo } from "node:net"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import type { RouteConfig } from "../../src/domain/config.ts"
-import { anthropicMessagesUrl, makeAnthropicProvider, toAnthropicRequest } from "../../src/providers/anthropic.ts"
+import { anthropicMessagesUrl, makeAnthropicProvider } from "../../src/providers/anthropic.ts"
+import { toAnthropicRequest } from "../../src/providers/anthropic/request.ts"
 import type { ChatProvider, UpstreamFailure } from "../../src/providers/Provider.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 
@@ -33,12 +32,7 @@ const withProvider = <A, E>(
   use: (p: ChatProvider) => Effect.Effect<A, E>,
   timeoutMs = 5000
 ): Promise<A> =>
-  Effect.runPromise(
-    Effect.gen(function* () {
-      const client = yield* HttpClient.HttpClient
-      return yield* use(makeAnthropicProvider("anth", { type: "anthropic", base_url: baseUrl, api_key_env: KEY_ENV }, client, timeoutMs))
-    }).pipe(Effect.provide(NodeHttpClient.layerUndici))
-  )
+  Effect.runPromise(use(makeAnthropicProvider("anth", { type: "anthropic", base_url: baseUrl, api_key_env: KEY_ENV }, timeoutMs)))
 
 const complete = (body: Record<string, unknown>, baseUrl = mock.url) => withProvider(baseUrl, (p) => p.complete(route, body))
 const completeFailure = (body: Record<string, unknown>, baseUrl = mock.url, timeoutMs = 5000) =>

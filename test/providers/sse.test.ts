@@ -2,11 +2,10 @@
  * The SSE reader against a reference: whatever the line endings and however the bytes are cut into
  * network chunks (even inside a multi-byte character or a CRLF), it yields exactly the events' data.
  */
-import { Chunk, Effect, Stream } from "effect"
 import fc from "fast-check"
 import { describe, expect, it, vi } from "vitest"
 import { UpstreamFailure } from "../../src/providers/Provider.ts"
-import { sseData, sseEvents } from "../../src/providers/sse.ts"
+import { makeSseParser, sseEvents } from "../../src/providers/sse.ts"
 
 const encoder = new TextEncoder()
 
@@ -42,10 +41,13 @@ const cut = (bytes: Uint8Array, points: ReadonlyArray<number>): Array<Uint8Array
   return out
 }
 
-const read = (chunks: ReadonlyArray<Uint8Array>) => Effect.runSync(Stream.runCollect(sseData(Stream.fromIterable(chunks)))).pipe(Chunk.toReadonlyArray)
+const read = (chunks: ReadonlyArray<Uint8Array>) => {
+  const parser = makeSseParser()
+  return chunks.flatMap((chunk) => parser.push(chunk))
+}
 
-describe("sseData", () => {
-  it("yields each event's data lines joined by \\n, for any line endings and any chunking", () => {
+describe("the SSE parser", () => {
+  it("(invariant: parse ∘ render = identity on data) yields each event's data lines joined by \\n, for any line endings and any chunking", () => {
     fc.assert(
       fc.property(fc.array(eventArb, { maxLength: 8 }), fc.constantFrom("\n", "\r\n", "\r"), fc.array(fc.nat(), { maxLength: 12 }), (events, eol, points) => {
         const bytes = encoder.encode(render(events, eol))
@@ -118,6 +120,21 @@ describe("sseEvents (the upstream reader)", () => {
     } finally {
       vi.useRealTimers()
     }
+  })
+
+  it("with ended(): stops after the batch at which the reader says the protocol ended, and reads the body to its end", async () => {
+    const { bytes, state } = source(["data: a\n\n", "data: stop\n\n", "data: late\n\n"], "end")
+    let seen: Array<string> = []
+    const got = await collect({
+      async *[Symbol.asyncIterator]() {
+        for await (const batch of sseEvents(bytes, toFailure, () => seen.includes("stop"))) {
+          seen = [...seen, ...batch]
+          yield batch
+        }
+      }
+    })
+    expect(got).toEqual(["a", "stop"]) // "late" was read (drained), not yielded
+    expect(state.returned).toBe(true)
   })
 
   it("a body that breaks before [DONE] throws the mapped UpstreamFailure", async () => {

@@ -1,0 +1,62 @@
+/**
+ * The one upstream transport (transport.ts) as both HTTP adapters use it, against the real-HTTP mock.
+ */
+import { Effect } from "effect"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import type { RouteConfig } from "../../src/domain/config.ts"
+import { makeAnthropicProvider } from "../../src/providers/anthropic.ts"
+import { makeOpenAIProvider } from "../../src/providers/openai.ts"
+import type { ChatProvider } from "../../src/providers/Provider.ts"
+import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
+
+const route: RouteConfig = { name: "r", provider: "p", upstream_model: "m", max_output_tokens: 100, auto: true }
+
+let mock: MockUpstream
+beforeAll(async () => {
+  mock = await startMockUpstream()
+})
+afterAll(async () => {
+  await mock.close()
+})
+
+const adapters: ReadonlyArray<[string, (timeoutMs?: number) => ChatProvider]> = [
+  ["openai", (timeout_ms) => makeOpenAIProvider("p", { type: "openai", base_url: mock.url, timeout_ms }, 5_000)],
+  ["anthropic", (timeout_ms) => makeAnthropicProvider("p", { type: "anthropic", base_url: mock.url, timeout_ms }, 5_000)]
+]
+
+describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
+  it("closing a stream mid-body (client hung up) aborts the upstream request without an unhandled 'error' event", async () => {
+    const provider = make()
+    const uncaught: Array<unknown> = []
+    const onUncaught = (e: unknown) => uncaught.push(e)
+    process.prependListener("uncaughtException", onUncaught)
+    try {
+      mock.pushBehavior({ reply: "one two three four five six seven eight nine ten eleven twelve", chunkDelayMs: 40 })
+      const firstTwo = await Effect.runPromise(
+        Effect.scoped(
+          Effect.flatMap(provider.stream(route, { messages: [{ role: "user", content: "x" }], stream: true }), (events) =>
+            Effect.promise(async () => {
+              const got: Array<string> = []
+              for await (const batch of events) {
+                got.push(...batch)
+                if (got.length >= 2) break // stops reading mid-body; the scope then closes the connection
+              }
+              return got
+            })
+          )
+        )
+      )
+      expect(firstTwo.length).toBeGreaterThanOrEqual(2)
+      await new Promise((r) => setTimeout(r, 150))
+      expect(uncaught).toEqual([])
+    } finally {
+      process.removeListener("uncaughtException", onUncaught)
+    }
+  })
+
+  it("a slow upstream is a retryable timeout failure", async () => {
+    mock.pushBehavior({ delayMs: 400 })
+    const failure = await Effect.runPromise(Effect.flip(make(100).complete(route, { messages: [{ role: "user", content: "x" }] })))
+    expect(failure).toMatchObject({ reason: "timeout", retryable: true })
+  })
+})
