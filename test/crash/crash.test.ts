@@ -16,9 +16,8 @@
  * calls the crash cut are retried with their idempotency keys: each must be answered 200 (run again,
  * or replayed), never a 409.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
-import { type Answer, audit, buildServer, type CallSpec, callSpec, governedCall, type Proc, prng, spawnGateway, type Store, newStore, storeState } from "./support.ts"
+import { describe, expect, it } from "vitest"
+import { type Answer, audit, type CallSpec, callSpec, governedCall, type Proc, prng, spawnGateway, storeState, useHarness } from "./support.ts"
 
 const DEEP = process.env.TOLLGATE_DEEP === "1"
 const RUNS = Number(process.env.TOLLGATE_CRASH_RUNS ?? (DEEP ? 100 : 20))
@@ -36,21 +35,10 @@ interface Tracked {
 }
 
 describe("crash harness: SIGKILL at each phase of a governed call, restart, recover", () => {
-  let server: { main: string; dispose: () => void }
-  let upstream: MockUpstream
-  let store: Store
-  beforeAll(async () => {
-    server = await buildServer()
-    upstream = await startMockUpstream({ record: false })
-    store = newStore(upstream.url)
-  })
-  afterAll(async () => {
-    await upstream?.close()
-    server?.dispose()
-    store?.dispose()
-  })
+  const harness = useHarness()
 
   it(`${RUNS} generated runs (seed ${SEED}): no answered charge lost, none twice, holds and claims freed at restart, audit clean`, async () => {
+    const { main, upstream, store } = harness
     const rnd = prng(SEED)
     const calls = new Map<string, Tracked>()
     const perPhase = Object.fromEntries(PHASES.map((p) => [p, { runs: 0, killed: 0, cutCalls: 0, resolvedAtRestart: 0 }])) as Record<
@@ -74,7 +62,7 @@ describe("crash harness: SIGKILL at each phase of a governed call, restart, reco
 
       // What the dead process left, before the restart resolves it.
       const before = run === 0 ? undefined : storeState(store.dbPath)
-      const proc: Proc = await spawnGateway(server.main, store, hooked ? { TOLLGATE_TEST_CRASH_AT: `${phase}:${nth}` } : {})
+      const proc: Proc = await spawnGateway(main, store, hooked ? { TOLLGATE_TEST_CRASH_AT: `${phase}:${nth}` } : {})
       devKey ??= proc.devKey
       expect(devKey).toBeDefined()
 

@@ -5,29 +5,17 @@
  * reserved, held, pending or claimed; every call answered with a charge has its receipt; none twice;
  * `tollgate audit` clean.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
-import { type Answer, audit, buildServer, callSpec, governedCall, newStore, spawnGateway, type Store, storeState } from "./support.ts"
+import { describe, expect, it } from "vitest"
+import { type Answer, audit, callSpec, governedCall, spawnGateway, storeState, useHarness } from "./support.ts"
 
 const GRACE_MS = 1_500
 
 describe("SIGTERM under load", () => {
-  let server: { main: string; dispose: () => void }
-  let upstream: MockUpstream
-  let store: Store
-  beforeAll(async () => {
-    server = await buildServer()
-    upstream = await startMockUpstream({ record: false })
-    store = newStore(upstream.url)
-  })
-  afterAll(async () => {
-    await upstream?.close()
-    server?.dispose()
-    store?.dispose()
-  })
+  const harness = useHarness()
 
   it(`settles or voids every call in flight within the grace (${GRACE_MS} ms); nothing stays reserved; every answered call charged once`, async () => {
-    const proc = await spawnGateway(server.main, store, { TOLLGATE_SHUTDOWN_GRACE_MS: String(GRACE_MS) })
+    const { main, upstream, store } = harness
+    const proc = await spawnGateway(main, store, { TOLLGATE_SHUTDOWN_GRACE_MS: String(GRACE_MS) })
     const key = proc.devKey!
     // Non-streamed calls take 150 ms; a stream's ~6 chunks 1.5 s apart outlast the grace (even when a
     // loaded box is slow to act on the signal); two calls (whichever reach the upstream first) wait

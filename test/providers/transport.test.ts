@@ -2,7 +2,7 @@
  * The one upstream transport (transport.ts) as both HTTP adapters use it, against the real-HTTP mock.
  */
 import { Effect } from "effect"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import type { RouteConfig } from "../../src/domain/config.ts"
 import { makeAnthropicProvider } from "../../src/providers/anthropic.ts"
 import { makeOpenAIProvider } from "../../src/providers/openai.ts"
@@ -18,6 +18,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await mock.close()
 })
+afterEach(() => mock.reset())
 
 const adapters: ReadonlyArray<[string, (timeoutMs?: number) => ChatProvider]> = [
   ["openai", (timeout_ms) => makeOpenAIProvider("p", { type: "openai", base_url: mock.url, timeout_ms }, 5_000)],
@@ -47,7 +48,8 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
         )
       )
       expect(firstTwo.length).toBeGreaterThanOrEqual(2)
-      await new Promise((r) => setTimeout(r, 150))
+      await expect.poll(() => mock.abandoned).toBe(1) // the upstream saw its client go before the end
+      await new Promise((r) => setTimeout(r, 150)) // room for a late 'error' event
       expect(uncaught).toEqual([])
     } finally {
       process.removeListener("uncaughtException", onUncaught)
