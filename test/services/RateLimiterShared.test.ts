@@ -5,19 +5,18 @@
  * fallback: each instance admits its share (the limit divided by the live instances), says so in its
  * health and counts it. Runs in `npm test` whenever Redis answers; under CI=true it must run.
  */
-import { Effect, Either, Layer, ManagedRuntime } from "effect"
+import { Effect, Either, Layer, type ManagedRuntime } from "effect"
 import { execFileSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { afterAll, describe, expect, it } from "vitest"
-import { makeSettings, Settings } from "../../src/domain/config.ts"
+import { afterAll, describe, expect, it, onTestFinished } from "vitest"
 import { Instance } from "../../src/services/Instance.ts"
 import { RateLimiter, RateLimiterPostgres, RateLimiterShared, rateLimitFallbacks } from "../../src/services/RateLimiter.ts"
-import { StoreDatabaseLive } from "../../src/store/Database.ts"
+import { DatabaseLive, StoreDatabaseLive } from "../../src/store/Database.ts"
 import { freshSchema, pgReachable, type TestSchema } from "../support/pg.ts"
 import { newProjectId } from "../../src/domain/ids.ts"
-import { storeLayer } from "./layers.ts"
+import { testRuntime } from "../support/runtime.ts"
 
 const REDIS_URL = process.env.TOLLGATE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379"
 const reachable = (() => {
@@ -32,10 +31,8 @@ if (!reachable && process.env.CI === undefined) {
 }
 
 const dir = mkdtempSync(join(tmpdir(), "tollgate-rl-"))
-const runtimes: Array<ManagedRuntime.ManagedRuntime<RateLimiter, never>> = []
 const schemas: Array<TestSchema> = []
 afterAll(async () => {
-  for (const rt of runtimes) await rt.dispose()
   for (const s of schemas) s.drop()
   rmSync(dir, { recursive: true, force: true })
 })
@@ -46,20 +43,18 @@ afterAll(async () => {
  */
 const instances = async (n: number, redisUrl: string, store: string) => {
   const rts = Array.from({ length: n }, (_, i) =>
-    ManagedRuntime.make(
-      RateLimiterShared(redisUrl).pipe(
-        Layer.provideMerge(Instance.Default),
-        Layer.provide(storeLayer({ databaseUrl: `sqlite:${join(dir, store)}`, instanceId: `limiter-${i}` }))
-      )
+    testRuntime(
+      RateLimiterShared(redisUrl).pipe(Layer.provideMerge(Instance.Default), Layer.provide(DatabaseLive)),
+      { databaseUrl: `sqlite:${join(dir, store)}`, instanceId: `limiter-${i}` },
+      onTestFinished
     )
   )
-  runtimes.push(...rts)
   // Started one after the other: the first migrates the file.
   for (const rt of rts) await rt.runPromise(RateLimiter)
   return rts
 }
 
-const admitAll = (rts: ReadonlyArray<ManagedRuntime.ManagedRuntime<RateLimiter, never>>, projectId: string, perInstance: number, limit: { requestsPerMinute: number; burst: number }) =>
+const admitAll = (rts: ReadonlyArray<ManagedRuntime.ManagedRuntime<RateLimiter, unknown>>, projectId: string, perInstance: number, limit: { requestsPerMinute: number; burst: number }) =>
   Promise.all(
     rts.flatMap((rt) => Array.from({ length: perInstance }, () => rt.runPromise(Effect.either(Effect.flatMap(RateLimiter, (l) => l.admit(projectId, limit))))))
   )
@@ -105,14 +100,8 @@ describe.skipIf(!pgReachable() && process.env.CI === undefined)("RateLimiterPost
     const schema = freshSchema()
     schemas.push(schema)
     const rts = Array.from({ length: 3 }, () =>
-      ManagedRuntime.make(
-        RateLimiterPostgres.pipe(
-          Layer.provide(StoreDatabaseLive),
-          Layer.provide(Layer.succeed(Settings, makeSettings({ databaseUrl: schema.url, pgPoolSize: 4 })))
-        )
-      )
+      testRuntime(RateLimiterPostgres.pipe(Layer.provide(StoreDatabaseLive)), { databaseUrl: schema.url, pgPoolSize: 4 }, onTestFinished)
     )
-    runtimes.push(...rts)
     for (const rt of rts) await rt.runPromise(RateLimiter)
     const limit = { requestsPerMinute: 60, burst: 10 }
     const projectId = newProjectId()

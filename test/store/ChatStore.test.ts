@@ -6,21 +6,21 @@
  */
 import { SqlClient } from "@effect/sql"
 import Database from "better-sqlite3"
-import { Cause, Effect, Exit, Layer, ManagedRuntime } from "effect"
+import { Cause, Effect, Exit, Layer } from "effect"
 import { spawnSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
 import { verifyReceipt } from "../../spec/receipt.ts"
-import type { GatewaySettings } from "../../src/domain/config.ts"
 import { Projects } from "../../src/services/Projects.ts"
 import { ReceiptKeyLive, ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { makeChatTransactions, type ReserveArgs } from "../../src/store/chatTransactions.ts"
 import { ChatStore, StoreWorkerEntry } from "../../src/store/ChatStore.ts"
-import { Sqlite } from "../../src/store/Database.ts"
+import { DatabaseLive, Sqlite } from "../../src/store/Database.ts"
 import { DEFAULT_NOW, reserveArgs as portReserveArgs, settleArgs as portSettleArgs } from "../support/portArgs.ts"
-import { newProject, storeLayer } from "../services/layers.ts"
+import { newProject } from "../services/layers.ts"
+import { testRuntime } from "../support/runtime.ts"
 
 const dirs: Array<string> = []
 afterAll(() => {
@@ -33,11 +33,10 @@ const fileUrl = () => {
   return { url: `sqlite:${join(dir, "store.db")}`, file: join(dir, "store.db") }
 }
 
-const layerFor = (overrides: Partial<GatewaySettings>) =>
-  ChatStore.Default.pipe(
+const chatStoreLayer = ChatStore.Default.pipe(
     Layer.provide(ReceiptKeyLive),
     Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default)),
-    Layer.provideMerge(storeLayer(overrides))
+    Layer.provideMerge(DatabaseLive)
   )
 
 const NOW = DEFAULT_NOW
@@ -90,8 +89,8 @@ const inspect = (db: Database.Database, projectId: string, heldId: string) => ({
 describe("ChatStore", () => {
   it("runs every transaction in the worker exactly as inline: same refusals, same rows, a receipt signed with the service key", async () => {
     const { url, file } = fileUrl()
-    const worker = ManagedRuntime.make(layerFor({ databaseUrl: url }))
-    const inlineRt = ManagedRuntime.make(layerFor({ databaseUrl: "sqlite::memory:" }))
+    const worker = testRuntime(chatStoreLayer, { databaseUrl: url })
+    const inlineRt = testRuntime(chatStoreLayer, { databaseUrl: "sqlite::memory:" })
     try {
       const w = await worker.runPromise(scenario)
       const fileDb = new Database(file, { readonly: true })
@@ -130,7 +129,7 @@ describe("ChatStore", () => {
 
   it("answers a non-streamed reservation before the fsync of a settlement sent in the same turn; a stream's reservation waits for it", async () => {
     const { url, file } = fileUrl()
-    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
     try {
       const { order, projectId } = await rt.runPromise(
         Effect.gen(function* () {
@@ -170,7 +169,7 @@ describe("ChatStore", () => {
 
   it("sizes each call's output cap on the budget left inside its own transaction: concurrent calls shrink to fit instead of failing", async () => {
     const { url } = fileUrl()
-    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
     try {
       const results = await rt.runPromise(
         Effect.gen(function* () {
@@ -195,7 +194,7 @@ describe("ChatStore", () => {
 
   it("keeps spent + reserved ≤ cap when the worker and the main thread reserve on the same file at once", async () => {
     const { url, file } = fileUrl()
-    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
     try {
       const outcome = await rt.runPromise(
         Effect.gen(function* () {
@@ -230,7 +229,7 @@ describe("ChatStore", () => {
 
   it("makes a worker transaction wait for a main-thread write transaction that spans turns, instead of failing busy", async () => {
     const { url } = fileUrl()
-    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
     try {
       const { exit, order } = await rt.runPromise(
         Effect.gen(function* () {
@@ -264,7 +263,7 @@ describe("ChatStore", () => {
 
   it("commits every transaction sent before shutdown, then refuses new ones instead of hanging", async () => {
     const { url, file } = fileUrl()
-    const rt = ManagedRuntime.make(layerFor({ databaseUrl: url }))
+    const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
     const { p, store } = await rt.runPromise(Effect.all({ p: newProject({ budget_credits: 1_000_000 }), store: ChatStore }))
     const sent = Array.from({ length: 300 }, () => reserveArgs(p.id, 1))
     const pending = sent.map((args) => rt.runPromise(store.reserve(args)))
@@ -280,8 +279,9 @@ describe("ChatStore", () => {
 
   it("restarts a worker that died: its call in flight fails, calls fail fast while it is down, and the new one serves", async () => {
     const { url, file } = fileUrl()
-    const rt = ManagedRuntime.make(
-      layerFor({ databaseUrl: url }).pipe(Layer.provide(Layer.succeed(StoreWorkerEntry, new URL("../support/dyingStoreWorker.mjs", import.meta.url))))
+    const rt = testRuntime(
+      chatStoreLayer.pipe(Layer.provide(Layer.succeed(StoreWorkerEntry, new URL("../support/dyingStoreWorker.mjs", import.meta.url)))),
+      { databaseUrl: url }
     )
     const waitFor = async (ok: boolean) => {
       for (let i = 0; i < 500 && (await rt.runPromise(ChatStore)).health().ok !== ok; i++) await new Promise((r) => setTimeout(r, 10))
@@ -324,7 +324,7 @@ describe("ChatStore", () => {
 describe("assertion mode (TOLLGATE_ASSERT=1)", () => {
   it("a settlement or abandonment that leaves its window off the rulebook dies and rolls back, in the worker and inline", async () => {
     for (const databaseUrl of [fileUrl().url, "sqlite::memory:"]) {
-      const rt = ManagedRuntime.make(layerFor({ databaseUrl, assertInvariants: true }))
+      const rt = testRuntime(chatStoreLayer, { databaseUrl, assertInvariants: true })
       try {
         const outcome = await rt.runPromise(
           Effect.gen(function* () {

@@ -6,19 +6,19 @@
  */
 import { SqlClient } from "@effect/sql"
 import Database from "better-sqlite3"
-import { Effect, Exit, Fiber, Layer, ManagedRuntime } from "effect"
+import { Effect, Exit, Fiber } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { makeSettings, Settings } from "../../src/domain/config.ts"
 import { mustSync } from "../../src/store/chatTransactions.ts"
 import { DatabaseLive, Sqlite } from "../../src/store/Database.ts"
 import { makeGroupCommit } from "../../src/store/syncTransactions.ts"
+import { testRuntime } from "../support/runtime.ts"
 
 const dir = mkdtempSync(join(tmpdir(), "tollgate-tx-"))
 const file = join(dir, "store.db")
-const runtime = ManagedRuntime.make(DatabaseLive.pipe(Layer.provide(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${file}` })))))
+const runtime = testRuntime(DatabaseLive, { databaseUrl: `sqlite:${file}` }, afterAll)
 const run = <A, E>(effect: Effect.Effect<A, E, Sqlite | SqlClient.SqlClient>) => runtime.runPromise(effect)
 const runExit = <A, E>(effect: Effect.Effect<A, E, Sqlite | SqlClient.SqlClient>) => runtime.runPromiseExit(effect)
 
@@ -31,10 +31,7 @@ const insert = (db: Database.Database, tag: string) => db.prepare("INSERT INTO t
 const tags = () => run(Effect.map(Sqlite, ({ db }) => (db.prepare("SELECT tag FROM t ORDER BY id").all() as Array<{ tag: string }>).map((r) => r.tag)))
 
 beforeAll(() => run(Effect.map(Sqlite, ({ db }) => db.exec("CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, tag TEXT NOT NULL)"))))
-afterAll(async () => {
-  await runtime.dispose()
-  rmSync(dir, { recursive: true, force: true })
-})
+afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
 describe("Sqlite.transact (synchronous, group-committed)", () => {
   it("commits a batch of concurrent transactions; an aborted one and a throwing one leave no trace and fail alone", async () => {

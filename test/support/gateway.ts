@@ -4,15 +4,16 @@
  */
 import { HttpServer } from "@effect/platform"
 import Database from "better-sqlite3"
-import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
+import { Effect, Option, Redacted } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { type GatewayFile, type GatewaySettings, makeSettings, Settings } from "../../src/domain/config.ts"
+import type { GatewayFile, GatewaySettings } from "../../src/domain/config.ts"
 import { ServerLive } from "../../src/server.ts"
 import { type MockUpstream, startMockUpstream } from "./mockUpstream.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
 import { freshSchema, pgQuerySync, TEST_REDIS_URL, testOnPostgres, type TestSchema } from "./pg.ts"
+import { testRuntime } from "./runtime.ts"
 
 export const ADMIN_TOKEN = "test-admin-token"
 
@@ -66,7 +67,7 @@ export const startGateway = async (
   const schema: TestSchema | undefined = testOnPostgres && overrides.databaseUrl === undefined ? freshSchema() : undefined
   const databaseUrl = overrides.databaseUrl ?? schema?.url ?? `sqlite:${dbPath}`
   const engine = databaseUrl.startsWith("sqlite:") ? ("sqlite" as const) : ("pg" as const)
-  const settings = makeSettings({
+  const settings: Partial<GatewaySettings> = {
     // The end-to-end suite runs in assertion mode: every settlement and abandonment checks its window.
     assertInvariants: true,
     databaseUrl,
@@ -76,8 +77,8 @@ export const startGateway = async (
     adminToken: Option.some(Redacted.make(ADMIN_TOKEN)),
     gateway,
     ...overrides
-  })
-  const runtime = ManagedRuntime.make(ServerLive.pipe(Layer.provide(Layer.succeed(Settings, settings))))
+  }
+  const runtime = testRuntime(ServerLive, settings)
   const { port, first } = await runtime.runPromise(
     Effect.gen(function* () {
       const server = yield* HttpServer.HttpServer
