@@ -6,7 +6,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import Database from "better-sqlite3"
-import { Cause, Effect, Exit, Layer } from "effect"
+import { Cause, Deferred, Effect, Exit, Layer } from "effect"
 import { spawnSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -237,15 +237,20 @@ describe("ChatStore", () => {
           const sql = yield* SqlClient.SqlClient
           const p = yield* newProject({ budget_credits: 1_000 })
           const order: Array<string> = []
-          // The main connection holds the write lock for 300 ms (an admin transaction across turns).
+          // The main connection holds the write lock (an admin transaction across turns); the
+          // reservation is sent once it holds it (a gate, not a timer). The lock is then kept 300 ms
+          // of real time: the worker is another thread, waiting in SQLite's busy_timeout, which no
+          // TestClock reaches.
+          const locked = yield* Deferred.make<void>()
           const admin = sql.withTransaction(
             Effect.gen(function* () {
               yield* sql`UPDATE projects SET budget_credits = 2000 WHERE id = ${p.id}`
+              yield* Deferred.succeed(locked, undefined)
               yield* Effect.sleep("300 millis")
               order.push("admin")
             })
           )
-          const reserve = Effect.delay(store.reserve(reserveArgs(p.id, 1_500)), "50 millis").pipe(
+          const reserve = Effect.zipRight(Deferred.await(locked), store.reserve(reserveArgs(p.id, 1_500))).pipe(
             Effect.tap(() => Effect.sync(() => order.push("reserve"))),
             Effect.exit
           )

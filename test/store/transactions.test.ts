@@ -6,7 +6,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import Database from "better-sqlite3"
-import { Effect, Exit, Fiber } from "effect"
+import { Deferred, Effect, Exit, Fiber } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -82,22 +82,30 @@ describe("Sqlite.transact (synchronous, group-committed)", () => {
       Effect.gen(function* () {
         const sql = yield* SqlClient.SqlClient
         const { db, transact } = yield* Sqlite
+        // Gates, not timers: the effect transaction stays open until the sync one has been offered
+        // and an event-loop turn (its group commit's) has passed.
+        const opened = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
         const long = yield* Effect.fork(
           Effect.exit(
             sql.withTransaction(
               Effect.gen(function* () {
                 yield* sql`INSERT INTO t (tag) VALUES ('effect-1')`
-                yield* Effect.sleep("30 millis")
+                yield* Deferred.succeed(opened, undefined)
+                yield* Deferred.await(release)
                 yield* sql`INSERT INTO t (tag) VALUES ('effect-2')`
                 return yield* Effect.fail("roll back")
               })
             )
           )
         )
-        yield* Effect.sleep("5 millis")
+        yield* Deferred.await(opened)
         // The effect transaction is open now; this one must not join it.
         const inside = db.inTransaction
-        yield* transact(() => insert(db, "sync"))
+        const sync = yield* Effect.fork(transact(() => insert(db, "sync")))
+        yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(sync)
         const longExit = yield* Fiber.join(long)
         return { inside, longFailed: Exit.isFailure(longExit) }
       })
