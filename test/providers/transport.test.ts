@@ -1,7 +1,7 @@
 /**
  * The one upstream transport (transport.ts) as both HTTP adapters use it, against the real-HTTP mock.
  */
-import { Effect } from "effect"
+import { Effect, Fiber } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import type { RouteConfig } from "../../src/domain/config.ts"
 import { makeAnthropicProvider } from "../../src/providers/anthropic.ts"
@@ -55,6 +55,16 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
     } finally {
       process.removeListener("uncaughtException", onUncaught)
     }
+  })
+
+  it("a client that hangs up while the stream is still opening aborts the upstream request", async () => {
+    mock.pushBehavior({ delayMs: 20_000 }) // headers (and the 60 s timeout) far later than the test waits
+    const opening = Effect.runFork(Effect.scoped(make(60_000).stream(route, { messages: [{ role: "user", content: "x" }], stream: true })))
+    await expect.poll(() => mock.calls).toBe(1)
+    const interrupted = Effect.runPromise(Fiber.interrupt(opening))
+    // Aborted now, not once the headers come: the upstream sees its client go before it answers.
+    await expect.poll(() => mock.abandoned, { timeout: 5_000 }).toBe(1)
+    await interrupted
   })
 
   it("a slow upstream is a retryable timeout failure", async () => {
