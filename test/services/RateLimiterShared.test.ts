@@ -78,8 +78,24 @@ describe.skipIf(!reachable && process.env.CI === undefined)("RateLimiterShared: 
   it("Redis unreachable: each instance admits its share (limit ÷ live instances), reports degraded, counts the fallback", async () => {
     // Port 1 on loopback: nothing listens, every command fails at once.
     const again = await instances(3, "redis://127.0.0.1:1", "fallback.db")
-    // Let every instance beat once more and see all three (the first counted only itself).
-    await new Promise((r) => setTimeout(r, 5_500))
+    // Each instance recounts the live ones every 5 s (the first counted only itself): wait until every
+    // one has seen all three — a condition, not a guess at how long that takes. A probe admission on
+    // another project fails over to the fallback, whose health says the share it divides by.
+    const probe = newProjectId()
+    const shares = () =>
+      Promise.all(
+        again.map((rt) =>
+          rt.runPromise(
+            Effect.gen(function* () {
+              const limiter = yield* RateLimiter
+              yield* Effect.either(limiter.admit(probe, { requestsPerMinute: 60_000, burst: 1_000 }))
+              const health = limiter.health()
+              return health.mode === "shared" && health.degraded ? health.share : 0
+            })
+          )
+        )
+      )
+    await expect.poll(shares, { timeout: 15_000, interval: 250 }).toEqual([3, 3, 3])
     const before = rateLimitFallbacks.count
     const limit = { requestsPerMinute: 60, burst: 9 }
     const projectId = newProjectId()
@@ -89,10 +105,8 @@ describe.skipIf(!reachable && process.env.CI === undefined)("RateLimiterShared: 
     expect(admitted).toBeGreaterThan(0)
     expect(admitted).toBeLessThanOrEqual(limit.burst)
     expect(rateLimitFallbacks.count - before).toBe(30)
-    const health = await again[2]!.runPromise(Effect.map(RateLimiter, (l) => l.health()))
-    expect(health).toMatchObject({ mode: "shared", degraded: true })
-    expect(health.mode === "shared" && health.degraded ? health.share : 0).toBeGreaterThanOrEqual(3)
-  }, 20_000)
+    for (const rt of again) expect(await rt.runPromise(Effect.map(RateLimiter, (l) => l.health()))).toMatchObject({ mode: "shared", degraded: true, share: 3 })
+  }, 30_000)
 })
 
 describe.skipIf(!pgReachable() && process.env.CI === undefined)("RateLimiterPostgres: one limit across instances without Redis", () => {
