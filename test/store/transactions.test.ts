@@ -82,8 +82,8 @@ describe("Sqlite.transact (synchronous, group-committed)", () => {
       Effect.gen(function* () {
         const sql = yield* SqlClient.SqlClient
         const { db, transact } = yield* Sqlite
-        // Gates, not timers: the effect transaction stays open until the sync one has been offered
-        // and an event-loop turn (its group commit's) has passed.
+        // Gates and event-loop turns, not timers: the effect transaction stays open until the sync
+        // one has been offered and its group commit's turn has passed.
         const opened = yield* Deferred.make<void>()
         const release = yield* Deferred.make<void>()
         const long = yield* Effect.fork(
@@ -103,7 +103,10 @@ describe("Sqlite.transact (synchronous, group-committed)", () => {
         // The effect transaction is open now; this one must not join it.
         const inside = db.inTransaction
         const sync = yield* Effect.fork(transact(() => insert(db, "sync")))
-        yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+        // Let it reach the group commit (its submit schedules the drain on the next turn), then let
+        // that turn pass, twice over: the drain has met the open transaction before it is released.
+        yield* Effect.yieldNow()
+        for (let turn = 0; turn < 2; turn++) yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
         yield* Deferred.succeed(release, undefined)
         yield* Fiber.join(sync)
         const longExit = yield* Fiber.join(long)
