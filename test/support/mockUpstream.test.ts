@@ -162,6 +162,21 @@ describe("chat completions via the openai SDK", () => {
     expect(r.usage?.completion_tokens).toBe(last.usage?.completion_tokens)
   })
 
+  it("cuts a streamed reply into `chunks` content events (default 5), the same text either way", async () => {
+    const contentEvents = async () => {
+      const stream = await client.chat.completions.create({ model: "gpt-4o", messages: user("count to ten please, slowly"), stream: true })
+      const parts: Array<string> = []
+      for await (const c of stream) if ((c.choices[0]?.delta.content ?? "") !== "") parts.push(c.choices[0]!.delta.content!)
+      return parts
+    }
+    const five = await contentEvents()
+    mock.setBehavior({ chunks: 20 })
+    const twenty = await contentEvents()
+    expect(five.length).toBeLessThanOrEqual(5)
+    expect(twenty.length).toBeGreaterThan(five.length)
+    expect(twenty.join("")).toBe(five.join(""))
+  })
+
   it("omitUsage suppresses the usage chunk even when include_usage is requested", async () => {
     mock.setBehavior({ omitUsage: true })
     const stream = await client.chat.completions.create({
