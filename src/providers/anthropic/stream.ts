@@ -4,8 +4,7 @@
  * JavaScript on the one SSE reader (sse.ts): no Effect Stream on the per-event path
  * (docs/decisions/0007).
  */
-import type { DataEvents } from "../Provider.ts"
-import { UpstreamFailure } from "../Provider.ts"
+import { type DataEvents, UpstreamFailure } from "../Provider.ts"
 import { isObject, type Json, num } from "./json.ts"
 import { type AnthropicUsage, finishReasonOf, openAIUsage, readUsage } from "./response.ts"
 
