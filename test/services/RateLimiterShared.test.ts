@@ -6,7 +6,6 @@
  * health and counts it. Runs in `npm test` whenever Redis answers; under CI=true it must run.
  */
 import { Effect, Either, Layer, ManagedRuntime } from "effect"
-import { execFileSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -15,21 +14,11 @@ import { makeSettings, Settings } from "../../src/domain/config.ts"
 import { Instance } from "../../src/services/Instance.ts"
 import { RateLimiter, RateLimiterPostgres, RateLimiterShared, rateLimitFallbacks } from "../../src/services/RateLimiter.ts"
 import { StoreDatabaseLive } from "../../src/store/Database.ts"
-import { freshSchema, pgReachable, type TestSchema } from "../support/pg.ts"
+import { freshSchema, onEngines, TEST_REDIS_URL, type TestSchema } from "../support/pg.ts"
 import { newProjectId } from "../../src/domain/ids.ts"
 import { storeLayer } from "./layers.ts"
 
-const REDIS_URL = process.env.TOLLGATE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379"
-const reachable = (() => {
-  try {
-    return execFileSync("redis-cli", ["-u", REDIS_URL, "PING"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim() === "PONG"
-  } catch {
-    return false
-  }
-})()
-if (!reachable && process.env.CI === undefined) {
-  console.warn("test/services/RateLimiterShared.test.ts: SKIPPED — Redis is not reachable (run scripts/services.sh; under CI=true this fails instead)")
-}
+const REDIS_URL = TEST_REDIS_URL
 
 const dir = mkdtempSync(join(tmpdir(), "tollgate-rl-"))
 const runtimes: Array<ManagedRuntime.ManagedRuntime<RateLimiter, never>> = []
@@ -64,7 +53,7 @@ const admitAll = (rts: ReadonlyArray<ManagedRuntime.ManagedRuntime<RateLimiter, 
     rts.flatMap((rt) => Array.from({ length: perInstance }, () => rt.runPromise(Effect.either(Effect.flatMap(RateLimiter, (l) => l.admit(projectId, limit))))))
   )
 
-describe.skipIf(!reachable && process.env.CI === undefined)("RateLimiterShared: one limit across instances", () => {
+describe.runIf(onEngines("RateLimiterShared (Redis)", { redis: true }))("RateLimiterShared: one limit across instances", () => {
   it("three instances admit together what one would: burst + rate·t, not three times it", async () => {
     const rts = await instances(3, REDIS_URL, "shared.db")
     const limit = { requestsPerMinute: 60, burst: 10 }
@@ -100,7 +89,7 @@ describe.skipIf(!reachable && process.env.CI === undefined)("RateLimiterShared: 
   }, 20_000)
 })
 
-describe.skipIf(!pgReachable() && process.env.CI === undefined)("RateLimiterPostgres: one limit across instances without Redis", () => {
+describe.runIf(onEngines("RateLimiterPostgres (PostgreSQL)"))("RateLimiterPostgres: one limit across instances without Redis", () => {
   it("three instances on one PostgreSQL database admit together what one would (one guarded upsert per admission)", async () => {
     const schema = freshSchema()
     schemas.push(schema)

@@ -9,7 +9,7 @@
  * resolved, one unbroken receipt chain per project. Runs when PostgreSQL and Redis answer (always
  * under CI=true).
  */
-import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process"
+import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -17,19 +17,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { GENESIS_HASH, type Receipt, verifyReceipt } from "../../spec/receipt.ts"
 import { mockGatewayFile } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
-import { freshSchema, pgQuerySync, pgReachable, TEST_REDIS_URL, type TestSchema } from "../support/pg.ts"
+import { freshSchema, onEngines, pgQuerySync, TEST_REDIS_URL, type TestSchema } from "../support/pg.ts"
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 const ADMIN = "multi-instance-admin-token"
-const redisUp = (() => {
-  try {
-    return execFileSync("redis-cli", ["-u", TEST_REDIS_URL, "PING"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim() === "PONG"
-  } catch {
-    return false
-  }
-})()
-const runnable = (pgReachable() && redisUp) || process.env.CI !== undefined
-if (!runnable) console.warn("test/start/multiInstance.test.ts: SKIPPED — PostgreSQL or Redis is not reachable (run scripts/services.sh)")
 
 interface Node {
   child: ChildProcess
@@ -37,7 +28,7 @@ interface Node {
   out: string
 }
 
-describe.skipIf(!runnable)("three instances on one PostgreSQL and one Redis", () => {
+describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: true }))("three instances on one PostgreSQL and one Redis", () => {
   mkdirSync(join(root, ".tollgate"), { recursive: true })
   const dir = mkdtempSync(join(root, ".tollgate", "multi-"))
   let schema: TestSchema
