@@ -168,6 +168,26 @@ describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: 
     console.log(`idempotency: 9 calls on 3 instances, ${mock.calls - before} upstream call, 1 receipt`)
   })
 
+  it("a call in flight on one instance is waited for by the others and replayed: one upstream call, one charge, the original's bytes", async () => {
+    const p = await project(1_000_000)
+    const before = mock.calls
+    mock.pushBehavior({ delayMs: 1_500 })
+    const original = chat(nodes[0]!, p.key, {}, { "idempotency-key": "in-flight-1" })
+    // The duplicates are sent only once the original's claim is in flight in the shared store.
+    for (;;) {
+      const [row] = q<{ state: string }>("SELECT state FROM idempotency WHERE project_id = ? AND key = 'in-flight-1'", p.id)
+      if (row?.state === "in_flight") break
+      if (row?.state === "finished") throw new Error("the original finished before the duplicates were sent; the upstream delay is too short")
+      await new Promise((r) => setTimeout(r, 10))
+    }
+    const duplicates = await Promise.all([1, 2].map((i) => chat(nodes[i]!, p.key, {}, { "idempotency-key": "in-flight-1" })))
+    const first = await original
+    expect([first, ...duplicates].map((r) => r.status)).toEqual([200, 200, 200])
+    for (const d of duplicates) expect(d.body).toBe(first.body)
+    expect(mock.calls - before).toBe(1)
+    expect(ledgerOf(p.id).receipts).toBe(1)
+  })
+
   it("a key revoked on one instance is refused by every instance within 1 s", async () => {
     const p = await project(1_000_000)
     // Warm every instance's key cache.
