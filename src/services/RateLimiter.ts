@@ -9,7 +9,8 @@ import { checkGcra, emissionIntervalMicros, type GcraState, type RateLimit } fro
 import { Settings } from "../domain/config.ts"
 import { RateLimited } from "../domain/errors.ts"
 import { isPostgresUrl } from "../domain/databaseUrl.ts"
-import { makeEpochStore, staleAfterMs } from "../store/epochStore.ts"
+import { staleAfterMs } from "../../spec/epochs.ts"
+import { makeEpochStore } from "../store/epochStore.ts"
 import { connectRedisGcra, pgGcra, type SharedGcraDecision } from "../store/sharedGcra.ts"
 
 export interface RateVerdict {
