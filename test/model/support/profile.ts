@@ -26,6 +26,8 @@ export const portRuns = fromEnv("TOLLGATE_MODEL_RUNS") ?? (deep ? 3_000 : 200)
 export const pgPortRuns = fromEnv("TOLLGATE_PG_MODEL_RUNS") ?? (deep ? 1_000 : 15)
 export const pgScheduledRuns = fromEnv("TOLLGATE_PG_SCHEDULED_RUNS") ?? (deep ? 300 : 5)
 
+/** The gateway model at the budget edge on PostgreSQL (its checks read through psql: slower still). */
+export const pgGatewayRuns = fromEnv("TOLLGATE_PG_GATEWAY_RUNS") ?? (deep ? 50 : 3)
 /** Runs of the gateway-level model (real HTTP gateway + mock upstream): fewer, each run is heavier. */
 export const gatewayRuns = fromEnv("TOLLGATE_GATEWAY_RUNS") ?? (deep ? 200 : 25)
 /**
