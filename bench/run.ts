@@ -58,7 +58,7 @@ const config = {
   compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "effect", "floor", "floor-inline", "tollgate", "portkey"]
+const KNOWN = ["baseline", "bare", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg2", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
 if (config.compare !== undefined) config.targets.push("tollgate-b")
@@ -299,6 +299,9 @@ const main = async () => {
     floor: () => startGoverned("floor", "targets/governedFloor.ts", { streams: false }),
     "floor-inline": () => startGoverned("floor-inline", "targets/governedFloor.ts", { extra: ["--inline"], streams: false }),
     tollgate: () => startGoverned("tollgate", "targets/tollgate.ts"),
+    // PostgreSQL + Redis (scripts/services.sh), one instance and two (bench/targets/tollgatePg.ts).
+    "tollgate-pg": () => startGoverned("tollgate-pg", "targets/tollgatePg.ts"),
+    "tollgate-pg2": () => startGoverned("tollgate-pg2", "targets/tollgatePg.ts", { extra: ["--instances", "2"] }),
     "tollgate-b": () =>
       startGoverned("tollgate-b", "targets/tollgate.ts", { dir: resolve(config.compare!), nodeFlags: config.compareNodeFlags, extra: config.compareArgs }),
     portkey: async () => {
@@ -446,6 +449,8 @@ const main = async () => {
     floor: "governed floor (Tollgate's store worker, no pipeline; non-streaming only)",
     "floor-inline": "governed floor, transactions on the event loop (non-streaming only)",
     tollgate: "Tollgate (full governance, SQLite FULL)",
+    "tollgate-pg": "Tollgate on PostgreSQL + Redis, 1 instance",
+    "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (threads of one process, TCP round robin)",
     "tollgate-b": `Tollgate from ${config.compare ?? ""} ${[...config.compareNodeFlags, ...config.compareArgs].join(" ")} (A/B)`,
     portkey: "Portkey gateway 1.15 (no governance)"
   }

@@ -156,6 +156,22 @@ export const settledCharge = (tokens: TokenCounts, prices: Prices, reserved: num
 export const chargeWithinReservation = (tokens: TokenCounts, prices: Prices, reserved: number): boolean =>
   chargeFor(tokens, prices) <= reserved
 
+/** What the recovery does with a hold whose process died (`orphanCharge`). */
+export type OrphanCharge =
+  | { readonly _tag: "Charge"; readonly charge: number; readonly withinReservation: boolean }
+  | { readonly _tag: "Void" }
+
+/**
+ * A hold of a dead process (docs/contract.md §4): a stream that delivered output before it died is
+ * charged from its last durable progress mark, priced like any settlement (`settledCharge`, within
+ * the hold); anything else — no mark, no output delivered, prices unknown — is voided, charging
+ * nothing, so a retry runs again.
+ */
+export const orphanCharge = (delivered: TokenCounts | undefined, prices: Prices | undefined, reserved: number): OrphanCharge =>
+  delivered === undefined || prices === undefined || delivered.output + delivered.reasoning <= 0
+    ? { _tag: "Void" }
+    : { _tag: "Charge", charge: settledCharge(delivered, prices, reserved), withinReservation: chargeWithinReservation(delivered, prices, reserved) }
+
 /** The card in force at `atMillis`: the latest whose effective_from ≤ atMillis. */
 export const rateCardAt = <C extends RateCard>(cards: ReadonlyArray<C>, atMillis: number): C | undefined => {
   let best: C | undefined

@@ -4,12 +4,13 @@
  * when REDIS_URL is set (`RateLimiterShared`, on Redis's clock).
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Either, Layer, Option, Redacted, Schedule } from "effect"
+import { Clock, Context, Duration, Effect, Either, Layer, Option, Redacted, Schedule } from "effect"
 import { checkGcra, emissionIntervalMicros, type GcraState, type RateLimit } from "../../spec/rateLimit.ts"
 import { Settings } from "../domain/config.ts"
 import { RateLimited } from "../domain/errors.ts"
 import { isPostgresUrl } from "../domain/databaseUrl.ts"
-import { makeEpochStore, staleAfterMs } from "../store/epochStore.ts"
+import { staleAfterMs } from "../../spec/epochs.ts"
+import { makeEpochStore } from "../store/epochStore.ts"
 import { connectRedisGcra, pgGcra, type SharedGcraDecision } from "../store/sharedGcra.ts"
 
 export interface RateVerdict {
@@ -62,17 +63,29 @@ const makeLocal = () => {
 }
 
 /**
- * The in-memory limiter (one instance, or tests): `admitAt` is synchronous, the hot path's way in
+ * A limiter: `admit` (one admission, or RateLimited), `peek` (an estimate that admits nothing) and
+ * its health. Only the in-memory one has `admitAt`, synchronous: the hot path's way in
  * (src/services/Gateway.ts calls it without an Effect when `mode` is "local").
  */
-const localService = () => {
+export type RateLimiterApi =
+  | (LimiterCommon & { readonly mode: "local"; readonly admitAt: (projectId: string, limit: RateLimit, now: number) => Either.Either<RateVerdict, RateLimited> })
+  | (LimiterCommon & { readonly mode: "shared" })
+
+interface LimiterCommon {
+  readonly admit: (projectId: string, limit: RateLimit) => Effect.Effect<RateVerdict, RateLimited>
+  readonly peek: (projectId: string, limit: RateLimit) => Effect.Effect<boolean>
+  readonly health: () => RateLimitHealth
+}
+
+/** The in-memory limiter (one instance, or tests). */
+const localService = (): RateLimiterApi => {
   const local = makeLocal()
   /** Admit one request of `projectId` now, or fail with RateLimited carrying Retry-After. */
   const admit = (projectId: string, limit: RateLimit): Effect.Effect<RateVerdict, RateLimited> =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => local.admitAt(projectId, limit, now))
   const peek = (projectId: string, limit: RateLimit): Effect.Effect<boolean> => Effect.map(Clock.currentTimeMillis, (now) => local.peekAt(projectId, limit, now))
   return {
-    mode: "local" as "local" | "shared",
+    mode: "local",
     admitAt: local.admitAt,
     admit,
     peek,
@@ -80,9 +93,10 @@ const localService = () => {
   }
 }
 
-export class RateLimiter extends Effect.Service<RateLimiter>()("tollgate/RateLimiter", {
-  effect: Effect.sync(localService)
-}) {}
+/** The limiter; `Default` is the in-memory one (a tag, not an Effect.Service: its shape is a union by mode). */
+export class RateLimiter extends Context.Tag("tollgate/RateLimiter")<RateLimiter, RateLimiterApi>() {
+  static readonly Default: Layer.Layer<RateLimiter> = Layer.sync(RateLimiter, localService)
+}
 
 /**
  * How many instances share the limit while Redis is away: the live epochs of the shared store
@@ -144,10 +158,8 @@ const makeShared = (
         }
       )
 
-    return RateLimiter.make({
+    return RateLimiter.of({
       mode: "shared",
-      // Never called in shared mode (the Gateway asks `admit`); kept as the local limiter's sync entry.
-      admitAt: (projectId, limit, now) => fallback.admitAt(projectId, share(limit), now),
       admit,
       // An estimate for POST /v1/routing/evaluate, which admits nothing: the local share's view.
       peek: (projectId, limit) => Effect.map(Clock.currentTimeMillis, (now) => fallback.peekAt(projectId, share(limit), now)),

@@ -6,20 +6,20 @@
  *   dead are resolved through the store port: a stream that had delivered tokens is settled from its
  *   last durable progress mark (same pricing rule, a signed receipt, its idempotency key answering
  *   with that result); anything else is abandoned — voided, its request failed, its key freed, so a
- *   retry runs again. An epoch is known dead when it is an earlier epoch of this instance id (this
- *   process holds that identity now), when it stopped cleanly, or when its heartbeat is older than
- *   `staleAfterMs`. Several instances sharing one store (each with its own TOLLGATE_INSTANCE_ID) thus
- *   never resolve each other's live calls, and a dead one's are resolved by any survivor.
+ *   retry runs again (spec/pricing.ts `orphanCharge`). Which epochs are known dead is spec/epochs.ts
+ *   `isDeadEpoch`: several instances sharing one store (each with its own TOLLGATE_INSTANCE_ID) never
+ *   resolve each other's live calls, and a dead one's are resolved by any survivor.
  * - Past the deadline: a hold whose deadline passed belongs to a process that died or hung (or was
  *   made before epochs existed). At start-up and then every interval, void such holds, fail their
  *   requests and free their idempotency claims. Each hold moves at most once (guarded UPDATE).
  */
 import { Clock, Duration, Effect, Schedule } from "effect"
-import { chargeWithinReservation, type Prices, settledCharge } from "../../spec/pricing.ts"
+import { isDeadEpoch, staleAfterMs } from "../../spec/epochs.ts"
+import { orphanCharge, type Prices } from "../../spec/pricing.ts"
 import { Settings } from "../domain/config.ts"
 import { newReceiptId } from "../domain/ids.ts"
 import { ChatStore } from "../store/ChatStore.ts"
-import { type EpochRow, makeEpochStore, staleAfterMs } from "../store/epochStore.ts"
+import { makeEpochStore } from "../store/epochStore.ts"
 import type { OrphanHold, ProgressMark } from "../store/epochs.ts"
 import { verificationOf } from "./Gateway.ts"
 import { Instance } from "./Instance.ts"
@@ -37,13 +37,6 @@ export const INTERRUPTED_FAILURE = {
   code: "interrupted",
   message: "The gateway restarted before this request finished; nothing was charged. Retry it (with the same idempotency key, if any)."
 } as const
-
-export { type EpochRow, staleAfterMs }
-
-/** Whether `other` is known dead to the process `me` at `now` (see the module comment). */
-export const isDeadEpoch = (other: EpochRow, me: { readonly epoch: number; readonly instanceId: string }, now: number, staleMs: number): boolean =>
-  other.epoch !== me.epoch &&
-  ((other.instance_id === me.instanceId && other.epoch < me.epoch) || other.stopped_at !== null || other.heartbeat_at < now - staleMs)
 
 const parseMark = (progress: string | null): ProgressMark | undefined => {
   if (progress === null) return undefined
@@ -96,9 +89,10 @@ export class Recovery extends Effect.Service<Recovery>()("tollgate/Recovery", {
       const scope = { projectId: h.project_id, environment: h.environment }
       const mark = parseMark(h.progress)
       const prices = mark === undefined ? undefined : (card?.[mark.route] as Prices | undefined)
-      if (mark !== undefined && prices !== undefined && mark.tokens.output + mark.tokens.reasoning > 0) {
-        const charge = settledCharge(mark.tokens, prices, h.amount)
-        const verification = verificationOf({ route: true, schema: false, budget: chargeWithinReservation(mark.tokens, prices, h.amount) })
+      const decided = orphanCharge(mark?.tokens, prices, h.amount)
+      if (mark !== undefined && decided._tag === "Charge") {
+        const charge = decided.charge
+        const verification = verificationOf({ route: true, schema: false, budget: decided.withinReservation })
         const receiptId = newReceiptId(now)
         const governance: Governance = {
           request_id: h.request_id,

@@ -7,20 +7,20 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import type BetterSqlite3 from "better-sqlite3"
 import { Effect, Option } from "effect"
+import { type EpochFacts, oldestLiveHeartbeat } from "../../spec/epochs.ts"
 import { Sqlite } from "./Database.ts"
 import { makeEpochReads, type OrphanHold } from "./epochs.ts"
 import type { SyncTransactions } from "./syncTransactions.ts"
 
-/** An epoch that still holds something, with what tells whether it is dead (src/services/Recovery.ts). */
-export interface EpochRow {
+/** An epoch's row. */
+interface EpochRow {
   readonly epoch: number
   readonly instance_id: string
   readonly heartbeat_at: number
   readonly stopped_at: number | null
 }
 
-/** An epoch with a heartbeat older than this is dead: ten beats missed, and never under 10 s. */
-export const staleAfterMs = (heartbeatMs: number): number => Math.max(10_000, 10 * heartbeatMs)
+const factsOf = (r: EpochRow): EpochFacts => ({ epoch: Number(r.epoch), instanceId: r.instance_id, heartbeatAt: r.heartbeat_at, stoppedAt: r.stopped_at })
 
 /**
  * The start-up's and the recovery's epoch statements on either engine: SQLite through the `Sqlite`
@@ -32,13 +32,14 @@ export interface EpochStoreApi {
   readonly register: (instanceId: string, now: number) => Effect.Effect<number>
   /** A clean shutdown: this epoch holds nothing any more. */
   readonly stop: (epoch: number, now: number) => Effect.Effect<void>
-  readonly epochsHolding: () => Effect.Effect<ReadonlyArray<EpochRow>>
+  /** The epochs that still hold something, with what tells whether each is dead (spec/epochs.ts `isDeadEpoch`). */
+  readonly epochsHolding: () => Effect.Effect<ReadonlyArray<EpochFacts>>
   readonly heldOf: (epoch: number) => Effect.Effect<ReadonlyArray<OrphanHold>>
   /** Free the in-flight claims an epoch left without a hold. */
   readonly dropClaims: (epoch: number) => Effect.Effect<number>
   /** A stored rate card's prices by route (rate cards are immutable once stored). */
   readonly pricesOf: (version: string) => Effect.Effect<Record<string, unknown> | undefined>
-  /** Epochs alive now (not stopped, heartbeat fresher than `staleMs`): how many instances share the store. */
+  /** Epochs alive at `now` (spec/epochs.ts `isLiveEpoch`): how many instances share the store. */
   readonly liveCount: (now: number, staleMs: number) => Effect.Effect<number>
 }
 
@@ -54,9 +55,14 @@ const pgEpochStore = (sql: SqlClient.SqlClient): EpochStoreApi => {
       ),
     stop: (epoch, now) => orDie(Effect.asVoid(sql`UPDATE instances SET stopped_at = ${now} WHERE epoch = ${epoch}`)),
     epochsHolding: () =>
-      orDie(sql<EpochRow>`SELECT i.epoch, i.instance_id, i.heartbeat_at, i.stopped_at FROM instances i
-        WHERE i.epoch IN (SELECT DISTINCT epoch FROM reservations WHERE state = 'held' AND epoch IS NOT NULL)
-           OR i.epoch IN (SELECT DISTINCT epoch FROM idempotency WHERE state = 'in_flight' AND epoch IS NOT NULL)`),
+      orDie(
+        Effect.map(
+          sql<EpochRow>`SELECT i.epoch, i.instance_id, i.heartbeat_at, i.stopped_at FROM instances i
+            WHERE i.epoch IN (SELECT DISTINCT epoch FROM reservations WHERE state = 'held' AND epoch IS NOT NULL)
+               OR i.epoch IN (SELECT DISTINCT epoch FROM idempotency WHERE state = 'in_flight' AND epoch IS NOT NULL)`,
+          (rows) => rows.map(factsOf)
+        )
+      ),
     heldOf: (epoch) =>
       orDie(sql<OrphanHold>`SELECT r.id, r.request_id, r.project_id, r.period, r.amount, r.deadline, r.epoch, r.progress,
             q.environment, q.endpoint, q.model, q.stream, q.idempotency_key, p.organization
@@ -73,7 +79,7 @@ const pgEpochStore = (sql: SqlClient.SqlClient): EpochStoreApi => {
     liveCount: (now, staleMs) =>
       orDie(
         Effect.map(
-          sql<{ n: number }>`SELECT COUNT(*) AS n FROM instances WHERE stopped_at IS NULL AND heartbeat_at > ${now - staleMs}`,
+          sql<{ n: number }>`SELECT COUNT(*) AS n FROM instances WHERE stopped_at IS NULL AND heartbeat_at >= ${oldestLiveHeartbeat(now, staleMs)}`,
           ([row]) => Number(row?.n ?? 0)
         )
       )
@@ -83,15 +89,15 @@ const pgEpochStore = (sql: SqlClient.SqlClient): EpochStoreApi => {
 const sqliteEpochStore = (sqlite: SyncTransactions & { readonly db: BetterSqlite3.Database }): EpochStoreApi => {
   const { db, transact } = sqlite
   const reads = makeEpochReads(db)
-  const live = db.prepare<[number], { n: number }>("SELECT COUNT(*) AS n FROM instances WHERE stopped_at IS NULL AND heartbeat_at > ?")
+  const live = db.prepare<[number], { n: number }>("SELECT COUNT(*) AS n FROM instances WHERE stopped_at IS NULL AND heartbeat_at >= ?")
   return {
     register: (instanceId, now) => transact(() => reads.registerSync(instanceId, now), true),
     stop: (epoch, now) => transact(() => reads.stopSync(epoch, now), true),
-    epochsHolding: () => Effect.sync(() => reads.epochsHoldingSync()),
+    epochsHolding: () => Effect.sync(() => reads.epochsHoldingSync().map(factsOf)),
     heldOf: (epoch) => Effect.sync(() => reads.heldOfSync(epoch)),
     dropClaims: (epoch) => transact(() => reads.dropClaimsSync(epoch)),
     pricesOf: (version) => Effect.sync(() => reads.pricesOfSync(version)),
-    liveCount: (now, staleMs) => Effect.sync(() => live.get(now - staleMs)?.n ?? 0)
+    liveCount: (now, staleMs) => Effect.sync(() => live.get(oldestLiveHeartbeat(now, staleMs))?.n ?? 0)
   }
 }
 

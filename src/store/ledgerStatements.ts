@@ -14,6 +14,28 @@ import type { TokenCounts } from "../../spec/pricing.ts"
 import { GENESIS_HASH, type Receipt, type UnsignedReceipt } from "../../spec/receipt.ts"
 import type { Verification } from "./requestStatements.ts"
 
+/** What a store reads of one window for the rulebook's check, in one statement (both engines' columns). */
+export interface WindowFactsRow {
+  readonly cap: number | null
+  readonly cap_changed_at: number | null
+  readonly spent: number | null
+  readonly reserved: number | null
+  readonly receipt_sum: number
+  readonly held_sum: number
+  readonly last_hold_at: number | null
+}
+
+/** A window as spec/ledger.ts `checkWindow` reads it: a missing window or project reads as zeros. */
+export const windowFactsOf = (r: WindowFactsRow): WindowFacts => ({
+  cap: r.cap ?? 0,
+  spent: r.spent ?? 0,
+  reserved: r.reserved ?? 0,
+  receiptSum: r.receipt_sum,
+  heldSum: r.held_sum,
+  capChangedAt: r.cap_changed_at ?? undefined,
+  lastHoldAt: r.last_hold_at ?? undefined
+})
+
 export interface BudgetWindow {
   readonly period: string
   readonly cap: number
@@ -207,18 +229,7 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
   const expiredSync = (now: number): ReadonlyArray<{ id: string; request_id: string }> => selectExpired.all(now)
 
   /** A window as the rulebook's check reads it (spec/ledger.ts `WindowFacts`). */
-  const windowFactsSync = (projectId: string, period: string): WindowFacts => {
-    const r = selectWindowFacts.get({ project: projectId, period })!
-    return {
-      cap: r.cap ?? 0,
-      spent: r.spent ?? 0,
-      reserved: r.reserved ?? 0,
-      receiptSum: r.receipt_sum,
-      heldSum: r.held_sum,
-      capChangedAt: r.cap_changed_at ?? undefined,
-      lastHoldAt: r.last_hold_at ?? undefined
-    }
-  }
+  const windowFactsSync = (projectId: string, period: string): WindowFacts => windowFactsOf(selectWindowFacts.get({ project: projectId, period })!)
 
   /** The window a reservation belongs to. */
   const reservationWindowSync = (reservationId: string): { readonly projectId: string; readonly period: string } | undefined => {

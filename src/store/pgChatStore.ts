@@ -32,7 +32,7 @@ import { Settings } from "../domain/config.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
 import { asBuffer, type ClaimOutcome, type IdempotencyRow, outcomeOf } from "./idempotencyStatements.ts"
-import { unsignedReceipt } from "./ledgerStatements.ts"
+import { unsignedReceipt, type WindowFactsRow, windowFactsOf } from "./ledgerStatements.ts"
 
 /** Transactions run again after a serialization failure or a deadlock, by SQLSTATE (read by /metrics). */
 export const pgRetries: Record<"40001" | "40P01", number> = { "40001": 0, "40P01": 0 }
@@ -59,7 +59,7 @@ export const makePgChatStore = Effect.gen(function* () {
     !assertInvariants
       ? Effect.void
       : Effect.flatMap(
-          sql<{ cap: number | null; cap_changed_at: number | null; spent: number | null; reserved: number | null; receipt_sum: number; held_sum: number; last_hold_at: number | null }>`
+          sql<WindowFactsRow>`
             SELECT (SELECT budget_credits FROM projects WHERE id = ${projectId}) AS cap,
                    (SELECT updated_at FROM projects WHERE id = ${projectId}) AS cap_changed_at,
                    (SELECT spent FROM budget_windows WHERE project_id = ${projectId} AND period = ${period}) AS spent,
@@ -68,15 +68,7 @@ export const makePgChatStore = Effect.gen(function* () {
                    (SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE project_id = ${projectId} AND period = ${period} AND state = 'held') AS held_sum,
                    (SELECT MAX(created_at) FROM reservations WHERE project_id = ${projectId} AND period = ${period}) AS last_hold_at`,
           ([r]) => {
-            const findings = checkWindow({
-              cap: r!.cap ?? 0,
-              spent: r!.spent ?? 0,
-              reserved: r!.reserved ?? 0,
-              receiptSum: r!.receipt_sum,
-              heldSum: r!.held_sum,
-              capChangedAt: r!.cap_changed_at ?? undefined,
-              lastHoldAt: r!.last_hold_at ?? undefined
-            })
+            const findings = checkWindow(windowFactsOf(r!))
             return findings.length === 0
               ? Effect.void
               : Effect.die(new InvariantViolated(`TOLLGATE_ASSERT: window ${projectId}/${period} after ${after}: ${findings.map((f) => `${f.invariant} (${f.detail})`).join("; ")}`))

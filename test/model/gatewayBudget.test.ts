@@ -1,9 +1,9 @@
 /**
  * Gateway model at the budget edge (see gatewayBudget/model.ts): small budgets, concurrent sends,
- * 402s, streams cut mid-way, over HTTP on the real gateway (SQLite file, store worker, assertion
- * mode) — checking spent + reserved ≤ cap and Σ receipts = spent after every command.
+ * 402s, streams cut mid-way, over HTTP on the real gateway (SQLite file and store worker, and
+ * PostgreSQL with fewer runs; assertion mode) — checking spent + reserved ≤ cap and Σ receipts =
+ * spent after every command.
  */
-import Database from "better-sqlite3"
 import fc from "fast-check"
 import { afterAll, beforeAll, describe, it } from "vitest"
 import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
@@ -14,7 +14,9 @@ import { SendCommand } from "./gatewayBudget/SendCommand.ts"
 import { StreamCommand } from "./gatewayBudget/StreamCommand.ts"
 import { assertProperty } from "./support/assert.ts"
 import { Coverage } from "./support/coverage.ts"
-import { gatewayRuns, propertyTimeoutMs } from "./support/profile.ts"
+import { gatewayRuns, pgGatewayRuns, propertyTimeoutMs } from "./support/profile.ts"
+import { modelEngines } from "./support/runtime.ts"
+import { freshSchema, type TestSchema } from "../support/pg.ts"
 
 const tenant = fc.integer({ min: 0, max: 1 })
 const prompt = fc.integer({ min: 0, max: 1 })
@@ -38,25 +40,29 @@ const commands = fc.commands(
   { maxCommands: 10, size: "+1" }
 )
 
-describe("the governed HTTP path at the budget edge never overspends and charges each call once", () => {
+describe.each(modelEngines)("the governed HTTP path at the budget edge (%s) never overspends and charges each call once", (engine) => {
   let upstream: MockUpstream
   let gw: TestGateway
-  let db: Database.Database
+  let schema: TestSchema | undefined
   let runs = 0
   beforeAll(async () => {
     upstream = await startMockUpstream({ record: false })
-    gw = await startGateway(mockGatewayFile(upstream.url, undefined, { "gpt-test": PRICES }), { inflightWaitMs: 10_000 })
-    db = gw.db()
+    schema = engine === "pg" ? freshSchema() : undefined
+    gw = await startGateway(mockGatewayFile(upstream.url, undefined, { "gpt-test": PRICES }), {
+      inflightWaitMs: 10_000,
+      ...(schema === undefined ? {} : { databaseUrl: schema.url })
+    })
   })
   afterAll(async () => {
     await gw.close()
     await upstream.close()
+    schema?.drop()
   })
 
   it(
     "small budgets, concurrent sends, 402s, cut streams: spent + reserved ≤ cap and Σ receipts = spent after every command",
     async () => {
-      const coverage = new Coverage("Gateway at the budget edge (asyncModelRun)")
+      const coverage = new Coverage(`Gateway at the budget edge on ${engine} (asyncModelRun)`)
       await assertProperty(
         "Gateway budget edge",
         fc.asyncProperty(fc.tuple(cap, cap), commands, (caps, cmds) =>
@@ -70,11 +76,11 @@ describe("the governed HTTP path at the budget edge never overspends and charges
               const k = await gw.admin("POST", `/admin/v1/projects/${p.body.id}/keys`, { environment: "development" })
               tenants.push({ projectId: p.body.id, key: k.body.secret, cap: c })
             }
-            const real: BudgetReal = { gw, upstream, db, coverage, tenants }
+            const real: BudgetReal = { gw, upstream, coverage, tenants }
             return { model: { charged: [new Map(), new Map()], refused: [new Set(), new Set()], streams: [new Set(), new Set()] } satisfies BudgetModel, real }
           }, cmds)
         ),
-        gatewayRuns
+        engine === "pg" ? pgGatewayRuns : gatewayRuns
       )
       coverage.print()
     },

@@ -1,7 +1,8 @@
 /**
  * Model-based test of idempotency as production runs it — the claim, stored result and release inside
- * the store port's reserve / settle / abandon, in the store worker on a SQLite file, TestClock —
- * against spec/idempotency.ts.
+ * the store port's reserve / settle / abandon, in the store worker on a SQLite file and on PostgreSQL
+ * (each engine of `modelEngines`, fewer runs on PostgreSQL outside test:deep), TestClock — against
+ * spec/idempotency.ts.
  * Invariants after every command: every (scope, key, fingerprint) peeks exactly as the model claims —
  * so a replay returns the identical bytes and original request id, a conflict changed nothing, a
  * release freed the key, an expired record is gone — and no other live rows exist. Racing claims:
@@ -19,10 +20,10 @@ import { CLAIM_TTL_MS, FINGERPRINTS, type IdemModel, type IdemReal, KEYS, RESULT
 import { ReleaseCommand } from "./idempotency/ReleaseCommand.ts"
 import { assertProperty } from "./support/assert.ts"
 import { Coverage } from "./support/coverage.ts"
-import { maxCommands, portRuns, propertyTimeoutMs, scheduledRuns, serviceRuns } from "./support/profile.ts"
+import { maxCommands, pgPortRuns, pgScheduledRuns, portRuns, propertyTimeoutMs, scheduledRuns, serviceRuns } from "./support/profile.ts"
 import { Effect } from "effect"
 import { Projects } from "../../src/services/Projects.ts"
-import { makeTimedPortRuntime, run, RuntimePool, type TimedPortRuntime, yieldBudgets } from "./support/runtime.ts"
+import { makeTimedPortRuntime, modelEngines, run, RuntimePool, type TimedPortRuntime, yieldBudgets } from "./support/runtime.ts"
 
 const scope = fc.integer({ min: 0, max: 2 })
 const key = fc.integer({ min: 0, max: KEYS.length - 1 })
@@ -63,18 +64,19 @@ const setup = (pool: RuntimePool<TimedPortRuntime>, coverage: Coverage, schedule
   return { model: { state: Idem.empty, claims: [] } satisfies IdemModel, real }
 }
 
-describe("idempotency through the store port (worker, file store) follows spec/idempotency.ts", () => {
+describe.each(modelEngines)("idempotency through the store port (%s) follows spec/idempotency.ts", (engine) => {
+  const runs = engine === "pg" ? { port: pgPortRuns, scheduled: pgScheduledRuns } : { port: portRuns, scheduled: scheduledRuns }
   let rt: RuntimePool<TimedPortRuntime>
   beforeAll(() => {
-    rt = new RuntimePool(makeTimedPortRuntime)
+    rt = new RuntimePool(() => makeTimedPortRuntime(engine))
   })
   afterAll(() => rt.dispose())
 
   it(
     "claim/finish/release/expiry: replay identical, conflict changes nothing, one winner per key",
     async () => {
-      const coverage = new Coverage("IdempotencyStore (asyncModelRun)")
-      await assertProperty("IdempotencyStore", fc.asyncProperty(commands, (cmds) => fc.asyncModelRun(setup(rt, coverage), cmds)), portRuns)
+      const coverage = new Coverage(`IdempotencyStore on ${engine} (asyncModelRun)`)
+      await assertProperty("IdempotencyStore", fc.asyncProperty(commands, (cmds) => fc.asyncModelRun(setup(rt, coverage), cmds)), runs.port)
       coverage.print()
     },
     propertyTimeoutMs
@@ -83,17 +85,19 @@ describe("idempotency through the store port (worker, file store) follows spec/i
   it(
     "interleaved racing claims (scheduledModelRun): exactly one winner, the rest wait or conflict",
     async () => {
-      const coverage = new Coverage("IdempotencyStore (scheduledModelRun)")
+      const coverage = new Coverage(`IdempotencyStore on ${engine} (scheduledModelRun)`)
       await assertProperty(
         "IdempotencyStore scheduled",
         fc.asyncProperty(fc.scheduler(), fc.scheduler(), commands, (s, races, cmds) => fc.scheduledModelRun(s, setup(rt, coverage, races), cmds)),
-        scheduledRuns
+        runs.scheduled
       )
       coverage.print()
     },
     propertyTimeoutMs
   )
+})
 
+describe("idempotency keys", () => {
   it("accepts exactly the idempotency keys the model accepts (1–255 printable ASCII)", () => {
     fc.assert(
       fc.property(fc.oneof(fc.string({ maxLength: 300 }), fc.stringMatching(/^[\x00-\x7f]{0,3}$/), fc.constantFrom(" ", " a", "a ", "", "x".repeat(255), "x".repeat(256))), (k) => {

@@ -1,6 +1,7 @@
 /**
  * Model-based test of the money path as production runs it — the store port's reserve / settle /
- * abandon (src/store/ChatStore.ts) in the store worker on a SQLite file — against spec/ledger.ts.
+ * abandon (src/store/ChatStore.ts) in the store worker on a SQLite file, and on PostgreSQL — against
+ * spec/ledger.ts (on each engine of `modelEngines`, fewer runs on PostgreSQL outside test:deep).
  * Invariants after every command: the service's windows equal the model's accounts; no overspend;
  * conservation (spent + reserved + available = cap); each reservation resolved at most once; exactly
  * one receipt (debit) per settled reservation, none otherwise; debits sum to spent; contiguous chain.
@@ -18,8 +19,8 @@ import { SettleCommand } from "./ledger/SettleCommand.ts"
 import { VoidCommand } from "./ledger/VoidCommand.ts"
 import { assertProperty } from "./support/assert.ts"
 import { Coverage } from "./support/coverage.ts"
-import { maxCommands, portRuns, propertyTimeoutMs, scheduledRuns } from "./support/profile.ts"
-import { makePortRuntime, type PortRuntime, run, RuntimePool, yieldBudgets } from "./support/runtime.ts"
+import { maxCommands, pgPortRuns, pgScheduledRuns, portRuns, propertyTimeoutMs, scheduledRuns } from "./support/profile.ts"
+import { makePortRuntime, modelEngines, type PortRuntime, run, RuntimePool, yieldBudgets } from "./support/runtime.ts"
 
 const project = fc.integer({ min: 0, max: 1 })
 const period = fc.integer({ min: 0, max: 1 })
@@ -57,21 +58,22 @@ const setup = (pool: RuntimePool<PortRuntime>, coverage: Coverage, caps: readonl
   return { model: { state: model } satisfies LedgerModel, real }
 }
 
-describe("the store port's money path (worker, file store) follows spec/ledger.ts", () => {
+describe.each(modelEngines)("the store port's money path (%s) follows spec/ledger.ts", (engine) => {
+  const runs = engine === "pg" ? { port: pgPortRuns, scheduled: pgScheduledRuns } : { port: portRuns, scheduled: scheduledRuns }
   let rt: RuntimePool<PortRuntime>
   beforeAll(() => {
-    rt = new RuntimePool(makePortRuntime)
+    rt = new RuntimePool(() => makePortRuntime(engine))
   })
   afterAll(() => rt.dispose())
 
   it(
     "sequential commands: no overspend, conservation, resolved at most once, one receipt per charge",
     async () => {
-      const coverage = new Coverage("Ledger (asyncModelRun)")
+      const coverage = new Coverage(`Ledger on ${engine} (asyncModelRun)`)
       await assertProperty(
         "Ledger",
         fc.asyncProperty(fc.tuple(cap, cap), commands, (caps, cmds) => fc.asyncModelRun(setup(rt, coverage, caps), cmds)),
-        portRuns
+        runs.port
       )
       coverage.print()
     },
@@ -81,13 +83,13 @@ describe("the store port's money path (worker, file store) follows spec/ledger.t
   it(
     "interleaved concurrent reservations (scheduledModelRun) stay linearizable and never overspend",
     async () => {
-      const coverage = new Coverage("Ledger (scheduledModelRun)")
+      const coverage = new Coverage(`Ledger on ${engine} (scheduledModelRun)`)
       await assertProperty(
         "Ledger scheduled",
         fc.asyncProperty(fc.scheduler(), fc.scheduler(), fc.tuple(cap, cap), commands, (s, races, caps, cmds) =>
           fc.scheduledModelRun(s, setup(rt, coverage, caps, races), cmds)
         ),
-        scheduledRuns
+        runs.scheduled
       )
       coverage.print()
     },

@@ -1,12 +1,11 @@
 /**
  * The rate limit shared by several instances through Redis (REDIS_URL), on the real Redis of
- * scripts/services.sh: one GCRA Lua script on Redis's clock, so three instances together admit what
- * one would (burst + rate·t), never three times that. And when Redis cannot answer, the conservative
+ * scripts/services.sh: one GCRA Lua script on Redis's clock, so three instances together admit
+ * exactly what spec/rateLimit.ts's GCRA admits for one project on that clock, never three times it. And when Redis cannot answer, the conservative
  * fallback: each instance admits its share (the limit divided by the live instances), says so in its
  * health and counts it. Runs in `npm test` whenever Redis answers; under CI=true it must run.
  */
 import { Effect, Either, Layer, type ManagedRuntime } from "effect"
-import { execFileSync } from "node:child_process"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -14,21 +13,13 @@ import { afterAll, describe, expect, it, onTestFinished } from "vitest"
 import { Instance } from "../../src/services/Instance.ts"
 import { RateLimiter, RateLimiterPostgres, RateLimiterShared, rateLimitFallbacks } from "../../src/services/RateLimiter.ts"
 import { DatabaseLive, StoreDatabaseLive } from "../../src/store/Database.ts"
-import { freshSchema, pgReachable, type TestSchema } from "../support/pg.ts"
+import { freshSchema, onEngines, pgQuerySync, TEST_REDIS_URL, type TestSchema } from "../support/pg.ts"
+import { checkGcra, emissionIntervalMicros, type RateLimit } from "../../spec/rateLimit.ts"
+import { Redis } from "ioredis"
 import { newProjectId } from "../../src/domain/ids.ts"
 import { testRuntime } from "../support/runtime.ts"
 
-const REDIS_URL = process.env.TOLLGATE_TEST_REDIS_URL ?? "redis://127.0.0.1:6379"
-const reachable = (() => {
-  try {
-    return execFileSync("redis-cli", ["-u", REDIS_URL, "PING"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim() === "PONG"
-  } catch {
-    return false
-  }
-})()
-if (!reachable && process.env.CI === undefined) {
-  console.warn("test/services/RateLimiterShared.test.ts: SKIPPED — Redis is not reachable (run scripts/services.sh; under CI=true this fails instead)")
-}
+const REDIS_URL = TEST_REDIS_URL
 
 const dir = mkdtempSync(join(tmpdir(), "tollgate-rl-"))
 const schemas: Array<TestSchema> = []
@@ -59,20 +50,56 @@ const admitAll = (rts: ReadonlyArray<ManagedRuntime.ManagedRuntime<RateLimiter, 
     rts.flatMap((rt) => Array.from({ length: perInstance }, () => rt.runPromise(Effect.either(Effect.flatMap(RateLimiter, (l) => l.admit(projectId, limit))))))
   )
 
-describe.skipIf(!reachable && process.env.CI === undefined)("RateLimiterShared: one limit across instances", () => {
-  it("three instances admit together what one would: burst + rate·t, not three times it", async () => {
+/** How many of `n` admissions of one project, all at `nowMicros` on an empty bucket, spec/rateLimit.ts admits. */
+const specAdmits = (n: number, limit: RateLimit, nowMicros: number): number => {
+  let state = 0
+  let admitted = 0
+  for (let i = 0; i < n; i++) {
+    const d = checkGcra(state, limit, nowMicros)
+    if (d._tag === "Allowed") {
+      state = d.state
+      admitted++
+    }
+  }
+  return admitted
+}
+
+/**
+ * Invariant: instances sharing one limit admit together exactly what the spec's GCRA admits for one
+ * project, on the shared store's clock. 20 admissions on each instance at once, between two readings
+ * of that clock (`clockMicros`); one a minute with a burst of 10, so nothing refills within the test
+ * and the spec admits the same at the span's start and end (checked): exactly 10, where limiters per
+ * instance would admit 30. Every refusal is RateLimited, its retry within one emission interval.
+ */
+const expectOneLimit = async (rts: ReadonlyArray<ManagedRuntime.ManagedRuntime<RateLimiter, unknown>>, clockMicros: () => Promise<number>) => {
+  const limit = { requestsPerMinute: 1, burst: 10 }
+  const projectId = newProjectId()
+  const from = await clockMicros()
+  const outcomes = await admitAll(rts, projectId, 20, limit)
+  const to = await clockMicros()
+  const expected = specAdmits(outcomes.length, limit, from)
+  expect(specAdmits(outcomes.length, limit, to)).toBe(expected)
+  expect(outcomes.filter(Either.isRight).length).toBe(expected)
+  for (const o of outcomes.filter(Either.isLeft)) {
+    expect(o.left._tag).toBe("RateLimited")
+    expect(o.left.retryAfterMs).toBeGreaterThan(0)
+    expect(o.left.retryAfterMs).toBeLessThanOrEqual(emissionIntervalMicros(limit) / 1000)
+  }
+  for (const rt of rts) expect(await rt.runPromise(Effect.map(RateLimiter, (l) => l.health()))).toEqual({ mode: "shared", degraded: false })
+}
+
+describe.runIf(onEngines("RateLimiterShared (Redis)", { redis: true }))("RateLimiterShared: one limit across instances", () => {
+  it("three instances admit together exactly what the spec's GCRA admits on Redis's clock, not three times it", async () => {
     const rts = await instances(3, REDIS_URL, "shared.db")
-    const limit = { requestsPerMinute: 60, burst: 10 }
-    const projectId = newProjectId()
-    const started = Date.now()
-    const outcomes = await admitAll(rts, projectId, 20, limit)
-    const elapsedMs = Date.now() - started
-    const admitted = outcomes.filter(Either.isRight).length
-    // One per second refills: at most burst + floor(t / 1 s) + 1 over the burst's span; 30 if per instance.
-    expect(admitted).toBeGreaterThanOrEqual(limit.burst)
-    expect(admitted).toBeLessThanOrEqual(limit.burst + Math.floor(elapsedMs / 1000) + 1)
-    for (const o of outcomes.filter(Either.isLeft)) expect(o.left._tag).toBe("RateLimited")
-    for (const rt of rts) expect(await rt.runPromise(Effect.map(RateLimiter, (l) => l.health()))).toEqual({ mode: "shared", degraded: false })
+    const redis = new Redis(REDIS_URL)
+    try {
+      await expectOneLimit(rts, async () => {
+        const [seconds, micros] = await redis.time()
+        return Number(seconds) * 1_000_000 + Number(micros)
+      })
+    } finally {
+      redis.disconnect()
+    }
   })
 
   it("Redis unreachable: each instance admits its share (limit ÷ live instances), reports degraded, counts the fallback", async () => {
@@ -109,7 +136,7 @@ describe.skipIf(!reachable && process.env.CI === undefined)("RateLimiterShared: 
   }, 30_000)
 })
 
-describe.skipIf(!pgReachable() && process.env.CI === undefined)("RateLimiterPostgres: one limit across instances without Redis", () => {
+describe.runIf(onEngines("RateLimiterPostgres (PostgreSQL)"))("RateLimiterPostgres: one limit across instances without Redis", () => {
   it("three instances on one PostgreSQL database admit together what one would (one guarded upsert per admission)", async () => {
     const schema = freshSchema()
     schemas.push(schema)
@@ -117,19 +144,6 @@ describe.skipIf(!pgReachable() && process.env.CI === undefined)("RateLimiterPost
       testRuntime(RateLimiterPostgres.pipe(Layer.provide(StoreDatabaseLive)), { databaseUrl: schema.url, pgPoolSize: 4 }, onTestFinished)
     )
     for (const rt of rts) await rt.runPromise(RateLimiter)
-    const limit = { requestsPerMinute: 60, burst: 10 }
-    const projectId = newProjectId()
-    const started = Date.now()
-    const outcomes = await admitAll(rts, projectId, 20, limit)
-    const elapsedMs = Date.now() - started
-    const admitted = outcomes.filter(Either.isRight).length
-    expect(admitted).toBeGreaterThanOrEqual(limit.burst)
-    expect(admitted).toBeLessThanOrEqual(limit.burst + Math.floor(elapsedMs / 1000) + 1)
-    for (const o of outcomes.filter(Either.isLeft)) {
-      expect(o.left._tag).toBe("RateLimited")
-      expect(o.left.retryAfterMs).toBeGreaterThan(0)
-      expect(o.left.retryAfterMs).toBeLessThanOrEqual(1000)
-    }
-    for (const rt of rts) expect(await rt.runPromise(Effect.map(RateLimiter, (l) => l.health()))).toEqual({ mode: "shared", degraded: false })
+    await expectOneLimit(rts, async () => pgQuerySync<{ us: number }>(schema.url, "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us")[0]!.us)
   })
 })

@@ -9,7 +9,7 @@
  * resolved, one unbroken receipt chain per project. Runs when PostgreSQL and Redis answer (always
  * under CI=true).
  */
-import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process"
+import { type ChildProcess, spawn, spawnSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -17,19 +17,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { GENESIS_HASH, type Receipt, verifyReceipt } from "../../spec/receipt.ts"
 import { mockGatewayFile } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
-import { freshSchema, pgQuerySync, pgReachable, TEST_REDIS_URL, type TestSchema } from "../support/pg.ts"
+import { freshSchema, onEngines, pgQuerySync, TEST_REDIS_URL, type TestSchema } from "../support/pg.ts"
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 const ADMIN = "multi-instance-admin-token"
-const redisUp = (() => {
-  try {
-    return execFileSync("redis-cli", ["-u", TEST_REDIS_URL, "PING"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim() === "PONG"
-  } catch {
-    return false
-  }
-})()
-const runnable = (pgReachable() && redisUp) || process.env.CI !== undefined
-if (!runnable) console.warn("test/start/multiInstance.test.ts: SKIPPED — PostgreSQL or Redis is not reachable (run scripts/services.sh)")
 
 interface Node {
   child: ChildProcess
@@ -37,7 +28,7 @@ interface Node {
   out: string
 }
 
-describe.skipIf(!runnable)("three instances on one PostgreSQL and one Redis", () => {
+describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: true }))("three instances on one PostgreSQL and one Redis", () => {
   mkdirSync(join(root, ".tollgate"), { recursive: true })
   const dir = mkdtempSync(join(root, ".tollgate", "multi-"))
   let schema: TestSchema
@@ -175,6 +166,26 @@ describe.skipIf(!runnable)("three instances on one PostgreSQL and one Redis", ()
     expect(mock.calls - before).toBe(1)
     expect(ledgerOf(p.id).receipts).toBe(1)
     console.log(`idempotency: 9 calls on 3 instances, ${mock.calls - before} upstream call, 1 receipt`)
+  })
+
+  it("a call in flight on one instance is waited for by the others and replayed: one upstream call, one charge, the original's bytes", async () => {
+    const p = await project(1_000_000)
+    const before = mock.calls
+    mock.pushBehavior({ delayMs: 1_500 })
+    const original = chat(nodes[0]!, p.key, {}, { "idempotency-key": "in-flight-1" })
+    // The duplicates are sent only once the original's claim is in flight in the shared store.
+    for (;;) {
+      const [row] = q<{ state: string }>("SELECT state FROM idempotency WHERE project_id = ? AND key = 'in-flight-1'", p.id)
+      if (row?.state === "in_flight") break
+      if (row?.state === "finished") throw new Error("the original finished before the duplicates were sent; the upstream delay is too short")
+      await new Promise((r) => setTimeout(r, 10))
+    }
+    const duplicates = await Promise.all([1, 2].map((i) => chat(nodes[i]!, p.key, {}, { "idempotency-key": "in-flight-1" })))
+    const first = await original
+    expect([first, ...duplicates].map((r) => r.status)).toEqual([200, 200, 200])
+    for (const d of duplicates) expect(d.body).toBe(first.body)
+    expect(mock.calls - before).toBe(1)
+    expect(ledgerOf(p.id).receipts).toBe(1)
   })
 
   it("a key revoked on one instance is refused by every instance within 1 s", async () => {

@@ -29,6 +29,30 @@ export const pgReachable = (url = TEST_PG_URL): boolean => {
   }
 }
 
+/** Whether the test Redis answers PING. */
+export const redisReachable = (url = TEST_REDIS_URL): boolean => {
+  try {
+    return execFileSync("redis-cli", ["-u", url, "PING"], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim() === "PONG"
+  } catch {
+    return false
+  }
+}
+
+/**
+ * The one gate of the suites on the real engines: whether `suite` runs. It runs when the engines it
+ * needs answer, and always under CI (CI=true), where an unreachable engine must fail, not skip;
+ * otherwise it is skipped with one line on stderr saying why. Use as `describe.runIf(onEngines(…))`.
+ */
+export const onEngines = (suite: string, needs: { readonly pg?: boolean; readonly redis?: boolean } = { pg: true }): boolean => {
+  if (process.env.CI !== undefined) return true
+  const missing = [needs.pg === true && !pgReachable() ? "PostgreSQL" : undefined, needs.redis === true && !redisReachable() ? "Redis" : undefined].filter(
+    (x) => x !== undefined
+  )
+  if (missing.length === 0) return true
+  console.warn(`${suite}: SKIPPED — ${missing.join(" and ")} not reachable (run scripts/services.sh; under CI=true this fails instead)`)
+  return false
+}
+
 /** `url` with its connections' search_path set to `schema`. */
 export const withSchema = (url: string, schema: string): string =>
   `${url}${url.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema}`)}`

@@ -1,6 +1,6 @@
 /**
- * Gateway model at the budget edge: a real Tollgate over HTTP (SQLite file, the store worker,
- * assertion mode on) in front of the mock upstream, with SMALL budgets, so generated runs keep
+ * Gateway model at the budget edge: a real Tollgate over HTTP (SQLite file and the store worker, or
+ * PostgreSQL; assertion mode on) in front of the mock upstream, with SMALL budgets, so generated runs keep
  * meeting the edge — sends that fit, sends that shrink their output cap to fit, 402s, concurrent
  * sends racing for the last Credits, streams cut mid-way by the client or the upstream.
  *
@@ -10,7 +10,6 @@
  * 200's charge has its receipt, no 402 has one; the store's rows pass spec/ledger.ts
  * `checkLedgerRows` (window sums, one receipt per charge, the chain).
  */
-import type Database from "better-sqlite3"
 import type fc from "fast-check"
 import { expect } from "vitest"
 import { checkLedgerRows } from "../../../spec/ledger.ts"
@@ -40,7 +39,6 @@ export interface BudgetModel {
 export interface BudgetReal {
   readonly gw: TestGateway
   readonly upstream: MockUpstream
-  readonly db: Database.Database
   readonly coverage: Coverage
   readonly tenants: ReadonlyArray<Tenant>
 }
@@ -101,8 +99,8 @@ const settled = async (r: BudgetReal, tenant: number): Promise<void> => {
   const project = r.tenants[tenant]!.projectId
   const deadline = Date.now() + 5_000
   for (;;) {
-    const held = r.db.prepare("SELECT COUNT(*) AS n FROM reservations WHERE project_id = ? AND state = 'held'").get(project) as { n: number }
-    if (held.n === 0 || Date.now() > deadline) return
+    const [held] = r.gw.query<{ n: number }>("SELECT COUNT(*) AS n FROM reservations WHERE project_id = ? AND state = 'held'", project)
+    if (held!.n === 0 || Date.now() > deadline) return
     await new Promise((resolve) => setTimeout(resolve, 20))
   }
 }
@@ -114,9 +112,10 @@ export const checkInvariants = async (m: BudgetModel, r: BudgetReal): Promise<vo
     // The promise: never overspent, nothing stranded.
     expect(w.spent + w.reserved, `tenant ${t}: spent + reserved ≤ cap`).toBeLessThanOrEqual(tenant.cap)
     expect(w.reserved, `tenant ${t}: nothing left reserved`).toBe(0)
-    const receipts = r.db.prepare("SELECT request_id, project_id, period, seq, credits_charged, prev_hash, hash FROM receipts WHERE project_id = ? ORDER BY seq").all(tenant.projectId) as Array<{
-      request_id: string; project_id: string; period: string; seq: number; credits_charged: number; prev_hash: string; hash: string
-    }>
+    const receipts = r.gw.query<{ request_id: string; project_id: string; period: string; seq: number; credits_charged: number; prev_hash: string; hash: string }>(
+      "SELECT request_id, project_id, period, seq, credits_charged, prev_hash, hash FROM receipts WHERE project_id = ? ORDER BY seq",
+      tenant.projectId
+    )
     expect(receipts.reduce((a, x) => a + x.credits_charged, 0), `tenant ${t}: Σ receipts = spent`).toBe(w.spent)
     // Every 200 has its receipt with its charge; no 402 has one; streams have at most one.
     const byRequest = new Map(receipts.map((x) => [x.request_id, x.credits_charged]))
@@ -125,10 +124,11 @@ export const checkInvariants = async (m: BudgetModel, r: BudgetReal): Promise<vo
     const known = new Set([...m.charged[t]!.keys(), ...m.streams[t]!])
     for (const x of receipts) expect(known.has(x.request_id), `receipt ${x.request_id} belongs to a call the client made`).toBe(true)
     // The rulebook's checkers over this tenant's rows.
-    const windows = r.db.prepare("SELECT project_id, period, spent, reserved FROM budget_windows WHERE project_id = ?").all(tenant.projectId) as Array<{ project_id: string; period: string; spent: number; reserved: number }>
-    const reservations = r.db.prepare("SELECT id, request_id, project_id, period, amount, state, charge, created_at FROM reservations WHERE project_id = ?").all(tenant.projectId) as Array<{
-      id: string; request_id: string; project_id: string; period: string; amount: number; state: string; charge: number | null; created_at: number
-    }>
+    const windows = r.gw.query<{ project_id: string; period: string; spent: number; reserved: number }>("SELECT project_id, period, spent, reserved FROM budget_windows WHERE project_id = ?", tenant.projectId)
+    const reservations = r.gw.query<{ id: string; request_id: string; project_id: string; period: string; amount: number; state: string; charge: number | null; created_at: number }>(
+      "SELECT id, request_id, project_id, period, amount, state, charge, created_at FROM reservations WHERE project_id = ?",
+      tenant.projectId
+    )
     expect(
       checkLedgerRows({
         projects: [{ id: tenant.projectId, cap: tenant.cap }],

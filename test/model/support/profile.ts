@@ -18,6 +18,16 @@ export const serviceRuns = fromEnv("TOLLGATE_MODEL_RUNS") ?? (deep ? 10_000 : 20
  * the deep profile runs fewer of them than of the in-memory models to stay within minutes.
  */
 export const portRuns = fromEnv("TOLLGATE_MODEL_RUNS") ?? (deep ? 3_000 : 200)
+/**
+ * The same two counts on PostgreSQL: each command is several round trips over loopback and a
+ * synchronous COMMIT, and the box is shared, so `npm test` runs a handful (the suite proves the
+ * commands and checks work on the engine) and `npm run test:deep` the real search.
+ */
+export const pgPortRuns = fromEnv("TOLLGATE_PG_MODEL_RUNS") ?? (deep ? 1_000 : 15)
+export const pgScheduledRuns = fromEnv("TOLLGATE_PG_SCHEDULED_RUNS") ?? (deep ? 300 : 5)
+
+/** The gateway model at the budget edge on PostgreSQL (its checks read through psql: slower still). */
+export const pgGatewayRuns = fromEnv("TOLLGATE_PG_GATEWAY_RUNS") ?? (deep ? 50 : 3)
 /** Runs of the gateway-level model (real HTTP gateway + mock upstream): fewer, each run is heavier. */
 export const gatewayRuns = fromEnv("TOLLGATE_GATEWAY_RUNS") ?? (deep ? 200 : 25)
 /**

@@ -3,9 +3,13 @@
  * on the live clock, or the governance services on Effect's TestClock so commands move time.
  * One runtime serves a whole property; each fc run gets its own projects (fresh ids), so runs
  * never see each other's state and no store is rebuilt per run.
+ *
+ * The models of the money path (the store port) run on both engines (`modelEngines`): a SQLite file
+ * through the store worker, and PostgreSQL (a fresh schema of the test database per runtime, dropped
+ * on dispose) when it answers — the same commands, the same invariant checks over the same rows.
  */
 import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Layer, ManagedRuntime, TestClock, TestContext, type TestServices } from "effect"
+import { Duration, Effect, Layer, ManagedRuntime, Option, TestClock, TestContext, type TestServices } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -17,8 +21,10 @@ import { Ledger } from "../../../src/services/Ledger.ts"
 import { Projects } from "../../../src/services/Projects.ts"
 import { RateLimiter } from "../../../src/services/RateLimiter.ts"
 import { ReceiptKeyLive, ReceiptSigner } from "../../../src/services/ReceiptSigner.ts"
+import { ChatStoreLive } from "../../../src/store/chatStoreLive.ts"
+import { DatabaseLive, StoreDatabaseLive } from "../../../src/store/Database.ts"
 import { ChatStore } from "../../../src/store/ChatStore.ts"
-import { DatabaseLive } from "../../../src/store/Database.ts"
+import { freshSchema, onEngines } from "../../support/pg.ts"
 
 const servicesLayer = ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: "sqlite::memory:" }))))
 
@@ -41,43 +47,67 @@ export const makeServicesRuntime = () => ManagedRuntime.make(timedLayer.pipe(Lay
  */
 export const makeLiveServicesRuntime = (): ServicesRuntime => ManagedRuntime.make(servicesLayer) as unknown as ServicesRuntime
 
+/** The engines of the store port the money-path models run on. */
+export type Engine = "sqlite" | "pg"
+
+/** SQLite always; PostgreSQL too when it answers (always under CI), else a skip line says why. */
+export const modelEngines: ReadonlyArray<Engine> = ["sqlite", ...(onEngines("test/model on PostgreSQL") ? (["pg"] as const) : [])]
+
 /**
- * What production runs, for the models of the money path: `ServicesLive` over a SQLite FILE, so the
- * store port (ChatStore) runs its transactions in the store worker, batched and group-committed,
- * exactly as it serves requests. Each runtime gets its own file (removed on dispose).
+ * A store of `engine` for one runtime, in assertion mode (TOLLGATE_ASSERT): a fresh SQLite file, or
+ * a fresh schema of the PostgreSQL test database (with the instance's own receipt key file, as a
+ * PostgreSQL instance keeps it); `cleanup` removes it.
  */
-export const makePortRuntime = (): PortRuntime => {
+const modelStore = (engine: Engine) => {
   const dir = mkdtempSync(join(tmpdir(), "tollgate-model-"))
-  const rt = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}`, assertInvariants: true }))), Layer.orDie))
+  const schema = engine === "pg" ? freshSchema() : undefined
+  const settings = makeSettings({
+    databaseUrl: schema?.url ?? `sqlite:${join(dir, "model.db")}`,
+    assertInvariants: true,
+    pgPoolSize: 4,
+    ...(schema === undefined ? {} : { receiptKeyFile: Option.some(join(dir, "receipt-signing-key.pem")) })
+  })
+  const cleanup = () => {
+    schema?.drop()
+    rmSync(dir, { recursive: true, force: true })
+  }
+  return { settings: Layer.succeed(Settings, settings), cleanup }
+}
+
+const disposing = <R extends { dispose(): Promise<void> }>(rt: R, cleanup: () => void): R => {
   const dispose = rt.dispose.bind(rt)
   return Object.assign(rt, {
     dispose: async () => {
       await dispose()
-      rmSync(dir, { recursive: true, force: true })
+      cleanup()
     }
   })
 }
+
 /**
- * The store port in the worker on a SQLite file, with the governance services, on TestClock: for the
- * money-path models where time matters (idempotency expiry). No Gateway and no Recovery sweep (see
- * `timedLayer`); the transactions take their `now` from their arguments, as the Gateway passes it.
+ * What production runs, for the models of the money path: `ServicesLive` over a SQLite FILE, so the
+ * store port (ChatStore) runs its transactions in the store worker, batched and group-committed,
+ * exactly as it serves requests — or over PostgreSQL, where the port runs inline on the pool.
  */
-export const makeTimedPortRuntime = (): TimedPortRuntime => {
-  const dir = mkdtempSync(join(tmpdir(), "tollgate-model-"))
-  const layer = Layer.mergeAll(Ledger.Default, ChatStore.Default.pipe(Layer.provide(ReceiptKeyLive))).pipe(
+export const makePortRuntime = (engine: Engine = "sqlite"): PortRuntime => {
+  const store = modelStore(engine)
+  return disposing(ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(store.settings), Layer.orDie)), store.cleanup)
+}
+/**
+ * The store port (in the worker on a SQLite file, or on PostgreSQL) with the governance services,
+ * on TestClock: for the money-path models where time matters (idempotency expiry). No Gateway and
+ * no Recovery sweep (see `timedLayer`); the transactions take their `now` from their arguments, as
+ * the Gateway passes it.
+ */
+export const makeTimedPortRuntime = (engine: Engine = "sqlite"): TimedPortRuntime => {
+  const store = modelStore(engine)
+  const layer = Layer.mergeAll(Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive))).pipe(
     Layer.provideMerge(Layer.mergeAll(Projects.Default, IdempotencyStore.Default, ReceiptSigner.Default)),
-    Layer.provideMerge(DatabaseLive),
-    Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${join(dir, "model.db")}`, assertInvariants: true }))),
+    Layer.provideMerge(StoreDatabaseLive),
+    Layer.provideMerge(store.settings),
     Layer.provideMerge(TestContext.TestContext)
   )
-  const rt = ManagedRuntime.make(layer)
-  const dispose = rt.dispose.bind(rt)
-  return Object.assign(rt, {
-    dispose: async () => {
-      await dispose()
-      rmSync(dir, { recursive: true, force: true })
-    }
-  })
+  return disposing(ManagedRuntime.make(layer), store.cleanup)
 }
 export type TimedPortRuntime = ManagedRuntime.ManagedRuntime<ChatStore | Ledger | Projects | IdempotencyStore | ReceiptSigner | SqlClient.SqlClient | Settings | TestServices.TestServices, never>
 
@@ -105,9 +135,13 @@ export const advance = <R>(rt: ManagedRuntime.ManagedRuntime<R | TestServices.Te
 
 export const nowMillis = <R>(rt: ManagedRuntime.ManagedRuntime<R, never>) => rt.runPromise(Effect.clockWith((c) => c.currentTimeMillis))
 
-/** Raw read of the store, for invariants the service interfaces do not expose. */
+/** Raw read of the store, for invariants the service interfaces do not expose; `?` placeholders on either engine. */
 export const select = <Row extends object>(text: string, ...params: ReadonlyArray<unknown>) =>
-  Effect.flatMap(SqlClient.SqlClient, (sql) => sql.unsafe<Row>(text, params as Array<any>)).pipe(Effect.orDie)
+  Effect.flatMap(SqlClient.SqlClient, (sql) => {
+    let n = 0
+    const dialectText = sql.onDialectOrElse({ pg: () => text.replace(/\?/g, () => `$${++n}`), orElse: () => text })
+    return sql.unsafe<Row>(dialectText, params as Array<any>)
+  }).pipe(Effect.orDie)
 
 export const query = <Row extends object>(rt: ManagedRuntime.ManagedRuntime<SqlClient.SqlClient, never>, text: string, ...params: ReadonlyArray<unknown>) =>
   rt.runPromise(select<Row>(text, ...params))

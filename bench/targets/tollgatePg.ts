@@ -1,0 +1,135 @@
+/**
+ * Bench child: Tollgate with full governance on the scale-out store — the same layer graph as
+ * `npm start` (ServerLive) with `DATABASE_URL` on PostgreSQL (a fresh schema of the test database,
+ * dropped at exit) and `REDIS_URL` (the shared rate limit), one openai-type provider on the mock
+ * upstream and a default project whose budget and rate limit never bind (as bench/targets/tollgate.ts).
+ *
+ * `--instances N` (default 1) runs N instances on the one schema and Redis, each with its own pool,
+ * epoch, instance id and receipt key: instance 0 on the main thread, the others on worker threads of
+ * this process (so the bench's CPU figure, read from this pid, covers all of them), behind a
+ * round-robin TCP splice on one port (connection-level, as an L4 load balancer; with N = 1 there is
+ * no splice). Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…}`.
+ *
+ * Engines: TOLLGATE_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test) and
+ * TOLLGATE_BENCH_REDIS_URL (default redis://127.0.0.1:6379); scripts/services.sh starts both.
+ */
+import { HttpServer } from "@effect/platform"
+import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { createConnection, createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads"
+import pg from "pg"
+import { type GatewayFile, makeSettings, Settings } from "../../src/domain/config.ts"
+import { ServerLive } from "../../src/server.ts"
+import { Bootstrap } from "../../src/services/Bootstrap.ts"
+import { arg } from "../lib/args.ts"
+
+interface InstanceData {
+  readonly index: number
+  readonly url: string
+  readonly dir: string
+  readonly upstream: string
+  readonly model: string
+}
+
+const pgUrl = process.env.TOLLGATE_BENCH_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test"
+const redisUrl = process.env.TOLLGATE_BENCH_REDIS_URL ?? "redis://127.0.0.1:6379"
+
+/** One instance: ServerLive on the schema, on an ephemeral port; its port and (for the first) the development key. */
+const startInstance = async (d: InstanceData) => {
+  const gateway: GatewayFile = {
+    providers: { mock: { type: "openai", base_url: `${d.upstream}/v1` } },
+    routes: [{ name: d.model, provider: "mock", upstream_model: d.model, max_output_tokens: 4096, auto: true }],
+    rate_cards: [
+      { version: "rc_2020-01", effective_from: "2020-01-01T00:00:00Z", prices: { [d.model]: { input: 150, cached_input: 75, output: 600 } } }
+    ],
+    default_project: { budget_credits: 1_000_000_000_000_000, requests_per_minute: 60_000_000, burst: 1_000_000 }
+  }
+  const settings = makeSettings({
+    port: 0,
+    host: "127.0.0.1",
+    databaseUrl: d.url,
+    redisUrl: Option.some(Redacted.make(redisUrl)),
+    pgPoolSize: 10,
+    instanceId: `bench-${d.index}`,
+    receiptKeyFile: Option.some(join(d.dir, `receipt-key-${d.index}.pem`)),
+    adminToken: Option.some(Redacted.make("bench-admin-token")),
+    accessLog: false,
+    upstreamTimeoutMs: 30_000,
+    upstreamDeadlineMs: 60_000,
+    gateway
+  })
+  const runtime = ManagedRuntime.make(ServerLive.pipe(Layer.provide(Layer.succeed(Settings, settings))))
+  const ready = await runtime.runPromise(
+    Effect.gen(function* () {
+      const server = yield* HttpServer.HttpServer
+      const bootstrap = yield* Bootstrap
+      return { port: server.address._tag === "TcpAddress" ? server.address.port : 0, key: bootstrap.firstStart?.developmentKey }
+    })
+  )
+  return { ...ready, dispose: () => runtime.dispose() }
+}
+
+if (!isMainThread) {
+  const started = await startInstance(workerData as InstanceData)
+  parentPort!.postMessage({ port: started.port })
+  parentPort!.on("message", () => void started.dispose().finally(() => process.exit(0)))
+} else {
+  const instances = Number(arg("--instances") ?? "1")
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-bench-pg-"))
+  const schema = `bench_${Date.now().toString(36)}_${process.pid}`
+  const admin = new pg.Client({ connectionString: pgUrl })
+  await admin.connect()
+  await admin.query(`CREATE SCHEMA ${schema}`)
+  // A start that fails leaves no schema behind.
+  const dropSchema = () => admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)
+  process.once("uncaughtException", (e) => void dropSchema().finally(() => (console.error(e), process.exit(1))))
+  process.once("unhandledRejection", (e) => void dropSchema().finally(() => (console.error(e), process.exit(1))))
+  const url = `${pgUrl}${pgUrl.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema}`)}`
+  const data = (index: number): InstanceData => ({
+    index,
+    url,
+    dir,
+    upstream: (arg("--upstream") ?? "http://127.0.0.1:9100").replace(/\/+$/, ""),
+    model: arg("--model") ?? "gpt-4o-mini"
+  })
+  // The first instance migrates the schema and creates the default project; the others then join.
+  const first = await startInstance(data(0))
+  // From sources (tsx), a worker registers tsx's loader before it imports this file; bundled, it runs the bundle.
+  const self = import.meta.url
+  const spawnWorker = (d: InstanceData) =>
+    self.endsWith(".ts")
+      ? new Worker(`import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(self)}) })`, { eval: true, workerData: d })
+      : new Worker(new URL(self), { workerData: d })
+  const workers = Array.from({ length: instances - 1 }, (_, i) => spawnWorker(data(i + 1)))
+  const workerPorts = await Promise.all(
+    workers.map((w) => new Promise<number>((resolve, reject) => (w.once("message", (m: { port: number }) => resolve(m.port)), w.once("error", reject))))
+  )
+  const ports = [first.port, ...workerPorts]
+  let port = first.port
+  if (ports.length > 1) {
+    let next = 0
+    const splice = createServer((client) => {
+      const upstream = createConnection({ host: "127.0.0.1", port: ports[next++ % ports.length]! })
+      client.pipe(upstream).pipe(client)
+      client.on("error", () => upstream.destroy())
+      upstream.on("error", () => client.destroy())
+    })
+    await new Promise<void>((resolve) => splice.listen(Number(arg("--port") ?? "0"), "127.0.0.1", resolve))
+    const address = splice.address()
+    port = typeof address === "object" && address !== null ? address.port : 0
+  }
+  process.stdout.write(JSON.stringify({ ready: true, port, key: first.key, schema, instances: ports.length }) + "\n")
+
+  const stop = () =>
+    void Promise.allSettled([...workers.map((w) => new Promise((r) => (w.once("exit", r), w.postMessage("stop")))), first.dispose()])
+      .then(dropSchema)
+      .finally(() => {
+        rmSync(dir, { recursive: true, force: true })
+        process.exit(0)
+      })
+  process.once("SIGTERM", stop)
+  process.once("SIGINT", stop)
+}
