@@ -11,11 +11,12 @@
  * its threads). A benchmark: its figures are printed, never asserted.
  *
  *   npm run bench:memory -- [--targets tollgate,floor] [--seconds 10] [--connections 512] [--idle-s 5]
- *                           [--node-flags "--max-semi-space-size=4"]   (an extra run of Tollgate with them)
+ *                           [--node-flags "--max-semi-space-size=4;"]  (extra runs of Tollgate with these flag sets
+ *                                                                       instead of `npm start`'s, `;` between sets)
  *                           [--env K=V,K=V]                            (an extra run of Tollgate with them)
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { basename, join, resolve } from "node:path"
 import { arg, numArg } from "./lib/args.ts"
 import { closedLoad } from "./lib/load.ts"
@@ -27,7 +28,12 @@ const seconds = numArg("--seconds", 10)
 const connections = numArg("--connections", 512)
 const idleS = numArg("--idle-s", 5)
 const targets = (arg("--targets") ?? "tollgate,floor").split(",")
-const nodeFlags = arg("--node-flags")?.split(" ").filter((f) => f !== "")
+/** Each `;`-separated set is an extra run of Tollgate with those Node flags instead of `npm start`'s. */
+const flagSets = arg("--node-flags")?.split(";").map((set) => set.split(" ").filter((f) => f !== ""))
+/** The Node flags `npm start` passes (package.json's start script), so this runs what it runs. */
+const startFlags = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start
+  .split(" ")
+  .filter((w) => w.startsWith("--"))
 const extraEnv = arg("--env")
 const model = "gpt-4o-mini"
 
@@ -128,6 +134,7 @@ interface Row {
   readonly idleMb: number
   readonly peakMb: number
   readonly rps: number
+  readonly cpuUsPerCall: number
   readonly errors: number
 }
 
@@ -138,10 +145,11 @@ const measure = async (target: string, start: () => Promise<Started>): Promise<R
   const idleMb = sampleProc(t.pid).rssMb
   log(`${target}: idle ${idleMb.toFixed(0)} MB; ${connections} connections for ${seconds} s …`)
   const endpoint = { name: target, origin: t.origin, path: "/v1/chat/completions", headers: { authorization: `Bearer ${t.key}` } }
+  const before = sampleProc(t.pid)
   const r = await closedLoad(endpoint, { connections, durationMs: seconds * 1000, body })
-  const peakMb = sampleProc(t.pid).peakRssMb
+  const after = sampleProc(t.pid)
   await t.stop()
-  return { target, idleMb, peakMb, rps: r.achievedRps, errors: r.errors }
+  return { target, idleMb, peakMb: after.peakRssMb, rps: r.achievedRps, cpuUsPerCall: ((after.cpuMs - before.cpuMs) * 1000) / Math.max(1, r.ok), errors: r.errors }
 }
 
 const main = async () => {
@@ -151,19 +159,19 @@ const main = async () => {
   const envPairs = Object.fromEntries((extraEnv ?? "").split(",").filter((p) => p.includes("=")).map((p) => [p.slice(0, p.indexOf("=")), p.slice(p.indexOf("=") + 1)]))
   const runs: Array<[string, () => Promise<Started>]> = []
   for (const t of targets) {
-    if (t === "tollgate") runs.push(["tollgate", () => startTollgate("tollgate", upstream, [], {})])
+    if (t === "tollgate") runs.push([["tollgate", ...startFlags].join(" "), () => startTollgate("tollgate", upstream, startFlags, {})])
     else if (t === "floor") runs.push(["floor", () => startFloor(upstream)])
     else throw new Error(`unknown target ${t} (tollgate, floor)`)
   }
-  if (nodeFlags !== undefined) runs.push([`tollgate ${nodeFlags.join(" ")}`, () => startTollgate("tollgate-flags", upstream, nodeFlags, {})])
-  if (extraEnv !== undefined) runs.push([`tollgate ${extraEnv}`, () => startTollgate("tollgate-env", upstream, [], envPairs)])
+  for (const [i, flags] of (flagSets ?? []).entries()) runs.push([["tollgate", ...flags].join(" "), () => startTollgate(`tollgate-flags-${i}`, upstream, flags, {})])
+  if (extraEnv !== undefined) runs.push([`tollgate ${extraEnv}`, () => startTollgate("tollgate-env", upstream, startFlags, envPairs)])
   const rows: Array<Row> = []
   for (const [name, start] of runs) rows.push(await measure(name, start))
   const mockMb = sampleProc(mock.pid).peakRssMb
   console.log(`\nRSS of each target's process (all its threads), ${connections} connections × ${seconds} s, non-streamed, mock upstream 20 ms:\n`)
-  console.log("| target | idle RSS | peak RSS (VmHWM) | closed-loop RPS | errors |")
-  console.log("|---|---:|---:|---:|---:|")
-  for (const r of rows) console.log(`| ${r.target} | ${r.idleMb.toFixed(0)} MB | ${r.peakMb.toFixed(0)} MB | ${r.rps.toFixed(0)} | ${r.errors} |`)
+  console.log("| target | idle RSS | peak RSS (VmHWM) | closed-loop RPS | CPU µs / call | errors |")
+  console.log("|---|---:|---:|---:|---:|---:|")
+  for (const r of rows) console.log(`| ${r.target} | ${r.idleMb.toFixed(0)} MB | ${r.peakMb.toFixed(0)} MB | ${r.rps.toFixed(0)} | ${r.cpuUsPerCall.toFixed(0)} | ${r.errors} |`)
   console.log(`\n(mock upstream peak ${mockMb.toFixed(0)} MB; figures from /proc/PID/status, on a shared box: compare rows of one run)`)
 }
 
