@@ -136,6 +136,7 @@ interface Row {
   readonly rps: number
   readonly cpuUsPerCall: number
   readonly errors: number
+  readonly errorKinds: Record<string, number>
 }
 
 const measure = async (target: string, start: () => Promise<Started>): Promise<Row> => {
@@ -149,7 +150,7 @@ const measure = async (target: string, start: () => Promise<Started>): Promise<R
   const r = await closedLoad(endpoint, { connections, durationMs: seconds * 1000, body })
   const after = sampleProc(t.pid)
   await t.stop()
-  return { target, idleMb, peakMb: after.peakRssMb, rps: r.achievedRps, cpuUsPerCall: ((after.cpuMs - before.cpuMs) * 1000) / Math.max(1, r.ok), errors: r.errors }
+  return { target, idleMb, peakMb: after.peakRssMb, rps: r.achievedRps, cpuUsPerCall: ((after.cpuMs - before.cpuMs) * 1000) / Math.max(1, r.ok), errors: r.errors, errorKinds: r.errorKinds }
 }
 
 const main = async () => {
@@ -171,7 +172,7 @@ const main = async () => {
   console.log(`\nRSS of each target's process (all its threads), ${connections} connections × ${seconds} s, non-streamed, mock upstream 20 ms:\n`)
   console.log("| target | idle RSS | peak RSS (VmHWM) | closed-loop RPS | CPU µs / call | errors |")
   console.log("|---|---:|---:|---:|---:|---:|")
-  for (const r of rows) console.log(`| ${r.target} | ${r.idleMb.toFixed(0)} MB | ${r.peakMb.toFixed(0)} MB | ${r.rps.toFixed(0)} | ${r.cpuUsPerCall.toFixed(0)} | ${r.errors} |`)
+  for (const r of rows) console.log(`| ${r.target} | ${r.idleMb.toFixed(0)} MB | ${r.peakMb.toFixed(0)} MB | ${r.rps.toFixed(0)} | ${r.cpuUsPerCall.toFixed(0)} | ${r.errors}${r.errors > 0 ? ` ${JSON.stringify(r.errorKinds)}` : ""} |`)
   console.log(`\n(mock upstream peak ${mockMb.toFixed(0)} MB; figures from /proc/PID/status, on a shared box: compare rows of one run)`)
 }
 

@@ -28,7 +28,9 @@ describe("npm start: the bundled server", () => {
     expect(build.status, build.stderr).toBe(0)
     // The demo provider and a fresh store, as on a user's first start.
     const { TOLLGATE_CONFIG: _config, TOLLGATE_ADMIN_TOKEN: _admin, ...env } = process.env
-    child = spawn(process.execPath, [join(dir, "dist/main.mjs")], {
+    // With the Node flags `npm start` passes (package.json's start script: V8's heap sizing).
+    const start = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start
+    child = spawn(process.execPath, [...start.split(" ").filter((w) => w.startsWith("--")), join(dir, "dist/main.mjs")], {
       env: { ...env, PORT: "0", HOST: "127.0.0.1", DATABASE_URL: `sqlite:${join(dir, "t.db")}` },
       stdio: ["ignore", "pipe", "pipe"]
     })
