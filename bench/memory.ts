@@ -3,9 +3,9 @@
  * next to the governed floor's (bench/targets/governedFloor.ts) in the same run.
  *
  * Tollgate runs exactly as `npm start` runs it: src/main.ts bundled by scripts/build.mjs (with its
- * store worker beside it), started with `node`, on a fresh SQLite file, its default access log on,
- * a gateway file routing to the bench's mock upstream (20 ms). The floor is bundled the same way, as
- * bench/run.ts starts it. For each target, one at a time: RSS after `--idle-s` seconds of idle, then
+ * store worker beside it), started with `node` and the start script's flags, on a fresh SQLite
+ * file, its default access log on (to a file), a gateway file routing to the bench's mock upstream
+ * (20 ms). The floor is bundled the same way, as bench/run.ts starts it. For each target, one at a time: RSS after `--idle-s` seconds of idle, then
  * `--connections` (512) autocannon connections for `--seconds` (10) of non-streamed governed calls,
  * each with its own idempotency key, and the peak RSS the kernel recorded for the process (VmHWM, all
  * its threads). A benchmark: its figures are printed, never asserted.
@@ -16,7 +16,7 @@
  *                           [--env K=V,K=V]                            (an extra run of Tollgate with them)
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { basename, join, resolve } from "node:path"
 import { arg, numArg } from "./lib/args.ts"
 import { closedLoad } from "./lib/load.ts"
@@ -82,31 +82,27 @@ const startTollgate = async (name: string, upstream: string, flags: ReadonlyArra
     })
   )
   const { TOLLGATE_CONFIG: _c, TOLLGATE_ADMIN_TOKEN: _a, DATABASE_URL: _d, ...inherited } = process.env
+  // Its stdout (the banner, then the access log) goes to a file, as `npm start > log` would: a pipe
+  // read by this process, busy with the load, would hold the server's synchronous writes.
+  const stdout = join(dir, "stdout.log")
   const child: ChildProcess = spawn(process.execPath, [...flags, file], {
     cwd: root,
     env: { ...inherited, PORT: "0", HOST: "127.0.0.1", DATABASE_URL: `sqlite:${join(dir, "t.db")}`, TOLLGATE_CONFIG: gateway, ...env },
-    stdio: ["ignore", "pipe", "pipe"]
+    stdio: ["ignore", openSync(stdout, "w"), "pipe"]
   })
-  let out = ""
-  // The access log is read and dropped, as a terminal would take it.
-  child.stderr!.on("data", (c: Buffer) => (out = (out + c.toString()).slice(-4000)))
-  const ready = await new Promise<{ origin: string; key: string }>((done, fail) => {
-    const timer = setTimeout(() => fail(new Error(`${name}: no banner in 60 s\n${out}`)), 60_000)
-    let banner = ""
-    let seen = false
-    child.stdout!.on("data", (c: Buffer) => {
-      if (seen) return
-      banner += c.toString()
+  let err = ""
+  child.stderr!.on("data", (c: Buffer) => (err = (err + c.toString()).slice(-4000)))
+  let exited = false
+  child.once("exit", () => (exited = true))
+  const ready = await (async () => {
+    for (const until = Date.now() + 60_000; Date.now() < until && !exited; await sleep(100)) {
+      const banner = readFileSync(stdout, "utf8")
       const url = /OpenAI base URL: (\S+?)\/v1\)/.exec(banner)
       const key = /development key: (\S+)/.exec(banner)
-      if (url && key) {
-        seen = true
-        clearTimeout(timer)
-        done({ origin: url[1]!, key: key[1]! })
-      }
-    })
-    child.once("exit", (code) => fail(new Error(`${name} exited ${code}\n${out}`)))
-  })
+      if (url && key) return { origin: url[1]!, key: key[1]! }
+    }
+    throw new Error(`${name}: ${exited ? "exited" : "no banner in 60 s"}\n${err}`)
+  })()
   const stop = () =>
     new Promise<void>((done) => {
       if (child.exitCode !== null || child.signalCode !== null) return done()
