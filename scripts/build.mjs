@@ -13,6 +13,7 @@
  *   node scripts/build.mjs ENTRY.ts OUTDIR [WORKER.ts]   # any entry, e.g. the bench's targets
  */
 import { build } from "esbuild"
+import { mkdir, writeFile } from "node:fs/promises"
 import { fileURLToPath } from "node:url"
 import { basename, dirname, join, resolve } from "node:path"
 
@@ -20,6 +21,28 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..")
 
 // Bundled CommonJS dependencies call `require`; an ES module has none of its own.
 const requireShim = "import { createRequire as __tollgateRequire } from 'node:module'; const require = __tollgateRequire(import.meta.url);"
+
+/** The o200k tokenizer's ranks: the one encoding Tollgate counts with (src/services/Tokenizer.ts). */
+const RANKS_MODULE = /gpt-tokenizer[\\/]esm[\\/]bpeRanks[\\/]o200k_base\.js$/
+const RANKS_FILE = "o200k_base.json"
+
+/**
+ * gpt-tokenizer ships its 200,000 ranks as one JavaScript array literal (2.4 MB of source, 3.3 MB
+ * escaped in the bundle). Parsed as code it costs the parser's memory for the literal (peak malloc
+ * 37 MB at start, not given back) and its source for the life of the process; read with JSON.parse
+ * from a file beside the bundle, `npm start` idles ≈ 35 MB lower (docs/decisions/0016-memory.md).
+ * Same ranks, same library around them: only the bundle's copy of that one module is replaced by a
+ * read of its JSON (test/start/bundledStart.test.ts checks the JSON against the package's array).
+ */
+const ranksAsJson = {
+  name: "o200k-ranks-as-json",
+  setup(b) {
+    b.onLoad({ filter: RANKS_MODULE }, () => ({
+      contents: `import { readFileSync } from "node:fs"\nexport default JSON.parse(readFileSync(new URL("./${RANKS_FILE}", import.meta.url), "utf8"))\n`,
+      loader: "js"
+    }))
+  }
+}
 
 /**
  * Bundles `entry` and the store worker (`worker`, by default this checkout's) into `outdir`; returns
@@ -35,11 +58,19 @@ export const bundle = async (entry, outdir, worker = join(root, "src/store/store
     banner: { js: requireShim },
     sourcemap: "linked",
     sourcesContent: false,
+    // V8 keeps a module's source for its life: without whitespace and with simpler syntax it is
+    // ≈ 1 MB smaller, ≈ 5 MB of idle RSS. Names are kept (errors, class names read as written).
+    minifyWhitespace: true,
+    minifySyntax: true,
+    keepNames: true,
     logLevel: "warning"
   }
   const out = join(outdir, basename(entry).replace(/\.ts$/, ".mjs"))
+  const { default: ranks } = await import("gpt-tokenizer/bpeRanks/o200k_base")
+  await mkdir(outdir, { recursive: true })
   await Promise.all([
-    build({ ...common, entryPoints: [entry], outfile: out }),
+    writeFile(join(outdir, RANKS_FILE), JSON.stringify(ranks)),
+    build({ ...common, entryPoints: [entry], outfile: out, plugins: [ranksAsJson] }),
     build({ ...common, entryPoints: [worker], outfile: join(outdir, "storeWorker.mjs") })
   ])
   return out

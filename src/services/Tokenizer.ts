@@ -117,9 +117,10 @@ const countWithin = (text: string, budget: TokenizerBudget): Counted => {
  * Recent counts, least recently used first out. Prompts repeat — the same system prompt on every
  * call of an application, a conversation's history resent with each turn — and BPE costs ≈ 0.1 µs
  * a character, so a long system prompt would be re-counted at a cost of hundreds of µs per call. A
- * count is a pure function of the text, so a hit is exact. Bounded by entries and by characters held.
+ * count is a pure function of the text, so a hit is exact; only exact counts are put (a count cut
+ * short by the budget is not). Bounded by entries and by characters held.
  */
-export const makeCountCache = (count: (text: string) => number, maxEntries = 4096, maxChars = 4_000_000) => {
+export const makeCountCache = (maxEntries = 4096, maxChars = 4_000_000) => {
   const counts = new Map<string, number>()
   let chars = 0
   const get = (text: string): number | undefined => {
@@ -140,17 +141,10 @@ export const makeCountCache = (count: (text: string) => number, maxEntries = 409
       chars -= oldest.length
     }
   }
-  const cached = (text: string): number => {
-    const hit = get(text)
-    if (hit !== undefined) return hit
-    const n = count(text)
-    put(text, n)
-    return n
-  }
-  return Object.assign(cached, { get, put })
+  return { get, put }
 }
 
-const countCache = makeCountCache(countBounded)
+const countCache = makeCountCache()
 
 /** Tokens of one text: cached when exact, at most BUDGET_MS of tokenizer time otherwise. */
 export const countText = (text: string): number => {
@@ -201,12 +195,16 @@ const chatTexts = (messages: ReadonlyArray<ChatMessageLike>, extra: unknown): { 
   return { overhead, texts }
 }
 
-/** Estimated prompt tokens of a chat request (messages plus any tool definitions), synchronously. */
-export const countChat = (messages: ReadonlyArray<ChatMessageLike>, extra?: unknown): number => {
-  const { overhead, texts } = chatTexts(messages, extra)
+const sumTexts = (overhead: number, texts: ReadonlyArray<string>): number => {
   let total = overhead
   for (const t of texts) total += countText(t)
   return total
+}
+
+/** Estimated prompt tokens of a chat request (messages plus any tool definitions), synchronously. */
+export const countChat = (messages: ReadonlyArray<ChatMessageLike>, extra?: unknown): number => {
+  const { overhead, texts } = chatTexts(messages, extra)
+  return sumTexts(overhead, texts)
 }
 
 /**
@@ -219,11 +217,7 @@ export const countChatInput = (messages: ReadonlyArray<ChatMessageLike>, extra?:
   const { overhead, texts } = chatTexts(messages, extra)
   let size = 0
   for (const t of texts) size += t.length
-  if (size <= SLICE_CHARS) {
-    let total = overhead
-    for (const t of texts) total += countText(t)
-    return Effect.succeed(total)
-  }
+  if (size <= SLICE_CHARS) return Effect.succeed(sumTexts(overhead, texts))
   return Effect.async<number>((resume) => {
     const budget: TokenizerBudget = { spentMs: 0, sinceYieldMs: 0 }
     let total = overhead

@@ -3,14 +3,24 @@
  */
 import fc from "fast-check"
 import { countTokens } from "gpt-tokenizer"
+import { Effect } from "effect"
 import { describe, expect, it } from "vitest"
-import { BUDGET_MS, countBounded, countChat, countText, makeCountCache } from "../../src/services/Tokenizer.ts"
+import { BUDGET_MS, countBounded, countChat, countChatInput, countText, makeCountCache } from "../../src/services/Tokenizer.ts"
+
+/** The cache as countText uses it: a hit, else the count, put. */
+const countingThrough = (cache: ReturnType<typeof makeCountCache>, count: (text: string) => number) => (text: string): number => {
+  const hit = cache.get(text)
+  if (hit !== undefined) return hit
+  const n = count(text)
+  cache.put(text, n)
+  return n
+}
 
 describe("the count cache", () => {
   it("property: a cached count equals the tokenizer's count, whatever the order and repetition of texts", () => {
     fc.assert(
       fc.property(fc.array(fc.oneof(fc.constantFrom("You are a concise assistant.", "user", "system"), fc.fullUnicodeString({ maxLength: 40 })), { maxLength: 60 }), (texts) => {
-        const cached = makeCountCache(countTokens, 8, 200)
+        const cached = countingThrough(makeCountCache(8, 200), countTokens)
         for (const t of texts) expect(cached(t)).toBe(countTokens(t))
       })
     )
@@ -18,7 +28,7 @@ describe("the count cache", () => {
 
   it("counts a repeated text once, evicts the least recently used first, and keeps no text over its character bound", () => {
     const seen: Array<string> = []
-    const cached = makeCountCache((t) => (seen.push(t), t.length), 3, 20)
+    const cached = countingThrough(makeCountCache(3, 20), (t) => (seen.push(t), t.length))
     for (const t of ["a", "b", "c", "a", "a"]) cached(t)
     expect(seen).toEqual(["a", "b", "c"]) // the repeats of "a" were hits
     cached("d") // four entries: "b", the least recently used, goes
@@ -42,6 +52,18 @@ describe("the count cache", () => {
     }
     expect(countText("")).toBe(0)
   })
+
+  it("property: countChatInput (sliced between event-loop turns when large) counts what countChat counts", async () => {
+    // Over SLICE_CHARS, and unlike any text counted before (a cached text would skip the slicing).
+    const large = fc.tuple(fc.lorem({ maxCount: 5 }), fc.integer()).map(([words, n]) => `${n} ${words} `.repeat(3000))
+    const message = fc.record({ role: fc.constantFrom("system", "user", "assistant"), content: fc.oneof(fc.lorem({ maxCount: 30 }), large) })
+    await fc.assert(
+      fc.asyncProperty(fc.array(message, { maxLength: 8 }), async (messages) => {
+        expect(await Effect.runPromise(countChatInput(messages))).toBe(countChat(messages))
+      }),
+      { numRuns: 20 }
+    )
+  }, 30_000)
 })
 
 describe("bounded cost whatever the text (issue 19, finding 1)", () => {

@@ -2,11 +2,12 @@
  * `npm start` runs the bundle that scripts/build.mjs makes of src/main.ts and the store worker
  * (docs/architecture.md, "How npm start runs"). This builds it as `prestart` does, starts it as a user
  * would, and makes a governed call with the official SDK: the bundled server and its bundled store
- * worker must serve the same contract as the TypeScript sources the rest of the suite runs.
+ * worker must serve the same contract as the TypeScript sources the rest of the suite runs. It also
+ * keeps what made the bundle small from creeping back (docs/decisions/0016-memory.md).
  */
 import Database from "better-sqlite3"
 import { type ChildProcess, spawn, spawnSync } from "node:child_process"
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { join } from "node:path"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
@@ -27,7 +28,9 @@ describe("npm start: the bundled server", () => {
     expect(build.status, build.stderr).toBe(0)
     // The demo provider and a fresh store, as on a user's first start.
     const { TOLLGATE_CONFIG: _config, TOLLGATE_ADMIN_TOKEN: _admin, ...env } = process.env
-    child = spawn(process.execPath, [join(dir, "dist/main.mjs")], {
+    // With the Node flags `npm start` passes (package.json's start script: V8's heap sizing).
+    const start = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start
+    child = spawn(process.execPath, [...start.split(" ").filter((w) => w.startsWith("--")), join(dir, "dist/main.mjs")], {
       env: { ...env, PORT: "0", HOST: "127.0.0.1", DATABASE_URL: `sqlite:${join(dir, "t.db")}` },
       stdio: ["ignore", "pipe", "pipe"]
     })
@@ -57,6 +60,21 @@ describe("npm start: the bundled server", () => {
       await exited
     }
     rmSync(dir, { recursive: true, force: true })
+  })
+
+  it("the store worker's bundle holds no package (no effect, no tokenizer): its thread loads only Tollgate's own statements", () => {
+    const map = JSON.parse(readFileSync(join(dir, "dist/storeWorker.mjs.map"), "utf8")) as { sources: Array<string> }
+    expect(map.sources.some((s) => s.endsWith("src/store/storeWorker.ts"))).toBe(true)
+    expect(map.sources.filter((s) => s.includes("node_modules"))).toEqual([])
+  })
+
+  it("the tokenizer's ranks are read from JSON beside the bundle, the very array gpt-tokenizer ships, not parsed as code", async () => {
+    const { default: ranks } = (await import("gpt-tokenizer/bpeRanks/o200k_base")) as { default: Array<string | Array<number>> }
+    expect(JSON.parse(readFileSync(join(dir, "dist/o200k_base.json"), "utf8"))).toEqual(ranks)
+    // A rank from the end of the table, as the array literal would spell it in the bundle.
+    const main = readFileSync(join(dir, "dist/main.mjs"), "utf8")
+    expect(main).not.toContain(JSON.stringify(ranks.at(-1)))
+    expect(main).toContain("o200k_base.json")
   })
 
   it("serves a governed call and a stream through its bundled store worker, each settled with a receipt", async () => {
