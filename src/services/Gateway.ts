@@ -98,11 +98,12 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     })
     yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("heartbeat")(beat), Duration.millis(settings.heartbeatMs)), Schedule.forever))
     const ctx: GatewayContext = { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, metrics, instance, liveCalls, streamMarks, streamCancels }
-    const { plan, quote } = makePlanning(ctx)
+    const planning = makePlanning(ctx)
+    const { plan } = planning
     const settlement = makeSettlement(ctx)
     const { abandon, completeNonStreaming } = settlement
     const completeStreaming = makeStreaming(ctx, settlement)
-    const evaluate = makeEvaluate(ctx, quote)
+    const evaluate = makeEvaluate(planning)
 
     /** Run one governed call on the given surface. */
     const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>

@@ -5,13 +5,12 @@ import { Clock, Effect } from "effect"
 import { chargeFor } from "../../../spec/pricing.ts"
 import type { InvalidApiKey, InvalidRequest, RateLimited, RouteUnavailable, UnsupportedWorkflow } from "../../domain/errors.ts"
 import type { Principal } from "../KeyRegistry.ts"
-import { rateLimitHeaders } from "../RateLimiter.ts"
 import { countChatInput } from "../Tokenizer.ts"
 import { admitRequest, type makePlanning } from "./plan.ts"
-import type { GatewayContext, ReplyHeaders } from "./types.ts"
+import type { ReplyHeaders } from "./types.ts"
 
-export const makeEvaluate = (ctx: GatewayContext, quote: ReturnType<typeof makePlanning>["quote"]) => {
-  const { rateLimiter } = ctx
+export const makeEvaluate = (planning: Pick<ReturnType<typeof makePlanning>, "quote" | "admitRate">) => {
+  const { quote } = planning
 
   /**
    * POST /v1/routing/evaluate: what a call would do — route, rate card, estimated and worst-case
@@ -28,12 +27,12 @@ export const makeEvaluate = (ctx: GatewayContext, quote: ReturnType<typeof makeP
       const now = yield* Clock.currentTimeMillis
       // An evaluation is counted against the project's rate limit like the call it previews: it
       // costs the gateway the same parsing and tokenizing, and must not be a free way to spend CPU.
-      const verdict = yield* (rateLimiter.mode === "local" ? rateLimiter.admitAt(principal.projectId, principal.rateLimit, now) : rateLimiter.admit(principal.projectId, principal.rateLimit))
-      Object.assign(headers, rateLimitHeaders(verdict))
+      const verdict = yield* planning.admitRate(principal, now, headers, Effect.succeed)
       const inputTokens = yield* countChatInput(request.messages, request.tools)
       const q = yield* quote(principal, request, maxCredits, maxCreditsParam, now, inputTokens)
-      // Would the call it previews, sent next, pass the rate check?
-      const rateOk = yield* rateLimiter.peek(principal.projectId, principal.rateLimit)
+      // Would the call it previews, sent next, pass the rate check? Read from this evaluation's own
+      // verdict (what the limiter that admitted it, local or shared, left), not from a local estimate.
+      const rateOk = verdict.remaining > 0
       const route = q.chain[0]!
       const priced = q.prices.get(route.name)!
       const inputCredits = chargeFor({ input: q.inputTokens, cached_input: 0, output: 0, reasoning: 0 }, priced.prices)

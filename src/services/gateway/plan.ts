@@ -8,12 +8,12 @@ import type { Prices } from "../../../spec/pricing.ts"
 import { sizeReservation, type SizingRequest } from "../../domain/budgetSizing.ts"
 import { type ChatRequest, parseChatRequest, parseMaxCredits } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
-import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, RouteUnavailable, type UnsupportedWorkflow } from "../../domain/errors.ts"
+import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, type RateLimited, RouteUnavailable, type UnsupportedWorkflow } from "../../domain/errors.ts"
 import { newRequestId, newReservationId } from "../../domain/ids.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, type Scope as TenantScope, type StoredResult } from "../IdempotencyStore.ts"
 import type { Principal } from "../KeyRegistry.ts"
 import { periodOf } from "../Ledger.ts"
-import { rateLimitHeaders } from "../RateLimiter.ts"
+import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
 import { countChatInput } from "../Tokenizer.ts"
 import type { ChatCall, GatewayContext, GatewayReply, Plan, Quote, ReplyHeaders, Routed } from "./types.ts"
 
@@ -133,6 +133,29 @@ export const makePlanning = (ctx: GatewayContext) => {
       }
     }))
 
+  /**
+   * The rate check, one request taken from the project's limit, its headers set on the reply; then
+   * `next` with the verdict. The in-memory limiter answers synchronously (no Effect step on the hot
+   * path); a shared one (Redis, or PostgreSQL) is one round trip.
+   */
+  const admitRate = <A, E>(
+    principal: Principal,
+    now: number,
+    headers: ReplyHeaders,
+    next: (verdict: RateVerdict) => Effect.Effect<A, E>
+  ): Effect.Effect<A, E | RateLimited> => {
+    if (rateLimiter.mode === "local") {
+      const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
+      if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
+      Object.assign(headers, rateLimitHeaders(verdict.right))
+      return next(verdict.right)
+    }
+    return Effect.flatMap(rateLimiter.admit(principal.projectId, principal.rateLimit), (verdict) => {
+      Object.assign(headers, rateLimitHeaders(verdict))
+      return next(verdict)
+    })
+  }
+
   /** Everything up to and including the reservation. */
   const plan = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
     // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
@@ -157,18 +180,7 @@ export const makePlanning = (ctx: GatewayContext) => {
       if (Either.isLeft(checked)) return Effect.fail(checked.left)
       const key = checked.right
 
-      // The in-memory limiter answers synchronously (no Effect step on the hot path); a shared one
-      // (Redis, or PostgreSQL) is one round trip.
-      if (rateLimiter.mode === "local") {
-        const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
-        if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
-        Object.assign(headers, rateLimitHeaders(verdict.right))
-        return planAdmitted(call, onReserved, now, request, maxCredits, maxCreditsParam, key)
-      }
-      return Effect.flatMap(rateLimiter.admit(principal.projectId, principal.rateLimit), (verdict) => {
-        Object.assign(headers, rateLimitHeaders(verdict))
-        return planAdmitted(call, onReserved, now, request, maxCredits, maxCreditsParam, key)
-      })
+      return admitRate(principal, now, headers, () => planAdmitted(call, onReserved, now, request, maxCredits, maxCreditsParam, key))
     })
 
   /** The rest of the plan, once the rate limit admitted the call. */
@@ -270,5 +282,5 @@ export const makePlanning = (ctx: GatewayContext) => {
       })
   }
 
-  return { plan, quote } as const
+  return { plan, quote, admitRate } as const
 }
