@@ -15,6 +15,7 @@ import type { KeyObject } from "node:crypto"
 import { Worker } from "node:worker_threads"
 import { sealReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
+import { timeline } from "../domain/timeline.ts"
 import {
   type AbandonArgs,
   type ChatOp,
@@ -30,7 +31,7 @@ import {
 } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
-import type { Call, FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
+import type { Call, FromWorker, StoreWorkerData, ToWorker, WorkerTiming } from "./storeWorker.ts"
 import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
 
 export type { AbandonArgs, ExpireArgs, ExtendArgs, ReserveArgs, Reserved, ReserveRefused, SettleArgs } from "./chatTransactions.ts"
@@ -111,11 +112,29 @@ const startWorker = (data: StoreWorkerData) =>
     let closing = false
     let restartDelay = RESTART_FIRST_MS
 
+    // TOLLGATE_TIMELINE=1: the governed call's hand-offs (its reserve, settle or abandon; one caller
+    // at a time, so the reply that comes back is the one sent), not the background beats'.
+    let timedOp: string | undefined
+    const timedSend = (op: ChatOp) => {
+      timedOp = op === "reserve" || op === "settle" || op === "abandon" ? op : undefined
+      if (timedOp !== undefined) timeline.mark(`${timedOp}: main thread, until posted`)
+    }
+    const timedReply = (timing: WorkerTiming) => {
+      if (timedOp === undefined) return
+      timeline.mark(`${timedOp}: worker round trip`)
+      timeline.span(`${timedOp} (in worker): wait for the batch`, timing.wait)
+      timeline.span(`${timedOp} (in worker): statements incl. sign`, timing.body)
+      if (timedOp === "settle") timeline.span(`${timedOp} (in worker): sign`, timing.sign)
+      timeline.span(`${timedOp} (in worker): commit + fsync`, timing.commit)
+      timedOp = undefined
+    }
+
     const send = (live: Live) => {
       if (live.outbox.length === 0) return
       const calls = live.outbox
       live.outbox = []
       live.worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
+      if (timeline.on) timedSend(calls[0]!.op)
     }
 
     const spawn = (): Live => {
@@ -123,7 +142,8 @@ const startWorker = (data: StoreWorkerData) =>
       const live: Live = { worker, pending: new Map(), outbox: [], error: undefined, startedAt: now() }
       worker.on("message", (message: FromWorker) => {
         if (message._tag !== "Done") return
-        for (const { id, outcome } of message.replies) {
+        for (const { id, outcome, timing } of message.replies) {
+          if (timing !== undefined) timedReply(timing)
           const done = live.pending.get(id)
           live.pending.delete(id)
           done?.(revive(outcome))

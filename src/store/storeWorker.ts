@@ -29,7 +29,20 @@ export interface Call {
   readonly args: unknown
 }
 export type ToWorker = { readonly _tag: "Run"; readonly calls: ReadonlyArray<Call> } | { readonly _tag: "Close" }
-export type FromWorker = { readonly _tag: "Ready" } | { readonly _tag: "Done"; readonly replies: ReadonlyArray<{ readonly id: number; readonly outcome: TxOutcome }> }
+/** TOLLGATE_TIMELINE=1 (src/domain/timeline.ts): where a transaction's time in the worker went, ms. */
+export interface WorkerTiming {
+  /** From the message's arrival to the batch's start (the group commit's turn). */
+  readonly wait: number
+  /** The transaction's statements, the receipt's signature included. */
+  readonly body: number
+  /** The receipt's signature alone. */
+  readonly sign: number
+  /** From the end of the statements to the reply: the COMMIT and its fsync. */
+  readonly commit: number
+}
+export type FromWorker =
+  | { readonly _tag: "Ready" }
+  | { readonly _tag: "Done"; readonly replies: ReadonlyArray<{ readonly id: number; readonly outcome: TxOutcome; readonly timing?: WorkerTiming }> }
 
 const port = parentPort!
 const data = workerData as StoreWorkerData
@@ -38,10 +51,20 @@ db.pragma("journal_mode = WAL")
 db.pragma("synchronous = FULL")
 db.pragma("foreign_keys = ON")
 
-const ops = makeChatTransactions(db, { keyId: data.signingKeyId, seal: (unsigned) => sealReceipt(data.signingKey, unsigned) }, { assertInvariants: data.assertInvariants })
+// TOLLGATE_TIMELINE=1: each reply says where its transaction's time went (timed only then).
+const timed = process.env.TOLLGATE_TIMELINE === "1"
+let signMs = 0
+const seal = (unsigned: Parameters<typeof sealReceipt>[1]) => {
+  if (!timed) return sealReceipt(data.signingKey, unsigned)
+  const t = performance.now()
+  const sealed = sealReceipt(data.signingKey, unsigned)
+  signMs += performance.now() - t
+  return sealed
+}
+const ops = makeChatTransactions(db, { keyId: data.signingKeyId, seal }, { assertInvariants: data.assertInvariants })
 // The replies of one batch are sent together, as soon as it committed: the callers of an unsynced
 // batch hear back before the synced batch of the same turn has its fsync.
-let replies: Array<{ id: number; outcome: TxOutcome }> = []
+let replies: Array<{ id: number; outcome: TxOutcome; timing?: WorkerTiming }> = []
 const flush = () => {
   if (replies.length === 0) return
   const batch = replies
@@ -62,14 +85,31 @@ const close = () => {
   port.close()
 }
 
-const run = ({ id, op, args }: Call) =>
+const run = ({ id, op, args }: Call) => {
+  const body = (abort: (e: unknown) => never) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => void)(args, abort)
+  if (!timed) return group.submit(body, (outcome) => void replies.push({ id, outcome: portable(outcome) }), mustSync(op, args))
+  const received = performance.now()
+  let started = received
+  let ended = received
+  let sign = 0
   group.submit(
-    (abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => void)(args, abort),
+    (abort) => {
+      started = performance.now()
+      signMs = 0
+      try {
+        return body(abort)
+      } finally {
+        ended = performance.now()
+        sign = signMs
+      }
+    },
     (outcome) => {
-      replies.push({ id, outcome: portable(outcome) })
+      const timing = { wait: started - received, body: ended - started, sign, commit: performance.now() - ended }
+      replies.push({ id, outcome: portable(outcome), timing })
     },
     mustSync(op, args)
   )
+}
 
 port.on("message", (message: ToWorker) => {
   if (message._tag === "Close") group.submit(() => undefined, () => queueMicrotask(close))

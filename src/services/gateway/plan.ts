@@ -10,6 +10,7 @@ import { type ChatRequest, parseChatRequest, parseMaxCredits } from "../../domai
 import { crashPoint } from "../../domain/crashPoint.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, type RateLimited, RouteUnavailable, type UnsupportedWorkflow } from "../../domain/errors.ts"
 import { newRequestId, newReservationId } from "../../domain/ids.ts"
+import { timeline } from "../../domain/timeline.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, type Scope as TenantScope, type StoredResult } from "../IdempotencyStore.ts"
 import type { Principal } from "../KeyRegistry.ts"
 import { periodOf } from "../Ledger.ts"
@@ -148,6 +149,7 @@ export const makePlanning = (ctx: GatewayContext) => {
       const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
       if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
       Object.assign(headers, rateLimitHeaders(verdict.right))
+      timeline.mark("rate check")
       return next(verdict.right)
     }
     return Effect.flatMap(rateLimiter.admit(principal.projectId, principal.rateLimit), (verdict) => {
@@ -165,6 +167,7 @@ export const makePlanning = (ctx: GatewayContext) => {
       const admitted = admitRequest(principal, call.body, call.maxCreditsHeader)
       if (Either.isLeft(admitted)) return Effect.fail(admitted.left)
       const { request, maxCredits, maxCreditsParam } = admitted.right
+      timeline.mark("admit: schema, scope, cap")
       const md = request.metadata
       // Two different keys for one call: which one the client meant is unknowable, so neither is guessed.
       if (md.idempotency_key !== undefined && call.idempotencyKeyHeader !== undefined && md.idempotency_key !== call.idempotencyKeyHeader) {
@@ -199,6 +202,7 @@ export const makePlanning = (ctx: GatewayContext) => {
       // Counted after the rate check, in bounded slices (src/services/Tokenizer.ts): a long prompt
       // never holds the event loop, and a limited caller gets no tokenizer time.
       return Effect.flatMap(countChatInput(request.messages, request.tools), (counted) => {
+        timeline.mark("count input tokens")
         const routed = route(principal, request, maxCredits, maxCreditsParam, now, counted)
         if (Either.isLeft(routed)) {
           // A replay (or a conflict, or an original in flight) answers even when the route is gone.
@@ -225,6 +229,7 @@ export const makePlanning = (ctx: GatewayContext) => {
           deadline: now + settings.reservationTtlMs
         }
         const first = chain[0]!
+        timeline.mark("route, price, ids")
         // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
         // original in flight answers first —, the output cap and hold sized on the budget window as
         // it is in that transaction, the pending request row and the hold.
@@ -250,6 +255,7 @@ export const makePlanning = (ctx: GatewayContext) => {
         }).pipe(
           span("tollgate.reserve", { attributes: { "tollgate.request_id": requestId, "tollgate.route": first.name } }),
           Effect.map((reserved): Plan | GatewayReply => {
+            timeline.mark("reserve: resume the call")
             const p: Plan = {
               requestId,
               request,

@@ -9,6 +9,7 @@ import { upstreamBody } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
 import { newReceiptId } from "../../domain/ids.ts"
+import { timeline } from "../../domain/timeline.ts"
 import type { Principal } from "../KeyRegistry.ts"
 import type { Attempt, Verification } from "../Requests.ts"
 import type { Route, RouteFailed } from "../Router.ts"
@@ -77,6 +78,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
       const rendered = render(governance, now)
       // Encoded once: the same bytes are stored for replay and sent.
       const body = typeof rendered.body === "string" ? utf8.encode(rendered.body) : rendered.body
+      timeline.mark("settle: charge, render, encode")
       return store.settle({
         now,
         hold: p.hold,
@@ -98,6 +100,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
       }).pipe(
         span("tollgate.settle", { attributes: { "tollgate.request_id": p.requestId, "tollgate.credits_charged": charge, "tollgate.usage_source": usageSource } }),
         Effect.map(() => {
+          timeline.mark("settle: resume the call")
           crashPoint("settled")
           metrics.settled(principal.projectId, usageSource, charge)
           return { status: rendered.status, contentType: rendered.contentType, body }
@@ -125,6 +128,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
       Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
       Effect.catchAll((failed) => fromRouteFailure(p, failed)),
       Effect.flatMap((served) => {
+        timeline.mark("upstream call (body, send, answer, parse)")
         const json = served.value.json
         const choices = json.choices
         const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)

@@ -7,6 +7,7 @@ import { type TokenCounts, tokensFromUsage } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
 import { UpstreamFailure } from "../../providers/Provider.ts"
+import { timeline } from "../../domain/timeline.ts"
 import type { Principal } from "../KeyRegistry.ts"
 import { deliveredText } from "../surfaces/Surface.ts"
 import { countBounded } from "../Tokenizer.ts"
@@ -33,6 +34,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
         Effect.catchAll((failed) => fromRouteFailure(p, failed))
       )
+      timeline.mark("upstream stream open (headers)")
       // Kept alive by `keepCallsAlive`, and its progress marked by the heartbeat, until its connection closes.
       liveCalls.add(p)
       yield* Scope.addFinalizer(connection, Effect.sync(() => (liveCalls.delete(p), streamMarks.delete(p))))
