@@ -115,14 +115,17 @@ const startWorker = (data: StoreWorkerData) =>
     // TOLLGATE_TIMELINE=1: the governed call's hand-offs (its reserve, settle or abandon; one caller
     // at a time, so the reply that comes back is the one sent), not the background beats'.
     let timedOp: string | undefined
+    let postedAt = 0
     const timedSend = (op: ChatOp) => {
       timedOp = op === "reserve" || op === "settle" || op === "abandon" ? op : undefined
       if (timedOp !== undefined) timeline.mark(`${timedOp}: main thread, until posted`)
+      postedAt = performance.now()
     }
     const timedReply = (timing: WorkerTiming) => {
       if (timedOp === undefined) return
       timeline.mark(`${timedOp}: worker round trip`)
-      timeline.span(`${timedOp} (in worker): wait for the batch`, timing.wait)
+      timeline.span(`${timedOp} (in worker): the two thread hops (round trip − worker's time)`, performance.now() - postedAt - timing.wait - timing.body - timing.commit)
+      timeline.span(`${timedOp} (in worker): BEGIN (batch start)`, timing.wait)
       timeline.span(`${timedOp} (in worker): statements incl. sign`, timing.body)
       if (timedOp === "settle") timeline.span(`${timedOp} (in worker): sign`, timing.sign)
       timeline.span(`${timedOp} (in worker): commit + fsync`, timing.commit)
@@ -211,9 +214,14 @@ const startWorker = (data: StoreWorkerData) =>
           return resume(Effect.die(closing ? closedError() : new Error(`the store is unavailable: ${down ?? "starting"}`)))
         }
         const id = nextId++
+        // An idle worker gets the call at once: nobody else is waiting to share its commit, and a
+        // turn's wait is pure latency for the one caller. While the worker has calls in flight, the
+        // calls of this turn go together when its I/O callbacks are done, and share a group commit.
+        const idle = live.pending.size === 0 && live.outbox.length === 0
         live.pending.set(id, (outcome) => resume(outcomeEffect<unknown, E>(outcome)))
-        if (live.outbox.length === 0) setImmediate(() => send(live))
+        if (live.outbox.length === 0 && !idle) setImmediate(() => send(live))
         live.outbox.push({ id, op, args })
+        if (idle) send(live)
       }).pipe(Effect.uninterruptible)
 
     const health = (): StoreHealth => (closing ? { ok: false, reason: "closed" } : down === undefined ? { ok: true } : { ok: false, reason: down })

@@ -142,9 +142,11 @@ describe("ChatStore", () => {
           const streamed = reserveArgs(p.id, 20)
           const order: Array<string> = []
           const noted = <A, E>(name: string, effect: Effect.Effect<A, E>) => Effect.tap(effect, () => Effect.sync(() => order.push(name)))
-          // One turn, so one message to the worker: the settlement first in it.
+          // One turn. An idle worker is sent the turn's first call at once (the extend, alone); the
+          // three that follow wait for the end of the turn and go in one message, the settlement first.
           yield* Effect.all(
             [
+              store.extend({ deadline: 0, streams: [] }),
               noted("settle", store.settle(settleArgs(a, 100, 40))),
               noted("reserve (plain)", store.reserve(plain)),
               noted("reserve (stream)", store.reserve({ ...streamed, request: { ...streamed.request, stream: true } }))
