@@ -52,6 +52,12 @@ export interface ChatStoreApi {
   readonly heartbeat: (args: HeartbeatArgs) => Effect.Effect<void>
   /** The recovery sweep: void the holds past their deadline; how many it voided. */
   readonly expire: (args: ExpireArgs) => Effect.Effect<number>
+  /**
+   * Everything committed so far is on disk: a stream's reservation is committed without its own
+   * fsync, so that this runs while its upstream opens, and the stream's headers wait for it
+   * (docs/decisions/0013). Absent: every commit that needs the disk already waited for it.
+   */
+  readonly sync?: () => Effect.Effect<void>
   /** Whether transactions can run now (the store worker is up), for GET /readyz. */
   readonly health: () => StoreHealth
   /** Where the transactions run. */
@@ -60,7 +66,7 @@ export interface ChatStoreApi {
 
 export type StoreHealth = { readonly ok: true } | { readonly ok: false; readonly reason: string }
 
-type Run = <E = never>(op: ChatOp, args: unknown) => Effect.Effect<unknown, E>
+type Run = <E = never>(op: ChatOp | "sync", args: unknown) => Effect.Effect<unknown, E>
 
 /** A defect from the worker arrives as `{ name, message }`: make it an Error again. */
 const revive = (outcome: TxOutcome): TxOutcome => {
@@ -116,7 +122,7 @@ const startWorker = (data: StoreWorkerData) =>
     // at a time, so the reply that comes back is the one sent), not the background beats'.
     let timedOp: string | undefined
     let postedAt = 0
-    const timedSend = (op: ChatOp) => {
+    const timedSend = (op: ChatOp | "sync") => {
       timedOp = op === "reserve" || op === "settle" || op === "abandon" ? op : undefined
       if (timedOp !== undefined) timeline.mark(`${timedOp}: main thread, until posted`)
       postedAt = performance.now()
@@ -207,7 +213,7 @@ const startWorker = (data: StoreWorkerData) =>
     )
 
     let nextId = 0
-    const run: Run = <E>(op: ChatOp, args: unknown) =>
+    const run: Run = <E>(op: ChatOp | "sync", args: unknown) =>
       Effect.async<unknown, E>((resume) => {
         const live = current
         if (closing || live === undefined) {
@@ -247,8 +253,10 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
           { keyId: signer.keyId, seal: (unsigned) => sealReceipt(signer.signingKey, unsigned) },
           { assertInvariants: settings.assertInvariants }
         )
-        run = <E>(op: ChatOp, args: unknown) =>
-          store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort), mustSync(op, args))
+        run = <E>(op: ChatOp | "sync", args: unknown) =>
+          op === "sync"
+            ? Effect.void
+            : store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort), mustSync(op, args))
       }
       return {
         reserve: (args) => run<ReserveRefused>("reserve", args) as Effect.Effect<Reserved, ReserveRefused>,
@@ -257,6 +265,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         extend: (args) => Effect.asVoid(run("extend", args)),
         heartbeat: (args) => Effect.asVoid(run("heartbeat", args)),
         expire: (args) => run("expire", args) as Effect.Effect<number>,
+        ...(inWorker ? { sync: () => Effect.asVoid(run("sync", undefined)) } : {}),
         health,
         runsIn: inWorker ? "worker" : "inline"
       }

@@ -2,7 +2,7 @@
  * A streamed governed call: the upstream stream opened under the hold, its chunks forwarded as they
  * arrive, its progress marked for crash recovery, and one settlement however it ends.
  */
-import { Clock, Effect, Exit, Runtime, Scope } from "effect"
+import { Clock, Effect, Exit, Fiber, Runtime, Scope } from "effect"
 import { type TokenCounts, tokensFromUsage } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
@@ -15,7 +15,7 @@ import type { Settlement } from "./settlement.ts"
 import type { GatewayContext, GatewayReply, Plan } from "./types.ts"
 
 export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
-  const { span, router, liveCalls, streamMarks, streamCancels } = ctx
+  const { span, store, router, liveCalls, streamMarks, streamCancels } = ctx
   const { abandon, settle, fromRouteFailure } = settlement
 
   /**
@@ -26,6 +26,9 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
    */
   const completeStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
     Effect.gen(function* () {
+      // The reservation is committed, durable against a crash of the process; its fsync runs while
+      // the upstream opens, and the stream's headers wait for it (docs/decisions/0013).
+      const durable = store.sync === undefined ? undefined : yield* Effect.fork(store.sync())
       const connection = yield* Scope.make()
       const served = yield* router.openStream(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
         span("tollgate.upstream_open", { kind: "client", attributes: { "tollgate.request_id": p.requestId } }),
@@ -35,6 +38,14 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         Effect.catchAll((failed) => fromRouteFailure(p, failed))
       )
       timeline.mark("upstream stream open (headers)")
+      if (durable !== undefined) {
+        yield* Fiber.join(durable).pipe(
+          Effect.tapDefect(() =>
+            Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", served.attempts))
+          )
+        )
+        timeline.mark("reservation on disk (after the upstream opened)")
+      }
       // Kept alive by `keepCallsAlive`, and its progress marked by the heartbeat, until its connection closes.
       liveCalls.add(p)
       yield* Scope.addFinalizer(connection, Effect.sync(() => (liveCalls.delete(p), streamMarks.delete(p))))
