@@ -5,8 +5,9 @@
  * the HTTP work, routing and pricing (src/store/ChatStore.ts).
  *
  * Protocol (MessagePort, structured clone): the main thread sends the calls of one event-loop turn
- * as one message `Run [{ id, op, args }, …]`; the worker answers each batch it committed with one
- * message `Done [{ id, outcome }, …]`. `Close` lets every transaction received before it commit and
+ * as one message `Run [{ id, op, args }, …]` (a lone call to an idle worker at once, decisions/0014);
+ * the worker commits a message with those already waiting behind it, and answers each batch it
+ * committed with one message `Done [{ id, outcome }, …]`. `Close` lets every transaction received before it commit and
  * reply, then closes the connection and ends the thread.
  */
 import BetterSqlite3 from "better-sqlite3"
