@@ -42,7 +42,9 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         yield* Fiber.join(durable).pipe(
           Effect.tapDefect(() =>
             Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", served.attempts))
-          )
+          ),
+          // Shutdown while it waits: the upstream connection closes here (the hold is voided by `handle`).
+          Effect.onInterrupt(() => Scope.close(connection, Exit.void))
         )
         timeline.mark("reservation on disk (after the upstream opened)")
       }
