@@ -135,6 +135,7 @@ export const makeFastHandler = Effect.gen(function* () {
     }
 
     const respond = (exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
+      timeline.mark("the call's fiber ends")
       if (Exit.isSuccess(exit)) {
         const reply = exit.value
         if (reply._tag === "Body") {
