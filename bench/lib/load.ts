@@ -6,6 +6,7 @@
  *   builds a backlog instead of slowing the generator down (no coordinated omission by the client).
  *   Latency runs from the dispatch call to the last body byte; `ttfb` to the first body byte.
  *   How late the generator itself dispatched (its own event-loop lag) is reported as `lagP99Ms`.
+ * - `callersLoad`: closed model at a few callers (1 for the one-caller phase), exact latencies.
  * - `closedLoad`: closed model with autocannon: N connections, each sends its next request when the
  *   previous answer arrives. Its throughput is the target's maximum at that concurrency.
  *
@@ -212,3 +213,69 @@ export const closedLoad = (t: TargetEndpoint, o: ClosedOptions): Promise<PhaseRe
       }
     )
   })
+
+export interface CallersOptions {
+  /** Callers, each with one request in flight on its own connection: 1 is the one-caller phase. */
+  readonly callers: number
+  readonly durationMs: number
+  readonly stream: boolean
+  readonly body: (n: number) => string
+  readonly timeoutMs?: number
+}
+
+/**
+ * Closed model with exact latencies (performance.now, 0.01 ms resolution, no histogram buckets): N
+ * callers, each sending its next request when the previous answer's last byte arrived. `callers: 1`
+ * is a user on a gateway that is not saturated: sequential calls, one in flight. autocannon's
+ * histogram reads whole milliseconds, too coarse for a 1 ms target, so these phases do not use it.
+ */
+export const callersLoad = async (t: TargetEndpoint, o: CallersOptions): Promise<PhaseResult> => {
+  const timeoutMs = o.timeoutMs ?? 15_000
+  const pool = new Pool(t.origin, { connections: o.callers, pipelining: 1, keepAliveTimeout: 30_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs })
+  const headers = { ...t.headers, "content-type": "application/json" }
+  const latency: Array<number> = []
+  const ttfb: Array<number> = []
+  const kinds: Record<string, number> = {}
+  let errors = 0
+  let n = 0
+  const start = performance.now()
+  const end = start + o.durationMs
+  const caller = async () => {
+    while (performance.now() < end) {
+      const body = o.body(n++)
+      const t0 = performance.now()
+      try {
+        const res = await pool.request({ method: "POST", path: t.path, headers, body })
+        let first = -1
+        for await (const _chunk of res.body) if (first < 0) first = performance.now()
+        const t1 = performance.now()
+        if (res.statusCode === 200) {
+          latency.push(t1 - t0)
+          ttfb.push((first < 0 ? t1 : first) - t0)
+        } else {
+          errors++
+          bump(kinds, `http_${res.statusCode}`)
+        }
+      } catch (e) {
+        errors++
+        bump(kinds, (e as { code?: string }).code ?? "error")
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: o.callers }, caller))
+  const elapsedS = (performance.now() - start) / 1000
+  await pool.close()
+  return {
+    mode: "closed",
+    stream: o.stream,
+    connections: o.callers,
+    durationS: o.durationMs / 1000,
+    sent: latency.length + errors,
+    ok: latency.length,
+    errors,
+    errorKinds: kinds,
+    achievedRps: latency.length / elapsedS,
+    latencyMs: summarize(Float64Array.from(latency)),
+    ...(o.stream ? { ttfbMs: summarize(Float64Array.from(ttfb)) } : {})
+  }
+}

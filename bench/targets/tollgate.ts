@@ -12,6 +12,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { type GatewayFile, makeSettings, Settings } from "../../src/domain/config.ts"
 import { ServerLive } from "../../src/server.ts"
+import { timeline } from "../../src/domain/timeline.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
 import { arg, flag } from "../lib/args.ts"
 import { sourcePosition } from "../lib/sourceMap.ts"
@@ -75,6 +76,15 @@ if (profileFile !== undefined) {
       writeFileSync(profileFile, JSON.stringify(profile))
       process.stderr.write(`profile written: ${profileFile}\n`)
     })
+  })
+}
+// `--timeline FILE` with TOLLGATE_TIMELINE=1 (bench/timeline.ts): SIGUSR1 writes the per-stage figures
+// of the calls since the previous SIGUSR1 to FILE (src/domain/timeline.ts) and starts over.
+const timelineFile = arg("--timeline")
+if (timelineFile !== undefined) {
+  process.on("SIGUSR1", () => {
+    writeFileSync(timelineFile, JSON.stringify(timeline.report()))
+    timeline.reset()
   })
 }
 process.stdout.write(JSON.stringify({ ready: true, port: ready.port, key: ready.key, dbPath }) + "\n")

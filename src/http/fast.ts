@@ -17,6 +17,7 @@ import { NodeHttpServer } from "@effect/platform-node"
 import { Cause, Effect, Exit, Option, Runtime } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Settings } from "../domain/config.ts"
+import { timeline } from "../domain/timeline.ts"
 import { type GovernanceError, RouteUnavailable } from "../domain/errors.ts"
 import { Gateway, type GatewayReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
@@ -83,13 +84,18 @@ const pipeFrames = async (reply: Extract<GatewayReply, { _tag: "Sse" }>, res: Se
   }
   if (res.destroyed) hangUp()
   else res.once("close", hangUp)
+  let first = true
   try {
     for await (const frame of reply.frames) {
       if (res.destroyed) continue
-      if (!res.write(frame)) await drainedOrClosed(res)
+      const flowing = res.write(frame)
+      if (first) timeline.mark("stream: first frame written")
+      first = false
+      if (!flowing) await drainedOrClosed(res)
     }
   } finally {
     if (!res.writableEnded) res.end()
+    timeline.end("stream: the rest, settled")
   }
 }
 
@@ -112,12 +118,14 @@ export const makeFastHandler = Effect.gen(function* () {
 
   return (req: IncomingMessage, res: ServerResponse, path: FastPath): void => {
     const start = performance.now()
+    timeline.begin()
     const toCall: GovernedCall = governedCalls[path]
     const headers: Record<string, string> = {}
     let caller: Principal | undefined
     const call = Effect.flatMap(keys.authenticate(header(req, "authorization")), (principal) => {
       caller = principal
-      return Effect.flatMap(readJson(req), (clientBody) => handleGoverned(gateway, toCall, principal, clientBody, req.headers, headers))
+      timeline.mark("auth")
+      return Effect.flatMap(readJson(req), (clientBody) => (timeline.mark("read + parse body"), handleGoverned(gateway, toCall, principal, clientBody, req.headers, headers)))
     })
 
     const record = (status: number, requestId: string | undefined) => {
@@ -127,14 +135,17 @@ export const makeFastHandler = Effect.gen(function* () {
     }
 
     const respond = (exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
+      timeline.mark("the call's fiber ends")
       if (Exit.isSuccess(exit)) {
         const reply = exit.value
         if (reply._tag === "Body") {
           record(reply.status, headers["x-request-id"])
-          return writeBody(res, reply, headers)
+          writeBody(res, reply, headers)
+          return timeline.end("write the response")
         }
         record(200, headers["x-request-id"])
         res.writeHead(200, { ...headers, "cache-control": "no-cache", "x-accel-buffering": "no", "content-type": "text/event-stream" })
+        timeline.mark("stream: headers written")
         pipeFrames(reply, res).catch((error: unknown) => runFork(logDefect(Cause.die(error))))
         return
       }

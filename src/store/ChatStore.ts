@@ -15,6 +15,7 @@ import type { KeyObject } from "node:crypto"
 import { Worker } from "node:worker_threads"
 import { sealReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
+import { timeline } from "../domain/timeline.ts"
 import {
   type AbandonArgs,
   type ChatOp,
@@ -30,7 +31,7 @@ import {
 } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
-import type { Call, FromWorker, StoreWorkerData, ToWorker } from "./storeWorker.ts"
+import type { Call, FromWorker, StoreWorkerData, ToWorker, WorkerTiming } from "./storeWorker.ts"
 import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
 
 export type { AbandonArgs, ExpireArgs, ExtendArgs, ReserveArgs, Reserved, ReserveRefused, SettleArgs } from "./chatTransactions.ts"
@@ -51,6 +52,12 @@ export interface ChatStoreApi {
   readonly heartbeat: (args: HeartbeatArgs) => Effect.Effect<void>
   /** The recovery sweep: void the holds past their deadline; how many it voided. */
   readonly expire: (args: ExpireArgs) => Effect.Effect<number>
+  /**
+   * Everything committed so far is on disk: a stream's reservation is committed without its own
+   * fsync, so that this runs while its upstream opens, and the stream's headers wait for it
+   * (docs/decisions/0013). Absent: every commit that needs the disk already waited for it.
+   */
+  readonly sync?: () => Effect.Effect<void>
   /** Whether transactions can run now (the store worker is up), for GET /readyz. */
   readonly health: () => StoreHealth
   /** Where the transactions run. */
@@ -59,7 +66,7 @@ export interface ChatStoreApi {
 
 export type StoreHealth = { readonly ok: true } | { readonly ok: false; readonly reason: string }
 
-type Run = <E = never>(op: ChatOp, args: unknown) => Effect.Effect<unknown, E>
+type Run = <E = never>(op: ChatOp | "sync", args: unknown) => Effect.Effect<unknown, E>
 
 /** A defect from the worker arrives as `{ name, message }`: make it an Error again. */
 const revive = (outcome: TxOutcome): TxOutcome => {
@@ -111,11 +118,32 @@ const startWorker = (data: StoreWorkerData) =>
     let closing = false
     let restartDelay = RESTART_FIRST_MS
 
+    // TOLLGATE_TIMELINE=1: the governed call's hand-offs (its reserve, settle or abandon; one caller
+    // at a time, so the reply that comes back is the one sent), not the background beats'.
+    let timedOp: string | undefined
+    let postedAt = 0
+    const timedSend = (op: ChatOp | "sync") => {
+      timedOp = op === "reserve" || op === "settle" || op === "abandon" ? op : undefined
+      if (timedOp !== undefined) timeline.mark(`${timedOp}: main thread, until posted`)
+      postedAt = performance.now()
+    }
+    const timedReply = (timing: WorkerTiming) => {
+      if (timedOp === undefined) return
+      timeline.mark(`${timedOp}: worker round trip`)
+      timeline.span(`${timedOp} (in worker): the two thread hops (round trip − worker's time)`, performance.now() - postedAt - timing.wait - timing.body - timing.commit)
+      timeline.span(`${timedOp} (in worker): BEGIN (batch start)`, timing.wait)
+      timeline.span(`${timedOp} (in worker): statements incl. sign`, timing.body)
+      if (timedOp === "settle") timeline.span(`${timedOp} (in worker): sign`, timing.sign)
+      timeline.span(`${timedOp} (in worker): commit + fsync`, timing.commit)
+      timedOp = undefined
+    }
+
     const send = (live: Live) => {
       if (live.outbox.length === 0) return
       const calls = live.outbox
       live.outbox = []
       live.worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
+      if (timeline.on) timedSend(calls[0]!.op)
     }
 
     const spawn = (): Live => {
@@ -123,7 +151,8 @@ const startWorker = (data: StoreWorkerData) =>
       const live: Live = { worker, pending: new Map(), outbox: [], error: undefined, startedAt: now() }
       worker.on("message", (message: FromWorker) => {
         if (message._tag !== "Done") return
-        for (const { id, outcome } of message.replies) {
+        for (const { id, outcome, timing } of message.replies) {
+          if (timing !== undefined) timedReply(timing)
           const done = live.pending.get(id)
           live.pending.delete(id)
           done?.(revive(outcome))
@@ -184,16 +213,21 @@ const startWorker = (data: StoreWorkerData) =>
     )
 
     let nextId = 0
-    const run: Run = <E>(op: ChatOp, args: unknown) =>
+    const run: Run = <E>(op: ChatOp | "sync", args: unknown) =>
       Effect.async<unknown, E>((resume) => {
         const live = current
         if (closing || live === undefined) {
           return resume(Effect.die(closing ? closedError() : new Error(`the store is unavailable: ${down ?? "starting"}`)))
         }
         const id = nextId++
+        // An idle worker gets the call at once: nobody else is waiting to share its commit, and a
+        // turn's wait is pure latency for the one caller. While the worker has calls in flight, the
+        // calls of this turn go together when its I/O callbacks are done, and share a group commit.
+        const idle = live.pending.size === 0 && live.outbox.length === 0
         live.pending.set(id, (outcome) => resume(outcomeEffect<unknown, E>(outcome)))
-        if (live.outbox.length === 0) setImmediate(() => send(live))
+        if (live.outbox.length === 0 && !idle) setImmediate(() => send(live))
         live.outbox.push({ id, op, args })
+        if (idle) send(live)
       }).pipe(Effect.uninterruptible)
 
     const health = (): StoreHealth => (closing ? { ok: false, reason: "closed" } : down === undefined ? { ok: true } : { ok: false, reason: down })
@@ -219,8 +253,10 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
           { keyId: signer.keyId, seal: (unsigned) => sealReceipt(signer.signingKey, unsigned) },
           { assertInvariants: settings.assertInvariants }
         )
-        run = <E>(op: ChatOp, args: unknown) =>
-          store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort), mustSync(op, args))
+        run = <E>(op: ChatOp | "sync", args: unknown) =>
+          op === "sync"
+            ? Effect.void
+            : store.transact<unknown, E>((abort) => (ops[op] as (a: unknown, abort: (e: E) => never) => unknown)(args, abort), mustSync(op, args))
       }
       return {
         reserve: (args) => run<ReserveRefused>("reserve", args) as Effect.Effect<Reserved, ReserveRefused>,
@@ -229,6 +265,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         extend: (args) => Effect.asVoid(run("extend", args)),
         heartbeat: (args) => Effect.asVoid(run("heartbeat", args)),
         expire: (args) => run("expire", args) as Effect.Effect<number>,
+        ...(inWorker ? { sync: () => Effect.asVoid(run("sync", undefined)) } : {}),
         health,
         runsIn: inWorker ? "worker" : "inline"
       }

@@ -119,6 +119,8 @@ export type ChatOp = keyof ChatTransactions
  * together with its call, which never answered — the ledger the sweep would have left (nothing
  * charged, the key free), without the failed request row. What other readers saw of it meanwhile
  * (the hold in GET /v1/usage's `reserved`, the pending request) was in-flight state either way.
+ * The store worker commits a stream's reservation unsynced too and puts it on disk with `sync`, which
+ * the Gateway runs while the upstream opens and waits for before the headers (docs/decisions/0013).
  */
 export const mustSync = (op: ChatOp, args: unknown): boolean => op !== "reserve" || (args as ReserveArgs).request.stream
 

@@ -67,6 +67,11 @@ export interface GroupCommit {
    * `sync: false` that COMMIT may skip the fsync (synchronous=NORMAL, see above).
    */
   readonly submit: (body: TxBody, done: (outcome: TxOutcome) => void, sync?: boolean) => void
+  /**
+   * Run the queued bodies now, as the turn's batch would (the store worker calls it once it has read
+   * every message already waiting on its port: nothing more can join, so waiting a turn is latency).
+   */
+  readonly flush: () => void
 }
 
 export interface GroupCommitOptions {
@@ -168,7 +173,7 @@ export const makeGroupCommit = (db: BetterSqlite3.Database, options: GroupCommit
     scheduled = true
     setImmediate(drain)
   }
-  return { submit }
+  return { submit, flush: drain }
 }
 
 interface Queued {

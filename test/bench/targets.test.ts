@@ -1,43 +1,69 @@
-/** The benchmark's target verdicts (bench/lib/targets.ts): each check judged on the run's own figures. */
+/** The benchmark's target verdicts (bench/lib/targets.ts): each of issue 18's checks judged on the run's own figures. */
 import { describe, expect, it } from "vitest"
 import { judgeTargets, type TargetFigures } from "../../bench/lib/targets.ts"
 
-const row = (target: string, maxRps: number, addedP50Ms: number, addedP99Ms: number, achievedRps = 1000): TargetFigures => ({ target, maxRps, addedP50Ms, addedP99Ms, achievedRps })
-const metOf = (verdicts: ReturnType<typeof judgeTargets>["verdicts"], target: string) => Object.fromEntries(verdicts.filter((v) => v.target === target).map((v) => [v.check, v.met]))
+const added = (p50: number, p99: number) => ({ p50, p99 })
+const row = (target: string, o: Partial<TargetFigures> = {}): TargetFigures => ({
+  target,
+  oneCaller: added(1, 2),
+  oneCallerTtfb: added(1, 2),
+  callers16: added(1, 3),
+  open200: added(1, 3),
+  closedRps: 1000,
+  cpuUsPerCall: 500,
+  idleRssMb: 100,
+  peakRssMb: 200,
+  ...o
+})
+const metOf = (verdicts: ReturnType<typeof judgeTargets>, target: string) => Object.fromEntries(verdicts.filter((v) => v.target === target).map((v) => [v.check, v.met]))
 
-describe("bench target verdicts", () => {
-  it("judges Tollgate and the floor against the bare proxy and Portkey of the same run, bounds included", () => {
-    const { verdicts } = judgeTargets(
-      [row("baseline", 16000, 0, 0), row("bare", 10000, 0.3, 4), row("floor", 6000, 1, 5), row("tollgate", 5999, 1.01, 5.5), row("portkey", 6000, 1.01, 30)],
-      1000
-    )
-    expect(metOf(verdicts, "floor")).toEqual({
-      "added p50 @1000 RPS ≤ 1 ms": true,
-      "added p99 @1000 RPS ≤ 5 ms": true,
-      "max RPS ≥ 60% of the bare proxy's": true,
-      "max RPS ≥ Portkey's": true,
-      "added p50 @1000 RPS ≤ Portkey's": true
+describe("bench target verdicts (issue 18)", () => {
+  it("judges each latency target against the bare proxy of the same run, bounds included", () => {
+    const bare = row("bare", { oneCaller: added(0.75, 1.75), oneCallerTtfb: added(0.5, 1), callers16: added(1, 4), open200: added(1, 4) })
+    // Exactly on every bound: bare + 1 / + 3 at one caller, + 1 TTFB, + 1.5 / + 5 loaded. 0.25-multiples keep the sums exact.
+    const onBounds = row("tollgate", { oneCaller: added(1.75, 4.75), oneCallerTtfb: added(1.5, 9), callers16: added(2.5, 9), open200: added(2.5, 9), closedRps: 900 })
+    const over = row("tollgate", { oneCaller: added(1.875, 4.875), oneCallerTtfb: added(1.625, 0), callers16: added(2.625, 9.25), open200: added(2.625, 9.25), closedRps: 899 })
+    const floor = row("floor", { closedRps: 1000, oneCallerTtfb: undefined })
+    expect(metOf(judgeTargets([row("baseline"), bare, onBounds, floor]), "tollgate")).toEqual({
+      "one caller added p50 ≤ bare + 1 ms": true,
+      "one caller added p99 ≤ bare + 3 ms": true,
+      "one caller, stream TTFB added p50 ≤ bare + 1 ms": true,
+      "16 callers added p50 ≤ bare + 1.5 ms": true,
+      "16 callers added p99 ≤ bare + 5 ms": true,
+      "200 RPS added p50 ≤ bare + 1.5 ms": true,
+      "200 RPS added p99 ≤ bare + 5 ms": true,
+      "closed-loop RPS ≥ 90% of the governed floor's": true,
+      "CPU µs per call (closed loop)": "reported",
+      "RSS idle ≤ 150 MB": true,
+      "RSS peak ≤ 300 MB": true
     })
-    expect(metOf(verdicts, "tollgate")).toEqual({
-      "added p50 @1000 RPS ≤ 1 ms": false,
-      "added p99 @1000 RPS ≤ 5 ms": false,
-      "max RPS ≥ 60% of the bare proxy's": false,
-      "max RPS ≥ Portkey's": false,
-      "added p50 @1000 RPS ≤ Portkey's": true
-    })
-    expect(verdicts.find((v) => v.target === "tollgate" && v.check.startsWith("max RPS ≥ 60%"))?.value).toBe("59.9%")
+    const missed = metOf(judgeTargets([bare, over, floor]), "tollgate")
+    expect(Object.entries(missed).filter(([, met]) => met === true).map(([check]) => check)).toEqual(["RSS idle ≤ 150 MB", "RSS peak ≤ 300 MB"])
+    expect(judgeTargets([bare, over, floor]).find((v) => v.target === "tollgate" && v.check.startsWith("closed-loop"))?.value).toBe("89.9%")
+    expect(judgeTargets([bare, onBounds, floor]).find((v) => v.target === "tollgate" && v.check === "one caller added p50 ≤ bare + 1 ms")?.value).toBe("+1.00 ms over bare")
   })
 
-  it("leaves out a check whose reference target did not run, and does not judge a figure that was not measured", () => {
-    const { verdicts } = judgeTargets([row("tollgate", 3000, Number.NaN, 40)], 1000)
-    expect(verdicts.map((v) => [v.check, v.met])).toEqual([
-      ["added p50 @1000 RPS ≤ 1 ms", undefined],
-      ["added p99 @1000 RPS ≤ 5 ms", false]
+  it("judges RSS idle and peak against 150 / 300 MB, and reports the CPU per call of Tollgate and the floor", () => {
+    const v = judgeTargets([row("tollgate", { idleRssMb: 150.5, peakRssMb: 300 }), row("floor", { idleRssMb: 150, peakRssMb: 301, cpuUsPerCall: 321 })])
+    expect(metOf(v, "tollgate")["RSS idle ≤ 150 MB"]).toBe(false)
+    expect(metOf(v, "tollgate")["RSS peak ≤ 300 MB"]).toBe(true)
+    expect(metOf(v, "floor")["RSS idle ≤ 150 MB"]).toBe(true)
+    expect(metOf(v, "floor")["RSS peak ≤ 300 MB"]).toBe(false)
+    expect(v.find((x) => x.target === "floor" && x.check.startsWith("CPU"))?.value).toBe("321 µs")
+  })
+
+  it("leaves out a check whose reference or phase did not run, does not judge a figure that was not measured, and keeps no withdrawn target", () => {
+    // No bare proxy: no latency check. No floor: no throughput share. A floor row has no stream TTFB.
+    const alone = judgeTargets([row("tollgate", { cpuUsPerCall: Number.NaN })])
+    expect(alone.map((x) => [x.check, x.met])).toEqual([
+      ["CPU µs per call (closed loop)", undefined],
+      ["RSS idle ≤ 150 MB", true],
+      ["RSS peak ≤ 300 MB", true]
     ])
-  })
-
-  it("names the targets that could not keep up with the offered rate", () => {
-    const { saturated } = judgeTargets([row("baseline", 16000, 0, 0, 900), row("bare", 9000, 0.3, 4, 980), row("tollgate", 1600, 30, 900, 940)], 1000)
-    expect(saturated).toEqual(["tollgate"])
+    const v = judgeTargets([row("bare"), row("tollgate", { open200: undefined, callers16: added(Number.NaN, 3) }), row("floor", { oneCallerTtfb: undefined })])
+    expect(metOf(v, "tollgate")["16 callers added p50 ≤ bare + 1.5 ms"]).toBeUndefined()
+    expect(Object.keys(metOf(v, "tollgate")).some((c) => c.startsWith("200 RPS"))).toBe(false)
+    expect(Object.keys(metOf(v, "floor")).some((c) => c.includes("TTFB"))).toBe(false)
+    expect(v.some((x) => /bare proxy's|Portkey|1000 RPS/.test(x.check))).toBe(false)
   })
 })

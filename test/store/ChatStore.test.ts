@@ -127,7 +127,7 @@ describe("ChatStore", () => {
     }
   })
 
-  it("answers a non-streamed reservation before the fsync of a settlement sent in the same turn; a stream's reservation waits for it", async () => {
+  it("answers reservations, plain and streamed, before the fsync of a settlement sent in the same turn (a stream's is put on disk by sync)", async () => {
     const { url, file } = fileUrl()
     const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
     try {
@@ -141,9 +141,11 @@ describe("ChatStore", () => {
           const streamed = reserveArgs(p.id, 20)
           const order: Array<string> = []
           const noted = <A, E>(name: string, effect: Effect.Effect<A, E>) => Effect.tap(effect, () => Effect.sync(() => order.push(name)))
-          // One turn, so one message to the worker: the settlement first in it.
+          // One turn. An idle worker is sent the turn's first call at once (the extend, alone); the
+          // three that follow wait for the end of the turn and go in one message, the settlement first.
           yield* Effect.all(
             [
+              store.extend({ deadline: 0, streams: [] }),
               noted("settle", store.settle(settleArgs(a, 100, 40))),
               noted("reserve (plain)", store.reserve(plain)),
               noted("reserve (stream)", store.reserve({ ...streamed, request: { ...streamed.request, stream: true } }))
@@ -153,12 +155,38 @@ describe("ChatStore", () => {
           return { order, projectId: p.id }
         })
       )
-      // The plain reservation committed first, in its own unsynced batch, and was answered at once;
-      // the synced batch (the settlement, then the stream's reservation) kept its order.
-      expect(order).toEqual(["reserve (plain)", "settle", "reserve (stream)"])
+      // The reservations committed first, in their own unsynced batch, and were answered at once, in
+      // order; the settlement's synced batch came after (docs/decisions/0013).
+      expect(order).toEqual(["reserve (plain)", "reserve (stream)", "settle"])
       const db = new Database(file, { readonly: true })
       try {
         expect(db.prepare("SELECT spent, reserved FROM budget_windows WHERE project_id = ?").get(projectId)).toEqual({ spent: 40, reserved: 30 })
+      } finally {
+        db.close()
+      }
+    } finally {
+      await rt.dispose()
+    }
+  })
+
+  it("offers sync in the worker: a stream's reservation is answered once committed, and sync answers after it, the hold then in the file", async () => {
+    const { url, file } = fileUrl()
+    const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
+    try {
+      const projectId = await rt.runPromise(
+        Effect.gen(function* () {
+          const store = yield* ChatStore
+          const p = yield* newProject({ budget_credits: 1_000 })
+          const streamed = reserveArgs(p.id, 20)
+          yield* store.reserve({ ...streamed, request: { ...streamed.request, stream: true } })
+          expect(store.sync).toBeDefined()
+          yield* store.sync!()
+          return p.id
+        })
+      )
+      const db = new Database(file, { readonly: true })
+      try {
+        expect(db.prepare("SELECT reserved FROM budget_windows WHERE project_id = ?").get(projectId)).toEqual({ reserved: 20 })
       } finally {
         db.close()
       }

@@ -198,6 +198,25 @@ describe("makeGroupCommit: which COMMITs wait for the disk", () => {
       }
     })
 
+  it("flush runs the queued bodies now, in the batches the turn would have made, and the turn's own drain then finds nothing", async () => {
+    const db = openStore("FULL")
+    try {
+      const events: Array<string> = []
+      const group = makeGroupCommit(db, { afterBatch: () => events.push("commit") })
+      for (const [tag, sync] of [["s1", true], ["u1", false], ["s2", true]] as const) {
+        group.submit(() => insert(db, tag), (outcome) => events.push(`${tag}:${outcome._tag}`), sync)
+      }
+      group.flush()
+      // Synchronously: nothing waited for a turn.
+      expect(events).toEqual(["u1:Committed", "commit", "s1:Committed", "s2:Committed", "commit"])
+      await new Promise((r) => setImmediate(r))
+      expect(events).toHaveLength(5)
+      expect(db.prepare("SELECT tag FROM t ORDER BY id").pluck().all()).toEqual(["u1", "s1", "s2"])
+    } finally {
+      db.close()
+    }
+  })
+
   it("commits a turn's unsynced bodies first, as their own batch at synchronous=NORMAL, then the synced ones at the connection's FULL, which it keeps", async () => {
     const db = openStore("FULL")
     try {

@@ -1,0 +1,98 @@
+/**
+ * `npx tsx bench/timeline.ts [--calls N] [--warmup N] [--delay MS] [--stream]`: where the latency of
+ * ONE governed call goes (issue 18). Tollgate (bench/targets/tollgate.ts, from sources, a file store)
+ * runs with TOLLGATE_TIMELINE=1 in front of the bench mock; this process sends sequential calls, one
+ * in flight, each with its own idempotency key, and prints the median and p90 of every stage the
+ * call's marks name (src/domain/timeline.ts) over the measured calls. Stages marked "(in worker)" are
+ * the store worker's share of the round trip before them, not extra time.
+ *
+ * It also prints the target's CPU per call (/proc) and the calls' latency p50 / p99. `--no-timeline`
+ * runs the target without TOLLGATE_TIMELINE, and `--dir DIR` runs the target of another checkout
+ * (which may not have the timeline: it implies `--no-timeline`), for an A/B of CPU and latency.
+ *
+ * The figures are wall time on a shared machine: compare a before and an after run back to back.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join, resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import { request } from "undici"
+import type { StageFigures } from "../src/domain/timeline.ts"
+import { arg, flag, numArg } from "./lib/args.ts"
+import { sampleProc, startChild } from "./lib/procs.ts"
+import { f0, f2, summarize } from "./lib/stats.ts"
+
+const here = dirname(fileURLToPath(import.meta.url))
+const root = resolve(here, "..")
+const calls = numArg("--calls", 300)
+const warmup = numArg("--warmup", 100)
+const stream = flag("--stream")
+const dir = resolve(arg("--dir") ?? root)
+const timed = !flag("--no-timeline") && arg("--dir") === undefined
+const model = "gpt-4o-mini"
+const out = join(mkdtempSync(join(tmpdir(), "tollgate-timeline-")), "timeline.json")
+
+const mock = await startChild<{ port: number }>("mock", process.execPath, ["--import", "tsx", join(here, "targets/mock.ts"), "--delay", String(numArg("--delay", 20))], { cwd: root })
+const target = await startChild<{ port: number; key: string }>(
+  "tollgate",
+  process.execPath,
+  ["--import", "tsx", join(dir, "bench/targets/tollgate.ts"), "--upstream", `http://127.0.0.1:${mock.ready.port}`, "--model", model, ...(timed ? ["--timeline", out] : [])],
+  { cwd: dir, env: timed ? { TOLLGATE_TIMELINE: "1" } : {}, timeoutMs: 60_000 }
+)
+
+const runId = Date.now().toString(36)
+const call = async (n: number) => {
+  const res = await request(`http://127.0.0.1:${target.ready.port}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${target.ready.key}`, "content-type": "application/json" },
+    body: JSON.stringify({
+      model,
+      messages: [{ role: "user", content: "Where is my order 48213-CX? The tracking page has said 'label created' since Monday." }],
+      max_tokens: 400,
+      ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+      metadata: { idempotency_key: `timeline-${runId}-${n}` }
+    })
+  })
+  await res.body.text()
+  if (res.statusCode !== 200) throw new Error(`call ${n} answered ${res.statusCode}`)
+}
+const latencies: Array<number> = []
+
+/** Ask the target for its figures since the last ask (SIGUSR1), and wait for the file. */
+const collect = async (): Promise<ReadonlyArray<StageFigures>> => {
+  rmSync(out, { force: true })
+  process.kill(target.pid, "SIGUSR1")
+  for (let waited = 0; waited < 10_000; waited += 50) {
+    await new Promise((r) => setTimeout(r, 50))
+    if (existsSync(out)) return JSON.parse(readFileSync(out, "utf8")) as ReadonlyArray<StageFigures>
+  }
+  throw new Error("the target wrote no timeline")
+}
+
+try {
+  for (let n = 0; n < warmup; n++) await call(n)
+  if (timed) await collect()
+  const cpuBefore = sampleProc(target.pid).cpuMs
+  for (let n = 0; n < calls; n++) {
+    const t0 = performance.now()
+    await call(warmup + n)
+    latencies.push(performance.now() - t0)
+  }
+  const cpuUs = ((sampleProc(target.pid).cpuMs - cpuBefore) * 1000) / calls
+  const latency = summarize(Float64Array.from(latencies))
+  process.stdout.write(`\n${dir}: ${calls} calls, target CPU ${f0(cpuUs)} µs per call (main thread and worker, /proc), latency p50 ${f2(latency.p50)} / p99 ${f2(latency.p99)} ms\n`)
+  const figures = timed ? await collect() : []
+  if (timed) {
+    process.stdout.write(`\nOne governed call, ${stream ? "streamed" : "non-streamed"}: ${calls} sequential calls after ${warmup} warm-up, ms (TOLLGATE_TIMELINE=1)\n\n`)
+    process.stdout.write("| stage | p50 ms | p90 ms | calls |\n| --- | ---: | ---: | ---: |\n")
+    let total = 0
+    for (const s of figures) {
+      if (!s.stage.includes("(in worker)")) total += s.p50Ms
+      process.stdout.write(`| ${s.stage} | ${f2(s.p50Ms)} | ${f2(s.p90Ms)} | ${s.n} |\n`)
+    }
+    process.stdout.write(`| sum of the stages' medians (worker rows excluded) | ${f2(total)} | | |\n`)
+  }
+} finally {
+  await target.stop()
+  await mock.stop()
+}

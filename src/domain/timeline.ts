@@ -1,0 +1,80 @@
+/**
+ * `TOLLGATE_TIMELINE=1`: a timeline of the governed call, for finding where the latency one caller
+ * feels goes (bench/timeline.ts, issue 18). Each `mark(stage)` records the time since the previous
+ * mark of the call under that stage's name; `span(stage, ms)` records a duration measured elsewhere
+ * (the store worker's, inside a hand-off). Off (the default), every function is a no-op chosen once
+ * at load: no clock read, no allocation on the hot path.
+ *
+ * For one caller at a time: the marks of calls that overlap would interleave. Times and stage names
+ * only, never a request's content.
+ */
+
+export interface StageFigures {
+  readonly stage: string
+  readonly n: number
+  readonly p50Ms: number
+  readonly p90Ms: number
+}
+
+export interface Timeline {
+  readonly on: boolean
+  /** A call starts (the fast path received its request). */
+  readonly begin: () => void
+  /** The stage that just ended: time since the previous mark. */
+  readonly mark: (stage: string) => void
+  /** A duration measured elsewhere (the store worker's share of a hand-off). */
+  readonly span: (stage: string, ms: number) => void
+  /** The call's last stage; marks after it are ignored until the next `begin`. */
+  readonly end: (stage: string) => void
+  /** Per stage, in the order stages were first seen: median and p90 over the calls since the last `reset`. */
+  readonly report: () => ReadonlyArray<StageFigures>
+  readonly reset: () => void
+}
+
+const quantile = (sorted: ReadonlyArray<number>, q: number): number =>
+  sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!
+
+/** A recording timeline on `now` (performance.now in production; a test's own clock). */
+export const makeTimeline = (now: () => number): Timeline => {
+  const samples = new Map<string, Array<number>>()
+  let last = 0
+  let open = false
+  const push = (stage: string, ms: number) => {
+    const xs = samples.get(stage)
+    if (xs === undefined) samples.set(stage, [ms])
+    else xs.push(ms)
+  }
+  const mark = (stage: string) => {
+    if (!open) return
+    const t = now()
+    push(stage, t - last)
+    last = t
+  }
+  return {
+    on: true,
+    begin: () => {
+      open = true
+      last = now()
+    },
+    mark,
+    span: (stage, ms) => {
+      if (open) push(stage, ms)
+    },
+    end: (stage) => {
+      mark(stage)
+      open = false
+    },
+    report: () =>
+      Array.from(samples, ([stage, xs]) => {
+        const sorted = [...xs].sort((a, b) => a - b)
+        return { stage, n: sorted.length, p50Ms: quantile(sorted, 0.5), p90Ms: quantile(sorted, 0.9) }
+      }),
+    reset: () => samples.clear()
+  }
+}
+
+const noop = () => undefined
+const off: Timeline = { on: false, begin: noop, mark: noop, span: noop, end: noop, report: () => [], reset: noop }
+
+/** This process's timeline: recording when TOLLGATE_TIMELINE=1, otherwise no-ops. */
+export const timeline: Timeline = process.env.TOLLGATE_TIMELINE === "1" ? makeTimeline(() => performance.now()) : off

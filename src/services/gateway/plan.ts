@@ -1,0 +1,292 @@
+/**
+ * The plan of a governed call, everything up to and including the reservation: admit (parse, scope,
+ * client cap) → rate check → idempotency key → count → route and price → the one reserve transaction
+ * (claim, sizing, pending row, hold). Also the read-only quote that POST /v1/routing/evaluate shows.
+ */
+import { Effect, Either, Option } from "effect"
+import type { Prices } from "../../../spec/pricing.ts"
+import { sizeReservation, type SizingRequest } from "../../domain/budgetSizing.ts"
+import { type ChatRequest, parseChatRequest, parseMaxCredits } from "../../domain/chat.ts"
+import { crashPoint } from "../../domain/crashPoint.ts"
+import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, type RateLimited, RouteUnavailable, type UnsupportedWorkflow } from "../../domain/errors.ts"
+import { newRequestId, newReservationId } from "../../domain/ids.ts"
+import { timeline } from "../../domain/timeline.ts"
+import { checkKey, type ClaimOutcome, fingerprintOf, type Scope as TenantScope, type StoredResult } from "../IdempotencyStore.ts"
+import type { Principal } from "../KeyRegistry.ts"
+import { periodOf } from "../Ledger.ts"
+import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
+import { countChatInput } from "../Tokenizer.ts"
+import type { ChatCall, GatewayContext, GatewayReply, Plan, Quote, ReplyHeaders, Routed } from "./types.ts"
+
+interface Admitted {
+  readonly request: ChatRequest
+  readonly maxCredits: number | undefined
+  readonly maxCreditsParam: string
+}
+
+/**
+ * Parse the body and check the metadata scope and client cap: the steps before the rate check.
+ * Synchronous, like everything in a governed call but the reservation, the upstream call and the
+ * settlement: the hot path pays the Effect runtime only around those (bench/README.md).
+ */
+export const admitRequest = (
+  principal: Principal,
+  body: unknown,
+  maxCreditsHeader: string | undefined
+): Either.Either<Admitted, InvalidApiKey | InvalidRequest | UnsupportedWorkflow> => {
+  const parsed = parseChatRequest(body)
+  if (Either.isLeft(parsed)) return Either.left(parsed.left)
+  const request = parsed.right
+  const md = request.metadata
+  if (md.project_id !== undefined && md.project_id !== principal.projectId) {
+    return Either.left(new InvalidApiKey({ message: "This API key is scoped to another project than metadata.project_id." }))
+  }
+  if (md.environment !== undefined && md.environment !== principal.environment) {
+    return Either.left(new InvalidApiKey({ message: "This API key is scoped to another environment than metadata.environment." }))
+  }
+  const maxCreditsParam = md.max_credits !== undefined ? "metadata.max_credits" : "X-Max-Credits"
+  return Either.map(parseMaxCredits(md.max_credits ?? maxCreditsHeader, maxCreditsParam), (maxCredits) => ({ request, maxCredits, maxCreditsParam }))
+}
+
+export const makePlanning = (ctx: GatewayContext) => {
+  const { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, instance } = ctx
+
+  const replay = (result: StoredResult, headers: ReplyHeaders): GatewayReply => {
+    headers["x-request-id"] = result.requestId
+    headers["idempotent-replayed"] = "true"
+    return { _tag: "Body", status: result.status, contentType: result.contentType, body: result.body }
+  }
+
+  /** Turn a claim outcome that is not ours into a reply, waiting for an in-flight original. */
+  const settleClaimOutcome = (
+    outcome: ClaimOutcome,
+    scope: TenantScope,
+    key: string,
+    fingerprint: string,
+    headers: ReplyHeaders
+  ): Effect.Effect<Option.Option<GatewayReply>, IdempotencyConflict> =>
+    Effect.gen(function* () {
+      let current = outcome
+      if (current._tag === "InFlight") current = yield* idempotency.awaitSettled(scope, key, fingerprint, settings.inflightWaitMs)
+      switch (current._tag) {
+        case "Replay":
+          return Option.some(replay(current.result, headers))
+        case "Conflict":
+          return yield* new IdempotencyConflict({
+            message: "This idempotency key was already used with a different request body. Reuse the original payload, or generate a new idempotency key."
+          })
+        default:
+          return Option.none()
+      }
+    })
+
+  /** Route and price a request at `now` with its counted input: everything the reservation sizes. Reads no store. */
+  const route = (
+    principal: Principal,
+    request: ChatRequest,
+    maxCredits: number | undefined,
+    maxCreditsParam: string,
+    now: number,
+    inputTokens: number
+  ): Either.Either<Routed, RouteUnavailable> => {
+    const candidates = router.candidatesAt(request.model, principal.projectId, now)
+    if (Either.isLeft(candidates)) return Either.left(candidates.left)
+    const prices = new Map<string, { prices: Prices; version: string }>()
+    for (const r of candidates.right) {
+      const priced = pricing.priceAt(r.name, now)
+      if (priced !== undefined) prices.set(r.name, { prices: priced.prices, version: priced.card.version })
+    }
+    const chain = candidates.right.filter((r) => prices.has(r.name))
+    if (chain.length === 0) {
+      return Either.left(new RouteUnavailable({ message: `No rate card in force prices the route for '${request.model}'.`, retryable: false }))
+    }
+    const sizing: SizingRequest = {
+      chain: chain.map((r) => ({ name: r.name, prices: prices.get(r.name)!.prices, routeLimit: r.max_output_tokens })),
+      inputTokens,
+      requested: request.requestedMaxTokens,
+      maxCredits,
+      maxCreditsParam,
+      period: periodOf(now)
+    }
+    return Either.right({ chain, prices, inputTokens, sizing })
+  }
+
+  /** Route, price and size a request at `now` against the project's remaining budget. Reads only. */
+  const quote = (
+    principal: Principal,
+    request: ChatRequest,
+    maxCredits: number | undefined,
+    maxCreditsParam: string,
+    now: number,
+    inputTokens: number
+  ): Effect.Effect<Quote, RouteUnavailable> =>
+    Effect.flatMap(route(principal, request, maxCredits, maxCreditsParam, now, inputTokens), (r) => Effect.map(ledger.window(principal.projectId, r.sizing.period), (window): Quote => {
+      const remaining = Math.max(0, window.cap - window.spent - window.reserved)
+      const sized = sizeReservation(r.sizing, window.cap, remaining)
+      return {
+        chain: r.chain,
+        prices: r.prices,
+        inputTokens: r.inputTokens,
+        period: r.sizing.period,
+        cap: window.cap,
+        remaining,
+        decision: sized._tag === "Fits" ? sized : { _tag: "OverBudget", error: new BudgetExceeded({ message: sized.message, param: sized.param }) }
+      }
+    }))
+
+  /**
+   * The rate check, one request taken from the project's limit, its headers set on the reply; then
+   * `next` with the verdict. The in-memory limiter answers synchronously (no Effect step on the hot
+   * path); a shared one (Redis, or PostgreSQL) is one round trip.
+   */
+  const admitRate = <A, E>(
+    principal: Principal,
+    now: number,
+    headers: ReplyHeaders,
+    next: (verdict: RateVerdict) => Effect.Effect<A, E>
+  ): Effect.Effect<A, E | RateLimited> => {
+    if (rateLimiter.mode === "local") {
+      const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
+      if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
+      Object.assign(headers, rateLimitHeaders(verdict.right))
+      timeline.mark("rate check")
+      return next(verdict.right)
+    }
+    return Effect.flatMap(rateLimiter.admit(principal.projectId, principal.rateLimit), (verdict) => {
+      Object.assign(headers, rateLimitHeaders(verdict))
+      return next(verdict)
+    })
+  }
+
+  /** Everything up to and including the reservation. */
+  const plan = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+    // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
+    Effect.clockWith((clock) => {
+      const now = clock.unsafeCurrentTimeMillis()
+      const { principal, headers } = call
+      const admitted = admitRequest(principal, call.body, call.maxCreditsHeader)
+      if (Either.isLeft(admitted)) return Effect.fail(admitted.left)
+      const { request, maxCredits, maxCreditsParam } = admitted.right
+      timeline.mark("admit: schema, scope, cap")
+      const md = request.metadata
+      // Two different keys for one call: which one the client meant is unknowable, so neither is guessed.
+      if (md.idempotency_key !== undefined && call.idempotencyKeyHeader !== undefined && md.idempotency_key !== call.idempotencyKeyHeader) {
+        return Effect.fail(
+          new InvalidRequest({
+            message: "The Idempotency-Key header and metadata.idempotency_key differ; send one key, or the same key in both.",
+            param: "metadata.idempotency_key"
+          })
+        )
+      }
+      const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
+      const checked = rawKey === undefined ? Either.right(undefined) : checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
+      if (Either.isLeft(checked)) return Effect.fail(checked.left)
+      const key = checked.right
+
+      return admitRate(principal, now, headers, () => planAdmitted(call, onReserved, now, request, maxCredits, maxCreditsParam, key))
+    })
+
+  /** The rest of the plan, once the rate limit admitted the call. */
+  const planAdmitted = (
+    call: ChatCall,
+    onReserved: (p: Plan) => void,
+    now: number,
+    request: ChatRequest,
+    maxCredits: number | undefined,
+    maxCreditsParam: string,
+    key: string | undefined
+  ): Effect.Effect<Plan | GatewayReply, GovernanceError> => {
+      const { principal, headers, surface } = call
+      const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
+      const fingerprint = key === undefined ? "" : fingerprintOf("POST", surface.path, call.clientBody ?? call.body)
+      // Counted after the rate check, in bounded slices (src/services/Tokenizer.ts): a long prompt
+      // never holds the event loop, and a limited caller gets no tokenizer time.
+      return Effect.flatMap(countChatInput(request.messages, request.tools), (counted) => {
+        timeline.mark("count input tokens")
+        const routed = route(principal, request, maxCredits, maxCreditsParam, now, counted)
+        if (Either.isLeft(routed)) {
+          // A replay (or a conflict, or an original in flight) answers even when the route is gone.
+          if (key !== undefined) {
+            const unroutable = routed.left
+            return Effect.flatMap(idempotency.peekAt(scope, key, fingerprint, now), (seen) =>
+              seen._tag === "Claimed"
+                ? Effect.fail(unroutable)
+                : Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, headers), (reply) =>
+                    Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(unroutable)
+                  )
+            )
+          }
+          return Effect.fail(routed.left)
+        }
+        const { chain, prices, inputTokens, sizing } = routed.right
+        const requestId = newRequestId(now)
+        headers["x-request-id"] = requestId
+        const hold = {
+          reservationId: newReservationId(now),
+          requestId,
+          projectId: principal.projectId,
+          period: sizing.period,
+          deadline: now + settings.reservationTtlMs
+        }
+        const first = chain[0]!
+        timeline.mark("route, price, ids")
+        // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
+        // original in flight answers first —, the output cap and hold sized on the budget window as
+        // it is in that transaction, the pending request row and the hold.
+        return store.reserve({
+          now,
+          epoch: instance.epoch,
+          claim: key === undefined ? undefined : { scope, key, fingerprint },
+          request: {
+            id: requestId,
+            projectId: principal.projectId,
+            environment: principal.environment,
+            keyId: principal.keyId,
+            endpoint: surface.path,
+            model: request.model,
+            route: first.name,
+            stream: request.stream,
+            idempotencyKey: key ?? null,
+            rateCardVersion: prices.get(first.name)!.version,
+            createdAt: now
+          },
+          hold,
+          sizing
+        }).pipe(
+          span("tollgate.reserve", { attributes: { "tollgate.request_id": requestId, "tollgate.route": first.name } }),
+          Effect.map((reserved): Plan | GatewayReply => {
+            timeline.mark("reserve: resume the call")
+            const p: Plan = {
+              requestId,
+              request,
+              body: call.body as Record<string, unknown>,
+              surface,
+              chain,
+              prices,
+              inputTokens,
+              outputCap: reserved.outputCap,
+              hold: { ...hold, amount: reserved.reservation },
+              idempotency: key === undefined ? undefined : { key, fingerprint },
+              scope
+            }
+            onReserved(p)
+            crashPoint("reserved")
+            return p
+          }),
+          Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+            refused._tag === "OverBudget"
+              ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
+              : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
+                  Effect.flatMap(Option.match({
+                    // The original was released while we waited: run again as a fresh request.
+                    onNone: () => plan(call, onReserved),
+                    onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
+                  }))
+                )
+          )
+        )
+      })
+  }
+
+  return { plan, quote, admitRate } as const
+}

@@ -1,0 +1,159 @@
+/**
+ * Settlement of a governed call: the charge, receipt, request completion and idempotent result in
+ * ONE transaction; or, when nothing was charged, the hold voided and the key freed in one. And the
+ * non-streamed call's upstream leg, which ends in one of the two.
+ */
+import { Clock, Effect } from "effect"
+import { chargeWithinReservation, settledCharge, type TokenCounts, tokensFromUsage } from "../../../spec/pricing.ts"
+import { upstreamBody } from "../../domain/chat.ts"
+import { crashPoint } from "../../domain/crashPoint.ts"
+import type { GovernanceError } from "../../domain/errors.ts"
+import { newReceiptId } from "../../domain/ids.ts"
+import { timeline } from "../../domain/timeline.ts"
+import type { Principal } from "../KeyRegistry.ts"
+import type { Attempt, Verification } from "../Requests.ts"
+import type { Route, RouteFailed } from "../Router.ts"
+import { deliveredText, type Governance } from "../surfaces/Surface.ts"
+import { countText } from "../Tokenizer.ts"
+import type { GatewayContext, GatewayReply, Plan } from "./types.ts"
+
+
+/**
+ * Bodies bound for the store worker are encoded into their own exact-size buffers: a small Buffer
+ * from node's pool is a view on a shared 8 KiB ArrayBuffer, and posting it to the worker clones
+ * the whole 8 KiB.
+ */
+const utf8 = new TextEncoder()
+
+const CHECKS = ["route", "schema", "budget"] as const
+
+/** The checks a completed call reports, and which of them failed. */
+export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>): Verification => {
+  const failed = CHECKS.filter((c) => !passed[c])
+  return { state: failed.length === 0 ? "verified" : "unverified", checks: [...CHECKS], failed_checks: failed }
+}
+
+
+export const makeSettlement = (ctx: GatewayContext) => {
+  const { settings, span, store, router, metrics, liveCalls } = ctx
+
+  /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
+  const abandon = (p: Plan, code: string, message: string, attempts: ReadonlyArray<Attempt>) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      store.abandon({
+        now,
+        reservationId: p.hold.reservationId,
+        requestId: p.requestId,
+        code,
+        message,
+        attempts,
+        idempotent: p.idempotency === undefined ? undefined : { scope: p.scope, key: p.idempotency.key }
+      })
+    ).pipe(span("tollgate.abandon", { attributes: { "tollgate.request_id": p.requestId, "tollgate.code": code } }), Effect.uninterruptible)
+
+  /** Charge, receipt, request completion and idempotent result, in one transaction. */
+  const settle = (
+    p: Plan,
+    principal: Principal,
+    served: { readonly route: Route; readonly attempts: ReadonlyArray<Attempt> },
+    tokens: TokenCounts,
+    usageSource: "reported" | "counted",
+    schemaOk: boolean,
+    render: (g: Governance, now: number) => { readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
+  ) =>
+    Effect.clockWith((clock) => {
+      const { prices, version } = p.prices.get(served.route.name)!
+      const charge = settledCharge(tokens, prices, p.hold.amount)
+      const verification = verificationOf({ route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) })
+      const now = clock.unsafeCurrentTimeMillis()
+      const receiptId = newReceiptId(now)
+      const governance: Governance = {
+        request_id: p.requestId,
+        status: "completed",
+        verification,
+        credits_charged: charge,
+        rate_card_version: version,
+        receipt_id: receiptId
+      }
+      const rendered = render(governance, now)
+      // Encoded once: the same bytes are stored for replay and sent.
+      const body = typeof rendered.body === "string" ? utf8.encode(rendered.body) : rendered.body
+      timeline.mark("settle: charge, render, encode")
+      return store.settle({
+        now,
+        hold: p.hold,
+        receiptId,
+        organization: principal.organization,
+        environment: principal.environment,
+        model: p.request.model,
+        route: served.route.name,
+        rateCardVersion: version,
+        tokens,
+        usageSource,
+        charge,
+        verification,
+        attempts: served.attempts,
+        idempotent:
+          p.idempotency === undefined
+            ? undefined
+            : { scope: p.scope, key: p.idempotency.key, ttlMs: settings.idempotencyTtlMs, result: { status: rendered.status, contentType: rendered.contentType, body } }
+      }).pipe(
+        span("tollgate.settle", { attributes: { "tollgate.request_id": p.requestId, "tollgate.credits_charged": charge, "tollgate.usage_source": usageSource } }),
+        Effect.map(() => {
+          timeline.mark("settle: resume the call")
+          crashPoint("settled")
+          metrics.settled(principal.projectId, usageSource, charge)
+          return { status: rendered.status, contentType: rendered.contentType, body }
+        })
+      )
+    }).pipe(Effect.uninterruptible)
+
+  const fromRouteFailure = (p: Plan, failed: RouteFailed) =>
+    Effect.zipRight(
+      abandon(p, failed.error._tag === "InvalidRequest" ? "invalid_request_error" : "route_unavailable", failed.error.message, failed.attempts),
+      Effect.fail(failed.error)
+    )
+
+  const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
+    Effect.suspend(() => {
+      // Kept alive by `keepCallsAlive` until it settles or is abandoned.
+      liveCalls.add(p)
+      return Effect.ensuring(completeNonStreamingCall(p, principal), Effect.sync(() => liveCalls.delete(p)))
+    })
+
+  const completeNonStreamingCall = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
+    router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
+      span("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } }),
+      Effect.onInterrupt(() => abandon(p, "interrupted", "The gateway shut down before the upstream answered.", [])),
+      Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
+      Effect.catchAll((failed) => fromRouteFailure(p, failed)),
+      Effect.flatMap((served) => {
+        timeline.mark("upstream call (body, send, answer, parse)")
+        const json = served.value.json
+        const choices = json.choices
+        const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
+        const usage = json.usage as Parameters<typeof tokensFromUsage>[0] | null | undefined
+        const reported = usage !== null && typeof usage === "object" && typeof usage.prompt_tokens === "number"
+        const tokens: TokenCounts = reported
+          ? tokensFromUsage(usage)
+          : {
+              input: p.inputTokens,
+              cached_input: 0,
+              output: Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0,
+              reasoning: 0
+            }
+        return Effect.map(
+          settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk, (g, now) => ({
+            status: 200,
+            contentType: "application/json",
+            body: p.surface.renderBody(served.value.raw, json, g, tokens, now)
+          })),
+          (rendered): GatewayReply => ({ _tag: "Body", ...rendered })
+        )
+      })
+    )
+
+  return { abandon, settle, fromRouteFailure, completeNonStreaming } as const
+}
+
+export type Settlement = ReturnType<typeof makeSettlement>
