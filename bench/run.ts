@@ -24,7 +24,7 @@
  *        --compare-args "ARGS" (arguments for tollgate-b's bench target only, e.g. "--access-log")
  */
 import { execFileSync, execSync } from "node:child_process"
-import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os"
 import { basename, dirname, join, relative, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -118,7 +118,8 @@ const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, 
 
 /**
  * A governed target runs as `npm start` runs the server: bundled by scripts/build.mjs with its store
- * worker beside it (so its RSS and start-up are the production ones). `--from-sources` runs it
+ * worker beside it, with the node flags of its `npm start` line (so its RSS and start-up are the
+ * production ones). `--from-sources` runs it
  * through tsx instead. The bundle lands inside the target's checkout, whose node_modules it uses.
  */
 const fromSources = flag("--from-sources")
@@ -127,6 +128,15 @@ const bundleTarget = (dir: string, script: string, name: string): string => {
   const entry = join(dir, "bench", script)
   execFileSync(process.execPath, [join(root, "scripts/build.mjs"), entry, outdir, join(dir, "src/store/storeWorker.ts")], { stdio: "inherit" })
   return join(outdir, basename(script).replace(/\.ts$/, ".mjs"))
+}
+
+/**
+ * The node flags of a checkout's `npm start` line (e.g. the V8 heap-sizing flags of docs/decisions/0016),
+ * so a bundled governed target runs, and is measured, as `npm start` runs it.
+ */
+const startFlags = (dir: string): ReadonlyArray<string> => {
+  const start = (JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { scripts?: { start?: string } }).scripts?.start ?? ""
+  return start.split(/\s+/).filter((t) => t.startsWith("--"))
 }
 
 const stopAll: Array<() => Promise<void>> = []
@@ -312,7 +322,7 @@ const main = async () => {
     const targetArgs = ["--upstream", upstream, "--model", config.model, ...(o.extra ?? [])]
     const [c, a] = fromSources
       ? tsxNode(script, targetArgs, join(dir, "bench"), o.nodeFlags ?? [])
-      : ([process.execPath, [...(o.nodeFlags ?? []), bundleTarget(dir, script, name), ...targetArgs]] as const)
+      : ([process.execPath, [...startFlags(dir), ...(o.nodeFlags ?? []), bundleTarget(dir, script, name), ...targetArgs]] as const)
     const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {
