@@ -108,8 +108,9 @@ export const tampered = (snapshot: string, tamper: (db: Database.Database) => vo
   return path
 }
 
-export const audit = (path: string, options: Partial<Parameters<typeof auditStore>[0]> = {}): AuditResult =>
-  auditStore({ database: `sqlite:${path}`, limit: 100_000, ...options })
+/** Audit a SQLite file (a path) or a PostgreSQL store (a postgres:// URL); one signature worker unless told. */
+export const audit = (store: string, options: Partial<Parameters<typeof auditStore>[0]> = {}): Promise<AuditResult> =>
+  auditStore({ database: store.includes("://") ? store : `sqlite:${store}`, limit: 100_000, jobs: 1, ...options })
 
 /** Findings as sorted "kind subject" lines: what a test asserts exactly. */
 export const named = (r: AuditResult): Array<string> => r.findings.map((f) => `${f.kind} ${f.subject}`).sort()
