@@ -26,7 +26,6 @@ import Database from "better-sqlite3"
 import { auditStore } from "../src/store/auditReader.ts"
 import { unsignedPart, type Receipt } from "../spec/receipt.ts"
 import { canonicalJson } from "../spec/canonicalJson.ts"
-import { buildSyntheticStore } from "../test/audit/synthetic.ts"
 import { arg, flag, numArg } from "./lib/args.ts"
 
 const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(0)} MiB`
@@ -65,6 +64,8 @@ const cores = availableParallelism()
 
 const dir = mkdtempSync(join(tmpdir(), "tollgate-bench-audit-"))
 const path = join(dir, "synthetic.db")
+// Imported here, not above: the children (the audits measured) must not load what only building needs (Effect, the migrations).
+const { buildSyntheticStore } = await import("../test/audit/synthetic.ts")
 const t0 = performance.now()
 const store = await buildSyntheticStore(path, { receipts, projects, periods: ["2026-01", "2026-02"] })
 process.stdout.write(
@@ -107,13 +108,17 @@ for (const jobs of jobsList) {
   )
 }
 
-// ---- 3. the verdict, on this run's own figures
+// ---- 3. the verdict, on this run's own figures: wall clock, and CPU time (what a loaded box distorts least)
 const target = Math.round(0.8 * cores * bareRate)
 const atCores = results.find((r) => r.jobs === cores) ?? results.at(-1)!
+const perCpu = Math.round(atCores.receipts / atCores.cpuSeconds)
 process.stdout.write(
   `\n${cpus()[0]?.model ?? "cpu"}, ${cores} cores, Node ${process.version}, load average ${loadavg().map((l) => l.toFixed(2)).join(" ")} at the end\n` +
     `verdict: audit --jobs ${atCores.jobs} ${atCores.rate} receipts/s ${atCores.rate >= target ? "MEETS" : "MISSES"} the target ≥ 80% × ${cores} cores × ${bareRate} bare = ${target} receipts/s ` +
-    `(${Math.round((100 * atCores.rate) / (cores * bareRate))}% of cores × bare)\n`
+    `(${Math.round((100 * atCores.rate) / (cores * bareRate))}% of cores × bare)\n` +
+    // With every core its own, the audit's rate is at most cores × its receipts per CPU-second.
+    `verdict by CPU time: ${perCpu} receipts per CPU-second ${perCpu >= 0.8 * bareCpuRate ? "MEETS" : "MISSES"} 80% × ${bareCpuRate} bare verifies per CPU-second ` +
+    `(${Math.round((100 * perCpu) / bareCpuRate)}%): the ceiling on ${cores} idle cores is ${cores * perCpu} receipts/s\n`
 )
 if (!flag("--keep")) rmSync(dir, { recursive: true, force: true })
 else process.stdout.write(`store kept at ${path}\n`)

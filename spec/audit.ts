@@ -1,14 +1,15 @@
 /**
  * The audit rulebook (docs/contract.md §4, §6): what `tollgate audit` checks in a live store, as a pure
  * checker you feed rows to. It does no I/O: the caller streams rows out of whatever store it reads
- * (see src/cli/audit.ts for SQLite) and the checker keeps bounded state — one chain head per
+ * (src/store/auditReader.ts, through the port of src/store/auditSource.ts, on SQLite or PostgreSQL) and the checker keeps bounded state — one chain head per
  * project, one sum per (project, window), one tally per rate card — and reports findings through a
  * callback as it goes. Memory does not grow with the number of receipts.
  *
  * Feeding order:
  *   1. context: `keys`, `rateCards`, `projects`, `windows`, `chainHeads` (small tables, all rows);
  *   2. `receipt` for every receipt, ordered by (project_id, seq) — the settlement order of each chain;
- *      for a partial walk, call `chainStart` before a project's first receipt;
+ *      for a partial walk, call `chainStart` before a project's first receipt; a receipt's seal
+ *      verdict (spec/audit/seal.ts) may come computed elsewhere (the signature workers);
  *   3. `heldReservation`, `unreceipted`, `idempotency` (any order);
  *   4. `finish()` — window sums, caps, chain heads and per-card tallies are settled here.
  *

@@ -25,7 +25,7 @@ import { isPeriod } from "../../spec/ledger.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
 import { openPgAudit } from "./auditPg.ts"
-import { startSealPool, type SealPool } from "./auditPool.ts"
+import { startSealPool, type SealPool, workerCode } from "./auditPool.ts"
 import {
   allRows,
   auditQueries,
@@ -125,7 +125,7 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
 
     // ---- receipts, in settlement order per project, their seals checked by the workers
     const total = (await allRows<{ n: number }>(source, Q.receiptCount))[0]?.n ?? 0
-    if (jobs > 0 && total > 0) pool = startSealPool(Math.min(jobs, Math.ceil(total / batch)), auditor.trustedKeys())
+    if (jobs > 0 && total > 0) pool = startSealPool(Math.min(jobs, Math.ceil(total / batch)), auditor.trustedKeys(), await workerCode())
     const seal = pool?.seal
     let seen = 0
     let lastTick = started

@@ -5,8 +5,9 @@
  * the ones the case names, on either engine. PostgreSQL: the loopback test server
  * (TOLLGATE_TEST_PG_URL); skipped, saying so, when it does not answer.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
 import { periodOf } from "../../spec/ledger.ts"
+import { auditCommand } from "../../src/cli/audit.ts"
 import { pgReachable, TEST_PG_URL } from "../support/pg.ts"
 import { tamperCases } from "./cases.ts"
 import { audit, buildTrafficStore, type Engine, named, tamperedCopy, type TrafficStore } from "./fixture.ts"
@@ -43,6 +44,28 @@ for (const { engine, label, skip } of engines) {
         expect(named(r)).toEqual([...expected].sort())
       })
     }
+
+    it("the CLI: --database-url (or --database) names the store, --jobs the workers; exit 0 clean, 1 with findings", async () => {
+      const run = async (args: Array<string>) => {
+        let out = ""
+        const spy = vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array) => {
+          out += String(chunk)
+          return true
+        })
+        try {
+          return { code: await auditCommand(args), json: () => JSON.parse(out) as { engine: string; jobs: number; findings_total: number } }
+        } finally {
+          spy.mockRestore()
+        }
+      }
+      const clean = await run(["--database-url", await tamperedCopy(engine, store.snapshot), "--jobs", "2", "--json", "--quiet"])
+      expect(clean.code).toBe(0)
+      expect(clean.json()).toMatchObject({ engine: engine === "pg" ? "postgres" : "sqlite", jobs: 2, findings_total: 0 })
+      const dirty = await tamperedCopy(engine, store.snapshot, async (db) => {
+        await db.run(`UPDATE budget_windows SET spent = spent + 1 WHERE project_id = ?`, store.projectA)
+      })
+      expect((await run(["--database", dirty, "--jobs", "1", "--json", "--quiet"])).code).toBe(1)
+    })
 
     it("--project and --period select the same rows as on the other engine", async () => {
       const copy = await tamperedCopy(engine, store.snapshot)

@@ -15,6 +15,8 @@ import { join, relative } from "node:path"
 import { beforeAll, describe, expect, it } from "vitest"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { type Receipt, unsignedPart } from "../../spec/receipt.ts"
+import { Seal, sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit.ts"
+import { startSealPool, type WorkerCode, workerCode } from "../../src/store/auditPool.ts"
 import { audit, tampered } from "./fixture.ts"
 import { buildSyntheticStore } from "./synthetic.ts"
 
@@ -76,5 +78,31 @@ describe("tollgate audit --jobs", () => {
     const inputs = Object.keys(result.metafile.inputs).map((p) => relative(process.cwd(), join(process.cwd(), p)))
     expect(inputs).toContain("src/store/auditWorker.ts")
     expect(inputs.filter((p) => p !== "src/store/auditWorker.ts" && !p.startsWith("spec/"))).toEqual([])
+  })
+})
+
+describe("the signature workers' two ways to start", () => {
+  it("the bundled code and the tsx entry (auditWorker.mjs, for builds without the sources) answer the same verdicts", async () => {
+    const db = new Database(path, { readonly: true })
+    const bodies = (db.prepare(`SELECT body FROM receipts ORDER BY id LIMIT 300`).all() as Array<{ body: string }>).map((r) => r.body)
+    const keys = (db.prepare(`SELECT id, public_key AS pem, retired_at AS retiredAt FROM receipt_keys`).all() as Array<TrustedKeyData>)
+    db.close()
+    bodies.push("not json")
+    const code = await workerCode()
+    expect("eval" in code).toBe(true)
+    const verdicts = async (c: WorkerCode) => {
+      const pool = startSealPool(2, keys, c)
+      try {
+        return [...(await pool.seal(bodies))]
+      } finally {
+        await pool.close()
+      }
+    }
+    const trusted = trustedKeyMap(keys)
+    const here = bodies.map((b) => sealOfBody(b, trusted))
+    expect(here).toContain(Seal.badSignature) // the planted forgeries among the first 300
+    expect(here.at(-1)).toBe(Seal.malformed)
+    expect(await verdicts(code)).toEqual(here)
+    expect(await verdicts({ url: new URL("../../src/store/auditWorker.mjs", import.meta.url) })).toEqual(here)
   })
 })

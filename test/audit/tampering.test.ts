@@ -244,7 +244,9 @@ describe("the tollgate CLI", () => {
   it("audit: exit 2 when the store cannot be read or the arguments are wrong", async () => {
     expect((await captured(() => auditCommand(["--database", "sqlite:/nonexistent/tollgate.db"]))).code).toBe(2)
     expect((await captured(() => auditCommand(["--period", "2026-13", "--database", store.snapshot]))).code).toBe(2)
-    expect((await captured(() => auditCommand(["--database", "postgres://db/tollgate"]))).code).toBe(2)
+    expect((await captured(() => auditCommand(["--database", "postgres://127.0.0.1:1/tollgate"]))).code).toBe(2) // nothing listens
+    expect((await captured(() => auditCommand(["--database", "mysql://127.0.0.1/tollgate"]))).code).toBe(2)
+    expect((await captured(() => auditCommand(["--jobs", "-1", "--database", store.snapshot]))).code).toBe(2)
     expect((await captured(() => auditCommand(["--bogus"]))).code).toBe(2)
   })
 
