@@ -9,7 +9,7 @@
  * rather than being rounded (as the gateway's own connection does, src/store/Postgres.ts).
  */
 import pg from "pg"
-import type { AuditSource, Params } from "./auditSource.ts"
+import type { ArrayRow, AuditSource, Params } from "./auditSource.ts"
 
 const INT8_OID = 20
 const NUMERIC_OID = 1700
@@ -58,24 +58,28 @@ export const openPgAudit = async (url: string): Promise<AuditSource> => {
     throw e
   }
   let cursors = 0
+  /** The rows of one query through a server-side cursor, `batch` at a time, as objects or as arrays. */
+  async function* fetched<T>(sql: string, params: Params, batch: number, rowMode: "object" | "array"): AsyncIterable<ReadonlyArray<T>> {
+    const { text, values } = positional(sql, params)
+    const name = `audit_${++cursors}`
+    // A cursor's parameters are bound in DECLARE; it lives until CLOSE or the transaction's end.
+    await client.query(`DECLARE ${name} NO SCROLL CURSOR FOR ${text}`, values)
+    try {
+      for (;;) {
+        const fetch = `FETCH FORWARD ${Math.max(1, Math.floor(batch))} FROM ${name}`
+        const res = rowMode === "array" ? await client.query({ text: fetch, rowMode: "array" }) : await client.query(fetch)
+        if (res.rows.length > 0) yield res.rows as Array<T>
+        if (res.rows.length < batch) break
+      }
+    } finally {
+      // After a failed FETCH the transaction is aborted and CLOSE fails too: the first error is the one to report.
+      await client.query(`CLOSE ${name}`).catch(() => undefined)
+    }
+  }
   return {
     label: redactedUrl(url),
-    batches: async function* <T>(sql: string, params: Params, batch: number) {
-      const { text, values } = positional(sql, params)
-      const name = `audit_${++cursors}`
-      // A cursor's parameters are bound in DECLARE; it lives until CLOSE or the transaction's end.
-      await client.query(`DECLARE ${name} NO SCROLL CURSOR FOR ${text}`, values)
-      try {
-        for (;;) {
-          const res = await client.query<T & pg.QueryResultRow>(`FETCH FORWARD ${Math.max(1, Math.floor(batch))} FROM ${name}`)
-          if (res.rows.length > 0) yield res.rows
-          if (res.rows.length < batch) break
-        }
-      } finally {
-        // After a failed FETCH the transaction is aborted and CLOSE fails too: the first error is the one to report.
-        await client.query(`CLOSE ${name}`).catch(() => undefined)
-      }
-    },
+    batches: <T>(sql: string, params: Params, batch: number) => fetched<T>(sql, params, batch, "object"),
+    arrays: (sql: string, params: Params, batch: number) => fetched<ArrayRow>(sql, params, batch, "array"),
     close: async () => {
       try {
         await client.query("COMMIT")

@@ -29,9 +29,9 @@ import { startSealPool, type SealPool, workerCode } from "./auditPool.ts"
 import {
   allRows,
   auditQueries,
+  type AuditQuery,
   type AuditSource,
   type ChainRange,
-  type FlatReceipt,
   nest,
   rows,
   type ChainHeadRow,
@@ -150,8 +150,8 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
         }
       }
     }
-    const walk = async (q: { sql: string; params: Parameters<AuditSource["batches"]>[1] }) => {
-      for await (const flat of source.batches<FlatReceipt>(q.sql, q.params, batch)) {
+    const walk = async (q: AuditQuery) => {
+      for await (const flat of source.arrays(q.sql, q.params, batch)) {
         const receiptRows = flat.map(nest)
         await enqueue(
           seal === undefined

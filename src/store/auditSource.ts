@@ -19,6 +19,8 @@ export interface AuditSource {
   readonly label: string
   /** The rows of one query, in batches of at most `batch` rows, in the query's order. */
   readonly batches: <T>(sql: string, params: Params, batch: number) => AsyncIterable<ReadonlyArray<T>>
+  /** The same, each row an array of its columns in the query's order (cheaper for the long walks). */
+  readonly arrays: (sql: string, params: Params, batch: number) => AsyncIterable<ReadonlyArray<ArrayRow>>
   /** End the snapshot and let the connection go. */
   readonly close: () => Promise<void>
 }
@@ -48,13 +50,23 @@ export interface ChainRange {
   readonly hi: number
 }
 
+/**
+ * The joined receipts row's columns, in the order a row read as an array carries them (`nest` reads
+ * them by position: no object per row from the driver, ≈ a third of the read's CPU on SQLite).
+ */
+const RECEIPT_FIELDS = [
+  "r.id", "r.request_id", "r.project_id", "r.environment", "r.period", "r.seq", "r.credits_charged", "r.rate_card_version", "r.body",
+  "r.prev_hash", "r.hash", "r.signature", "r.signing_key_id", "r.created_at",
+  "q.id", "q.project_id", "q.environment", "q.status", "q.receipt_id", "q.credits_charged", "q.credits_reserved", "q.rate_card_version",
+  "q.created_at",
+  "v.id", "v.project_id", "v.period", "v.amount", "v.state", "v.charge"
+] as const
+
+/** The position of each column in a receipts row read as an array. */
+const C = Object.fromEntries(RECEIPT_FIELDS.map((f, i) => [f, i])) as { readonly [K in (typeof RECEIPT_FIELDS)[number]]: number }
+
 const RECEIPT_COLUMNS = `
-  r.id, r.request_id, r.project_id, r.environment, r.period, r.seq, r.credits_charged, r.rate_card_version, r.body,
-  r.prev_hash, r.hash, r.signature, r.signing_key_id, r.created_at,
-  q.id AS q_id, q.project_id AS q_project_id, q.environment AS q_environment, q.status AS q_status, q.receipt_id AS q_receipt_id,
-  q.credits_charged AS q_credits_charged, q.credits_reserved AS q_credits_reserved, q.rate_card_version AS q_rate_card_version,
-  q.created_at AS q_created_at,
-  v.id AS v_id, v.project_id AS v_project_id, v.period AS v_period, v.amount AS v_amount, v.state AS v_state, v.charge AS v_charge
+  ${RECEIPT_FIELDS.join(", ")}
   FROM receipts r
   LEFT JOIN requests q ON q.id = r.request_id
   LEFT JOIN reservations v ON v.request_id = r.request_id`
@@ -128,57 +140,48 @@ export const auditQueries = (scope: AuditScope) => {
 
 export type { ChainHeadRow, HeldReservationRow, IdempotencyRow, KeyRow, ProjectRow, RateCardRow, UnreceiptedRow, WindowRow }
 
-/** A receipts row as the query returns it: its request's and reservation's columns flat. */
-export interface FlatReceipt extends Omit<ReceiptRow, "request" | "reservation"> {
-  readonly q_id: string | null
-  readonly q_project_id: string
-  readonly q_environment: string
-  readonly q_status: string
-  readonly q_receipt_id: string | null
-  readonly q_credits_charged: number | null
-  readonly q_credits_reserved: number
-  readonly q_rate_card_version: string | null
-  readonly q_created_at: number
-  readonly v_id: string | null
-  readonly v_project_id: string
-  readonly v_period: string
-  readonly v_amount: number
-  readonly v_state: string
-  readonly v_charge: number | null
-}
+/** A row read as an array: its columns in the query's order. */
+export type ArrayRow = ReadonlyArray<unknown>
 
-/** The checker's shape of a joined receipts row. */
-export const nest = (f: FlatReceipt): ReceiptRow => ({
-  id: f.id,
-  request_id: f.request_id,
-  project_id: f.project_id,
-  environment: f.environment,
-  period: f.period,
-  seq: f.seq,
-  credits_charged: f.credits_charged,
-  rate_card_version: f.rate_card_version,
-  body: f.body,
-  prev_hash: f.prev_hash,
-  hash: f.hash,
-  signature: f.signature,
-  signing_key_id: f.signing_key_id,
-  created_at: f.created_at,
+/** The checker's shape of a joined receipts row read as an array (`receipts` and `walk` select RECEIPT_FIELDS). */
+export const nest = (a: ArrayRow): ReceiptRow => ({
+  id: a[C["r.id"]] as string,
+  request_id: a[C["r.request_id"]] as string,
+  project_id: a[C["r.project_id"]] as string,
+  environment: a[C["r.environment"]] as string,
+  period: a[C["r.period"]] as string,
+  seq: a[C["r.seq"]] as number,
+  credits_charged: a[C["r.credits_charged"]] as number,
+  rate_card_version: a[C["r.rate_card_version"]] as string,
+  body: a[C["r.body"]] as string,
+  prev_hash: a[C["r.prev_hash"]] as string,
+  hash: a[C["r.hash"]] as string,
+  signature: a[C["r.signature"]] as string,
+  signing_key_id: a[C["r.signing_key_id"]] as string,
+  created_at: a[C["r.created_at"]] as number,
   request:
-    f.q_id === null
+    a[C["q.id"]] === null
       ? null
       : {
-          id: f.q_id,
-          project_id: f.q_project_id,
-          environment: f.q_environment,
-          status: f.q_status,
-          receipt_id: f.q_receipt_id,
-          credits_charged: f.q_credits_charged,
-          credits_reserved: f.q_credits_reserved,
-          rate_card_version: f.q_rate_card_version,
-          created_at: f.q_created_at
+          id: a[C["q.id"]] as string,
+          project_id: a[C["q.project_id"]] as string,
+          environment: a[C["q.environment"]] as string,
+          status: a[C["q.status"]] as string,
+          receipt_id: a[C["q.receipt_id"]] as string | null,
+          credits_charged: a[C["q.credits_charged"]] as number | null,
+          credits_reserved: a[C["q.credits_reserved"]] as number,
+          rate_card_version: a[C["q.rate_card_version"]] as string | null,
+          created_at: a[C["q.created_at"]] as number
         },
   reservation:
-    f.v_id === null
+    a[C["v.id"]] === null
       ? null
-      : { id: f.v_id, project_id: f.v_project_id, period: f.v_period, amount: f.v_amount, state: f.v_state, charge: f.v_charge }
+      : {
+          id: a[C["v.id"]] as string,
+          project_id: a[C["v.project_id"]] as string,
+          period: a[C["v.period"]] as string,
+          amount: a[C["v.amount"]] as number,
+          state: a[C["v.state"]] as string,
+          charge: a[C["v.charge"]] as number | null
+        }
 })

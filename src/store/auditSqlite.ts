@@ -4,7 +4,7 @@
  * streamed with `.iterate()`, so memory stays flat whatever the number of receipts.
  */
 import Database from "better-sqlite3"
-import type { AuditSource, Params } from "./auditSource.ts"
+import type { ArrayRow, AuditSource, Params } from "./auditSource.ts"
 
 export const openSqliteAudit = (file: string): AuditSource => {
   const db = new Database(file, { readonly: true, fileMustExist: true })
@@ -17,23 +17,10 @@ export const openSqliteAudit = (file: string): AuditSource => {
   }
   return {
     label: file,
-    // better-sqlite3 is synchronous: a batch is read at once, then handed over.
-    batches: async function* <T>(sql: string, params: Params, batch: number) {
-      const it = db.prepare(sql).iterate(params) as IterableIterator<T>
-      let chunk: Array<T> = []
-      try {
-        for (const row of it) {
-          chunk.push(row)
-          if (chunk.length >= batch) {
-            yield chunk
-            chunk = []
-          }
-        }
-      } finally {
-        it.return?.()
-      }
-      if (chunk.length > 0) yield chunk
-    },
+    batches: <T>(sql: string, params: Params, batch: number) => chunked(db.prepare(sql).iterate(params) as IterableIterator<T>, batch),
+    // `.raw()`: each row an array of its columns, no object built per row.
+    arrays: (sql: string, params: Params, batch: number) =>
+      chunked(db.prepare(sql).raw(true).iterate(params) as IterableIterator<ArrayRow>, batch),
     close: async () => {
       try {
         if (db.inTransaction) db.exec("COMMIT")
@@ -42,4 +29,21 @@ export const openSqliteAudit = (file: string): AuditSource => {
       }
     }
   }
+}
+
+/** better-sqlite3 is synchronous: a batch is read at once, then handed over. */
+async function* chunked<T>(it: IterableIterator<T>, batch: number): AsyncIterable<ReadonlyArray<T>> {
+  let chunk: Array<T> = []
+  try {
+    for (const row of it) {
+      chunk.push(row)
+      if (chunk.length >= batch) {
+        yield chunk
+        chunk = []
+      }
+    }
+  } finally {
+    it.return?.()
+  }
+  if (chunk.length > 0) yield chunk
 }
