@@ -111,7 +111,7 @@ export const soak = async (): Promise<number> => {
   proc.child.kill("SIGTERM")
   const exit = await proc.exited
   const state = storeState(store.dbPath)
-  const audited = audit(store.dbPath)
+  const audited = await audit(store.dbPath)
   const lost = counts.cut + counts.status5xx + counts.keysRunTwice
   const summary = {
     seconds,

@@ -1,33 +1,35 @@
 /**
  * The audit rulebook (docs/contract.md §4, §6): what `tollgate audit` checks in a live store, as a pure
  * checker you feed rows to. It does no I/O: the caller streams rows out of whatever store it reads
- * (see src/cli/audit.ts for SQLite) and the checker keeps bounded state — one chain head per
+ * (src/store/auditReader.ts, through the port of src/store/auditSource.ts, on SQLite or PostgreSQL) and the checker keeps bounded state — one chain head per
  * project, one sum per (project, window), one tally per rate card — and reports findings through a
  * callback as it goes. Memory does not grow with the number of receipts.
  *
  * Feeding order:
  *   1. context: `keys`, `rateCards`, `projects`, `windows`, `chainHeads` (small tables, all rows);
  *   2. `receipt` for every receipt, ordered by (project_id, seq) — the settlement order of each chain;
- *      for a partial walk, call `chainStart` before a project's first receipt;
+ *      for a partial walk, call `chainStart` before a project's first receipt; a receipt's seal
+ *      verdict (spec/audit/seal.ts) may come computed elsewhere (the signature workers);
  *   3. `heldReservation`, `unreceipted`, `idempotency` (any order);
  *   4. `finish()` — window sums, caps, chain heads and per-card tallies are settled here.
  *
  * It reuses the other models: charges are recomputed with spec/pricing.ts (`settledCharge`, BigInt,
  * integer-exact), hashes and signatures follow spec/receipt.ts, windows spec/ledger.ts.
  */
-import { createHash, createPublicKey, type KeyObject, verify } from "node:crypto"
-import { canonicalJson } from "./canonicalJson.ts"
+import { createPublicKey, type KeyObject } from "node:crypto"
 import { accountKey, checkWindow, periodBounds } from "./ledger.ts"
 import { type Prices, settledCharge, type TokenCounts } from "./pricing.ts"
-import { GENESIS_HASH, type Receipt, unsignedPart } from "./receipt.ts"
+import { GENESIS_HASH, type Receipt } from "./receipt.ts"
 
 import { type Finding, type FindingKind } from "./audit/findings.ts"
 import { governanceOf, parseReceipt, receiptKeyId, windowSubject } from "./audit/receipts.ts"
+import { Seal, type SealCode, sealOf, type TrustedKey, type TrustedKeyData } from "./audit/seal.ts"
 import type { AuditScope, AuditStats, AuditSummary, ChainHeadRow, IdempotencyRow, KeyRow, ProjectRow, RateCardRow, ReceiptRow, HeldReservationRow, UnreceiptedRow, WindowRow } from "./audit/rows.ts"
 
 export * from "./audit/findings.ts"
 export * from "./audit/receipts.ts"
 export * from "./audit/rows.ts"
+export * from "./audit/seal.ts"
 
 // ---------------------------------------------------------------------------------------------
 // The checker
@@ -60,11 +62,6 @@ interface CardTally {
   readonly examples: Array<string>
 }
 
-interface TrustedKey {
-  readonly key: KeyObject
-  readonly retiredAt: number | null
-}
-
 const EXAMPLES = 5
 
 export interface Auditor {
@@ -79,7 +76,13 @@ export interface Auditor {
    * known. Without this call a project's chain is expected to start at seq 1 with the genesis hash.
    */
   readonly chainStart: (project: string, seq: number, prevHash: string | undefined) => void
-  readonly receipt: (row: ReceiptRow) => void
+  /**
+   * One receipt, in chain order. `seal`: its seal verdict when already computed elsewhere (a
+   * signature worker, from the same `sealOfBody`); computed here when absent.
+   */
+  readonly receipt: (row: ReceiptRow, seal?: SealCode) => void
+  /** The keys trusted so far (after `keys`), as plain data for the signature workers. */
+  readonly trustedKeys: () => ReadonlyArray<TrustedKeyData>
   readonly heldReservation: (row: HeldReservationRow) => void
   readonly unreceipted: (row: UnreceiptedRow) => void
   readonly idempotency: (row: IdempotencyRow) => void
@@ -98,6 +101,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
 
   const stats: AuditStats = { receipts: 0, chains: 0, windows: 0, heldReservations: 0, idempotencyRecords: 0, rateCards: 0, keys: 0 }
   const trusted = new Map<string, TrustedKey>()
+  const trustedData: Array<TrustedKeyData> = []
   const cards = new Map<string, { readonly effectiveFrom: number; readonly prices: Readonly<Record<string, Prices>> | undefined }>()
   const caps = new Map<string, { readonly cap: number; readonly changedAt: number | undefined }>()
   const heads = new Map<string, ChainHeadRow>()
@@ -140,6 +144,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
         continue
       }
       trusted.set(row.id, { key, retiredAt: row.retired_at })
+      trustedData.push({ id: row.id, pem: row.public_key, retiredAt: row.retired_at })
     }
   }
 
@@ -214,38 +219,34 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     st.gapBefore = false
   }
 
-  const checkSeal = (row: ReceiptRow, receipt: Receipt): boolean => {
-    const bytes = Buffer.from(canonicalJson(unsignedPart(receipt)), "utf8")
-    if (createHash("sha256").update(bytes).digest("hex") !== receipt.hash) {
-      // The signature covers the same bytes: with the content altered it cannot verify either.
-      report("receipt_hash_mismatch", row.id, row.project_id, `receipt ${row.id} does not hash to its recorded hash: its content was changed after sealing`)
-      return false
+  /** Report what the seal verdict (spec/audit/seal.ts) says is wrong; true when intact. */
+  const checkSeal = (row: ReceiptRow, receipt: Receipt, code: SealCode): boolean => {
+    switch (code) {
+      case Seal.intact:
+        return true
+      case Seal.hashMismatch:
+        report("receipt_hash_mismatch", row.id, row.project_id, `receipt ${row.id} does not hash to its recorded hash: its content was changed after sealing`)
+        return false
+      case Seal.unknownKey:
+        report("signing_key_unknown", row.id, row.project_id, `receipt ${row.id} is signed by ${receipt.signing_key_id}, which is not a trusted key`, {
+          signing_key_id: receipt.signing_key_id
+        })
+        return false
+      case Seal.badSignature:
+        report("signature_invalid", row.id, row.project_id, `the signature of receipt ${row.id} does not verify with key ${receipt.signing_key_id}`)
+        return false
+      case Seal.retiredKey: {
+        const retiredAt = trusted.get(receipt.signing_key_id)?.retiredAt ?? 0
+        report("signing_key_retired", row.id, row.project_id, `receipt ${row.id} was signed by ${receipt.signing_key_id} after that key was retired`, {
+          retired_at: new Date(retiredAt).toISOString(),
+          created_at: receipt.created_at
+        })
+        return false
+      }
+      case Seal.malformed:
+        // A worker could not parse what this thread parsed: not possible with one parser; verify here.
+        return checkSeal(row, receipt, sealOf(receipt, trusted))
     }
-    const trustedKey = trusted.get(receipt.signing_key_id)
-    if (trustedKey === undefined) {
-      report("signing_key_unknown", row.id, row.project_id, `receipt ${row.id} is signed by ${receipt.signing_key_id}, which is not a trusted key`, {
-        signing_key_id: receipt.signing_key_id
-      })
-      return false
-    }
-    let ok = false
-    try {
-      ok = verify(null, bytes, trustedKey.key, Buffer.from(receipt.signature, "base64url"))
-    } catch {
-      ok = false
-    }
-    if (!ok) {
-      report("signature_invalid", row.id, row.project_id, `the signature of receipt ${row.id} does not verify with key ${receipt.signing_key_id}`)
-      return false
-    }
-    if (trustedKey.retiredAt !== null && Date.parse(receipt.created_at) > trustedKey.retiredAt) {
-      report("signing_key_retired", row.id, row.project_id, `receipt ${row.id} was signed by ${receipt.signing_key_id} after that key was retired`, {
-        retired_at: new Date(trustedKey.retiredAt).toISOString(),
-        created_at: receipt.created_at
-      })
-      return false
-    }
-    return true
   }
 
   const checkCharge = (row: ReceiptRow, receipt: Receipt, intact: boolean) => {
@@ -342,7 +343,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     }
   }
 
-  const receipt = (row: ReceiptRow) => {
+  const receipt = (row: ReceiptRow, seal?: SealCode) => {
     stats.receipts++
     const parsed = parseReceipt(row.body)
     if (typeof parsed === "string") {
@@ -370,7 +371,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     if (columns.length > 0) {
       report("receipt_column_mismatch", row.id, row.project_id, `receipt ${row.id}: columns ${columns.join(", ")} disagree with the signed body`, { fields: columns })
     }
-    const intact = checkSeal(row, r)
+    const intact = checkSeal(row, r, seal ?? sealOf(r, trusted))
     checkChain(row, r.seq, r.prev_hash, r.hash)
     checkCharge(row, r, intact)
     checkRequest(row, r)
@@ -503,7 +504,9 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     return { clean: total === 0, findings: total, byKind: { ...byKind }, stats: { ...stats } }
   }
 
-  return { keys, rateCards, projects, windows, chainHeads, chainStart, receipt, heldReservation, unreceipted, idempotency, finish, stats }
+  const trustedKeys = () => [...trustedData]
+
+  return { keys, rateCards, projects, windows, chainHeads, chainStart, receipt, trustedKeys, heldReservation, unreceipted, idempotency, finish, stats }
 }
 
 /** The instants [start, end) of a period filter, for stores that select rows by time. */

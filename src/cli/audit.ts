@@ -2,12 +2,14 @@
  * `tollgate audit`: check a live store against the rulebook (spec/audit.ts), through the store reader
  * (src/store/auditReader.ts).
  *
- *   tollgate audit [--database sqlite:./data/tollgate.db] [--project prj_…] [--period YYYY-MM]
- *                  [--public-key key.pem]… [--json] [--limit N] [--progress | --quiet]
+ *   tollgate audit [--database sqlite:./data/tollgate.db | --database-url postgres://…] [--project prj_…]
+ *                  [--period YYYY-MM] [--public-key key.pem]… [--jobs N] [--json] [--limit N]
+ *                  [--progress | --quiet]
  *
  * Exit code: 0 clean, 1 findings, 2 the audit could not run.
  */
 import { readFileSync } from "node:fs"
+import { availableParallelism } from "node:os"
 import { parseArgs } from "node:util"
 import { findingKinds, type FindingKind } from "../../spec/audit.ts"
 import { type AuditResult, auditStore } from "../store/auditReader.ts"
@@ -17,10 +19,12 @@ export { type AuditOptions, type AuditResult, auditStore, databaseFile } from ".
 // ---------------------------------------------------------------------------------------------
 // Command line
 
-const usage = `usage: tollgate audit [--database sqlite:<path>] [--project prj_…] [--period YYYY-MM]
-                      [--public-key key.pem]… [--json] [--limit N] [--progress | --quiet]
-  --database     the store (default: DATABASE_URL, else sqlite:./data/tollgate.db)
+const usage = `usage: tollgate audit [--database sqlite:<path> | postgres://…] [--project prj_…] [--period YYYY-MM]
+                      [--public-key key.pem]… [--jobs N] [--json] [--limit N] [--progress | --quiet]
+  --database     the store: sqlite:<path>, a file path, or postgres://… (alias --database-url;
+                 default: DATABASE_URL, else sqlite:./data/tollgate.db)
   --public-key   trust only this receipt public key (repeatable; default: the store's receipt_keys)
+  --jobs         signature worker threads (default: the available parallelism; 0: this thread)
   --limit        findings listed in detail (default 1000; all are counted)
 exit code: 0 clean, 1 findings, 2 the audit could not run`
 
@@ -36,7 +40,7 @@ export const renderHuman = (r: AuditResult): string => {
       `${s.stats.heldReservations} held reservation(s), ${s.stats.idempotencyRecords} idempotency record(s), ` +
       `${s.stats.rateCards} rate card(s), ${s.stats.keys} public key(s) (${r.keySource === "pinned" ? "pinned" : "from the store"})`
   )
-  lines.push(`  time:    ${(r.durationMs / 1000).toFixed(2)} s (${r.receiptsPerSecond} receipts/s)`)
+  lines.push(`  time:    ${(r.durationMs / 1000).toFixed(2)} s (${r.receiptsPerSecond} receipts/s, ${r.jobs} signature worker(s))`)
   if (s.clean) {
     lines.push("", "CLEAN: no findings.")
     return lines.join("\n")
@@ -54,6 +58,8 @@ export const renderHuman = (r: AuditResult): string => {
 export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number> => {
   let values: {
     database?: string | undefined
+    "database-url"?: string | undefined
+    jobs?: string | undefined
     project?: string | undefined
     period?: string | undefined
     "public-key"?: Array<string> | undefined
@@ -68,6 +74,8 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
       args: [...argv],
       options: {
         database: { type: "string" },
+        "database-url": { type: "string" },
+        jobs: { type: "string" },
         project: { type: "string" },
         period: { type: "string" },
         "public-key": { type: "string", multiple: true },
@@ -92,11 +100,17 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
     process.stderr.write(`--limit must be a non-negative integer\n${usage}\n`)
     return 2
   }
+  const jobs = values.jobs === undefined ? availableParallelism() : Number(values.jobs)
+  if (!Number.isSafeInteger(jobs) || jobs < 0) {
+    process.stderr.write(`--jobs must be a non-negative integer\n${usage}\n`)
+    return 2
+  }
   const showProgress = values.progress === true || (values.quiet !== true && process.stderr.isTTY === true)
   try {
     const publicKeys = (values["public-key"] ?? []).map((path) => readFileSync(path, "utf8"))
-    const result = auditStore({
-      database: values.database ?? process.env["DATABASE_URL"] ?? "sqlite:./data/tollgate.db",
+    const result = await auditStore({
+      database: values.database ?? values["database-url"] ?? (process.env["DATABASE_URL"] || "sqlite:./data/tollgate.db"),
+      jobs,
       project: values.project,
       period: values.period,
       publicKeys,
@@ -113,6 +127,8 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
         `${JSON.stringify({
           clean: result.summary.clean,
           database: result.database,
+          engine: result.engine,
+          jobs: result.jobs,
           scope: { project: result.scope.project ?? null, period: result.scope.period ?? null },
           key_source: result.keySource,
           stats: result.summary.stats,

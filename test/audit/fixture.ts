@@ -1,22 +1,27 @@
 /**
- * A store built by real traffic through a real gateway (mock upstream over HTTP), snapshotted so each
- * test can tamper with its own copy and audit it.
+ * A store built by real traffic through a real gateway (mock upstream over HTTP), on SQLite or on
+ * PostgreSQL, snapshotted so each test can tamper with its own copy and audit it.
  */
 import Database from "better-sqlite3"
 import { copyFileSync, mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
+import pg from "pg"
 import { type AuditResult, auditStore } from "../../src/cli/audit.ts"
 import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { freshSchema, TEST_PG_URL, type TestSchema, withSchema } from "../support/pg.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 
 /** Credits per 1,000,000 tokens: large enough that charges are tens of Credits, not 1. */
 export const PRICES = { input: 150_000, cached_input: 75_000, output: 600_000, reasoning: 900_000 }
 
+export type Engine = "sqlite" | "pg"
+
 export interface TrafficStore {
+  readonly engine: Engine
   readonly gw: TestGateway
   readonly upstream: MockUpstream
-  /** A consistent copy of the store after the traffic. */
+  /** A consistent copy of the store after the traffic: a SQLite file, or a PostgreSQL schema's name. */
   readonly snapshot: string
   readonly projectA: string
   readonly projectB: string
@@ -39,9 +44,13 @@ export const chat = async (gw: TestGateway, key: string, body: Record<string, un
 
 const ask = (content: string, extra: Record<string, unknown> = {}) => ({ messages: [{ role: "user", content }], ...extra })
 
-export const buildTrafficStore = async (): Promise<TrafficStore> => {
+export const buildTrafficStore = async (engine: Engine = "sqlite"): Promise<TrafficStore> => {
   const upstream = await startMockUpstream()
-  const gw = await startGateway(mockGatewayFile(upstream.url, undefined, { "gpt-test": PRICES }), { upstreamRetries: 0 })
+  const schema: TestSchema | undefined = engine === "pg" ? freshSchema() : undefined
+  const gw = await startGateway(mockGatewayFile(upstream.url, undefined, { "gpt-test": PRICES }), {
+    upstreamRetries: 0,
+    ...(schema === undefined ? {} : { databaseUrl: schema.url })
+  })
   const projectA = gw.projectId
   const budgetB = 50_000
   const created = await gw.admin("POST", "/admin/v1/projects", { name: "b", budget_credits: budgetB, rate_limit: { requests_per_minute: 6000 } })
@@ -73,12 +82,16 @@ export const buildTrafficStore = async (): Promise<TrafficStore> => {
   const last = ok(await chat(gw, keyA, ask("the exported one")))
   const exportedReceipt = await (await fetch(`${gw.url}/requests/${last.requestId}/receipt`, { headers: { authorization: `Bearer ${keyA}` } })).text()
 
-  const dir = mkdtempSync(join(tmpdir(), "tollgate-audit-"))
-  const snapshot = join(dir, "snapshot.db")
-  const live = gw.db()
-  live.exec(`VACUUM INTO '${snapshot}'`)
+  let snapshot: string
+  if (schema === undefined) {
+    snapshot = join(mkdtempSync(join(tmpdir(), "tollgate-audit-")), "snapshot.db")
+    gw.db().exec(`VACUUM INTO '${snapshot}'`)
+  } else {
+    snapshot = await copySchema(schema.name)
+  }
   const signingKeyPem = readFileSync(join(dirname(gw.dbPath), "receipt-signing-key.pem"), "utf8")
   return {
+    engine,
     gw,
     upstream,
     snapshot,
@@ -90,6 +103,10 @@ export const buildTrafficStore = async (): Promise<TrafficStore> => {
     close: async () => {
       await gw.close()
       await upstream.close()
+      if (schema !== undefined) {
+        schema.drop()
+        await dropSchemas()
+      }
     }
   }
 }
@@ -108,8 +125,86 @@ export const tampered = (snapshot: string, tamper: (db: Database.Database) => vo
   return path
 }
 
-export const audit = (path: string, options: Partial<Parameters<typeof auditStore>[0]> = {}): AuditResult =>
-  auditStore({ database: `sqlite:${path}`, limit: 100_000, ...options })
+/** Audit a SQLite file (a path) or a PostgreSQL store (a postgres:// URL); one signature worker unless told. */
+/** Statements on a store copy, the same text on both engines (`?` placeholders, no JSON functions). */
+export interface Tamper {
+  readonly all: <T>(sql: string, ...params: Array<unknown>) => Promise<Array<T>>
+  readonly run: (sql: string, ...params: Array<unknown>) => Promise<void>
+}
+
+const sqliteTamper = (db: Database.Database): Tamper => ({
+  all: async <T>(sql: string, ...params: Array<unknown>) => db.prepare(sql).all(...params) as Array<T>,
+  run: async (sql, ...params) => void db.prepare(sql).run(...params)
+})
+
+const dollar = (sql: string) => {
+  let i = 0
+  return sql.replace(/\?/g, () => `$${++i}`)
+}
+
+/** A client on the test database, in `schema`, BIGINT as numbers; ended after `f`. */
+const withPg = async <A>(schema: string | undefined, f: (client: pg.Client) => Promise<A>): Promise<A> => {
+  const client = new pg.Client({ connectionString: schema === undefined ? TEST_PG_URL : withSchema(TEST_PG_URL, schema) })
+  client.setTypeParser(20, Number)
+  await client.connect()
+  try {
+    return await f(client)
+  } finally {
+    await client.end()
+  }
+}
+
+const copies_: Array<string> = []
+
+/** A copy of a PostgreSQL store's schema (every table, its rows and indexes): what VACUUM INTO is to SQLite. */
+const copySchema = (from: string): Promise<string> =>
+  withPg(undefined, async (client) => {
+    const to = `${from}_c${copies_.length}`
+    copies_.push(to)
+    await client.query(`CREATE SCHEMA ${to}`)
+    const tables = await client.query<{ table_name: string }>(
+      `SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND table_type = 'BASE TABLE'`,
+      [from]
+    )
+    for (const { table_name: t } of tables.rows) {
+      await client.query(`CREATE TABLE ${to}.${t} (LIKE ${from}.${t} INCLUDING ALL)`)
+      await client.query(`INSERT INTO ${to}.${t} SELECT * FROM ${from}.${t}`)
+    }
+    return to
+  })
+
+const dropSchemas = () => withPg(undefined, async (client) => {
+  for (const s of copies_.splice(0)) await client.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`)
+})
+
+/**
+ * A fresh copy of a snapshot (a SQLite file or a PostgreSQL schema), tampered with by `tamper`, ready
+ * to audit: returns what `audit` takes (a file path, or a postgres:// URL in the copy's schema).
+ */
+export const tamperedCopy = async (engine: Engine, snapshot: string, tamper: (db: Tamper) => Promise<void> = async () => {}): Promise<string> => {
+  if (engine === "sqlite") {
+    const path = join(dirname(snapshot), `copy-${++copies}.db`)
+    copyFileSync(snapshot, path)
+    const db = new Database(path)
+    try {
+      await tamper(sqliteTamper(db))
+    } finally {
+      db.close()
+    }
+    return path
+  }
+  const schema = await copySchema(snapshot)
+  await withPg(schema, (client) =>
+    tamper({
+      all: async <T>(sql: string, ...params: Array<unknown>) => (await client.query(dollar(sql), params)).rows as Array<T>,
+      run: async (sql, ...params) => void (await client.query(dollar(sql), params))
+    })
+  )
+  return withSchema(TEST_PG_URL, schema)
+}
+
+export const audit = (store: string, options: Partial<Parameters<typeof auditStore>[0]> = {}): Promise<AuditResult> =>
+  auditStore({ database: store.includes("://") ? store : `sqlite:${store}`, limit: 100_000, jobs: 1, ...options })
 
 /** Findings as sorted "kind subject" lines: what a test asserts exactly. */
 export const named = (r: AuditResult): Array<string> => r.findings.map((f) => `${f.kind} ${f.subject}`).sort()

@@ -37,43 +37,43 @@ const edge = (path: string, project: string, period: string) => {
 }
 
 describe("tollgate audit over several windows", () => {
-  it("a clean synthetic store is clean, window by window", () => {
-    const r = audit(tampered(store.path))
+  it("a clean synthetic store is clean, window by window", async () => {
+    const r = await audit(tampered(store.path))
     expect(named(r)).toEqual([])
     expect(r.summary.stats).toMatchObject({ receipts: 1500, chains: 3, windows: 6, idempotencyRecords: 150 })
   })
 
-  it("--period walks the seq range the window spans, including receipts of the next window interleaved in it", () => {
+  it("--period walks the seq range the window spans, including receipts of the next window interleaved in it", async () => {
     const path = tampered(store.path)
     const { interleaved } = edge(path, store.projects[0]!, "2026-01")
     expect(interleaved).toBeGreaterThan(0) // the store does interleave, or this test proves nothing
-    const jan = audit(path, { period: "2026-01" })
+    const jan = await audit(path, { period: "2026-01" })
     expect(named(jan)).toEqual([])
     expect(jan.summary.stats.windows).toBe(3)
     expect(jan.summary.stats.receipts).toBeGreaterThan(750)
     expect(jan.summary.stats.receipts).toBeLessThan(1500)
   })
 
-  it("--period checks the link into the window: a changed hash on the receipt before it is named at the window's first receipt", () => {
+  it("--period checks the link into the window: a changed hash on the receipt before it is named at the window's first receipt", async () => {
     const project = store.projects[1]!
     let e!: ReturnType<typeof edge>
     const path = tampered(store.path, (db) => {
       e = edge(store.path, project, "2026-02")
       db.prepare(`UPDATE receipts SET hash = ? WHERE id = ?`).run("f".repeat(64), e.before.id)
     })
-    expect(named(audit(path, { period: "2026-02" }))).toEqual([`chain_broken ${e.first.id}`])
+    expect(named(await audit(path, { period: "2026-02" }))).toEqual([`chain_broken ${e.first.id}`])
     // The whole-store walk links by the signed body, so there the edited column is what it names.
-    expect(named(audit(path))).toEqual([`receipt_column_mismatch ${e.before.id}`])
+    expect(named(await audit(path))).toEqual([`receipt_column_mismatch ${e.before.id}`])
   })
 
-  it("--period names a gap just before the window", () => {
+  it("--period names a gap just before the window", async () => {
     const project = store.projects[2]!
     let e!: ReturnType<typeof edge>
     const path = tampered(store.path, (db) => {
       e = edge(store.path, project, "2026-02")
       db.prepare(`DELETE FROM receipts WHERE id = ?`).run(e.before.id)
     })
-    const r = audit(path, { period: "2026-02" })
+    const r = await audit(path, { period: "2026-02" })
     expect(named(r)).toEqual([`chain_gap ${e.first.id}`])
     expect(r.findings[0]!.detail).toEqual({ missing_from_seq: e.first.seq - 1, missing_to_seq: e.first.seq - 1 })
   })

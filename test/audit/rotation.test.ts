@@ -84,7 +84,7 @@ afterAll(async () => {
 })
 
 describe("receipt key rotation", () => {
-  it("keeps the old public key, retired, beside the new one", () => {
+  it("keeps the old public key, retired, beside the new one", async () => {
     expect(published).toHaveLength(2)
     const [old, current] = published
     expect(old!.retired_at).not.toBeNull()
@@ -93,18 +93,18 @@ describe("receipt key rotation", () => {
     expect(JSON.parse(newReceipt).signing_key_id).toBe(current!.id)
   })
 
-  it("old and new receipts both verify against the published keys", () => {
+  it("old and new receipts both verify against the published keys", async () => {
     expect(verifyReceiptWith(oldReceipt, published).valid).toBe(true)
     expect(verifyReceiptWith(newReceipt, published).valid).toBe(true)
   })
 
-  it("the audit of the store spanning the rotation is clean", () => {
-    const r = audit(dbPath)
+  it("the audit of the store spanning the rotation is clean", async () => {
+    const r = await audit(dbPath)
     expect(named(r)).toEqual([])
     expect(r.summary.stats).toMatchObject({ receipts: 3, keys: 2 })
   })
 
-  it("a receipt dated after its key's retirement is named", () => {
+  it("a receipt dated after its key's retirement is named", async () => {
     const copy = join(dir, "retired-early.db")
     const db = new Database(dbPath, { readonly: true })
     db.exec(`VACUUM INTO '${copy}'`)
@@ -113,6 +113,6 @@ describe("receipt key rotation", () => {
     w.prepare(`UPDATE receipt_keys SET retired_at = 0 WHERE retired_at IS NOT NULL`).run()
     const early = w.prepare(`SELECT id FROM receipts WHERE signing_key_id = (SELECT id FROM receipt_keys WHERE retired_at = 0) ORDER BY seq`).all() as Array<{ id: string }>
     w.close()
-    expect(named(audit(copy))).toEqual(early.map((r) => `signing_key_retired ${r.id}`).sort())
+    expect(named(await audit(copy))).toEqual(early.map((r) => `signing_key_retired ${r.id}`).sort())
   })
 })

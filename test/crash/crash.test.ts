@@ -86,7 +86,7 @@ describe("crash harness: SIGKILL at each phase of a governed call, restart, reco
             expect(charged?.output_tokens ?? 0, `delivered tokens of ${t.spec.key} charged`).toBeGreaterThan(0)
           }
         }
-        const audited = audit(store.dbPath)
+        const audited = await audit(store.dbPath)
         expect(audited.findings, JSON.stringify(audited.findings.slice(0, 3))).toEqual([])
         expect(audited.summary.clean).toBe(true)
       }
@@ -153,7 +153,7 @@ describe("crash harness: SIGKILL at each phase of a governed call, restart, reco
         expect({ held: final.held, reserved: final.reserved, doubleCharged: final.doubleCharged }).toEqual({ held: 0, reserved: 0, doubleCharged: [] })
         proc.child.kill("SIGTERM")
         expect((await proc.exited).code).toBe(0)
-        expect(audit(store.dbPath).summary.clean).toBe(true)
+        expect((await audit(store.dbPath)).summary.clean).toBe(true)
       }
     }
 

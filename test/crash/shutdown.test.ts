@@ -59,7 +59,7 @@ describe("SIGTERM under load", () => {
     // Streams outlive the grace by design here, so some must have been cut: the check below must not pass empty.
     expect(cutStreams.length).toBeGreaterThan(0)
     for (const { answer } of cutStreams) expect(answer.governance?.credits_charged ?? 0).toBeGreaterThan(0)
-    expect(audit(store.dbPath).summary.clean).toBe(true)
+    expect((await audit(store.dbPath)).summary.clean).toBe(true)
     const statuses = results.reduce<Record<string, number>>((acc, r) => ((acc[String(r.answer.status)] = (acc[String(r.answer.status)] ?? 0) + 1), acc), {})
     console.log(JSON.stringify({ sigterm: { calls: results.length, exitMs: Math.round(exitMs), statuses, charged: charged.length, cutStreamsCharged: cutStreams.length, receipts: state.receipts.length } }))
     // The load really was in flight: some calls finished in the grace, some were ended by it.

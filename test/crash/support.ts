@@ -261,7 +261,7 @@ export const storeState = (dbPath: string) => {
 }
 
 /** `tollgate audit` over the whole store (the same function the CLI runs). */
-export const audit = (dbPath: string) => auditStore({ database: dbPath, limit: 20 })
+export const audit = (dbPath: string) => auditStore({ database: dbPath, limit: 20, jobs: 1 })
 
 /** A seeded PRNG (mulberry32): the harness's runs are reproducible from TOLLGATE_CRASH_SEED. */
 export const prng = (seed: number) => {

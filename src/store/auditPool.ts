@@ -1,0 +1,85 @@
+/**
+ * The audit's signature workers (src/store/auditWorker.ts): `jobs` threads, each given the trusted
+ * keys once, then batches of receipt bodies; a batch goes to the worker with the fewest batches
+ * outstanding and its verdicts come back as one byte per receipt. The caller keeps the order (it
+ * awaits batches in the order it sent them) and the backpressure (how many it lets be outstanding).
+ *
+ * The worker's code: src/store/auditWorker.ts bundled once per process with esbuild (a few spec/
+ * modules, ≈ 10 kB of CommonJS) and started from that text, so no worker carries a TypeScript loader;
+ * where the sources are not at hand (a bundled build), auditWorker.mjs beside this module, which
+ * loads them through tsx as the store worker does.
+ */
+import { existsSync } from "node:fs"
+import { fileURLToPath } from "node:url"
+import { Worker } from "node:worker_threads"
+import type { SealCode, TrustedKeyData } from "../../spec/audit.ts"
+import type { AuditWorkerData, SealReply, SealRequest } from "./auditWorker.ts"
+
+export interface SealPool {
+  /** The seal verdicts of `bodies`, in their order. */
+  readonly seal: (bodies: ReadonlyArray<string>) => Promise<Uint8Array & ArrayLike<SealCode>>
+  readonly close: () => Promise<void>
+}
+
+interface Live {
+  readonly worker: Worker
+  readonly pending: Map<number, { resolve: (codes: Uint8Array) => void; reject: (e: Error) => void }>
+  failed: Error | undefined
+}
+
+/** What a worker runs: the bundled code (`eval`), or a module to load. */
+export type WorkerCode = { readonly eval: string } | { readonly url: URL }
+
+let bundled: Promise<WorkerCode> | undefined
+
+/** The worker's code, bundled from its sources on first use (cached for the process). */
+export const workerCode = (): Promise<WorkerCode> =>
+  (bundled ??= (async (): Promise<WorkerCode> => {
+    const source = fileURLToPath(new URL("./auditWorker.ts", import.meta.url))
+    const fallback = { url: new URL("./auditWorker.mjs", import.meta.url) }
+    if (!existsSync(source)) return fallback
+    try {
+      const { build } = await import("esbuild")
+      const out = await build({ entryPoints: [source], bundle: true, write: false, platform: "node", format: "cjs", target: "node20", logLevel: "silent" })
+      return { eval: out.outputFiles[0]!.text }
+    } catch {
+      return fallback
+    }
+  })())
+
+export const startSealPool = (jobs: number, keys: ReadonlyArray<TrustedKeyData>, code: WorkerCode): SealPool => {
+  let nextId = 0
+  const lives: Array<Live> = []
+  const workerData = { keys } satisfies AuditWorkerData
+  for (let i = 0; i < jobs; i++) {
+    const worker =
+      "eval" in code ? new Worker(code.eval, { eval: true, workerData, execArgv: [] }) : new Worker(code.url, { workerData, execArgv: [] })
+    const live: Live = { worker, pending: new Map(), failed: undefined }
+    const fail = (e: Error) => {
+      live.failed ??= e
+      for (const p of live.pending.values()) p.reject(e)
+      live.pending.clear()
+    }
+    live.worker.on("message", (reply: SealReply) => {
+      const p = live.pending.get(reply.id)
+      live.pending.delete(reply.id)
+      p?.resolve(reply.codes)
+    })
+    live.worker.on("error", (e) => fail(new Error(`audit worker: ${e.message}`)))
+    live.worker.on("exit", (code) => fail(new Error(`audit worker exited (code ${code})`)))
+    lives.push(live)
+  }
+  const seal = (bodies: ReadonlyArray<string>) =>
+    new Promise<Uint8Array>((resolve, reject) => {
+      let live = lives[0]!
+      for (const l of lives) if (l.pending.size < live.pending.size) live = l
+      if (live.failed !== undefined) return reject(live.failed)
+      const id = ++nextId
+      live.pending.set(id, { resolve, reject })
+      live.worker.postMessage({ id, bodies } satisfies SealRequest)
+    }) as Promise<Uint8Array & ArrayLike<SealCode>>
+  const close = async () => {
+    await Promise.all(lives.map((l) => l.worker.terminate()))
+  }
+  return { seal, close }
+}
