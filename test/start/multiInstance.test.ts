@@ -278,4 +278,20 @@ describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: 
       })
     }
   })
+
+  it("last: `tollgate audit` on the PostgreSQL store all three instances wrote finds it clean (one snapshot, the spec's checkers)", () => {
+    const run = spawnSync(process.execPath, [join(root, "bin/tollgate.mjs"), "audit", "--database-url", schema.url, "--json", "--jobs", "2"], {
+      cwd: root,
+      encoding: "utf8",
+      timeout: 60_000
+    })
+    const report = JSON.parse(run.stdout) as { engine: string; summary: { clean: boolean; findings: number; stats: { receipts: number; chains: number } } }
+    const receipts = Number(q<{ n: number }>("SELECT count(*) AS n FROM receipts")[0]!.n)
+    expect(report.engine).toBe("postgres")
+    expect(report.summary.stats.receipts).toBe(receipts)
+    expect(receipts).toBeGreaterThan(0)
+    expect(report.summary).toMatchObject({ clean: true, findings: 0 })
+    expect(run.status).toBe(0)
+    console.log(`audit on PostgreSQL: ${receipts} receipts in ${report.summary.stats.chains} chains, clean`)
+  }, 60_000)
 })
