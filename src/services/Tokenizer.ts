@@ -118,12 +118,12 @@ const countWithin = (text: string, budget: TokenizerBudget): Counted => {
  * application, a conversation's history resent with each turn — and BPE costs ≈ 0.1 µs a character,
  * so a long system prompt would be re-counted at a cost of hundreds of µs per call. A count is a pure
  * function of the text, so a hit is exact; only exact counts are put (a count cut short by the budget
- * is not). Each generation holds at most half the entries and half the characters; when the recent
- * one is full it becomes the older one and the older one is dropped, and a hit in the older one is
- * put in the recent one: a text used within the last generation stays. No Map entry is ever deleted:
- * an exact LRU (delete and re-set on each hit, evict from the front) left the Map's front full of
- * deleted entries that every eviction's `keys()` walked again, ≈ 19 µs a call under load with unique
- * prompts (docs/decisions/0015).
+ * is not). Each generation holds at most half the entries (one at the least) and half the
+ * characters (a longer text is counted, never kept); when the recent one is full it becomes the
+ * older one and the older one is dropped, and a hit in the older one is put in the recent one: a
+ * text used within the last generation stays. No Map entry is ever deleted: an exact LRU (delete and
+ * re-set on each hit, evict from the front) left the Map's front full of deleted entries that every
+ * eviction's `keys()` walked again, ≈ 19 µs a call under load with unique prompts (decisions/0015).
  */
 export const makeCountCache = (maxEntries = 4096, maxChars = 4_000_000) => {
   const entriesEach = Math.max(1, Math.floor(maxEntries / 2))
