@@ -26,21 +26,49 @@ describe("the count cache", () => {
     )
   })
 
-  it("counts a repeated text once, evicts the least recently used first, and keeps no text over its character bound", () => {
+  it("counts a repeated text once, keeps what was used within the last generation, and keeps no text over its character bound", () => {
     const seen: Array<string> = []
-    const cached = countingThrough(makeCountCache(3, 20), (t) => (seen.push(t), t.length))
-    for (const t of ["a", "b", "c", "a", "a"]) cached(t)
-    expect(seen).toEqual(["a", "b", "c"]) // the repeats of "a" were hits
-    cached("d") // four entries: "b", the least recently used, goes
+    // Two generations of two entries and 20 characters each.
+    const cached = countingThrough(makeCountCache(4, 40), (t) => (seen.push(t), t.length))
+    for (const t of ["a", "b", "a", "b"]) cached(t)
+    expect(seen).toEqual(["a", "b"]) // the repeats were hits
+    cached("c") // the recent generation was full: "a", "b" become the older one, "c" starts a new one
+    cached("a") // a hit in the older generation, put in the recent one
+    expect(seen).toEqual(["a", "b", "c"])
+    cached("d") // the recent generation ("c", "a") was full: it becomes the older one, "b" goes
     cached("a")
+    cached("c")
+    expect(seen).toEqual(["a", "b", "c", "d"])
     cached("b")
     expect(seen).toEqual(["a", "b", "c", "d", "b"])
-    cached("x".repeat(21)) // longer than the whole bound: counted, never kept
+    cached("x".repeat(21)) // longer than a generation's bound: counted, never kept
     cached("x".repeat(21))
     expect(seen.filter((t) => t.length === 21)).toHaveLength(2)
-    cached("y".repeat(20)) // fits only alone: every other entry goes
-    cached("b")
-    expect(seen.at(-1)).toBe("b")
+    cached("y".repeat(20)) // fills a generation alone
+    cached("z".repeat(20)) // and the next: every shorter entry is gone
+    cached("d")
+    expect(seen.at(-1)).toBe("d")
+  })
+
+  it("property: the cache never holds more than its entries and characters, and answers only what was put", () => {
+    fc.assert(
+      fc.property(fc.array(fc.string({ maxLength: 12 }), { maxLength: 200 }), fc.integer({ min: 1, max: 10 }), fc.integer({ min: 1, max: 60 }), (texts, maxEntries, maxChars) => {
+        const cache = makeCountCache(maxEntries, maxChars)
+        const put = new Map<string, number>()
+        for (const t of texts) {
+          const hit = cache.get(t)
+          if (hit !== undefined) expect(hit).toBe(put.get(t))
+          else {
+            cache.put(t, t.length * 7)
+            put.set(t, t.length * 7)
+          }
+        }
+        // What stayed is what get answers for, counted once: bounded by entries and characters.
+        const kept = [...put.keys()].filter((t) => cache.get(t) !== undefined)
+        expect(kept.length).toBeLessThanOrEqual(Math.max(2, maxEntries))
+        expect(kept.reduce((n, t) => n + t.length, 0)).toBeLessThanOrEqual(maxChars)
+      })
+    )
   })
 
   it("countChat on the cached path agrees with the tokenizer: 3 per message, 3 to prime, role and content counted", () => {
