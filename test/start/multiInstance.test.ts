@@ -285,13 +285,13 @@ describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: 
       encoding: "utf8",
       timeout: 60_000
     })
-    const report = JSON.parse(run.stdout) as { engine: string; summary: { clean: boolean; findings: number; stats: { receipts: number; chains: number } } }
+    const report = JSON.parse(run.stdout) as { engine: string; clean: boolean; findings_total: number; stats: { receipts: number; chains: number } }
     const receipts = Number(q<{ n: number }>("SELECT count(*) AS n FROM receipts")[0]!.n)
     expect(report.engine).toBe("postgres")
-    expect(report.summary.stats.receipts).toBe(receipts)
+    expect(report.stats.receipts).toBe(receipts)
     expect(receipts).toBeGreaterThan(0)
-    expect(report.summary).toMatchObject({ clean: true, findings: 0 })
+    expect(report).toMatchObject({ clean: true, findings_total: 0 })
     expect(run.status).toBe(0)
-    console.log(`audit on PostgreSQL: ${receipts} receipts in ${report.summary.stats.chains} chains, clean`)
+    console.log(`audit on PostgreSQL: ${receipts} receipts in ${report.stats.chains} chains, clean`)
   }, 60_000)
 })
