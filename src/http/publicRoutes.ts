@@ -147,6 +147,6 @@ export const publicRoutes = HttpRouter.empty.pipe(
   HttpRouter.get("/v1/rate_cards", rateCards),
   HttpRouter.get("/healthz", Effect.succeed(json({ status: "ok" }))),
   HttpRouter.get("/openapi.json", Effect.succeed(json(openApiDocument))),
-  HttpRouter.get("/docs", Effect.succeed(HttpServerResponse.html(docsPage))),
+  HttpRouter.get("/docs", docsPage),
   HttpRouter.get("/readyz", readiness)
 )
