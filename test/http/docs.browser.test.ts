@@ -36,11 +36,11 @@ describe("the /docs page in a real browser", () => {
     await page.getByText("OAS 3.1.0").first().waitFor({ timeout: 30_000 })
     const doc: any = await (await fetch(`${gw.origin}/openapi.json`)).json()
     // The page renders the very document /openapi.json serves.
-    const embedded = await page.evaluate(() => JSON.parse(document.getElementById("api-reference")!.textContent!))
+    const embedded = JSON.parse((await page.locator("#api-reference").textContent())!)
     expect(embedded).toEqual(doc)
     // Scalar breaks paths with zero-width spaces in its sidebar; the text is compared without them.
     await page.getByText("/admin/v1/projects/{id}/requests/{request_id}/receipt").first().waitFor({ timeout: 30_000 })
-    const text = (await page.evaluate(() => document.body.innerText)).replace(/\u200b/g, "")
+    const text = (await page.locator("body").innerText()).replace(/\u200b/g, "")
     for (const path of Object.keys(doc.paths)) expect(text, path).toContain(path)
     const chatResponses = text.slice(text.indexOf("Responses"), text.indexOf("Request Example"))
     for (const code of ["402", "409", "422", "429", "503"]) expect(chatResponses).toContain(code)
