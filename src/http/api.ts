@@ -71,6 +71,7 @@ export const PublicApi = HttpApi.make("tollgate")
   .add(open)
   .add(adminGroups.admin)
   .add(adminGroups.signIn)
+  .annotate(HttpApi.AdditionalSchemas, [S.ChatCompletionChunk, S.ResponseCompletedEvent])
   .annotate(OpenApi.Title, "Tollgate")
   .annotate(OpenApi.Version, "1.0.0")
   .annotate(

@@ -132,6 +132,20 @@ export const ChatCompletion = Schema.Struct(
   Extra
 ).annotations({ identifier: "ChatCompletion" })
 
+/** One event of a streamed chat completion (`stream: true`); the last before `[DONE]` carries `governance`. */
+export const ChatCompletionChunk = Schema.Struct(
+  {
+    id: Schema.String,
+    object: Schema.Literal("chat.completion.chunk"),
+    created: Schema.Number,
+    model: Schema.String,
+    choices: Schema.Array(Extra),
+    usage: Schema.optional(Schema.NullOr(Extra)),
+    governance: Schema.optional(Governance)
+  },
+  Extra
+).annotations({ identifier: "ChatCompletionChunk", description: "An SSE data frame of a streamed chat completion; the stream ends with data: [DONE]." })
+
 export const ResponsesRequest = Schema.Struct(
   {
     model: Schema.String,
@@ -159,6 +173,12 @@ export const ResponseObject = Schema.Struct(
   },
   Extra
 ).annotations({ identifier: "Response" })
+
+/** The last event of a streamed response: the whole Response object, with `governance`. */
+export const ResponseCompletedEvent = Schema.Struct(
+  { type: Schema.Literal("response.completed"), response: ResponseObject },
+  Extra
+).annotations({ identifier: "ResponseCompletedEvent", description: "The last SSE event of a streamed response." })
 
 export const TokenCounts = Schema.Struct({
   input: Schema.Int,
