@@ -112,7 +112,7 @@ export class AdminForbidden extends Schema.TaggedError<AdminForbidden>()("AdminF
   code: Schema.Literal("forbidden", "invalid_csrf_token")
 }, wire(403, "invalid_request_error", "forbidden")) {}
 
-/** Every error class, for the wire mapping's tests and the documented errors. */
+/** Every error an HTTP answer can carry. */
 export type TollgateError = GovernanceError | AdminError
 
 /** Every error class by tag: the wire mapping reads a failure's class here. */

@@ -8,7 +8,7 @@
 import { HttpServerResponse } from "@effect/platform"
 import { Cause, Effect } from "effect"
 import type { Duplex } from "node:stream"
-import { errorClasses, statusOf, type TollgateError, wireCodeOf } from "../domain/errors.ts"
+import { errorClasses, statusOf, type TollgateError, type WireCode, wireCodeOf } from "../domain/errors.ts"
 
 export interface WireError {
   readonly status: number
@@ -38,12 +38,16 @@ const headersOf = (e: TollgateError): Record<string, string> => {
   }
 }
 
+/** Status, type and code of each class, read from its annotations once (an error answer reads no AST). */
+const byTag = Object.fromEntries(
+  Object.entries(errorClasses).map(([tag, errorClass]) => [tag, { status: statusOf(errorClass), ...wireCodeOf(errorClass) }])
+) as { readonly [Tag in TollgateError["_tag"]]: { readonly status: number } & WireCode }
+
 /** An error's wire form: status, type and code from its class (src/domain/errors.ts), headers from its case. */
 export const wireError = (e: TollgateError): WireError => {
-  const errorClass = errorClasses[e._tag]
-  const { code, type } = wireCodeOf(errorClass)
+  const { code, status, type } = byTag[e._tag]
   return {
-    status: statusOf(errorClass),
+    status,
     type,
     code: e._tag === "AdminForbidden" ? e.code : code,
     message: e.message,
