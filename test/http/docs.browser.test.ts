@@ -42,8 +42,12 @@ describe("the /docs page in a real browser", () => {
     await page.getByText("/admin/v1/projects/{id}/requests/{request_id}/receipt").first().waitFor({ timeout: 30_000 })
     const text = (await page.locator("body").innerText()).replace(/\u200b/g, "")
     for (const path of Object.keys(doc.paths)) expect(text, path).toContain(path)
-    const chatResponses = text.slice(text.indexOf("Responses"), text.indexOf("Request Example"))
-    for (const code of ["402", "409", "422", "429", "503"]) expect(chatResponses).toContain(code)
+    // The chat endpoint's error answers, each shown as its status over its description.
+    const chat = doc.paths["/v1/chat/completions"].post.responses
+    for (const code of ["402", "409", "422", "429", "503"]) {
+      await page.getByText(chat[code].description).first().waitFor({ timeout: 30_000 })
+      expect((await page.locator("body").innerText()).replace(/\u200b/g, "")).toContain(`${code}\n${chat[code].description}`)
+    }
     expect(text).toContain("Tollgate")
     // Scalar's script is inlined and its web fonts are off: the page asks nothing of any other origin.
     expect(requests.filter((url) => !url.startsWith(gw.origin) && !url.startsWith("data:") && !url.startsWith("blob:"))).toEqual([])
