@@ -15,6 +15,7 @@
 import { build } from "esbuild"
 import { fileURLToPath } from "node:url"
 import { basename, dirname, join, resolve } from "node:path"
+import { writeDocsPage } from "./build-docs.mjs"
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..")
 
@@ -40,7 +41,8 @@ export const bundle = async (entry, outdir, worker = join(root, "src/store/store
   const out = join(outdir, basename(entry).replace(/\.ts$/, ".mjs"))
   await Promise.all([
     build({ ...common, entryPoints: [entry], outfile: out }),
-    build({ ...common, entryPoints: [worker], outfile: join(outdir, "storeWorker.mjs") })
+    build({ ...common, entryPoints: [worker], outfile: join(outdir, "storeWorker.mjs") }),
+    writeDocsPage(outdir) // the /docs page beside the bundle, not in it (src/http/docs.ts)
   ])
   return out
 }

@@ -1,21 +1,24 @@
 /**
- * GET /docs: @effect/platform's Scalar page for the same HttpApi as /openapi.json, with Scalar's
- * script inlined in the page (`HttpApiScalar.layerHttpLayerRouter` embeds it; the `…Cdn` layers
- * would load it from jsDelivr) and its default web fonts off, so it loads nothing from another
- * origin and works on a machine with no network. The page (≈ 3.4 MB) is built on its first request
- * and kept.
+ * GET /docs: the Scalar page of ./scalarPage.ts without its ≈ 3.4 MB script in the server's memory.
+ * The built server (dist/main.mjs) reads the page the build rendered beside it (dist/docs.html) from
+ * disk on each request; run from source (tests, `npm run dev`) there is no such file and the page is
+ * built on the first request by importing ./scalarPage.ts, then kept. The import's specifier is a
+ * variable so that esbuild leaves that module (and the script) out of the bundle.
  */
-import { HttpApiScalar, HttpLayerRouter } from "@effect/platform"
+import { HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
-import { PublicApi } from "./api.ts"
+import { existsSync } from "node:fs"
+import { readFile } from "node:fs/promises"
+import { fileURLToPath } from "node:url"
 
-const scalar = HttpApiScalar.layerHttpLayerRouter({
-  api: PublicApi,
-  path: "/docs",
-  scalar: { withDefaultFonts: false, hideTestRequestButton: true }
-})
+const builtPage = fileURLToPath(new URL("./docs.html", import.meta.url))
 
-/** The Scalar page's response, built once through the platform's own route. */
-export const docsPage = Effect.runSync(
-  Effect.cached(Effect.scoped(Effect.flatMap(HttpLayerRouter.toHttpEffect(scalar), (handler) => handler)))
+const pageModule = "./scalarPage.ts"
+
+const fromSource = Effect.runSync(
+  Effect.cached(Effect.flatMap(Effect.promise(() => import(pageModule) as Promise<typeof import("./scalarPage.ts")>), (m) => m.scalarPage))
 )
+
+export const docsPage = existsSync(builtPage)
+  ? Effect.map(Effect.promise(() => readFile(builtPage)), (page) => HttpServerResponse.uint8Array(page, { contentType: "text/html" }))
+  : fromSource
