@@ -1,16 +1,15 @@
 /**
- * The HTTP surface on @effect/platform's HttpRouter, composed from its parts by job: the governed
- * adapter (./governed.ts), the public routes (./publicRoutes.ts), the admin API (./adminRoutes.ts,
+ * The HTTP surface besides the two governed calls, on @effect/platform's HttpRouter, composed from its
+ * parts by job: the public routes (./publicRoutes.ts), the admin API (./adminRoutes.ts,
  * ./dashboard.ts), and observability (./observability.ts). Every failure, including unknown routes and
- * defects, leaves through src/http/errors.ts as an OpenAI error body. In the running server the two
- * governed endpoints are served by src/http/fast.ts from the same adapter.
+ * defects, leaves through src/http/errors.ts as an OpenAI error body. The governed endpoints are served
+ * only by src/http/fast.ts, from the governed adapter (./governed.ts).
  */
 import { HttpRouter, HttpServerRequest } from "@effect/platform"
 import { Cause, Effect, Option } from "effect"
 import { adminRoutes } from "./adminRoutes.ts"
 import { dashboardRoutes } from "./dashboard.ts"
 import { internalError, logDefect, unknownRoute } from "./errors.ts"
-import { governedRoutes } from "./governed.ts"
 import { metricsRoutes, observed } from "./observability.ts"
 import { publicRoutes } from "./publicRoutes.ts"
 
@@ -18,9 +17,7 @@ import { publicRoutes } from "./publicRoutes.ts"
 export { type GovernedCall, governedCalls, handleGoverned } from "./governed.ts"
 export { logAccess } from "./observability.ts"
 
-export const router = HttpRouter.empty.pipe(
-  HttpRouter.concat(governedRoutes),
-  HttpRouter.concat(publicRoutes),
+export const router = publicRoutes.pipe(
   HttpRouter.concat(metricsRoutes),
   HttpRouter.concat(adminRoutes),
   HttpRouter.concat(dashboardRoutes)
