@@ -132,6 +132,10 @@ export const errorClasses = {
   AdminConflict
 } as const satisfies { readonly [Tag in TollgateError["_tag"]]: Schema.Schema.All }
 
+/** A failure that is one of the classes above (an HTTP answer may carry it). */
+export const isTollgateError = (u: unknown): u is TollgateError =>
+  typeof u === "object" && u !== null && Object.values(errorClasses).some((errorClass) => u instanceof errorClass)
+
 /** An error class's status, from its annotation (src/http/errors.ts, src/http/schemas.ts). */
 export const statusOf = (errorClass: Schema.Schema.All): number => HttpApiSchema.getStatusError(errorClass)
 

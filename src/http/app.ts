@@ -5,11 +5,14 @@
  * defects, leaves through src/http/errors.ts as an OpenAI error body. The governed endpoints are served
  * only by src/http/fast.ts, from the governed adapter (./governed.ts).
  */
-import { HttpRouter, HttpServerRequest } from "@effect/platform"
+import { HttpApiError, HttpRouter, HttpServerRequest } from "@effect/platform"
+import { RouteNotFound } from "@effect/platform/HttpServerError"
 import { Cause, Effect, Option } from "effect"
 import { adminRoutes } from "./adminRoutes.ts"
 import { dashboardRoutes } from "./dashboard.ts"
-import { internalError, logDefect, unknownRoute } from "./errors.ts"
+import { isTollgateError } from "../domain/errors.ts"
+import { apiRouter, decodeFailure } from "./apiRoutes.ts"
+import { errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
 import { metricsRoutes, observed } from "./observability.ts"
 import { publicRoutes } from "./publicRoutes.ts"
 
@@ -23,19 +26,32 @@ export const router = publicRoutes.pipe(
   HttpRouter.concat(dashboardRoutes)
 )
 
-/** Exit to response: an unknown route is a 404, a defect a logged generic 500; an interruption stays one. */
-const withCatchAll = router.pipe(
-  Effect.catchAllCause((cause) =>
-    Effect.gen(function* () {
-      const req = yield* HttpServerRequest.HttpServerRequest
-      const failure = Cause.failureOption(cause)
-      if (Option.isSome(failure) && (failure.value as { _tag?: string })._tag === "RouteNotFound") return unknownRoute(req.method, req.url)
-      if (Cause.isInterruptedOnly(cause)) return yield* Effect.failCause(cause)
-      yield* logDefect(cause)
-      return internalError
-    })
+/**
+ * Exit to response: an unknown route is a 404; a domain error its wire answer (headers included) and
+ * a request the HttpApi's schemas refused an OpenAI-shaped 400 (the HttpApiBuilder routes fail with
+ * them; the HttpRouter handlers answer their own); a defect a logged generic 500; an interruption stays one.
+ */
+const withCatchAll = <E, R>(routes: HttpRouter.HttpRouter<E, R>) =>
+  routes.pipe(
+    Effect.catchAllCause((cause) =>
+      Effect.gen(function* () {
+        const req = yield* HttpServerRequest.HttpServerRequest
+        const failure = Cause.failureOption(cause)
+        if (Option.isSome(failure)) {
+          const e = failure.value
+          if (e instanceof RouteNotFound) return unknownRoute(req.method, req.url)
+          if (e instanceof HttpApiError.HttpApiDecodeError) return errorResponse(wireError(decodeFailure(e)))
+          if (isTollgateError(e)) return errorResponse(wireError(e))
+        }
+        if (Cause.isInterruptedOnly(cause)) return yield* Effect.failCause(cause)
+        yield* logDefect(cause)
+        return internalError
+      })
+    )
   )
-)
 
-/** The whole app: the router, the catch-all, and per request one metric update and one access log line. */
-export const app = observed(withCatchAll)
+/**
+ * The whole app, built once in the services' context: the HttpRouter handlers and the HttpApi's
+ * routes (./apiRoutes.ts), the catch-all, and per request one metric update and one access log line.
+ */
+export const makeApp = Effect.map(apiRouter, (api) => observed(withCatchAll(HttpRouter.concat(router, api))))

@@ -1,8 +1,8 @@
 /**
  * The public routes besides the two governed calls (docs/contract.md): the project-key reads (models,
- * rate cards, a request, its receipt, usage), routing evaluation, the receipt keys, health and
- * readiness, and the API's own description (/openapi.json, /docs). Outputs are typed by the wire
- * schemas (src/http/schemas.ts) the document is generated from.
+ * rate cards, a request, its receipt, usage), routing evaluation, readiness, and the API's own
+ * description (/openapi.json, /docs). Outputs are typed by the wire schemas (src/http/schemas.ts) the
+ * document is generated from. The receipt keys and health are served by the HttpApi (./apiRoutes.ts).
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Clock, Effect } from "effect"
@@ -11,7 +11,6 @@ import { Gateway } from "../services/Gateway.ts"
 import { Ledger } from "../services/Ledger.ts"
 import { Pricing } from "../services/Pricing.ts"
 import { RateLimiter } from "../services/RateLimiter.ts"
-import { ReceiptSigner } from "../services/ReceiptSigner.ts"
 import { Requests } from "../services/Requests.ts"
 import { Router } from "../services/Router.ts"
 import { ChatStore } from "../store/ChatStore.ts"
@@ -117,12 +116,6 @@ const rateCards = respondErrors(
   )
 )
 
-const receiptKeys = Effect.gen(function* () {
-  const signer = yield* ReceiptSigner
-  const keys = yield* signer.publicKeys
-  return json({ object: "list", data: keys } satisfies typeof S.ReceiptKeys.Type)
-})
-
 /** Ready when the store can run the governed call's transactions (the store worker is up). */
 // A rate limit kept by the fallback (Redis unreachable) is still served, conservatively: ready, and said.
 const readiness = Effect.map(Effect.zip(ChatStore, RateLimiter), ([store, limiter]) => {
@@ -143,9 +136,7 @@ export const publicRoutes = HttpRouter.empty.pipe(
   HttpRouter.get("/v1/usage", usage),
   HttpRouter.get("/v1/requests/:id", getRequest),
   HttpRouter.get("/v1/requests/:id/receipt", getReceipt),
-  HttpRouter.get("/v1/receipts/keys", receiptKeys),
   HttpRouter.get("/v1/rate_cards", rateCards),
-  HttpRouter.get("/healthz", Effect.succeed(json({ status: "ok" }))),
   HttpRouter.get("/openapi.json", Effect.succeed(json(openApiDocument))),
   HttpRouter.get("/docs", docsPage),
   HttpRouter.get("/readyz", readiness)

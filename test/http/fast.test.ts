@@ -15,7 +15,7 @@ import { join } from "node:path"
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeSettings, Settings } from "../../src/domain/config.ts"
-import { app } from "../../src/http/app.ts"
+import { makeApp } from "../../src/http/app.ts"
 import { internalError } from "../../src/http/errors.ts"
 import * as S from "../../src/http/schemas.ts"
 import { makeRequestListener } from "../../src/http/fast.ts"
@@ -139,7 +139,7 @@ describe("the fast path keeps the contract on every kind of answer", () => {
     })
     upstream.behaviorsByModel.set("broken-model", { status: 500 })
     runtime = servicesRuntime(settings)
-    viaFast = createServer(await runtime.runPromise(makeRequestListener(app)))
+    viaFast = createServer(await runtime.runPromise(Effect.flatMap(makeApp, makeRequestListener)))
     origin = await listen(viaFast)
     key = (await runtime.runPromise(Bootstrap)).firstStart!.developmentKey
   })
@@ -227,7 +227,7 @@ describe("a defect on the fast path", () => {
     const runtime = ManagedRuntime.make(
       Layer.merge(ServicesLive, dying).pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json))
     )
-    const viaFast = createServer(await runtime.runPromise(makeRequestListener(app)))
+    const viaFast = createServer(await runtime.runPromise(Effect.flatMap(makeApp, makeRequestListener)))
     const lines: Array<string> = []
     const original = console.log
     try {
@@ -416,7 +416,7 @@ describe("shutdown during a governed call on the fast path", () => {
     const file = join(dir, "store.db")
     const runtime = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${file}`, gateway: mockGatewayFile(upstream.url) })))))
     // A bare node server around the fast path: closing the runtime does not wait for its requests.
-    const server = createServer(await runtime.runPromise(makeRequestListener(app)))
+    const server = createServer(await runtime.runPromise(Effect.flatMap(makeApp, makeRequestListener)))
     const key = await runtime.runPromise(Effect.map(Bootstrap, (b) => b.firstStart!.developmentKey))
     const db = new Database(file, { readonly: true })
     try {
