@@ -5,12 +5,17 @@
  * outputs are typed by the same schemas (test/http/contract.test.ts decodes the fast path's).
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
-import { Schema } from "effect"
+import { Context, Schema } from "effect"
+import type { Principal } from "../services/KeyRegistry.ts"
 import * as S from "./schemas.ts"
 import { adminGroups } from "./adminApi.ts"
 
-class ProjectKey extends HttpApiMiddleware.Tag<ProjectKey>()("ProjectKey", {
+/** The caller a project key authenticated, for the governed group's handlers (src/http/apiRoutes.ts). */
+export class CurrentPrincipal extends Context.Tag("tollgate/CurrentPrincipal")<CurrentPrincipal, Principal>() {}
+
+export class ProjectKey extends HttpApiMiddleware.Tag<ProjectKey>()("ProjectKey", {
   failure: S.Errors.invalidApiKey,
+  provides: CurrentPrincipal,
   security: { bearer: HttpApiSecurity.bearer }
 }) {}
 

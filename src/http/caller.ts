@@ -14,10 +14,10 @@ import { header, readJson } from "./request.ts"
 export const json = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
 
 /** Map typed failures to wire errors, keeping the headers gathered so far (request id, rate limit). */
-export const respondErrors = <R>(
-  effect: Effect.Effect<HttpServerResponse.HttpServerResponse, GovernanceError | AdminError, R>,
+export const respondErrors = <A, R>(
+  effect: Effect.Effect<A, GovernanceError | AdminError, R>,
   headers: Record<string, string> = {}
-) => Effect.catchAll(effect, (e) => Effect.succeed(errorResponse(wireError(e), headers)))
+): Effect.Effect<A | HttpServerResponse.HttpServerResponse, never, R> => Effect.catchAll(effect, (e) => Effect.succeed(errorResponse(wireError(e), headers)))
 
 /** The caller's key id and project, for the access log line (never the secret). */
 export const CurrentCaller = FiberRef.unsafeMake<{ readonly keyId: string; readonly projectId: string } | undefined>(undefined)
