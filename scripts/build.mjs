@@ -16,6 +16,7 @@ import { build } from "esbuild"
 import { mkdir, writeFile } from "node:fs/promises"
 import { fileURLToPath } from "node:url"
 import { basename, dirname, join, resolve } from "node:path"
+import { writeDocsPage } from "./build-docs.mjs"
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..")
 
@@ -71,7 +72,8 @@ export const bundle = async (entry, outdir, worker = join(root, "src/store/store
   await Promise.all([
     writeFile(join(outdir, RANKS_FILE), JSON.stringify(ranks)),
     build({ ...common, entryPoints: [entry], outfile: out, plugins: [ranksAsJson] }),
-    build({ ...common, entryPoints: [worker], outfile: join(outdir, "storeWorker.mjs") })
+    build({ ...common, entryPoints: [worker], outfile: join(outdir, "storeWorker.mjs") }),
+    writeDocsPage(outdir) // the /docs page beside the bundle, not in it (src/http/docs.ts)
   ])
   return out
 }

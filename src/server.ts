@@ -9,7 +9,7 @@ import { NodeHttpClient, NodeHttpServer } from "@effect/platform-node"
 import { Clock, Duration, Effect, Layer, Logger, Option } from "effect"
 import { createServer, type Server } from "node:http"
 import { Settings } from "./domain/config.ts"
-import { app } from "./http/app.ts"
+import { makeApp } from "./http/app.ts"
 import { answerClientError } from "./http/errors.ts"
 import { makeRequestListener } from "./http/fast.ts"
 import { Bootstrap } from "./services/Bootstrap.ts"
@@ -60,7 +60,7 @@ export const HttpLive = Layer.unwrapEffect(
     server.on("clientError", answerClientError)
     const serve = Layer.scopedDiscard(
       Effect.gen(function* () {
-        const listener = yield* makeRequestListener(app)
+        const listener = yield* makeRequestListener(yield* makeApp)
         server.on("request", listener)
         yield* Effect.addFinalizer(() => Effect.sync(() => server.off("request", listener)))
       })

@@ -56,7 +56,6 @@ const KNOWN_FIELD_TYPES: ReadonlyArray<readonly [field: string, check: (v: unkno
   ["presence_penalty", isNumber, "a number"],
   ["frequency_penalty", isNumber, "a number"],
   ["seed", isInteger, "an integer"],
-  ["n", isInteger, "an integer"],
   ["logprobs", isBoolean, "a boolean"],
   ["top_logprobs", isInteger, "an integer"],
   ["parallel_tool_calls", isBoolean, "a boolean"],
@@ -116,6 +115,7 @@ export const parseChatRequest = (body: unknown): Either.Either<ChatRequest, Inva
     const v = body[field]
     if (v !== undefined && v !== null && !check(v)) return Either.left(bad(`'${field}' must be ${expected}.`, field))
   }
+  // `n` has one check, of its value: anything but 1 (a string or 2 alike) is refused.
   if (body.n !== undefined && body.n !== null && body.n !== 1) return Either.left(bad("Tollgate supports n = 1 only.", "n"))
   if (!optionalPositiveInt(body.max_tokens)) return Either.left(bad("'max_tokens' must be a positive integer.", "max_tokens"))
   if (!optionalPositiveInt(body.max_completion_tokens)) {

@@ -8,20 +8,20 @@
  * write must carry the session's CSRF token in `X-CSRF-Token`. A team session (signed in with a
  * project key) reads its own project and environment only; writes answer 403.
  */
-import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { AdminConflict, AdminForbidden, AdminNotFound, AdminUnauthorized, InvalidRequest, RequestNotFound } from "../domain/errors.ts"
 import * as S from "./schemas.ts"
 
-const errorAt = (status: number, code: string, description: string) =>
-  S.ErrorBody.annotations({ identifier: `AdminError${status}_${code}`, description: `${code}: ${description}`, ...HttpApiSchema.annotations({ status }) })
+const errorAt = (errorClass: Schema.Schema.All, description: string) => S.errorBodyOf(errorClass, description, "AdminError")
 
 const E = {
-  invalidRequest: errorAt(400, "invalid_request_error", "malformed JSON or fields"),
-  unauthorized: errorAt(401, "invalid_admin_token", "missing or wrong admin token, or no live dashboard session (invalid_api_key when signing in with a bad project key)"),
-  forbidden: errorAt(403, "forbidden", "a team session is read-only; invalid_csrf_token: a cookie-authenticated write without the session's X-CSRF-Token"),
-  notFound: errorAt(404, "not_found", "unknown project or key id (or another project's, for a team session)"),
-  requestNotFound: errorAt(404, "request_not_found", "no such request (or receipt) in this project and the session's environment"),
-  conflict: errorAt(409, "conflict", "the key cannot be rotated in its state")
+  invalidRequest: errorAt(InvalidRequest, "malformed JSON or fields"),
+  unauthorized: errorAt(AdminUnauthorized, "missing or wrong admin token, or no live dashboard session (invalid_api_key when signing in with a bad project key)"),
+  forbidden: errorAt(AdminForbidden, "a team session is read-only; invalid_csrf_token: a cookie-authenticated write without the session's X-CSRF-Token"),
+  notFound: errorAt(AdminNotFound, "unknown project or key id (or another project's, for a team session)"),
+  requestNotFound: errorAt(RequestNotFound, "no such request (or receipt) in this project and the session's environment"),
+  conflict: errorAt(AdminConflict, "the key cannot be rotated in its state")
 }
 
 class AdminAuth extends HttpApiMiddleware.Tag<AdminAuth>()("AdminAuth", {

@@ -1,16 +1,21 @@
 /**
  * The public surface as an HttpApi description, built from the wire schemas in ./schemas.ts.
- * It is the source of the OpenAPI 3.1 document served at /openapi.json. (Requests are served by the
- * HttpRouter in ./app.ts — cheaper per request on the hot path — whose outputs are typed by the
- * same schemas.)
+ * It is the source of the OpenAPI 3.1 document served at /openapi.json and of the /docs page
+ * (./docs.ts). Requests are served by the HttpRouter in ./app.ts and the fast path (./fast.ts), whose
+ * outputs are typed by the same schemas (test/http/contract.test.ts decodes the fast path's).
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
-import { Schema } from "effect"
+import { Context, Schema } from "effect"
+import type { Principal } from "../services/KeyRegistry.ts"
 import * as S from "./schemas.ts"
 import { adminGroups } from "./adminApi.ts"
 
-class ProjectKey extends HttpApiMiddleware.Tag<ProjectKey>()("ProjectKey", {
+/** The caller a project key authenticated, for the governed group's handlers (src/http/apiRoutes.ts). */
+export class CurrentPrincipal extends Context.Tag("tollgate/CurrentPrincipal")<CurrentPrincipal, Principal>() {}
+
+export class ProjectKey extends HttpApiMiddleware.Tag<ProjectKey>()("ProjectKey", {
   failure: S.Errors.invalidApiKey,
+  provides: CurrentPrincipal,
   security: { bearer: HttpApiSecurity.bearer }
 }) {}
 
@@ -66,18 +71,18 @@ const open = HttpApiGroup.make("public")
   .add(HttpApiEndpoint.get("receiptKeys", "/v1/receipts/keys").addSuccess(S.ReceiptKeys))
   .add(HttpApiEndpoint.get("health", "/healthz").addSuccess(Schema.Struct({ status: Schema.Literal("ok") })))
 
-export const PublicApi = HttpApi.make("tollgate").add(governed).add(open).add(adminGroups.admin).add(adminGroups.signIn)
+export const PublicApi = HttpApi.make("tollgate")
+  .add(governed)
+  .add(open)
+  .add(adminGroups.admin)
+  .add(adminGroups.signIn)
+  .annotate(HttpApi.AdditionalSchemas, [S.ChatCompletionChunk, S.ResponseCompletedEvent])
+  .annotate(OpenApi.Title, "Tollgate")
+  .annotate(OpenApi.Version, "1.0.0")
+  .annotate(
+    OpenApi.Description,
+    "Governed, OpenAI-compatible AI gateway. Every governed call carries `Authorization: Bearer <project key>` and returns evidence (`governance`, `x-request-id`) and rate-limit headers. The admin API (`/admin/v1`) takes `Authorization: Bearer <admin token>` or the dashboard's session cookie (writes then need `X-CSRF-Token`)."
+  )
 
-/** The OpenAPI 3.1 document of the public surface. */
-export const openApiDocument = (() => {
-  const spec = OpenApi.fromApi(PublicApi)
-  return {
-    ...spec,
-    info: {
-      title: "Tollgate",
-      version: "1.0.0",
-      description:
-        "Governed, OpenAI-compatible AI gateway. Every governed call carries `Authorization: Bearer <project key>` and returns evidence (`governance`, `x-request-id`) and rate-limit headers. The admin API (`/admin/v1`) takes `Authorization: Bearer <admin token>` or the dashboard's session cookie (writes then need `X-CSRF-Token`)."
-    }
-  }
-})()
+/** The OpenAPI 3.1 document of the public surface (served at /openapi.json, rendered at /docs). */
+export const openApiDocument = OpenApi.fromApi(PublicApi)

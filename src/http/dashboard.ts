@@ -18,7 +18,8 @@ import { Ledger } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
 import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
 import { errorResponse, unknownRoute, wireError } from "./errors.ts"
-import { adminRoute, cookieOptions, CSRF_HEADER, json, jsonObjectBody, noStore, SESSION_COOKIE, viewedEnvironment, visibleProject } from "./session.ts"
+import { jsonObjectBody } from "./request.ts"
+import { adminRoute, cookieOptions, CSRF_HEADER, json, noStore, SESSION_COOKIE, viewedEnvironment, visibleProject } from "./session.ts"
 
 // ---- Static files ----
 

@@ -1,14 +1,14 @@
 /**
  * The ONE place where failures become OpenAI-shaped wire bodies (docs/contract.md §6):
  *   {"error": {"message", "type", "code", "param"}}
- * with the status of the error table (docs/contract.md §9), `x-should-retry: false` where a retry cannot help
+ * with the status, type and code each error class carries (src/domain/errors.ts, docs/contract.md §9), `x-should-retry: false` where a retry cannot help
  * (OpenAI SDKs retry 409 and 429 on their own), and Retry-After on 429. Anything unexpected
  * (a defect) becomes a 500 with a generic message: no stack trace ever leaves the process.
  */
 import { HttpServerResponse } from "@effect/platform"
 import { Cause, Effect } from "effect"
 import type { Duplex } from "node:stream"
-import type { AdminError, GovernanceError } from "../domain/errors.ts"
+import { errorClasses, statusOf, type TollgateError, type WireCode, wireCodeOf } from "../domain/errors.ts"
 
 export interface WireError {
   readonly status: number
@@ -21,56 +21,38 @@ export interface WireError {
 
 const noRetry = { "x-should-retry": "false" }
 
-export const wireError = (e: GovernanceError | AdminError): WireError => {
+const retryAfter = (ms: number) => ({ "retry-after": String(Math.max(1, Math.ceil(ms / 1000))), "retry-after-ms": String(Math.max(1, Math.ceil(ms))) })
+
+/** The headers an error answers with besides its body: whether and when a retry helps. */
+const headersOf = (e: TollgateError): Record<string, string> => {
   switch (e._tag) {
-    case "InvalidApiKey":
-      return { status: 401, type: "invalid_request_error", code: "invalid_api_key", message: e.message, param: null, headers: noRetry }
-    case "BudgetExceeded":
-      return { status: 402, type: "budget_error", code: "budget_exceeded", message: e.message, param: e.param, headers: noRetry }
-    case "RequestNotFound":
-      return { status: 404, type: "invalid_request_error", code: "request_not_found", message: e.message, param: null, headers: noRetry }
     case "IdempotencyConflict":
-      return {
-        status: 409,
-        type: "invalid_request_error",
-        code: "idempotency_conflict",
-        message: e.message,
-        param: null,
-        // The original still in flight: a retry later gets its result (an SDK retries on its own).
-        headers:
-          e.retryAfterMs === undefined
-            ? noRetry
-            : { "retry-after": String(Math.max(1, Math.ceil(e.retryAfterMs / 1000))), "retry-after-ms": String(Math.max(1, Math.ceil(e.retryAfterMs))), "x-should-retry": "true" }
-      }
-    case "UnsupportedWorkflow":
-      return { status: 422, type: "invalid_request_error", code: "unsupported_workflow", message: e.message, param: e.param, headers: noRetry }
+      // The original still in flight: a retry later gets its result (an SDK retries on its own).
+      return e.retryAfterMs === undefined ? noRetry : { ...retryAfter(e.retryAfterMs), "x-should-retry": "true" }
     case "RateLimited":
-      return {
-        status: 429,
-        type: "rate_limit_error",
-        code: "rate_limited",
-        message: e.message,
-        param: null,
-        headers: {
-          "retry-after": String(Math.max(1, Math.ceil(e.retryAfterMs / 1000))),
-          "retry-after-ms": String(Math.max(1, Math.ceil(e.retryAfterMs))),
-          "x-ratelimit-remaining-requests": "0"
-        }
-      }
+      return { ...retryAfter(e.retryAfterMs), "x-ratelimit-remaining-requests": "0" }
     case "RouteUnavailable":
-      return { status: 503, type: "server_error", code: "route_unavailable", message: e.message, param: null, headers: e.retryable ? {} : noRetry }
-    case "InvalidRequest":
-      return { status: 400, type: "invalid_request_error", code: "invalid_request_error", message: e.message, param: e.param, headers: noRetry }
-    case "PayloadTooLarge":
-      return { status: 413, type: "invalid_request_error", code: "request_too_large", message: e.message, param: null, headers: noRetry }
-    case "AdminNotFound":
-      return { status: 404, type: "invalid_request_error", code: "not_found", message: e.message, param: null, headers: noRetry }
-    case "AdminUnauthorized":
-      return { status: 401, type: "invalid_request_error", code: "invalid_admin_token", message: e.message, param: null, headers: noRetry }
-    case "AdminForbidden":
-      return { status: 403, type: "invalid_request_error", code: e.code, message: e.message, param: null, headers: noRetry }
-    case "AdminConflict":
-      return { status: 409, type: "invalid_request_error", code: "conflict", message: e.message, param: null, headers: noRetry }
+      return e.retryable ? {} : noRetry
+    default:
+      return noRetry
+  }
+}
+
+/** Status, type and code of each class, read from its annotations once (an error answer reads no AST). */
+const byTag = Object.fromEntries(
+  Object.entries(errorClasses).map(([tag, errorClass]) => [tag, { status: statusOf(errorClass), ...wireCodeOf(errorClass) }])
+) as { readonly [Tag in TollgateError["_tag"]]: { readonly status: number } & WireCode }
+
+/** An error's wire form: status, type and code from its class (src/domain/errors.ts), headers from its case. */
+export const wireError = (e: TollgateError): WireError => {
+  const { code, status, type } = byTag[e._tag]
+  return {
+    status,
+    type,
+    code: e._tag === "AdminForbidden" ? e.code : code,
+    message: e.message,
+    param: "param" in e ? e.param : null,
+    headers: headersOf(e)
   }
 }
 

@@ -5,6 +5,19 @@
  */
 import { HttpApiSchema } from "@effect/platform"
 import { Schema } from "effect"
+import {
+  BudgetExceeded,
+  IdempotencyConflict,
+  InvalidApiKey,
+  InvalidRequest,
+  PayloadTooLarge,
+  RateLimited,
+  RequestNotFound,
+  RouteUnavailable,
+  statusOf,
+  UnsupportedWorkflow,
+  wireCodeOf
+} from "../domain/errors.ts"
 
 const Extra = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
@@ -17,23 +30,29 @@ export const ErrorBody = Schema.Struct({
   })
 }).annotations({ identifier: "Error", description: "OpenAI-shaped error body." })
 
-const errorAt = (status: number, code: string, description: string) =>
-  ErrorBody.annotations({ identifier: `Error${status}_${code}`, description: `${code}: ${description}`, ...HttpApiSchema.annotations({ status }) })
+/**
+ * The documented error body of an error class: its status and code come from the class
+ * (src/domain/errors.ts), so the document and the wire say the same.
+ */
+export const errorBodyOf = (errorClass: Schema.Schema.All, description: string, prefix = "Error") => {
+  const status = statusOf(errorClass)
+  const { code } = wireCodeOf(errorClass)
+  return ErrorBody.annotations({ identifier: `${prefix}${status}_${code}`, description: `${code}: ${description}`, ...HttpApiSchema.annotations({ status }) })
+}
 
 export const Errors = {
-  invalidRequest: errorAt(400, "invalid_request_error", "malformed JSON or fields, or an upstream 4xx caused by the request"),
-  invalidApiKey: errorAt(401, "invalid_api_key", "key missing, revoked, expired, or scoped to another project"),
-  budgetExceeded: errorAt(402, "budget_exceeded", "the worst case does not fit the remaining budget or max_credits"),
-  requestNotFound: errorAt(404, "request_not_found", "no governed request with that id in the caller's tenant scope"),
-  idempotencyConflict: errorAt(
-    409,
-    "idempotency_conflict",
+  invalidRequest: errorBodyOf(InvalidRequest, "malformed JSON or fields, or an upstream 4xx caused by the request"),
+  invalidApiKey: errorBodyOf(InvalidApiKey, "key missing, revoked, expired, or scoped to another project"),
+  budgetExceeded: errorBodyOf(BudgetExceeded, "the worst case does not fit the remaining budget or max_credits"),
+  requestNotFound: errorBodyOf(RequestNotFound, "no governed request with that id in the caller's tenant scope"),
+  idempotencyConflict: errorBodyOf(
+    IdempotencyConflict,
     "the idempotency key was used with a different payload (x-should-retry: false), or its original is still in flight after the bounded wait (Retry-After, x-should-retry: true: a retry then gets its result)"
   ),
-  tooLarge: errorAt(413, "request_too_large", "the body exceeds the configured limit"),
-  unsupportedWorkflow: errorAt(422, "unsupported_workflow", "outside the text-only scope of the connected beta"),
-  rateLimited: errorAt(429, "rate_limited", "the project's rate check rejected the burst; see Retry-After"),
-  routeUnavailable: errorAt(503, "route_unavailable", "no available route for the model (retry with model auto), or the gateway shut down before the call finished (nothing charged)")
+  tooLarge: errorBodyOf(PayloadTooLarge, "the body exceeds the configured limit"),
+  unsupportedWorkflow: errorBodyOf(UnsupportedWorkflow, "outside the text-only scope of the connected beta"),
+  rateLimited: errorBodyOf(RateLimited, "the project's rate check rejected the burst; see Retry-After"),
+  routeUnavailable: errorBodyOf(RouteUnavailable, "no available route for the model (retry with model auto), or the gateway shut down before the call finished (nothing charged)")
 }
 
 export const Verification = Schema.Struct({
@@ -113,6 +132,20 @@ export const ChatCompletion = Schema.Struct(
   Extra
 ).annotations({ identifier: "ChatCompletion" })
 
+/** One event of a streamed chat completion (`stream: true`); the last before `[DONE]` carries `governance`. */
+export const ChatCompletionChunk = Schema.Struct(
+  {
+    id: Schema.String,
+    object: Schema.Literal("chat.completion.chunk"),
+    created: Schema.Number,
+    model: Schema.String,
+    choices: Schema.Array(Extra),
+    usage: Schema.optional(Schema.NullOr(Extra)),
+    governance: Schema.optional(Governance)
+  },
+  Extra
+).annotations({ identifier: "ChatCompletionChunk", description: "An SSE data frame of a streamed chat completion; the stream ends with data: [DONE]." })
+
 export const ResponsesRequest = Schema.Struct(
   {
     model: Schema.String,
@@ -140,6 +173,12 @@ export const ResponseObject = Schema.Struct(
   },
   Extra
 ).annotations({ identifier: "Response" })
+
+/** The last event of a streamed response: the whole Response object, with `governance`. */
+export const ResponseCompletedEvent = Schema.Struct(
+  { type: Schema.Literal("response.completed"), response: ResponseObject },
+  Extra
+).annotations({ identifier: "ResponseCompletedEvent", description: "The last SSE event of a streamed response." })
 
 export const TokenCounts = Schema.Struct({
   input: Schema.Int,

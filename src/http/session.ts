@@ -8,20 +8,14 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Effect } from "effect"
-import { Settings } from "../domain/config.ts"
-import { type AdminError, AdminForbidden, AdminNotFound, type GovernanceError, InvalidRequest, type PayloadTooLarge } from "../domain/errors.ts"
+import { type AdminError, AdminForbidden, AdminNotFound, type GovernanceError, InvalidRequest } from "../domain/errors.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
 import { Sessions, type Viewer } from "../services/Sessions.ts"
-import { readJsonBody } from "./body.ts"
 import { errorResponse, wireError } from "./errors.ts"
+import { header } from "./request.ts"
 
 export const SESSION_COOKIE = "tollgate_session"
 export const CSRF_HEADER = "x-csrf-token"
-
-const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
-  const v = req.headers[name]
-  return typeof v === "string" ? v : undefined
-}
 
 const isRead = (method: string) => method === "GET" || method === "HEAD"
 
@@ -75,19 +69,6 @@ export const viewedEnvironment = (viewer: Viewer, requested: unknown): Effect.Ef
     ? Effect.succeed(requested)
     : Effect.fail(new InvalidRequest({ message: "environment must be one of development, staging, production.", param: "environment" }))
 }
-
-/** A small JSON object body (sign-in), read within the gateway's body limit. */
-export const jsonObjectBody = Effect.gen(function* () {
-  const settings = yield* Settings
-  const req = yield* HttpServerRequest.HttpServerRequest
-  const body = yield* Effect.async<unknown, PayloadTooLarge | InvalidRequest>((resume) =>
-    readJsonBody(NodeHttpServerRequest.toIncomingMessage(req), settings, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
-  )
-  if (body === null || typeof body !== "object" || Array.isArray(body)) {
-    return yield* new InvalidRequest({ message: "The request body must be a JSON object.", param: null })
-  }
-  return body as Record<string, unknown>
-})
 
 /** Cookie attributes: HttpOnly, SameSite=Strict, whole origin; Secure when the request came over HTTPS. */
 export const cookieOptions = (req: HttpServerRequest.HttpServerRequest, maxAgeMs?: number) => {

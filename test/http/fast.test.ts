@@ -1,12 +1,12 @@
 /**
- * The raw node:http fast path for POST /v1/chat/completions and /v1/responses (src/http/fast.ts).
- * Parity: the same requests through the Effect `app` and through the fast path, on the same services,
- * get the same statuses, headers and bodies. Then, on the real server (ServerLive): what is specific
+ * The raw node:http fast path for POST /v1/chat/completions and /v1/responses (src/http/fast.ts), the
+ * only server of those two endpoints. Parity with the contract: every answer, from 401 to a stream, has
+ * the status expected and decodes with the schema the OpenAPI document gives it (src/http/schemas.ts;
+ * test/http/contract.test.ts does the same per documented error). Then, on the real server (ServerLive): what is specific
  * to a hand-written handler — draining an oversized upload, counting and logging its requests, and
  * settling a stream whose client hangs up.
  */
-import { NodeHttpServer } from "@effect/platform-node"
-import { Effect, Layer, Logger, ManagedRuntime, Supervisor } from "effect"
+import { Effect, Layer, Logger, ManagedRuntime, Option, Schema, SchemaAST, Supervisor } from "effect"
 import Database from "better-sqlite3"
 import { mkdtempSync, rmSync } from "node:fs"
 import { Agent, createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
@@ -15,7 +15,9 @@ import { join } from "node:path"
 import type { AddressInfo } from "node:net"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { makeSettings, Settings } from "../../src/domain/config.ts"
-import { app } from "../../src/http/app.ts"
+import { makeApp } from "../../src/http/app.ts"
+import { internalError } from "../../src/http/errors.ts"
+import * as S from "../../src/http/schemas.ts"
 import { makeRequestListener } from "../../src/http/fast.ts"
 import { ServicesLive } from "../../src/server.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
@@ -88,12 +90,41 @@ const servicesRuntime = (settings: ReturnType<typeof makeSettings>) =>
     ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json), Layer.provide(Layer.setTracerEnabled(false)))
   )
 
-describe("the fast path answers exactly like the Effect handlers", () => {
+/** The JSON payloads of an SSE body's frames, `data: [DONE]` left out. */
+const sseData = (text: string): Array<unknown> =>
+  text
+    .split("\n")
+    .filter((line) => line.startsWith("data: ") && line !== "data: [DONE]")
+    .map((line) => JSON.parse(line.slice("data: ".length)))
+
+/** What the contract says an answer is: a schema for its JSON body, or for each frame of its stream. */
+type AnySchema = Schema.Schema<any, any>
+type Contract = { readonly json: AnySchema } | { readonly frames: AnySchema; readonly last?: AnySchema }
+
+/** The answer has the expected status and decodes with the contract's schema (an error: the class's body). */
+const expectContract = (reply: RawReply, status: number, contract: Contract) => {
+  const { headers } = normalize(reply)
+  expect(reply.status).toBe(status)
+  if ("json" in contract) {
+    expect(headers["content-type"]).toMatch(/^application\/json/)
+    const body = Schema.decodeUnknownSync(contract.json)(JSON.parse(reply.body))
+    // A documented error (identifier Error<status>_<code>): the class's status and code on the wire.
+    const documented = /^Error(\d{3})_(.+)$/.exec(Option.getOrElse(SchemaAST.getIdentifierAnnotation(contract.json.ast), () => ""))
+    if (documented !== null) expect([reply.status, body.error.code]).toEqual([Number(documented[1]), documented[2]])
+  } else {
+    expect(headers["content-type"]).toMatch(/^text\/event-stream/)
+    const frames = sseData(reply.body)
+    expect(frames.length).toBeGreaterThan(1)
+    for (const frame of contract.last === undefined ? frames : frames.slice(0, -1)) Schema.decodeUnknownSync(contract.frames)(frame)
+    if (contract.last !== undefined) Schema.decodeUnknownSync(contract.last)(frames.at(-1))
+  }
+}
+
+describe("the fast path keeps the contract on every kind of answer", () => {
   let upstream: MockUpstream
   let runtime: ReturnType<typeof servicesRuntime>
-  let viaEffect: Server
   let viaFast: Server
-  let origins: { effect: string; fast: string }
+  let origin: string
   let key: string
 
   beforeAll(async () => {
@@ -108,15 +139,12 @@ describe("the fast path answers exactly like the Effect handlers", () => {
     })
     upstream.behaviorsByModel.set("broken-model", { status: 500 })
     runtime = servicesRuntime(settings)
-    // Both servers on the same services (one store, one rate limiter): only the HTTP handling differs.
-    viaEffect = createServer(await runtime.runPromise(NodeHttpServer.makeHandler(app)))
-    viaFast = createServer(await runtime.runPromise(makeRequestListener(app)))
-    origins = { effect: await listen(viaEffect), fast: await listen(viaFast) }
+    viaFast = createServer(await runtime.runPromise(Effect.flatMap(makeApp, makeRequestListener)))
+    origin = await listen(viaFast)
     key = (await runtime.runPromise(Bootstrap)).firstStart!.developmentKey
   })
 
   afterAll(async () => {
-    await close(viaEffect)
     await close(viaFast)
     await runtime.dispose()
     await upstream.close()
@@ -125,66 +153,71 @@ describe("the fast path answers exactly like the Effect handlers", () => {
   const auth = () => ({ authorization: `Bearer ${key}`, "content-type": "application/json" })
   const chat = (extra: Record<string, unknown> = {}) => JSON.stringify({ model: "auto", messages: [{ role: "user", content: "parity" }], ...extra })
   const big = JSON.stringify({ model: "auto", messages: [{ role: "user", content: "x".repeat(MAX_BODY) }] })
+  const error = (schema: AnySchema): Contract => ({ json: schema })
 
-  const cases: ReadonlyArray<[string, string, () => Parameters<typeof send>[2]]> = [
-    ["401: no key", "/v1/chat/completions", () => ({ headers: { "content-type": "application/json" }, body: chat() })],
-    ["401: a malformed key", "/v1/responses", () => ({ headers: { authorization: "Bearer sk-nope" }, body: "{}" })],
-    ["400: an empty body", "/v1/chat/completions", () => ({ headers: auth(), body: "" })],
-    ["400: malformed JSON", "/v1/chat/completions", () => ({ headers: auth(), body: "{not json" })],
-    ["400: malformed JSON on /v1/responses", "/v1/responses", () => ({ headers: auth(), body: "[" })],
-    ["400: not an object", "/v1/chat/completions", () => ({ headers: auth(), body: "[]" })],
-    ["400: a Responses body that does not translate", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto" }) })],
-    ["400: a bad X-Max-Credits", "/v1/chat/completions", () => ({ headers: { ...auth(), "x-max-credits": "lots" }, body: chat() })],
-    ["413: declared by Content-Length", "/v1/chat/completions", () => ({ headers: auth(), body: big })],
-    ["413: chunked, no Content-Length", "/v1/responses", () => ({ headers: auth(), chunks: big.match(/[\s\S]{1,4096}/g)! })],
+  const cases: ReadonlyArray<[string, string, () => Parameters<typeof send>[2], Contract]> = [
+    ["401: no key", "/v1/chat/completions", () => ({ headers: { "content-type": "application/json" }, body: chat() }), error(S.Errors.invalidApiKey)],
+    ["401: a malformed key", "/v1/responses", () => ({ headers: { authorization: "Bearer sk-nope" }, body: "{}" }), error(S.Errors.invalidApiKey)],
+    ["400: an empty body", "/v1/chat/completions", () => ({ headers: auth(), body: "" }), error(S.Errors.invalidRequest)],
+    ["400: malformed JSON", "/v1/chat/completions", () => ({ headers: auth(), body: "{not json" }), error(S.Errors.invalidRequest)],
+    ["400: malformed JSON on /v1/responses", "/v1/responses", () => ({ headers: auth(), body: "[" }), error(S.Errors.invalidRequest)],
+    ["400: not an object", "/v1/chat/completions", () => ({ headers: auth(), body: "[]" }), error(S.Errors.invalidRequest)],
+    ["400: a Responses body that does not translate", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto" }) }), error(S.Errors.invalidRequest)],
+    ["400: a bad X-Max-Credits", "/v1/chat/completions", () => ({ headers: { ...auth(), "x-max-credits": "lots" }, body: chat() }), error(S.Errors.invalidRequest)],
+    ["413: declared by Content-Length", "/v1/chat/completions", () => ({ headers: auth(), body: big }), error(S.Errors.tooLarge)],
+    ["413: chunked, no Content-Length", "/v1/responses", () => ({ headers: auth(), chunks: big.match(/[\s\S]{1,4096}/g)! }), error(S.Errors.tooLarge)],
     ["422: an image part", "/v1/chat/completions", () => ({
       headers: auth(),
       body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "https://x/y.png" } }] }] })
-    })],
-    ["503: an unknown model", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ model: "nope" }) })],
-    ["503: the upstream fails (request id and rate-limit headers kept)", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ model: "broken" }) })],
-    ["200: chat completion, with a query string", "/v1/chat/completions?x=1", () => ({ headers: auth(), body: chat() })],
-    ["200: responses", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto", input: "parity" }) })],
-    ["200: a stream", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ stream: true, stream_options: { include_usage: true } }) })],
-    ["200: a Responses stream", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto", input: "parity", stream: true }) })]
+    }), error(S.Errors.unsupportedWorkflow)],
+    ["503: an unknown model", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ model: "nope" }) }), error(S.Errors.routeUnavailable)],
+    ["503: the upstream fails", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ model: "broken" }) }), error(S.Errors.routeUnavailable)],
+    ["200: chat completion, with a query string", "/v1/chat/completions?x=1", () => ({ headers: auth(), body: chat() }), { json: S.ChatCompletion }],
+    ["200: responses", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto", input: "parity" }) }), { json: S.ResponseObject }],
+    ["200: a stream", "/v1/chat/completions", () => ({ headers: auth(), body: chat({ stream: true, stream_options: { include_usage: true } }) }), { frames: S.ChatCompletionChunk }],
+    ["200: a Responses stream", "/v1/responses", () => ({ headers: auth(), body: JSON.stringify({ model: "auto", input: "parity", stream: true }) }), {
+      frames: Schema.Struct({ type: Schema.String }),
+      last: S.ResponseCompletedEvent
+    }]
   ]
 
-  for (const [name, path, opts] of cases) {
+  for (const [name, path, opts, contract] of cases) {
     it(name, async () => {
-      const effect = normalize(await send(origins.effect, path, opts()))
-      const fast = normalize(await send(origins.fast, path, opts()))
-      expect(fast).toEqual(effect)
-      expect(fast.status).toBe(Number(name.slice(0, 3)))
+      expectContract(await send(origin, path, opts()), Number(name.slice(0, 3)), contract)
     })
   }
 
+  it("an upstream failure's 503 keeps the request id and rate-limit headers gathered before it", async () => {
+    const reply = await send(origin, "/v1/chat/completions", { headers: auth(), body: chat({ model: "broken" }) })
+    expect(reply.status).toBe(503)
+    expect(reply.headers["x-request-id"]).toMatch(/^req_/)
+    expect(reply.headers["x-ratelimit-limit-requests"]).toBeDefined()
+  })
+
   it("an idempotent replay: the stored body again, flagged idempotent-replayed", async () => {
-    const twice = async (origin: string, idempotencyKey: string) => {
-      const opts = { headers: { ...auth(), "idempotency-key": idempotencyKey }, body: chat() }
-      const first = await send(origin, "/v1/chat/completions", opts)
-      const second = await send(origin, "/v1/chat/completions", opts)
-      expect(second.headers["idempotent-replayed"]).toBe("true")
-      expect(second.headers["x-request-id"]).toBe(first.headers["x-request-id"])
-      expect(second.body).toBe(first.body)
-      return normalize(second)
-    }
-    expect(await twice(origins.fast, "parity-fast")).toEqual(await twice(origins.effect, "parity-effect"))
+    const opts = { headers: { ...auth(), "idempotency-key": "parity-fast" }, body: chat() }
+    const first = await send(origin, "/v1/chat/completions", opts)
+    const second = await send(origin, "/v1/chat/completions", opts)
+    expect(first.headers["idempotent-replayed"]).toBeUndefined()
+    expect(second.headers["idempotent-replayed"]).toBe("true")
+    expect(second.headers["x-request-id"]).toBe(first.headers["x-request-id"])
+    expect(second.body).toBe(first.body)
+    expectContract(second, 200, { json: S.ChatCompletion })
   })
 
   it("every other request still goes to the Effect app", async () => {
     for (const [method, path] of [["GET", "/v1/chat/completions"], ["PUT", "/v1/responses"], ["POST", "/v1/chat/completion"]] as const) {
-      const effect = normalize(await send(origins.effect, path, { method, headers: auth() }))
-      const fast = normalize(await send(origins.fast, path, { method, headers: auth() }))
-      expect(fast).toEqual(effect)
-      expect(JSON.parse(fast.body).error.code).toBe("unknown_url")
+      const reply = await send(origin, path, { method, headers: auth() })
+      expectContract(reply, 404, error(S.ErrorBody))
+      expect(JSON.parse(reply.body).error).toEqual({ message: `Unknown request URL: ${method} ${path}.`, type: "invalid_request_error", code: "unknown_url", param: null })
     }
-    const models = await send(origins.fast, "/v1/models", { method: "GET", headers: auth() })
+    const models = await send(origin, "/v1/models", { method: "GET", headers: auth() })
     expect(models.status).toBe(200)
   })
 })
 
 describe("a defect on the fast path", () => {
-  it("is the same generic 500 as through the Effect app, logged for operators, never a stack trace to the client", async () => {
+  it("is the app's generic 500, logged for operators, never a stack trace to the client", async () => {
     const upstream = await startMockUpstream()
     const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
     const dying = Layer.succeed(
@@ -194,27 +227,24 @@ describe("a defect on the fast path", () => {
     const runtime = ManagedRuntime.make(
       Layer.merge(ServicesLive, dying).pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json))
     )
-    const viaEffect = createServer(await runtime.runPromise(NodeHttpServer.makeHandler(app)))
-    const viaFast = createServer(await runtime.runPromise(makeRequestListener(app)))
+    const viaFast = createServer(await runtime.runPromise(Effect.flatMap(makeApp, makeRequestListener)))
     const lines: Array<string> = []
     const original = console.log
     try {
-      const origins = [await listen(viaEffect), await listen(viaFast)]
+      const origin = await listen(viaFast)
       const key = (await runtime.runPromise(Bootstrap)).firstStart!.developmentKey
       const opts = { headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ model: "auto", messages: [{ role: "user", content: "die" }] }) }
       console.log = (...args: Array<unknown>) => void lines.push(args.map(String).join(" "))
-      const [effect, fast] = [normalize(await send(origins[0]!, "/v1/chat/completions", opts)), normalize(await send(origins[1]!, "/v1/chat/completions", opts))]
+      const fast = normalize(await send(origin, "/v1/chat/completions", opts))
       await new Promise((r) => setTimeout(r, 50))
       console.log = original
-      expect(fast).toEqual(effect)
       expect(fast.status).toBe(500)
-      expect(JSON.parse(fast.body).error.code).toBe("internal_error")
+      expect(JSON.parse(fast.body)).toEqual(JSON.parse(new TextDecoder().decode((internalError.body as { body: Uint8Array }).body)))
       expect(fast.body).not.toContain("secret internals")
       const defects = lines.filter((l) => l.includes("unhandled failure") && l.includes("secret internals"))
-      expect(defects).toHaveLength(2)
+      expect(defects).toHaveLength(1)
     } finally {
       console.log = original
-      await close(viaEffect)
       await close(viaFast)
       await runtime.dispose()
       await upstream.close()
@@ -386,13 +416,18 @@ describe("shutdown during a governed call on the fast path", () => {
     const file = join(dir, "store.db")
     const runtime = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: `sqlite:${file}`, gateway: mockGatewayFile(upstream.url) })))))
     // A bare node server around the fast path: closing the runtime does not wait for its requests.
-    const server = createServer(await runtime.runPromise(makeRequestListener(app)))
+    const server = createServer(await runtime.runPromise(Effect.flatMap(makeApp, makeRequestListener)))
     const key = await runtime.runPromise(Effect.map(Bootstrap, (b) => b.firstStart!.developmentKey))
     const db = new Database(file, { readonly: true })
     try {
       upstream.pushBehavior({ delayMs: 2_000 })
       const reply = send(await listen(server), "/v1/chat/completions", { headers: auth(key), body, agent: new Agent({ keepAlive: false }) })
       expect(await waitForPending(db)).toBe(1)
+      // Stop once the call is upstream: its hold is then the Gateway's to void. A committed pending row
+      // alone is not enough — between the reserve's commit and its reply reaching the call, an
+      // interruption finds no hold to void (Gateway.handle's `reserved` is still unset) and the row
+      // stays pending until the recovery sweep: the flake this test had (2 runs in 3).
+      while (upstream.calls === 0) await new Promise((resolve) => setTimeout(resolve, 10))
       await runtime.dispose()
       expect((await reply).status).toBe(503)
       expect(db.prepare("SELECT status, error_code FROM requests").all()).toEqual([{ status: "failed", error_code: "interrupted" }])

@@ -1,7 +1,7 @@
 import { Option, Redacted } from "effect"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { endpointLabel } from "../../src/http/app.ts"
+import { endpointLabel } from "../../src/http/observability.ts"
 import { startMockUpstream } from "../support/mockUpstream.ts"
 import { mockGatewayFile, startGateway, useMockedGateway } from "../support/gateway.ts"
 

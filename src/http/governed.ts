@@ -1,0 +1,48 @@
+/**
+ * The governed adapter: what both HTTP paths hand the Gateway for `POST /v1/chat/completions` and
+ * `POST /v1/responses`, served only on the raw fast path (src/http/fast.ts) from `governedCalls` and
+ * `handleGoverned`. Its parity with the contract is checked by decoding its answers with the
+ * document's schemas (test/http/contract.test.ts, test/http/fast.test.ts).
+ */
+import { Effect } from "effect"
+import type { GovernanceError } from "../domain/errors.ts"
+import type { Gateway } from "../services/Gateway.ts"
+import type { Principal } from "../services/KeyRegistry.ts"
+import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
+import { responsesSurface, responsesToChat } from "../services/surfaces/responses.ts"
+import type { Surface } from "../services/surfaces/Surface.ts"
+
+/** What a governed endpoint hands the Gateway: the surface that renders, and the chat body to govern. */
+export type GovernedCall = (body: unknown) => Effect.Effect<{ readonly surface: Surface; readonly body: unknown }, GovernanceError>
+
+/** The governed endpoints by path; the fast path (src/http/fast.ts) serves the same table. */
+export const governedCalls: Readonly<Record<"/v1/chat/completions" | "/v1/responses", GovernedCall>> = {
+  "/v1/chat/completions": (body) => Effect.succeed({ surface: chatCompletionsSurface, body }),
+  "/v1/responses": (body) =>
+    Effect.map(responsesToChat(body), (chat) => ({ surface: responsesSurface(body as Record<string, unknown>), body: chat }))
+}
+
+/**
+ * Hand an authenticated caller's body to the Gateway on the endpoint's surface, with the request's
+ * Idempotency-Key and X-Max-Credits headers: the one place both HTTP paths build a governed call.
+ */
+export const handleGoverned = (
+  gateway: Gateway,
+  toCall: GovernedCall,
+  principal: Principal,
+  clientBody: unknown,
+  requestHeaders: Readonly<Record<string, unknown>>,
+  headers: Record<string, string>
+) =>
+  Effect.flatMap(toCall(clientBody), ({ body, surface }) => {
+    const text = (name: string) => (typeof requestHeaders[name] === "string" ? (requestHeaders[name] as string) : undefined)
+    return gateway.handle({
+      principal,
+      surface,
+      body,
+      clientBody,
+      idempotencyKeyHeader: text("idempotency-key"),
+      maxCreditsHeader: text("x-max-credits"),
+      headers
+    })
+  })

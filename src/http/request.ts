@@ -1,0 +1,39 @@
+/**
+ * Reading a request in the Effect handlers: a header as a string, and a JSON body within the size and
+ * depth limits (src/http/body.ts: 413 when larger, 400 when too deep or not JSON).
+ */
+import { HttpServerRequest } from "@effect/platform"
+import { NodeHttpServerRequest } from "@effect/platform-node"
+import { Effect } from "effect"
+import { Settings } from "../domain/config.ts"
+import { InvalidRequest, type PayloadTooLarge } from "../domain/errors.ts"
+import { type BodyLimits, readJsonBody } from "./body.ts"
+
+export const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
+  const v = req.headers[name]
+  return typeof v === "string" ? v : undefined
+}
+
+/** Read and parse a JSON body within the size and depth limits. */
+export const readJson = (limits: BodyLimits) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) =>
+    Effect.async<unknown, PayloadTooLarge | InvalidRequest>((resume) =>
+      readJsonBody(NodeHttpServerRequest.toIncomingMessage(req), limits, (r) => resume(r.ok ? Effect.succeed(r.value) : Effect.fail(r.error)))
+    )
+  )
+
+/** A JSON object body (admin writes, sign-in), read within the gateway's body limits. */
+export const jsonObjectBody = Effect.gen(function* () {
+  const body = yield* readJson(yield* Settings)
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    return yield* new InvalidRequest({ message: "The request body must be a JSON object.", param: null })
+  }
+  return body as Record<string, unknown>
+})
+
+/** A JSON object body when the request has one, else `{}`. */
+export const optionalObjectBody = Effect.gen(function* () {
+  const req = yield* HttpServerRequest.HttpServerRequest
+  const length = Number(header(req, "content-length") ?? "0")
+  return length > 0 || header(req, "transfer-encoding") !== undefined ? yield* jsonObjectBody : {}
+})
