@@ -39,7 +39,7 @@ export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).p
     Layer.mergeAll(Projects.Default, RateLimiterLive, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),
   Layer.provideMerge(Metrics.Default),
-  Layer.provideMerge(Layer.mergeAll(StoreDatabaseLive, NodeHttpClient.layerUndici))
+  Layer.provideMerge(StoreDatabaseLive)
 )
 
 /**

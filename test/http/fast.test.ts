@@ -410,7 +410,10 @@ describe("shutdown during a governed call on the fast path", () => {
     }
   })
 
-  it("when the services stop under it, the Gateway interrupts the call it owns: hold voided, request failed, 503", async () => {
+  it.each([
+    ["as soon as its reservation has committed (its reply to the call may still be on its way)", false],
+    ["once it is upstream", true]
+  ])("when the services stop under a call %s, the Gateway interrupts the call it owns: hold voided, request failed, 503", async (_when, upstreamFirst) => {
     const upstream = await startMockUpstream()
     const dir = mkdtempSync(join(tmpdir(), "tollgate-fast-shutdown-"))
     const file = join(dir, "store.db")
@@ -423,11 +426,10 @@ describe("shutdown during a governed call on the fast path", () => {
       upstream.pushBehavior({ delayMs: 2_000 })
       const reply = send(await listen(server), "/v1/chat/completions", { headers: auth(key), body, agent: new Agent({ keepAlive: false }) })
       expect(await waitForPending(db)).toBe(1)
-      // Stop once the call is upstream: its hold is then the Gateway's to void. A committed pending row
-      // alone is not enough — between the reserve's commit and its reply reaching the call, an
-      // interruption finds no hold to void (Gateway.handle's `reserved` is still unset) and the row
-      // stays pending until the recovery sweep: the flake this test had (2 runs in 3).
-      while (upstream.calls === 0) await new Promise((resolve) => setTimeout(resolve, 10))
+      // Stopped right after the commit, the reserve's reply may not have reached the call yet: the round
+      // trip is uninterruptible (gateway/plan.ts), so the call still learns its hold and voids it. Without
+      // that, the row stayed pending until the recovery sweep (this case failed 2 runs in 3).
+      if (upstreamFirst) while (upstream.calls === 0) await new Promise((resolve) => setTimeout(resolve, 10))
       await runtime.dispose()
       expect((await reply).status).toBe(503)
       expect(db.prepare("SELECT status, error_code FROM requests").all()).toEqual([{ status: "failed", error_code: "interrupted" }])

@@ -273,6 +273,10 @@ export const makePlanning = (ctx: GatewayContext) => {
             crashPoint("reserved")
             return p
           }),
+          // The round trip and `onReserved` as one step: an interruption (shutdown) that arrives while the
+          // reservation is committing takes effect once the call knows its hold, so Gateway.handle voids
+          // it, instead of leaving a committed hold and a pending request to the recovery sweep.
+          Effect.uninterruptible,
           Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
             refused._tag === "OverBudget"
               ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
