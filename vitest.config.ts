@@ -3,7 +3,7 @@ import { onEngines } from "./test/support/pg.ts"
 
 /**
  * `npm run test:mutation` (Stryker, stryker.config.json) runs only the tests that exercise the mutated
- * files quickly: the ledger and idempotency rulebooks and their row checkers, and the store port
+ * files quickly: the ledger, idempotency and epoch rulebooks and the ledger's row checkers, and the store port
  * (whose inline runner executes the mutated bodies in this process).
  */
 const mutation = process.env["STRYKER"] === "1"
@@ -11,6 +11,7 @@ const mutationTests = [
   "test/spec/ledger.test.ts",
   "test/spec/ledgerRows.test.ts",
   "test/spec/idempotency.test.ts",
+  "test/spec/epochs.test.ts",
   "test/store/ChatStore.test.ts",
   "test/store/portInline.test.ts"
 ]
