@@ -70,4 +70,14 @@ describe("the admin groups on the wire", () => {
     const noCsrf = await call("POST", "/admin/v1/projects", project, { cookie })
     expect([noCsrf.status, noCsrf.body.error?.code]).toEqual([403, "invalid_csrf_token"])
   })
+
+  it("a read's query is decoded by its schema: a refused filter is a 400 naming it; the handler's own checks stay", async () => {
+    const base = `/admin/v1/projects/${env.gateway.projectId}/requests`
+    for (const [query, param] of [["status=bogus", "status"], ["environment=moon", "environment"], ["limit=0", "limit"]] as const) {
+      const res = await call("GET", `${base}?${query}`, undefined)
+      expect([query, res.status, res.body.error?.type, res.body.error?.param]).toEqual([query, 400, "invalid_request_error", param])
+    }
+    const page = await call("GET", `${base}?status=completed&limit=5`, undefined)
+    expect([page.status, page.body.object]).toEqual([200, "list"])
+  })
 })
