@@ -1,7 +1,8 @@
 /**
  * The admin API (docs/contract.md §8) and the dashboard's session, as an HttpApi group for the OpenAPI
- * document. Served by src/http/app.ts (projects, keys) and src/http/dashboard.ts (session, lists,
- * usage per day, request log, receipts with chain links).
+ * document, and served from it by HttpApiBuilder (src/http/adminRoutes.ts): the `AdminAuth` middleware
+ * authenticates and provides the `AdminCaller`; the writes' bodies are decoded by the payload schemas
+ * exported here.
  *
  * Authentication: `Authorization: Bearer <TOLLGATE_ADMIN_TOKEN>`, or the dashboard's session cookie
  * `tollgate_session` (HttpOnly, SameSite=Strict) from POST /admin/v1/session. A cookie-authenticated
@@ -9,8 +10,9 @@
  * project key) reads its own project and environment only; writes answer 403.
  */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
-import { Schema } from "effect"
+import { Context, Schema } from "effect"
 import { AdminConflict, AdminForbidden, AdminNotFound, AdminUnauthorized, InvalidRequest, RequestNotFound } from "../domain/errors.ts"
+import type { Session, Viewer } from "../services/Sessions.ts"
 import * as S from "./schemas.ts"
 
 const errorAt = (errorClass: Schema.Schema.All, description: string) => S.errorBodyOf(errorClass, description, "AdminError")
@@ -24,8 +26,12 @@ const E = {
   conflict: errorAt(AdminConflict, "the key cannot be rotated in its state")
 }
 
-class AdminAuth extends HttpApiMiddleware.Tag<AdminAuth>()("AdminAuth", {
+/** Who called an admin endpoint (src/http/session.ts's check): the viewer, and the session when a cookie authenticated it. */
+export class AdminCaller extends Context.Tag("tollgate/AdminCaller")<AdminCaller, { readonly viewer: Viewer; readonly session: Session | undefined }>() {}
+
+export class AdminAuth extends HttpApiMiddleware.Tag<AdminAuth>()("AdminAuth", {
   failure: E.unauthorized,
+  provides: AdminCaller,
   security: {
     adminToken: HttpApiSecurity.bearer,
     session: HttpApiSecurity.annotate(HttpApiSecurity.apiKey({ in: "cookie", key: "tollgate_session" }), OpenApi.Description, "Dashboard session cookie; writes also need the X-CSRF-Token header.")
@@ -79,18 +85,24 @@ export const Project = Schema.Struct({ ...ProjectFields, keys: Schema.Array(ApiK
 
 export const ProjectList = Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ProjectSummary) }).annotations({ identifier: "ProjectList" })
 
-const NewProject = Schema.Struct({
+export const NewProject = Schema.Struct({
   name: Schema.String,
   organization: Schema.optional(Schema.String),
   budget_credits: Schema.Int,
   rate_limit: Schema.Struct({ requests_per_minute: Schema.Int, burst: Schema.optional(Schema.Int) })
 })
 
-const ProjectPatch = Schema.Struct({
+export const ProjectPatch = Schema.Struct({
   name: Schema.optional(Schema.String),
   budget_credits: Schema.optional(Schema.Int),
   rate_limit: Schema.optional(Schema.Struct({ requests_per_minute: Schema.optional(Schema.Int), burst: Schema.optional(Schema.Int) }))
 })
+
+export const NewKey = Schema.Struct({ environment: Environment })
+
+export const Rotation = Schema.Struct({ grace_seconds: Schema.optional(Schema.Int.annotations({ description: "default 86400" })) })
+
+export const SignIn = Schema.Struct({ token: Schema.String.annotations({ description: "The admin token (operator) or a project key (team, read-only)" }) })
 
 export const IssuedKey = Schema.Struct({
   id: Schema.String,
@@ -178,7 +190,7 @@ const admin = HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("createKey", "/admin/v1/projects/:id/keys")
       .setPath(ProjectPath)
-      .setPayload(Schema.Struct({ environment: Environment }))
+      .setPayload(NewKey)
       .addSuccess(IssuedKey, { status: 201 })
       .addError(E.invalidRequest)
       .addError(E.forbidden)
@@ -193,7 +205,7 @@ const admin = HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("rotateKey", "/admin/v1/keys/:id/rotate")
       .setPath(KeyPath)
-      .setPayload(Schema.Struct({ grace_seconds: Schema.optional(Schema.Int.annotations({ description: "default 86400" })) }))
+      .setPayload(Rotation)
       .addSuccess(RotatedKey, { status: 201 })
       .addError(E.invalidRequest)
       .addError(E.forbidden)
@@ -260,7 +272,7 @@ const admin = HttpApiGroup.make("admin")
 /** Sign-in takes a token in the body, not a header: it is the one admin call without prior authentication. */
 const signIn = HttpApiGroup.make("session").add(
   HttpApiEndpoint.post("signIn", "/admin/v1/session")
-    .setPayload(Schema.Struct({ token: Schema.String.annotations({ description: "The admin token (operator) or a project key (team, read-only)" }) }))
+    .setPayload(SignIn)
     .addSuccess(SessionInfo, { status: 201 })
     .addError(E.invalidRequest)
     .addError(E.unauthorized)

@@ -1,104 +1,226 @@
 /**
- * The admin API's writes and project reads (docs/contract.md §8): projects and their keys. Who may
- * call is src/http/session.ts's (admin token or dashboard session); the dashboard's own reads are in
- * src/http/dashboard.ts.
+ * The admin API (docs/contract.md §8) served by HttpApiBuilder from PublicApi's `admin` and `session`
+ * groups (src/http/adminApi.ts): projects and their keys, the dashboard's reads (usage per day, the
+ * request log, receipts with chain links) and its session. Path and query decoded by the endpoints'
+ * schemas, successes encoded by them; a write's body read within the body limits and decoded by its
+ * payload schema (`decodedBody`), never cast.
+ *
+ * Who may call is the `AdminAuth` middleware's: src/http/session.ts's check on the raw request (admin
+ * token or session cookie, CSRF on a cookie's writes), providing the `AdminCaller`; a write refuses a
+ * team session (`operatorOnly`). A handler's domain failure is answered in its wire form
+ * (`respondErrors`); a middleware's and a decode failure by the app's catch-all (./app.ts).
  */
-import { HttpRouter } from "@effect/platform"
-import { Clock, Effect } from "effect"
-import { KeyRegistry } from "../services/KeyRegistry.ts"
+import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Clock, Effect, Layer } from "effect"
+import { InvalidRequest } from "../domain/errors.ts"
+import { Activity } from "../services/Activity.ts"
+import { Bootstrap } from "../services/Bootstrap.ts"
+import { type KeyInfo, KeyRegistry } from "../services/KeyRegistry.ts"
 import { Ledger } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
-import type { Viewer } from "../services/Sessions.ts"
-import { json } from "./caller.ts"
-import { keysWithLastUse } from "./dashboard.ts"
-import { jsonObjectBody, optionalObjectBody } from "./request.ts"
-import { adminRoute as admin, visibleProject } from "./session.ts"
+import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
+import { AdminAuth, AdminCaller, type DailyUsage, NewKey, NewProject, ProjectPatch, type RequestListItem, type RequestPage, Rotation, SignIn } from "./adminApi.ts"
+import { PublicApi } from "./api.ts"
+import { respondErrors } from "./caller.ts"
+import { decodedBody, header } from "./request.ts"
+import { adminCaller, cookieOptions, json, operatorOnly, SESSION_COOKIE, viewedEnvironment, visibleProject } from "./session.ts"
 
-const projectId = Effect.map(HttpRouter.params, (p) => p.id ?? "")
+/**
+ * The admin check as the middleware of the `admin` group. The platform tries a middleware's security
+ * schemes in order and answers the last one's failure; the check reads the raw request itself (the
+ * bearer token wins, else the cookie, with CSRF on writes), so the first scheme declines at once and
+ * the second runs the whole check exactly once, keeping today's statuses and messages.
+ */
+export const AdminAuthLive = Layer.effect(
+  AdminAuth,
+  Effect.map(Effect.context<Bootstrap | Sessions>(), (services) =>
+    AdminAuth.of({
+      adminToken: () => Effect.fail(undefined) as never,
+      session: () =>
+        Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) => Effect.provide(adminCaller(req), services)) as unknown as Effect.Effect<
+          typeof AdminCaller.Service,
+          never
+        >
+    })
+  )
+)
+
+/** A project's keys as a viewer may see them (a team: its own environment), with each key's last use. */
+const keysWithLastUse = (projectId: string, keys: ReadonlyArray<KeyInfo>, viewer: Viewer) =>
+  Effect.gen(function* () {
+    const activity = yield* Activity
+    const lastUsed = yield* activity.keysLastUsed(projectId)
+    return keys
+      .filter((k) => viewer.role === "operator" || k.environment === viewer.environment)
+      .map((k) => ({ ...k, last_used_at: lastUsed.get(k.id) ?? null }))
+  })
+
+const budgetWindow = (projectId: string, period: string) =>
+  Effect.map(Effect.flatMap(Ledger, (ledger) => ledger.window(projectId, period)), (w) => ({
+    period: w.period,
+    budget_credits: w.cap,
+    spent: w.spent,
+    reserved: w.reserved,
+    remaining: Math.max(0, w.cap - w.spent - w.reserved)
+  }))
+
+const currentPeriod = Effect.flatMap(Ledger, (ledger) => Effect.map(Clock.currentTimeMillis, (now) => ledger.periodOf(now)))
 
 const projectView = (id: string, viewer: Viewer = { role: "operator" }) =>
   Effect.gen(function* () {
-    const projects = yield* Projects
-    const ledger = yield* Ledger
-    const keys = yield* KeyRegistry
-    const project = yield* projects.get(id)
-    const now = yield* Clock.currentTimeMillis
-    const window = yield* ledger.window(id, ledger.periodOf(now))
+    const project = yield* (yield* Projects).get(id)
+    const keys = yield* (yield* KeyRegistry).list(id)
     return {
       ...project,
-      object: "project",
-      current_window: { period: window.period, budget_credits: window.cap, spent: window.spent, reserved: window.reserved, remaining: Math.max(0, window.cap - window.spent - window.reserved) },
-      keys: yield* keysWithLastUse(id, yield* keys.list(id), viewer)
+      object: "project" as const,
+      current_window: yield* budgetWindow(id, yield* currentPeriod),
+      keys: yield* keysWithLastUse(id, keys, viewer)
     }
   })
 
-export const adminRoutes = HttpRouter.empty.pipe(
-  HttpRouter.post(
-    "/admin/v1/projects",
-    admin(() =>
-      Effect.gen(function* () {
+const sessionBody = (session: Session) => ({
+  object: "session" as const,
+  role: session.viewer.role,
+  project_id: session.viewer.role === "team" ? session.viewer.projectId : null,
+  environment: session.viewer.role === "team" ? session.viewer.environment : null,
+  csrf_token: session.csrfToken,
+  expires_at: new Date(session.expiresAt).toISOString()
+})
+
+/** The caller, refused unless it is the operator (every admin write but sign-out). */
+const operator = Effect.flatMap(AdminCaller, (caller) => operatorOnly(caller.viewer))
+
+const viewer = Effect.map(AdminCaller, (caller) => caller.viewer)
+
+/** The viewer, after checking it may see project `id` (a team: its own only). */
+const viewerOf = (id: string) => Effect.tap(viewer, (v) => visibleProject(v, id))
+
+const teamEnvironment = (v: Viewer) => (v.role === "team" ? v.environment : undefined)
+
+const LIMIT = /^\d+$/
+
+const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
+  handlers
+    .handle("listProjects", () =>
+      respondErrors(Effect.gen(function* () {
+        const v = yield* viewer
         const projects = yield* Projects
-        const body = yield* jsonObjectBody
-        const created = yield* projects.create(body as never)
-        return json(yield* projectView(created.id), 201)
-      })
+        const period = yield* currentPeriod
+        const all = v.role === "team" ? [yield* projects.get(v.projectId)] : yield* projects.list
+        const data = []
+        for (const p of all) data.push({ ...p, object: "project" as const, current_window: yield* budgetWindow(p.id, period) })
+        return { object: "list" as const, data }
+      }))
     )
-  ),
-  HttpRouter.get(
-    "/admin/v1/projects/:id",
-    admin((_req, viewer) => Effect.flatMap(projectId, (id) => Effect.zipRight(visibleProject(viewer, id), Effect.map(projectView(id, viewer), (v) => json(v)))), "reader")
-  ),
-  HttpRouter.patch(
-    "/admin/v1/projects/:id",
-    admin(() =>
-      Effect.gen(function* () {
-        const projects = yield* Projects
-        const keys = yield* KeyRegistry
-        const id = yield* projectId
-        const body = yield* jsonObjectBody
-        yield* projects.update(id, body as never)
-        yield* keys.forgetProject(id)
-        return json(yield* projectView(id))
-      })
+    .handleRaw("createProject", () =>
+      respondErrors(Effect.gen(function* () {
+        yield* operator
+        const created = yield* (yield* Projects).create(yield* decodedBody(NewProject))
+        return yield* projectView(created.id)
+      }))
     )
-  ),
-  HttpRouter.post(
-    "/admin/v1/projects/:id/keys",
-    admin(() =>
-      Effect.gen(function* () {
-        const keys = yield* KeyRegistry
-        const id = yield* projectId
-        const body = yield* jsonObjectBody
-        return json(yield* keys.create(id, body.environment), 201)
-      })
+    .handle("getProject", ({ path }) => respondErrors(Effect.flatMap(viewerOf(path.id), (v) => projectView(path.id, v))))
+    .handleRaw("updateProject", ({ path }) =>
+      respondErrors(Effect.gen(function* () {
+        yield* operator
+        const patch = yield* decodedBody(ProjectPatch)
+        yield* (yield* Projects).update(path.id, patch)
+        yield* (yield* KeyRegistry).forgetProject(path.id)
+        return yield* projectView(path.id)
+      }))
     )
-  ),
-  HttpRouter.get(
-    "/admin/v1/projects/:id/keys",
-    admin((_req, viewer) => Effect.gen(function* () {
-      const keys = yield* KeyRegistry
-      const id = yield* projectId
-      yield* visibleProject(viewer, id)
-      return json({ object: "list", data: yield* keysWithLastUse(id, yield* keys.list(id), viewer) })
-    }), "reader")
-  ),
-  HttpRouter.post(
-    "/admin/v1/keys/:id/rotate",
-    admin(() =>
-      Effect.gen(function* () {
-        const keys = yield* KeyRegistry
-        const id = yield* projectId
-        const body = yield* optionalObjectBody
-        const grace = body.grace_seconds === undefined ? 86_400 : body.grace_seconds
-        return json(yield* keys.rotate(id, grace as number), 201)
-      })
+    .handleRaw("createKey", ({ path }) =>
+      respondErrors(Effect.gen(function* () {
+        yield* operator
+        const body = yield* decodedBody(NewKey)
+        return yield* (yield* KeyRegistry).create(path.id, body.environment)
+      }))
     )
-  ),
-  HttpRouter.post(
-    "/admin/v1/keys/:id/revoke",
-    admin(() => Effect.gen(function* () {
-      const keys = yield* KeyRegistry
-      return json(yield* keys.revoke(yield* projectId))
+    .handle("listKeys", ({ path }) =>
+      respondErrors(Effect.gen(function* () {
+        const v = yield* viewerOf(path.id)
+        const keys = yield* (yield* KeyRegistry).list(path.id)
+        return { object: "list" as const, data: yield* keysWithLastUse(path.id, keys, v) }
+      }))
+    )
+    .handleRaw("rotateKey", ({ path }) =>
+      respondErrors(Effect.gen(function* () {
+        yield* operator
+        const body = yield* decodedBody(Rotation, { optional: true })
+        return yield* (yield* KeyRegistry).rotate(path.id, body.grace_seconds ?? 86_400)
+      }))
+    )
+    .handle("revokeKey", ({ path }) => respondErrors(Effect.zipRight(operator, Effect.flatMap(KeyRegistry, (keys) => keys.revoke(path.id)))))
+    .handle("getProjectUsage", ({ path, urlParams }) =>
+      respondErrors(Effect.gen(function* () {
+        const v = yield* viewerOf(path.id)
+        yield* (yield* Projects).get(path.id)
+        const period = urlParams.period ?? (yield* currentPeriod)
+        if (!/^\d{4}-(0[1-9]|1[0-2])$/.test(period)) return yield* new InvalidRequest({ message: "period must be a month written YYYY-MM.", param: "period" })
+        const environment = yield* viewedEnvironment(v, urlParams.environment)
+        const usage = yield* (yield* Activity).dailyUsage(path.id, period, environment)
+        const answer = { object: "project_usage" as const, project_id: path.id, environment: environment ?? null, period, budget: yield* budgetWindow(path.id, period), ...usage }
+        return answer as typeof DailyUsage.Type // the store's environments are strings; encoding checks them
+
+      }))
+    )
+    .handle("listRequests", ({ path, urlParams }) =>
+      respondErrors(Effect.gen(function* () {
+        const v = yield* viewerOf(path.id)
+        yield* (yield* Projects).get(path.id)
+        const environment = yield* viewedEnvironment(v, urlParams.environment)
+        const limitText = urlParams.limit ?? "25"
+        const limit = Number(limitText)
+        if (!LIMIT.test(limitText) || limit < 1 || limit > 100) return yield* new InvalidRequest({ message: "limit must be an integer from 1 to 100.", param: "limit" })
+        if (urlParams.q !== undefined && urlParams.q.length > 200) return yield* new InvalidRequest({ message: "q is at most 200 characters.", param: "q" })
+        const nonEmpty = (s: string | undefined) => (s === "" ? undefined : s)
+        const page = yield* (yield* Activity).listRequests({
+          projectId: path.id,
+          environment,
+          status: urlParams.status,
+          model: nonEmpty(urlParams.model),
+          q: nonEmpty(urlParams.q),
+          cursor: nonEmpty(urlParams.cursor),
+          limit
+        })
+        return { object: "list" as const, ...page } as typeof RequestPage.Type // as above
+      }))
+    )
+    .handle("getProjectRequest", ({ path }) =>
+      respondErrors(Effect.flatMap(viewerOf(path.id), (v) => Effect.flatMap(Activity, (activity) => Effect.map(activity.findRequest(path.id, path.request_id, teamEnvironment(v)), (r) => r as typeof RequestListItem.Type))))
+    )
+    .handle("getProjectReceipt", ({ path }) =>
+      respondErrors(Effect.flatMap(viewerOf(path.id), (v) => Effect.flatMap(Activity, (activity) => activity.receipt(path.id, path.request_id, teamEnvironment(v)))))
+    )
+    // The middleware resumed the cookie's session for these two (src/http/session.ts), CSRF checked on the sign-out.
+    .handle("getSession", () => Effect.map(AdminCaller, (caller) => sessionBody(caller.session!)))
+    .handle("signOut", ({ request }) =>
+      respondErrors(Effect.gen(function* () {
+        yield* (yield* Sessions).signOut(request.cookies[SESSION_COOKIE])
+        return HttpServerResponse.expireCookie(json({ object: "session", signed_out: true }), SESSION_COOKIE, cookieOptions(request))
+      }))
+    )
+)
+
+/**
+ * POST /admin/v1/session {token}: sign in with the admin token or a project key. Only a JSON body is
+ * accepted, so a cross-site form cannot sign a browser in to an attacker's session.
+ */
+const sessionGroup = HttpApiBuilder.group(PublicApi, "session", (handlers) =>
+  handlers.handleRaw("signIn", ({ request }) =>
+    respondErrors(Effect.gen(function* () {
+      if (!/^application\/json\b/i.test(header(request, "content-type") ?? "")) {
+        return yield* new InvalidRequest({ message: "Send the sign-in as JSON: {\"token\": \"…\"}.", param: null })
+      }
+      const body = yield* decodedBody(SignIn)
+      if (body.token.length === 0 || body.token.length > 512) {
+        return yield* new InvalidRequest({ message: "token must be the admin token or a project key.", param: "token" })
+      }
+      const { id, session } = yield* (yield* Sessions).signIn(body.token.trim())
+      return HttpServerResponse.unsafeSetCookie(json(sessionBody(session), 201), SESSION_COOKIE, id, cookieOptions(request, session.expiresAt - session.createdAt))
     }))
   )
 )
+
+/** The admin groups' layers, for the HttpApi's router (./apiRoutes.ts). */
+export const adminGroups = Layer.merge(adminGroup.pipe(Layer.provide(AdminAuthLive)), sessionGroup)

@@ -2,14 +2,14 @@
  * The routes served by `HttpApiBuilder` from the same HttpApi as /openapi.json (src/http/api.ts):
  * path, query and payload decoded by the endpoints' schemas, successes encoded by them. So far the
  * `governed` group's reads (models, rate cards, a request, its receipt, usage) behind the project-key
- * middleware, and the `public` group (receipt keys, health); the admin groups are still HttpRouter
- * handlers (docs/decisions/0018). Endpoints of these groups served elsewhere are `handleRaw`: the two
+ * middleware, the `public` group (receipt keys, health), and the admin groups (./adminRoutes.ts)
+ * behind the admin middleware (docs/decisions/0018). Endpoints of these groups served elsewhere are `handleRaw`: the two
  * governed POSTs (the fast path takes them first) and routing evaluation (its body is a chat request,
  * read within the body limits and parsed by the governed calls' own parser).
  * Failures leave through the app's catch-all (./app.ts): a domain error as its wire answer, a decode
  * failure as an OpenAI-shaped 400 (`decodeFailure`).
  */
-import { HttpApiBuilder, type HttpApiError, HttpRouter, HttpServerRequest } from "@effect/platform"
+import { HttpApiBuilder, HttpRouter, HttpServerRequest } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Clock, Effect, FiberRef, Layer } from "effect"
 import { InvalidRequest } from "../domain/errors.ts"
@@ -19,6 +19,7 @@ import { Pricing } from "../services/Pricing.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
 import { Requests } from "../services/Requests.ts"
 import { Router } from "../services/Router.ts"
+import { adminGroups } from "./adminRoutes.ts"
 import { CurrentPrincipal, ProjectKey, PublicApi } from "./api.ts"
 import { CurrentCaller, respondErrors } from "./caller.ts"
 import { routingEvaluate } from "./publicRoutes.ts"
@@ -123,19 +124,9 @@ const governedGroup = HttpApiBuilder.group(PublicApi, "governed", (handlers) =>
  */
 export const apiRouter = Effect.scoped(
   Effect.gen(function* () {
-    const context = yield* Layer.build(Layer.merge(Layer.provideMerge(Layer.merge(publicGroup, governedGroup.pipe(Layer.provide(ProjectKeyLive))), HttpApiBuilder.Router.Live), NodeHttpServer.layerContext))
+    const groups = Layer.mergeAll(publicGroup, governedGroup.pipe(Layer.provide(ProjectKeyLive)), adminGroups)
+    const context = yield* Layer.build(Layer.merge(Layer.provideMerge(groups, HttpApiBuilder.Router.Live), NodeHttpServer.layerContext))
     const router = yield* Effect.provide(HttpApiBuilder.Router.router, context)
     return router.pipe(HttpRouter.use(Effect.provide(context)))
   })
 )
-
-/**
- * A request the schemas refused, as the 400 a client gets: `param` is the path of the first issue
- * (`period`, `rate_limit.burst`), the message the schema's, never the platform's own error body.
- */
-export const decodeFailure = (e: HttpApiError.HttpApiDecodeError): InvalidRequest => {
-  const issue = e.issues[0]
-  const param = issue === undefined || issue.path.length === 0 ? null : issue.path.map(String).join(".")
-  const detail = issue === undefined ? e.message : issue.message
-  return new InvalidRequest({ message: param === null ? `Invalid request: ${detail}` : `Invalid ${param}: ${detail}`, param })
-}

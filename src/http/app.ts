@@ -5,14 +5,13 @@
  * defects, leaves through src/http/errors.ts as an OpenAI error body. The governed endpoints are served
  * only by src/http/fast.ts, from the governed adapter (./governed.ts).
  */
-import { HttpApiError, HttpRouter, HttpServerRequest } from "@effect/platform"
+import { HttpApiError, HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { RouteNotFound } from "@effect/platform/HttpServerError"
 import { Cause, Effect, Option } from "effect"
-import { adminRoutes } from "./adminRoutes.ts"
 import { dashboardRoutes } from "./dashboard.ts"
 import { isTollgateError } from "../domain/errors.ts"
-import { apiRouter, decodeFailure } from "./apiRoutes.ts"
-import { errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
+import { apiRouter } from "./apiRoutes.ts"
+import { decodeFailure, errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
 import { metricsRoutes, observed } from "./observability.ts"
 import { publicRoutes } from "./publicRoutes.ts"
 
@@ -22,7 +21,6 @@ export { logAccess } from "./observability.ts"
 
 export const router = publicRoutes.pipe(
   HttpRouter.concat(metricsRoutes),
-  HttpRouter.concat(adminRoutes),
   HttpRouter.concat(dashboardRoutes)
 )
 
@@ -50,8 +48,14 @@ const withCatchAll = <E, R>(routes: HttpRouter.HttpRouter<E, R>) =>
     )
   )
 
+/** The admin API's answers, errors included, are never cached (they carry keys, sessions, CSRF tokens). */
+const adminNoStore = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) =>
+    req.url.startsWith("/admin/") ? Effect.map(app, HttpServerResponse.setHeader("cache-control", "no-store")) : app
+  )
+
 /**
  * The whole app, built once in the services' context: the HttpRouter handlers and the HttpApi's
  * routes (./apiRoutes.ts), the catch-all, and per request one metric update and one access log line.
  */
-export const makeApp = Effect.map(apiRouter, (api) => observed(withCatchAll(HttpRouter.concat(router, api))))
+export const makeApp = Effect.map(apiRouter, (api) => observed(adminNoStore(withCatchAll(HttpRouter.concat(router, api)))))

@@ -5,10 +5,10 @@
  * (OpenAI SDKs retry 409 and 429 on their own), and Retry-After on 429. Anything unexpected
  * (a defect) becomes a 500 with a generic message: no stack trace ever leaves the process.
  */
-import { HttpServerResponse } from "@effect/platform"
+import { type HttpApiError, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect } from "effect"
 import type { Duplex } from "node:stream"
-import { errorClasses, statusOf, type TollgateError, type WireCode, wireCodeOf } from "../domain/errors.ts"
+import { errorClasses, InvalidRequest, statusOf, type TollgateError, type WireCode, wireCodeOf } from "../domain/errors.ts"
 
 export interface WireError {
   readonly status: number
@@ -107,4 +107,15 @@ export const answerClientError = (error: Error & { readonly code?: string }, soc
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`
   )
+}
+
+/**
+ * A request the schemas refused, as the 400 a client gets: `param` is the path of the first issue
+ * (`period`, `rate_limit.burst`), the message the schema's, never the platform's own error body.
+ */
+export const decodeFailure = (e: HttpApiError.HttpApiDecodeError): InvalidRequest => {
+  const issue = e.issues[0]
+  const param = issue === undefined || issue.path.length === 0 ? null : issue.path.map(String).join(".")
+  const detail = issue === undefined ? e.message : issue.message
+  return new InvalidRequest({ message: param === null ? `Invalid request: ${detail}` : `Invalid ${param}: ${detail}`, param })
 }

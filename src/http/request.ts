@@ -4,10 +4,12 @@
  */
 import { HttpServerRequest } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
-import { Effect } from "effect"
+import { HttpApiError } from "@effect/platform"
+import { Effect, Schema } from "effect"
 import { Settings } from "../domain/config.ts"
 import { InvalidRequest, type PayloadTooLarge } from "../domain/errors.ts"
 import { type BodyLimits, readJsonBody } from "./body.ts"
+import { decodeFailure } from "./errors.ts"
 
 export const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
   const v = req.headers[name]
@@ -37,3 +39,15 @@ export const optionalObjectBody = Effect.gen(function* () {
   const length = Number(header(req, "content-length") ?? "0")
   return length > 0 || header(req, "transfer-encoding") !== undefined ? yield* jsonObjectBody : {}
 })
+
+/**
+ * An admin write's payload: the JSON body read within the body limits (413 / 400 before JSON.parse),
+ * then decoded by the endpoint's payload schema; a refused field is a 400 naming it as `param`.
+ * `optional`: a request without a body decodes `{}` (key rotation).
+ */
+export const decodedBody = <A, I>(schema: Schema.Schema<A, I>, options: { readonly optional?: boolean } = {}) =>
+  Effect.flatMap(options.optional === true ? optionalObjectBody : jsonObjectBody, (body) =>
+    Schema.decodeUnknown(schema)(body).pipe(
+      Effect.catchTag("ParseError", (e) => Effect.flatMap(HttpApiError.HttpApiDecodeError.fromParseError(e), (refused) => Effect.fail(decodeFailure(refused))))
+    )
+  )

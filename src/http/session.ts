@@ -8,10 +8,9 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Effect } from "effect"
-import { type AdminError, AdminForbidden, AdminNotFound, type GovernanceError, InvalidRequest } from "../domain/errors.ts"
+import { AdminForbidden, AdminNotFound, type AdminUnauthorized, InvalidRequest } from "../domain/errors.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
-import { Sessions, type Viewer } from "../services/Sessions.ts"
-import { errorResponse, wireError } from "./errors.ts"
+import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
 import { header } from "./request.ts"
 
 export const SESSION_COOKIE = "tollgate_session"
@@ -19,43 +18,33 @@ export const CSRF_HEADER = "x-csrf-token"
 
 const isRead = (method: string) => method === "GET" || method === "HEAD"
 
-/** The caller of an admin route: the bearer admin token wins; otherwise the session cookie (with CSRF on writes). */
-export const adminViewer = (req: HttpServerRequest.HttpServerRequest) =>
+const SESSION_PATH = "/admin/v1/session"
+
+/**
+ * The caller of an admin endpoint: the bearer admin token wins; otherwise the session cookie (with
+ * CSRF on writes). The session's own endpoints (GET and DELETE /admin/v1/session) take the cookie only.
+ */
+export const adminCaller = (req: HttpServerRequest.HttpServerRequest): Effect.Effect<{ readonly viewer: Viewer; readonly session: Session | undefined }, AdminUnauthorized | AdminForbidden, Bootstrap | Sessions> =>
   Effect.gen(function* () {
     const authorization = header(req, "authorization")
     const cookie = req.cookies[SESSION_COOKIE]
-    if (authorization !== undefined || cookie === undefined) {
+    const sessionPath = req.url.split("?")[0] === SESSION_PATH
+    if (!sessionPath && (authorization !== undefined || cookie === undefined)) {
       const bootstrap = yield* Bootstrap
       yield* bootstrap.authorizeAdmin(authorization)
-      return { role: "operator" } as Viewer
+      return { viewer: { role: "operator" } as Viewer, session: undefined }
     }
     const sessions = yield* Sessions
     const session = yield* sessions.resume(cookie)
     if (!isRead(req.method)) yield* sessions.checkCsrf(session, header(req, CSRF_HEADER))
-    return session.viewer
+    return { viewer: session.viewer, session }
   })
 
-export type Access = "operator" | "reader"
-
-const readOnly = () => new AdminForbidden({ code: "forbidden", message: "A team session is read-only; ask an operator to make this change." })
-
-/**
- * An admin route: authenticate (token or session), refuse a team where only the operator may act,
- * run `f`, and turn every typed failure into the OpenAI-shaped error body.
- */
-export const adminRoute = <R>(
-  f: (req: HttpServerRequest.HttpServerRequest, viewer: Viewer) => Effect.Effect<HttpServerResponse.HttpServerResponse, AdminError | GovernanceError, R>,
-  access: Access = "operator"
-) =>
-  Effect.catchAll(
-    Effect.gen(function* () {
-      const req = yield* HttpServerRequest.HttpServerRequest
-      const viewer = yield* adminViewer(req)
-      if (access === "operator" && viewer.role !== "operator") return yield* readOnly()
-      return yield* f(req, viewer)
-    }),
-    (e) => Effect.succeed(errorResponse(wireError(e)))
-  )
+/** Where only the operator may act (the admin writes): a team session is refused. */
+export const operatorOnly = (viewer: Viewer): Effect.Effect<void, AdminForbidden> =>
+  viewer.role === "operator"
+    ? Effect.void
+    : Effect.fail(new AdminForbidden({ code: "forbidden", message: "A team session is read-only; ask an operator to make this change." }))
 
 /** A team sees its own project only: any other id answers like an unknown one. */
 export const visibleProject = (viewer: Viewer, projectId: string): Effect.Effect<void, AdminNotFound> =>

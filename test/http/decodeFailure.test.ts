@@ -1,5 +1,5 @@
 /**
- * A request the HttpApi's schemas refuse (src/http/apiRoutes.ts `decodeFailure`): an OpenAI-shaped
+ * A request the HttpApi's schemas refuse (src/http/errors.ts `decodeFailure`): an OpenAI-shaped
  * 400 invalid_request_error whose `param` is the path of the first issue, never the platform's own
  * HttpApiDecodeError body; and every domain error is recognised as one the wire can carry.
  */
@@ -7,8 +7,7 @@ import { HttpApiError } from "@effect/platform"
 import { Effect, Either, Schema } from "effect"
 import { describe, expect, it } from "vitest"
 import * as E from "../../src/domain/errors.ts"
-import { decodeFailure } from "../../src/http/apiRoutes.ts"
-import { wireError } from "../../src/http/errors.ts"
+import { decodeFailure, wireError } from "../../src/http/errors.ts"
 
 const refused = (schema: Schema.Schema<any, any>, input: unknown): HttpApiError.HttpApiDecodeError => {
   const result = Schema.decodeUnknownEither(schema)(input)
