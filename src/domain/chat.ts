@@ -147,20 +147,34 @@ export const parseChatRequest = (body: unknown): Either.Either<ChatRequest, Inva
   })
 }
 
-/** The body sent upstream: the client's body minus governance metadata, with the output cap applied. */
+/**
+ * The body sent upstream: the client's body minus governance metadata, with the output cap applied.
+ * Built key by key in the client's order rather than copied and then `delete`d: a deleted key turns
+ * the copy into a slow dictionary object that JSON.stringify walks again (docs/decisions/0015).
+ */
 export const upstreamBody = (body: Record<string, unknown>, req: ChatRequest, outputCap: number): Record<string, unknown> => {
-  const out: Record<string, unknown> = { ...body }
-  if (isObject(body.metadata)) {
-    const rest: Record<string, unknown> = { ...body.metadata }
-    for (const k of GOVERNANCE_METADATA) delete rest[k]
-    if (Object.keys(rest).length === 0) delete out.metadata
-    else out.metadata = rest
+  const out: Record<string, unknown> = {}
+  for (const k of Object.keys(body)) {
+    if (k === "max_tokens" || k === "max_completion_tokens") continue
+    let v = body[k]
+    if (k === "metadata" && isObject(v)) {
+      const rest: Record<string, unknown> = {}
+      let kept = 0
+      for (const m of Object.keys(v)) if (!GOVERNANCE_KEYS.has(m)) (defineOwn(rest, m, v[m]), kept++)
+      if (kept === 0) continue
+      v = rest
+    }
+    defineOwn(out, k, v)
   }
-  delete out.max_tokens
-  delete out.max_completion_tokens
   out[req.capField] = outputCap
   if (req.stream) out.stream_options = { ...(isObject(body.stream_options) ? body.stream_options : {}), include_usage: true }
   return out
+}
+const GOVERNANCE_KEYS: ReadonlySet<string> = new Set(GOVERNANCE_METADATA)
+/** A plain assignment, except for a client's own "__proto__" key, kept as data as a spread keeps it. */
+const defineOwn = (o: Record<string, unknown>, k: string, v: unknown): void => {
+  if (k === "__proto__") Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true })
+  else o[k] = v
 }
 
 /** `metadata.max_credits` / `X-Max-Credits`: a non-negative integer written in decimal. */
