@@ -12,18 +12,20 @@
 import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
-import type { SealCode, TrustedKeyData } from "../../spec/audit.ts"
+import type { BatchFacts, SealCode, SignedColumns, TrustedKeyData } from "../../spec/audit.ts"
 import type { AuditWorkerData, SealReply, SealRequest } from "./auditWorker.ts"
 
 export interface SealPool {
   /** The seal verdicts of `bodies`, in their order. */
   readonly seal: (bodies: ReadonlyArray<string>) => Promise<Uint8Array & ArrayLike<SealCode>>
+  /** The facts (spec/audit/facts.ts) of rows given by their signed columns, in their order. */
+  readonly facts: (rows: ReadonlyArray<SignedColumns>) => Promise<BatchFacts>
   readonly close: () => Promise<void>
 }
 
 interface Live {
   readonly worker: Worker
-  readonly pending: Map<number, { resolve: (codes: Uint8Array) => void; reject: (e: Error) => void }>
+  readonly pending: Map<number, { resolve: (answer: never) => void; reject: (e: Error) => void }>
   failed: Error | undefined
 }
 
@@ -63,23 +65,25 @@ export const startSealPool = (jobs: number, keys: ReadonlyArray<TrustedKeyData>,
     live.worker.on("message", (reply: SealReply) => {
       const p = live.pending.get(reply.id)
       live.pending.delete(reply.id)
-      p?.resolve(reply.codes)
+      p?.resolve(("codes" in reply ? reply.codes : reply.facts) as never)
     })
     live.worker.on("error", (e) => fail(new Error(`audit worker: ${e.message}`)))
     live.worker.on("exit", (code) => fail(new Error(`audit worker exited (code ${code})`)))
     lives.push(live)
   }
-  const seal = (bodies: ReadonlyArray<string>) =>
-    new Promise<Uint8Array>((resolve, reject) => {
+  const ask = <A>(request: (id: number) => SealRequest) =>
+    new Promise<A>((resolve, reject) => {
       let live = lives[0]!
       for (const l of lives) if (l.pending.size < live.pending.size) live = l
       if (live.failed !== undefined) return reject(live.failed)
       const id = ++nextId
       live.pending.set(id, { resolve, reject })
-      live.worker.postMessage({ id, bodies } satisfies SealRequest)
-    }) as Promise<Uint8Array & ArrayLike<SealCode>>
+      live.worker.postMessage(request(id))
+    })
+  const seal = (bodies: ReadonlyArray<string>) => ask<Uint8Array & ArrayLike<SealCode>>((id) => ({ id, bodies }))
+  const facts = (rows: ReadonlyArray<SignedColumns>) => ask<BatchFacts>((id) => ({ id, rows }))
   const close = async () => {
     await Promise.all(lives.map((l) => l.worker.terminate()))
   }
-  return { seal, close }
+  return { seal, facts, close }
 }

@@ -14,12 +14,13 @@ import { availableParallelism } from "node:os"
 import {
   type AuditScope,
   type AuditSummary,
+  type BatchFacts,
   type Finding,
   type KeyRow,
   makeAuditor,
   type ReceiptRow,
   receiptKeyId,
-  type SealCode
+  signedColumns
 } from "../../spec/audit.ts"
 import { isPeriod } from "../../spec/ledger.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
@@ -126,7 +127,7 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
     // ---- receipts, in settlement order per project, their seals checked by the workers
     const total = (await allRows<{ n: number }>(source, Q.receiptCount))[0]?.n ?? 0
     if (jobs > 0 && total > 0) pool = startSealPool(Math.min(jobs, Math.ceil(total / batch)), auditor.trustedKeys(), await workerCode())
-    const seal = pool?.seal
+    const facts = pool?.facts
     let seen = 0
     let lastTick = started
     // Steps run in the order queued; a batch's step is ready when its verdicts are back.
@@ -138,9 +139,10 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
       queue.push(step)
       while (queue.length > outstanding) await runNext()
     }
-    const feed = (batchRows: ReadonlyArray<ReceiptRow>, codes: ArrayLike<SealCode> | undefined) => {
+    const feed = (batchRows: ReadonlyArray<ReceiptRow>, known: BatchFacts | undefined) => {
       for (let i = 0; i < batchRows.length; i++) {
-        auditor.receipt(batchRows[i]!, codes?.[i])
+        if (known === undefined) auditor.receipt(batchRows[i]!)
+        else auditor.receiptWithFacts(batchRows[i]!, known, i)
         if ((++seen & 1023) === 0 && options.onProgress !== undefined) {
           const now = performance.now()
           if (now - lastTick >= 1000) {
@@ -154,9 +156,9 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
       for await (const flat of source.arrays(q.sql, q.params, batch)) {
         const receiptRows = flat.map(nest)
         await enqueue(
-          seal === undefined
+          facts === undefined
             ? Promise.resolve(() => feed(receiptRows, undefined))
-            : seal(receiptRows.map((r) => r.body)).then((codes) => () => feed(receiptRows, codes))
+            : facts(receiptRows.map(signedColumns)).then((known) => () => feed(receiptRows, known))
         )
       }
     }
