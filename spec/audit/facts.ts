@@ -20,7 +20,7 @@ export type SignedColumns = readonly [
   rate_card_version: string, body: string, prev_hash: string, hash: string, signature: string, signing_key_id: string, created_at: number
 ]
 
-/** A row's signed columns as a tuple (what crosses to a worker: no keys to clone per row). */
+/** A row's signed columns as a tuple (what `columnMismatches` reads). */
 export const signedColumns = (r: ReceiptRow): SignedColumns => [
   r.id, r.request_id, r.project_id, r.environment, r.period, r.seq, r.credits_charged,
   r.rate_card_version, r.body, r.prev_hash, r.hash, r.signature, r.signing_key_id, r.created_at
@@ -61,13 +61,59 @@ export type SignedFields = Pick<
   "receipt_id" | "request_id" | "project_id" | "environment" | "period" | "credits_charged" | "credits_reserved" | "rate_card_version" | "route" | "tokens"
 >
 
-/** The facts of a batch of rows (what a worker computes): per receipt [plain?, seq, reserved, input, cached_input, output, reasoning, route index]. */
-export const batchFacts = (rows: ReadonlyArray<SignedColumns>, trusted: ReadonlyMap<string, TrustedKey>): BatchFacts => {
-  const numbers = new Float64Array(rows.length * FACTS_STRIDE)
+/**
+ * A batch of rows' signed columns as it crosses to a worker: one string holding, row after row, the
+ * ten text columns and the body, cut by `ends` (the end offset of each piece), and the three number
+ * columns in `numbers`. One string and two typed arrays clone as a few copies, where a tuple per row
+ * costs a string allocation per column on each side.
+ */
+export interface ColumnBatch {
+  readonly count: number
+  readonly text: string
+  readonly ends: Uint32Array
+  readonly numbers: Float64Array
+}
+
+const TEXT_COLUMNS = 11
+const NUMBER_COLUMNS = 3
+
+/** Pack rows' signed columns for a worker (the order of `SignedColumns`, text then numbers). */
+export const packColumns = (rows: ReadonlyArray<ReceiptRow>): ColumnBatch => {
+  const ends = new Uint32Array(rows.length * TEXT_COLUMNS)
+  const numbers = new Float64Array(rows.length * NUMBER_COLUMNS)
+  let text = ""
+  let e = 0
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i]!
+    for (const piece of [r.id, r.request_id, r.project_id, r.environment, r.period, r.rate_card_version, r.body, r.prev_hash, r.hash, r.signature, r.signing_key_id]) {
+      text += piece
+      ends[e++] = text.length
+    }
+    numbers[i * NUMBER_COLUMNS] = r.seq
+    numbers[i * NUMBER_COLUMNS + 1] = r.credits_charged
+    numbers[i * NUMBER_COLUMNS + 2] = r.created_at
+  }
+  return { count: rows.length, text, ends, numbers }
+}
+
+/** Row `i` of a packed batch, as the tuple `columnMismatches` reads. */
+export const unpackColumns = (b: ColumnBatch, i: number): SignedColumns => {
+  const e = i * TEXT_COLUMNS
+  const piece = (k: number) => b.text.slice(e + k === 0 ? 0 : b.ends[e + k - 1]!, b.ends[e + k]!)
+  const n = i * NUMBER_COLUMNS
+  return [
+    piece(0), piece(1), piece(2), piece(3), piece(4), b.numbers[n]!, b.numbers[n + 1]!,
+    piece(5), piece(6), piece(7), piece(8), piece(9), piece(10), b.numbers[n + 2]!
+  ]
+}
+
+/** The facts of a packed batch (what a worker computes): per receipt [plain?, seq, reserved, input, cached_input, output, reasoning, route index]. */
+export const batchFacts = (batch: ColumnBatch, trusted: ReadonlyMap<string, TrustedKey>): BatchFacts => {
+  const numbers = new Float64Array(batch.count * FACTS_STRIDE)
   const routes: Array<string> = []
   const routeIndex = new Map<string, number>()
-  for (let i = 0; i < rows.length; i++) {
-    const c = rows[i]!
+  for (let i = 0; i < batch.count; i++) {
+    const c = unpackColumns(batch, i)
     const r = parseReceipt(c[8])
     if (typeof r === "string" || columnMismatches(c, r).length > 0 || sealOf(r, trusted) !== Seal.intact) continue // parseHere (0)
     let route = routeIndex.get(r.route)

@@ -12,14 +12,14 @@
 import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
-import type { BatchFacts, SealCode, SignedColumns, TrustedKeyData } from "../../spec/audit.ts"
+import type { BatchFacts, ColumnBatch, SealCode, TrustedKeyData } from "../../spec/audit.ts"
 import type { AuditWorkerData, SealReply, SealRequest } from "./auditWorker.ts"
 
 export interface SealPool {
   /** The seal verdicts of `bodies`, in their order. */
   readonly seal: (bodies: ReadonlyArray<string>) => Promise<Uint8Array & ArrayLike<SealCode>>
   /** The facts (spec/audit/facts.ts) of rows given by their signed columns, in their order. */
-  readonly facts: (rows: ReadonlyArray<SignedColumns>) => Promise<BatchFacts>
+  readonly facts: (rows: ColumnBatch) => Promise<BatchFacts>
   readonly close: () => Promise<void>
 }
 
@@ -71,17 +71,17 @@ export const startSealPool = (jobs: number, keys: ReadonlyArray<TrustedKeyData>,
     live.worker.on("exit", (code) => fail(new Error(`audit worker exited (code ${code})`)))
     lives.push(live)
   }
-  const ask = <A>(request: (id: number) => SealRequest) =>
+  const ask = <A>(request: (id: number) => SealRequest, transfer: ReadonlyArray<ArrayBuffer> = []) =>
     new Promise<A>((resolve, reject) => {
       let live = lives[0]!
       for (const l of lives) if (l.pending.size < live.pending.size) live = l
       if (live.failed !== undefined) return reject(live.failed)
       const id = ++nextId
       live.pending.set(id, { resolve, reject })
-      live.worker.postMessage(request(id))
+      live.worker.postMessage(request(id), transfer)
     })
   const seal = (bodies: ReadonlyArray<string>) => ask<Uint8Array & ArrayLike<SealCode>>((id) => ({ id, bodies }))
-  const facts = (rows: ReadonlyArray<SignedColumns>) => ask<BatchFacts>((id) => ({ id, rows }))
+  const facts = (rows: ColumnBatch) => ask<BatchFacts>((id) => ({ id, rows }), [rows.ends.buffer as ArrayBuffer, rows.numbers.buffer as ArrayBuffer])
   const close = async () => {
     await Promise.all(lives.map((l) => l.worker.terminate()))
   }

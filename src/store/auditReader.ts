@@ -20,7 +20,7 @@ import {
   makeAuditor,
   type ReceiptRow,
   receiptKeyId,
-  signedColumns
+  packColumns
 } from "../../spec/audit.ts"
 import { isPeriod } from "../../spec/ledger.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
@@ -158,7 +158,7 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
         await enqueue(
           facts === undefined
             ? Promise.resolve(() => feed(receiptRows, undefined))
-            : facts(receiptRows.map(signedColumns)).then((known) => () => feed(receiptRows, known))
+            : facts(packColumns(receiptRows)).then((known) => () => feed(receiptRows, known))
         )
       }
     }

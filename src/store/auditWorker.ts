@@ -10,7 +10,7 @@
  * app (test/audit/worker.test.ts checks its import graph).
  */
 import { parentPort, workerData } from "node:worker_threads"
-import { batchFacts, type BatchFacts, type SignedColumns } from "../../spec/audit/facts.ts"
+import { batchFacts, type BatchFacts, type ColumnBatch } from "../../spec/audit/facts.ts"
 import { sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit/seal.ts"
 
 export interface AuditWorkerData {
@@ -19,7 +19,7 @@ export interface AuditWorkerData {
 
 export type SealRequest =
   | { readonly id: number; readonly bodies: ReadonlyArray<string> }
-  | { readonly id: number; readonly rows: ReadonlyArray<SignedColumns> }
+  | { readonly id: number; readonly rows: ColumnBatch }
 
 export type SealReply = { readonly id: number; readonly codes: Uint8Array } | { readonly id: number; readonly facts: BatchFacts }
 

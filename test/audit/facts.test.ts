@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { beforeAll, describe, expect, it } from "vitest"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { type Receipt, unsignedPart } from "../../spec/receipt.ts"
-import { batchFacts, Facts, FACTS_STRIDE, type ReceiptRow, receiptKeyId, signedColumns, trustedKeyMap } from "../../spec/audit.ts"
+import { batchFacts, Facts, FACTS_STRIDE, type ReceiptRow, packColumns, receiptKeyId, trustedKeyMap } from "../../spec/audit.ts"
 import { auditQueries, nest } from "../../src/store/auditSource.ts"
 import { openSqliteAudit } from "../../src/store/auditSqlite.ts"
 import { buildSyntheticStore } from "./synthetic.ts"
@@ -31,7 +31,7 @@ beforeAll(async () => {
 
 describe("batchFacts", () => {
   it("a plain receipt's facts are its signed seq, reservation, tokens and route", () => {
-    const facts = batchFacts(rows.map(signedColumns), trusted)
+    const facts = batchFacts(packColumns(rows), trusted)
     expect(rows.length).toBe(40)
     rows.forEach((row, i) => {
       const r = JSON.parse(row.body) as Receipt
@@ -54,7 +54,7 @@ describe("batchFacts", () => {
       { ...rows[0]!, body: JSON.stringify({ ...r, signature: forged }), signature: forged },
       { ...rows[0]!, body: JSON.stringify({ ...r, credits_reserved: r.credits_reserved + 1 }) }
     ]
-    const facts = batchFacts(cases.map(signedColumns), trusted)
+    const facts = batchFacts(packColumns(cases), trusted)
     cases.forEach((_, i) => expect(facts.numbers[i * FACTS_STRIDE]).toBe(Facts.parseHere))
   })
 })
