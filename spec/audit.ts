@@ -9,7 +9,8 @@
  *   1. context: `keys`, `rateCards`, `projects`, `windows`, `chainHeads` (small tables, all rows);
  *   2. `receipt` for every receipt, ordered by (project_id, seq) — the settlement order of each chain;
  *      for a partial walk, call `chainStart` before a project's first receipt; a receipt's seal
- *      verdict (spec/audit/seal.ts) may come computed elsewhere (the signature workers);
+ *      verdict (spec/audit/seal.ts) or its facts (spec/audit/facts.ts, `receiptWithFacts`) may come
+ *      computed elsewhere (the signature workers);
  *   3. `heldReservation`, `unreceipted`, `idempotency` (any order);
  *   4. `finish()` — window sums, caps, chain heads and per-card tallies are settled here.
  *

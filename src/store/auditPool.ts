@@ -1,8 +1,10 @@
 /**
  * The audit's signature workers (src/store/auditWorker.ts): `jobs` threads, each given the trusted
- * keys once, then batches of receipt bodies; a batch goes to the worker with the fewest batches
- * outstanding and its verdicts come back as one byte per receipt. The caller keeps the order (it
- * awaits batches in the order it sent them) and the backpressure (how many it lets be outstanding).
+ * keys once, then batches: receipt bodies (`seal`: one verdict byte per receipt) or rows' signed
+ * columns packed (`facts`: spec/audit/facts.ts, eight numbers per receipt). A batch goes to the worker
+ * with the fewest batches outstanding; its answer comes back in a transferred typed array. The caller
+ * keeps the order (it awaits batches in the order it sent them) and the backpressure (how many it
+ * lets be outstanding).
  *
  * The worker's code: src/store/auditWorker.ts bundled once per process with esbuild (a few spec/
  * modules, ≈ 10 kB of CommonJS) and started from that text, so no worker carries a TypeScript loader;

@@ -5,8 +5,9 @@
  * The store is read through the audit port (src/store/auditSource.ts): one snapshot, rows streamed in
  * batches, on SQLite (src/store/auditSqlite.ts) or PostgreSQL (src/store/auditPg.ts); the checker
  * does not know which. Receipts go in batches to `jobs` signature workers (src/store/auditPool.ts),
- * which answer a seal verdict per receipt; the main thread feeds each batch to the checker in chain
- * order with its verdicts, so chain, charge and window checks stay ordered and the findings are the
+ * which answer each receipt's facts (spec/audit/facts.ts: seal, columns against body, the signed
+ * numbers the ordered checks need); the main thread feeds each batch to the checker in chain order
+ * with its facts, so chain, charge and window checks stay ordered and the findings are the
  * same whatever `jobs` is. At most 2 × jobs batches are outstanding: reading waits for the workers,
  * and memory stays flat whatever the number of receipts.
  */
