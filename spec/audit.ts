@@ -9,7 +9,8 @@
  *   1. context: `keys`, `rateCards`, `projects`, `windows`, `chainHeads` (small tables, all rows);
  *   2. `receipt` for every receipt, ordered by (project_id, seq) — the settlement order of each chain;
  *      for a partial walk, call `chainStart` before a project's first receipt; a receipt's seal
- *      verdict (spec/audit/seal.ts) may come computed elsewhere (the signature workers);
+ *      verdict (spec/audit/seal.ts) or its facts (spec/audit/facts.ts, `receiptWithFacts`) may come
+ *      computed elsewhere (the signature workers);
  *   3. `heldReservation`, `unreceipted`, `idempotency` (any order);
  *   4. `finish()` — window sums, caps, chain heads and per-card tallies are settled here.
  *
@@ -23,9 +24,11 @@ import { GENESIS_HASH, type Receipt } from "./receipt.ts"
 
 import { type Finding, type FindingKind } from "./audit/findings.ts"
 import { governanceOf, parseReceipt, receiptKeyId, windowSubject } from "./audit/receipts.ts"
+import { type BatchFacts, columnMismatches, Facts, FACTS_STRIDE, type SignedFields, signedColumns } from "./audit/facts.ts"
 import { Seal, type SealCode, sealOf, type TrustedKey, type TrustedKeyData } from "./audit/seal.ts"
 import type { AuditScope, AuditStats, AuditSummary, ChainHeadRow, IdempotencyRow, KeyRow, ProjectRow, RateCardRow, ReceiptRow, HeldReservationRow, UnreceiptedRow, WindowRow } from "./audit/rows.ts"
 
+export * from "./audit/facts.ts"
 export * from "./audit/findings.ts"
 export * from "./audit/receipts.ts"
 export * from "./audit/rows.ts"
@@ -81,6 +84,12 @@ export interface Auditor {
    * signature worker, from the same `sealOfBody`); computed here when absent.
    */
   readonly receipt: (row: ReceiptRow, seal?: SealCode) => void
+  /**
+   * One receipt, in chain order, with its batch's facts from a signature worker (spec/audit/facts.ts,
+   * `batchFacts`): a plain receipt is checked on its columns and facts without parsing its body again;
+   * any other is checked as by `receipt`.
+   */
+  readonly receiptWithFacts: (row: ReceiptRow, facts: BatchFacts, index: number) => void
   /** The keys trusted so far (after `keys`), as plain data for the signature workers. */
   readonly trustedKeys: () => ReadonlyArray<TrustedKeyData>
   readonly heldReservation: (row: HeldReservationRow) => void
@@ -249,7 +258,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     }
   }
 
-  const checkCharge = (row: ReceiptRow, receipt: Receipt, intact: boolean) => {
+  const checkCharge = (row: ReceiptRow, receipt: SignedFields, intact: boolean) => {
     if (receipt.credits_charged > receipt.credits_reserved) {
       report("charge_exceeds_reservation", row.id, row.project_id, `receipt ${row.id} charges ${receipt.credits_charged} Credits but reserved only ${receipt.credits_reserved}`, {
         credits_charged: receipt.credits_charged,
@@ -299,7 +308,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     }
   }
 
-  const checkRequest = (row: ReceiptRow, receipt: Receipt) => {
+  const checkRequest = (row: ReceiptRow, receipt: SignedFields) => {
     const q = row.request
     if (q === null) {
       report("receipt_without_request", row.id, row.project_id, `receipt ${row.id} names request ${receipt.request_id}, which does not exist`, { request_id: receipt.request_id })
@@ -318,7 +327,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     }
   }
 
-  const checkReservation = (row: ReceiptRow, receipt: Receipt) => {
+  const checkReservation = (row: ReceiptRow, receipt: SignedFields) => {
     const v = row.reservation
     if (v === null) {
       report("receipt_without_reservation", row.id, row.project_id, `receipt ${row.id}: request ${receipt.request_id} holds no reservation`, { request_id: receipt.request_id })
@@ -355,24 +364,17 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
       return
     }
     const r = parsed
-    const columns: Array<string> = []
-    if (row.id !== r.receipt_id) columns.push("id")
-    if (row.request_id !== r.request_id) columns.push("request_id")
-    if (row.project_id !== r.project_id) columns.push("project_id")
-    if (row.environment !== r.environment) columns.push("environment")
-    if (row.period !== r.period) columns.push("period")
-    if (row.credits_charged !== r.credits_charged) columns.push("credits_charged")
-    if (row.rate_card_version !== r.rate_card_version) columns.push("rate_card_version")
-    if (row.prev_hash !== r.prev_hash) columns.push("prev_hash")
-    if (row.hash !== r.hash) columns.push("hash")
-    if (row.signature !== r.signature) columns.push("signature")
-    if (row.signing_key_id !== r.signing_key_id) columns.push("signing_key_id")
-    if (row.created_at !== Date.parse(r.created_at)) columns.push("created_at")
+    const columns = columnMismatches(signedColumns(row), r)
     if (columns.length > 0) {
       report("receipt_column_mismatch", row.id, row.project_id, `receipt ${row.id}: columns ${columns.join(", ")} disagree with the signed body`, { fields: columns })
     }
     const intact = checkSeal(row, r, seal ?? sealOf(r, trusted))
-    checkChain(row, r.seq, r.prev_hash, r.hash)
+    ordered(row, r, r.seq, r.prev_hash, r.hash, intact)
+  }
+
+  /** The checks after the seal, in chain order, on the signed fields. */
+  const ordered = (row: ReceiptRow, r: SignedFields, seq: number, prevHash: string, hash: string, intact: boolean) => {
+    checkChain(row, seq, prevHash, hash)
     checkCharge(row, r, intact)
     checkRequest(row, r)
     checkReservation(row, r)
@@ -380,6 +382,30 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     const w = windowOf(r.project_id, r.period)
     w.receiptSum += r.credits_charged
     w.receipts++
+  }
+
+  const plainReceipt = (row: ReceiptRow, facts: Float64Array, at: number, routes: ReadonlyArray<string>) => {
+    stats.receipts++
+    // Plain: every column agrees with the signed body, so the columns stand for its fields.
+    const r: SignedFields = {
+      receipt_id: row.id,
+      request_id: row.request_id,
+      project_id: row.project_id,
+      environment: row.environment,
+      period: row.period,
+      credits_charged: row.credits_charged,
+      credits_reserved: facts[at + 2]!,
+      rate_card_version: row.rate_card_version,
+      route: routes[facts[at + 7]!]!,
+      tokens: { input: facts[at + 3]!, cached_input: facts[at + 4]!, output: facts[at + 5]!, reasoning: facts[at + 6]! }
+    }
+    ordered(row, r, facts[at + 1]!, row.prev_hash, row.hash, true)
+  }
+
+  const receiptWithFacts = (row: ReceiptRow, facts: BatchFacts, index: number) => {
+    const at = index * FACTS_STRIDE
+    if (facts.numbers[at] === Facts.plain) plainReceipt(row, facts.numbers, at, facts.routes)
+    else receipt(row)
   }
 
   const heldReservation = (row: HeldReservationRow) => {
@@ -506,7 +532,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
 
   const trustedKeys = () => [...trustedData]
 
-  return { keys, rateCards, projects, windows, chainHeads, chainStart, receipt, trustedKeys, heldReservation, unreceipted, idempotency, finish, stats }
+  return { keys, rateCards, projects, windows, chainHeads, chainStart, receipt, receiptWithFacts, trustedKeys, heldReservation, unreceipted, idempotency, finish, stats }
 }
 
 /** The instants [start, end) of a period filter, for stores that select rows by time. */

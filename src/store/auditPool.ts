@@ -1,8 +1,10 @@
 /**
  * The audit's signature workers (src/store/auditWorker.ts): `jobs` threads, each given the trusted
- * keys once, then batches of receipt bodies; a batch goes to the worker with the fewest batches
- * outstanding and its verdicts come back as one byte per receipt. The caller keeps the order (it
- * awaits batches in the order it sent them) and the backpressure (how many it lets be outstanding).
+ * keys once, then batches: receipt bodies (`seal`: one verdict byte per receipt) or rows' signed
+ * columns packed (`facts`: spec/audit/facts.ts, eight numbers per receipt). A batch goes to the worker
+ * with the fewest batches outstanding; its answer comes back in a transferred typed array. The caller
+ * keeps the order (it awaits batches in the order it sent them) and the backpressure (how many it
+ * lets be outstanding).
  *
  * The worker's code: src/store/auditWorker.ts bundled once per process with esbuild (a few spec/
  * modules, ≈ 10 kB of CommonJS) and started from that text, so no worker carries a TypeScript loader;
@@ -12,18 +14,20 @@
 import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
-import type { SealCode, TrustedKeyData } from "../../spec/audit.ts"
+import type { BatchFacts, ColumnBatch, SealCode, TrustedKeyData } from "../../spec/audit.ts"
 import type { AuditWorkerData, SealReply, SealRequest } from "./auditWorker.ts"
 
 export interface SealPool {
   /** The seal verdicts of `bodies`, in their order. */
   readonly seal: (bodies: ReadonlyArray<string>) => Promise<Uint8Array & ArrayLike<SealCode>>
+  /** The facts (spec/audit/facts.ts) of rows given by their signed columns, in their order. */
+  readonly facts: (rows: ColumnBatch) => Promise<BatchFacts>
   readonly close: () => Promise<void>
 }
 
 interface Live {
   readonly worker: Worker
-  readonly pending: Map<number, { resolve: (codes: Uint8Array) => void; reject: (e: Error) => void }>
+  readonly pending: Map<number, { resolve: (answer: never) => void; reject: (e: Error) => void }>
   failed: Error | undefined
 }
 
@@ -63,23 +67,25 @@ export const startSealPool = (jobs: number, keys: ReadonlyArray<TrustedKeyData>,
     live.worker.on("message", (reply: SealReply) => {
       const p = live.pending.get(reply.id)
       live.pending.delete(reply.id)
-      p?.resolve(reply.codes)
+      p?.resolve(("codes" in reply ? reply.codes : reply.facts) as never)
     })
     live.worker.on("error", (e) => fail(new Error(`audit worker: ${e.message}`)))
     live.worker.on("exit", (code) => fail(new Error(`audit worker exited (code ${code})`)))
     lives.push(live)
   }
-  const seal = (bodies: ReadonlyArray<string>) =>
-    new Promise<Uint8Array>((resolve, reject) => {
+  const ask = <A>(request: (id: number) => SealRequest, transfer: ReadonlyArray<ArrayBuffer> = []) =>
+    new Promise<A>((resolve, reject) => {
       let live = lives[0]!
       for (const l of lives) if (l.pending.size < live.pending.size) live = l
       if (live.failed !== undefined) return reject(live.failed)
       const id = ++nextId
       live.pending.set(id, { resolve, reject })
-      live.worker.postMessage({ id, bodies } satisfies SealRequest)
-    }) as Promise<Uint8Array & ArrayLike<SealCode>>
+      live.worker.postMessage(request(id), transfer)
+    })
+  const seal = (bodies: ReadonlyArray<string>) => ask<Uint8Array & ArrayLike<SealCode>>((id) => ({ id, bodies }))
+  const facts = (rows: ColumnBatch) => ask<BatchFacts>((id) => ({ id, rows }), [rows.ends.buffer as ArrayBuffer, rows.numbers.buffer as ArrayBuffer])
   const close = async () => {
     await Promise.all(lives.map((l) => l.worker.terminate()))
   }
-  return { seal, close }
+  return { seal, facts, close }
 }

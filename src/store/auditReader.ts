@@ -5,8 +5,9 @@
  * The store is read through the audit port (src/store/auditSource.ts): one snapshot, rows streamed in
  * batches, on SQLite (src/store/auditSqlite.ts) or PostgreSQL (src/store/auditPg.ts); the checker
  * does not know which. Receipts go in batches to `jobs` signature workers (src/store/auditPool.ts),
- * which answer a seal verdict per receipt; the main thread feeds each batch to the checker in chain
- * order with its verdicts, so chain, charge and window checks stay ordered and the findings are the
+ * which answer each receipt's facts (spec/audit/facts.ts: seal, columns against body, the signed
+ * numbers the ordered checks need); the main thread feeds each batch to the checker in chain order
+ * with its facts, so chain, charge and window checks stay ordered and the findings are the
  * same whatever `jobs` is. At most 2 × jobs batches are outstanding: reading waits for the workers,
  * and memory stays flat whatever the number of receipts.
  */
@@ -14,12 +15,13 @@ import { availableParallelism } from "node:os"
 import {
   type AuditScope,
   type AuditSummary,
+  type BatchFacts,
   type Finding,
   type KeyRow,
   makeAuditor,
   type ReceiptRow,
   receiptKeyId,
-  type SealCode
+  packColumns
 } from "../../spec/audit.ts"
 import { isPeriod } from "../../spec/ledger.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
@@ -126,7 +128,7 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
     // ---- receipts, in settlement order per project, their seals checked by the workers
     const total = (await allRows<{ n: number }>(source, Q.receiptCount))[0]?.n ?? 0
     if (jobs > 0 && total > 0) pool = startSealPool(Math.min(jobs, Math.ceil(total / batch)), auditor.trustedKeys(), await workerCode())
-    const seal = pool?.seal
+    const facts = pool?.facts
     let seen = 0
     let lastTick = started
     // Steps run in the order queued; a batch's step is ready when its verdicts are back.
@@ -138,9 +140,10 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
       queue.push(step)
       while (queue.length > outstanding) await runNext()
     }
-    const feed = (batchRows: ReadonlyArray<ReceiptRow>, codes: ArrayLike<SealCode> | undefined) => {
+    const feed = (batchRows: ReadonlyArray<ReceiptRow>, known: BatchFacts | undefined) => {
       for (let i = 0; i < batchRows.length; i++) {
-        auditor.receipt(batchRows[i]!, codes?.[i])
+        if (known === undefined) auditor.receipt(batchRows[i]!)
+        else auditor.receiptWithFacts(batchRows[i]!, known, i)
         if ((++seen & 1023) === 0 && options.onProgress !== undefined) {
           const now = performance.now()
           if (now - lastTick >= 1000) {
@@ -154,9 +157,9 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
       for await (const flat of source.arrays(q.sql, q.params, batch)) {
         const receiptRows = flat.map(nest)
         await enqueue(
-          seal === undefined
+          facts === undefined
             ? Promise.resolve(() => feed(receiptRows, undefined))
-            : seal(receiptRows.map((r) => r.body)).then((codes) => () => feed(receiptRows, codes))
+            : facts(packColumns(receiptRows)).then((known) => () => feed(receiptRows, known))
         )
       }
     }

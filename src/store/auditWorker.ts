@@ -1,32 +1,36 @@
 /**
  * A signature worker of `tollgate audit` (src/store/auditPool.ts starts them): receives batches of
- * stored receipt bodies and answers one seal verdict per body (spec/audit/seal.ts: parse, canonical
- * form, SHA-256, Ed25519 verify, key trust) as a byte array, in the batch's order. Pure work, no
- * store, no findings of its own: the main thread keeps the chain and window checks, in order.
+ * receipts and answers, in the batch's order, either one seal verdict per stored body (spec/audit/
+ * seal.ts: parse, canonical form, SHA-256, Ed25519 verify, key trust) as a byte array, or, given the
+ * rows' signed columns, the facts of each receipt (spec/audit/facts.ts: seal and column checks, and
+ * the few signed numbers the ordered checks need) as a transferred Float64Array. Pure work, no store,
+ * no findings of its own: the main thread keeps the chain and window checks, in order.
  *
  * Lean on purpose: it imports node:crypto, node:worker_threads and spec/ only, never Effect or the
  * app (test/audit/worker.test.ts checks its import graph).
  */
 import { parentPort, workerData } from "node:worker_threads"
+import { batchFacts, type BatchFacts, type ColumnBatch } from "../../spec/audit/facts.ts"
 import { sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit/seal.ts"
 
 export interface AuditWorkerData {
   readonly keys: ReadonlyArray<TrustedKeyData>
 }
 
-export interface SealRequest {
-  readonly id: number
-  readonly bodies: ReadonlyArray<string>
-}
+export type SealRequest =
+  | { readonly id: number; readonly bodies: ReadonlyArray<string> }
+  | { readonly id: number; readonly rows: ColumnBatch }
 
-export interface SealReply {
-  readonly id: number
-  readonly codes: Uint8Array
-}
+export type SealReply = { readonly id: number; readonly codes: Uint8Array } | { readonly id: number; readonly facts: BatchFacts }
 
 const trusted = trustedKeyMap((workerData as AuditWorkerData).keys)
 
 parentPort?.on("message", (req: SealRequest) => {
+  if ("rows" in req) {
+    const facts = batchFacts(req.rows, trusted)
+    parentPort!.postMessage({ id: req.id, facts } satisfies SealReply, [facts.numbers.buffer as ArrayBuffer])
+    return
+  }
   const codes = new Uint8Array(req.bodies.length)
   for (let i = 0; i < req.bodies.length; i++) codes[i] = sealOfBody(req.bodies[i]!, trusted)
   parentPort!.postMessage({ id: req.id, codes } satisfies SealReply, [codes.buffer])
