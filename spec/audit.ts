@@ -18,13 +18,14 @@
  * integer-exact), hashes and signatures follow spec/receipt.ts, windows spec/ledger.ts.
  */
 import { createPublicKey, type KeyObject } from "node:crypto"
-import { accountKey, checkWindow, periodBounds } from "./ledger.ts"
+import { periodBounds } from "./ledger.ts"
 import { type Prices, settledCharge, type TokenCounts } from "./pricing.ts"
-import { GENESIS_HASH, type Receipt } from "./receipt.ts"
-
-import { type Finding, type FindingKind } from "./audit/findings.ts"
-import { governanceOf, parseReceipt, receiptKeyId, windowSubject } from "./audit/receipts.ts"
+import type { Receipt } from "./receipt.ts"
+import { type Finding, type FindingKind, type Report } from "./audit/findings.ts"
+import { governanceOf, parseReceipt, receiptKeyId } from "./audit/receipts.ts"
 import { type BatchFacts, columnMismatches, Facts, FACTS_STRIDE, type SignedFields, signedColumns } from "./audit/facts.ts"
+import { makeChainChecks } from "./audit/chain.ts"
+import { makeWindowChecks } from "./audit/windows.ts"
 import { Seal, type SealCode, sealOf, type TrustedKey, type TrustedKeyData } from "./audit/seal.ts"
 import type { AuditScope, AuditStats, AuditSummary, ChainHeadRow, IdempotencyRow, KeyRow, ProjectRow, RateCardRow, ReceiptRow, HeldReservationRow, UnreceiptedRow, WindowRow } from "./audit/rows.ts"
 
@@ -35,29 +36,8 @@ export * from "./audit/rows.ts"
 export * from "./audit/seal.ts"
 
 // ---------------------------------------------------------------------------------------------
-// The checker
-
-interface ChainState {
-  /** The seq the next receipt must carry. */
-  expected: number
-  /** The hash of the receipt before the next one; undefined when a partial walk starts mid-chain without it. */
-  lastHash: string | undefined
-  lastSeq: number
-  /** The previous receipt was already reported as misplaced: its link to the next one is not reported again. */
-  lastFlagged: boolean
-  fromGenesis: boolean
-  /** A partial walk found no receipt just before its start: the next receipt follows a gap. */
-  gapBefore: boolean
-}
-
-interface WindowState {
-  readonly project: string
-  readonly period: string
-  stored: WindowRow | undefined
-  receiptSum: number
-  heldSum: number
-  receipts: number
-}
+// The checker: scope, keys, rate cards and the per-receipt checks; the chain and window checks
+// are spec/audit/chain.ts and spec/audit/windows.ts.
 
 interface CardTally {
   checked: number
@@ -102,7 +82,7 @@ export interface Auditor {
 export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditScope = {}): Auditor => {
   const byKind: Partial<Record<FindingKind, number>> = {}
   let total = 0
-  const report = (kind: FindingKind, subject: string, project: string | undefined, message: string, detail?: Record<string, unknown>) => {
+  const report: Report = (kind, subject, project, message, detail) => {
     total++
     byKind[kind] = (byKind[kind] ?? 0) + 1
     onFinding(detail === undefined ? { kind, subject, project, message } : { kind, subject, project, message, detail })
@@ -113,24 +93,14 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
   const trustedData: Array<TrustedKeyData> = []
   const cards = new Map<string, { readonly effectiveFrom: number; readonly prices: Readonly<Record<string, Prices>> | undefined }>()
   const caps = new Map<string, { readonly cap: number; readonly changedAt: number | undefined }>()
-  const heads = new Map<string, ChainHeadRow>()
-  const chains = new Map<string, ChainState>()
-  const windowStates = new Map<string, WindowState>()
+  const chainChecks = makeChainChecks(report)
+  const windowChecks = makeWindowChecks(report)
+  const windowOf = windowChecks.windowOf
   const cardTallies = new Map<string, CardTally>()
   const missingCards = new Map<string, { count: number; readonly routes: Set<string>; readonly examples: Array<string> }>()
 
   const inScope = (project: string, period: string) =>
     (scope.project === undefined || scope.project === project) && (scope.period === undefined || scope.period === period)
-
-  const windowOf = (project: string, period: string): WindowState => {
-    const k = accountKey(project, period)
-    let w = windowStates.get(k)
-    if (w === undefined) {
-      w = { project, period, stored: undefined, receiptSum: 0, heldSum: 0, receipts: 0 }
-      windowStates.set(k, w)
-    }
-    return w
-  }
 
   const keys = (rows: Iterable<KeyRow>) => {
     for (const row of rows) {
@@ -173,59 +143,6 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
 
   const projects = (rows: Iterable<ProjectRow>) => {
     for (const row of rows) caps.set(row.id, { cap: row.budget_credits, changedAt: row.updated_at })
-  }
-
-  const windows = (rows: Iterable<WindowRow>) => {
-    for (const row of rows) windowOf(row.project_id, row.period).stored = row
-  }
-
-  const chainHeads = (rows: Iterable<ChainHeadRow>) => {
-    for (const row of rows) heads.set(row.project_id, row)
-  }
-
-  const chainStart = (project: string, seq: number, prevHash: string | undefined) => {
-    chains.set(project, {
-      expected: seq,
-      lastHash: prevHash,
-      lastSeq: seq - 1,
-      lastFlagged: false,
-      fromGenesis: seq <= 1 && prevHash === GENESIS_HASH,
-      gapBefore: prevHash === undefined
-    })
-  }
-
-  /** Chain position of one receipt; returns nothing, reports what is wrong with its place. */
-  const checkChain = (row: ReceiptRow, bodySeq: number, prevHash: string, hash: string) => {
-    let st = chains.get(row.project_id)
-    if (st === undefined) {
-      st = { expected: 1, lastHash: GENESIS_HASH, lastSeq: 0, lastFlagged: false, fromGenesis: true, gapBefore: false }
-      chains.set(row.project_id, st)
-    }
-    let flagged = false
-    if (bodySeq !== row.seq || row.seq < st.expected) {
-      report("chain_order", row.id, row.project_id, `receipt ${row.id} is at position ${row.seq} of the chain but its signed seq is ${bodySeq}`, {
-        position: row.seq,
-        signed_seq: bodySeq
-      })
-      flagged = true
-    } else if (row.seq > st.expected || st.gapBefore) {
-      const from = st.gapBefore ? Math.min(st.expected, row.seq) - 1 : st.expected
-      report("chain_gap", row.id, row.project_id, `receipts ${from}..${row.seq - 1} of project ${row.project_id} are missing before ${row.id}`, {
-        missing_from_seq: from,
-        missing_to_seq: row.seq - 1
-      })
-      flagged = true
-    } else if (st.lastHash !== undefined && prevHash !== st.lastHash && !st.lastFlagged) {
-      report("chain_broken", row.id, row.project_id, `receipt ${row.id} (seq ${row.seq}) does not link to the receipt before it`, {
-        prev_hash: prevHash,
-        expected_prev_hash: st.lastHash
-      })
-    }
-    st.expected = row.seq + 1
-    st.lastSeq = row.seq
-    st.lastHash = hash
-    st.lastFlagged = flagged
-    st.gapBefore = false
   }
 
   /** Report what the seal verdict (spec/audit/seal.ts) says is wrong; true when intact. */
@@ -357,7 +274,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     const parsed = parseReceipt(row.body)
     if (typeof parsed === "string") {
       report("receipt_malformed", row.id, row.project_id, `receipt ${row.id}: ${parsed}`)
-      checkChain(row, row.seq, row.prev_hash, row.hash)
+      chainChecks.check(row, row.seq, row.prev_hash, row.hash)
       const w = windowOf(row.project_id, row.period)
       w.receiptSum += row.credits_charged
       w.receipts++
@@ -374,7 +291,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
 
   /** The checks after the seal, in chain order, on the signed fields. */
   const ordered = (row: ReceiptRow, r: SignedFields, seq: number, prevHash: string, hash: string, intact: boolean) => {
-    checkChain(row, seq, prevHash, hash)
+    chainChecks.check(row, seq, prevHash, hash)
     checkCharge(row, r, intact)
     checkRequest(row, r)
     checkReservation(row, r)
@@ -467,72 +384,14 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
         })
       }
     }
-    for (const w of windowStates.values()) {
-      if (!inScope(w.project, w.period)) continue
-      stats.windows++
-      const spent = w.stored?.spent ?? 0
-      const reserved = w.stored?.reserved ?? 0
-      const subject = windowSubject(w.project, w.period)
-      // The window rules are the rulebook's (spec/ledger.ts `checkWindow`), on this window's rows.
-      const project = caps.get(w.project)
-      const cap = project?.cap ?? 0
-      const findings = checkWindow({
-        cap,
-        spent,
-        reserved,
-        receiptSum: w.receiptSum,
-        heldSum: w.heldSum,
-        capChangedAt: project?.changedAt,
-        lastHoldAt: w.stored?.last_hold_at ?? undefined
-      })
-      for (const f of findings) {
-        if (f.invariant === "spent-equals-receipts" || f.invariant === "non-negative") {
-          report("window_spent_mismatch", subject, w.project, `window ${subject} records ${spent} Credits spent; its ${w.receipts} receipt(s) charge ${w.receiptSum}`, {
-            spent,
-            receipts_sum: w.receiptSum
-          })
-        } else if (f.invariant === "reserved-equals-held") {
-          report("window_reserved_mismatch", subject, w.project, `window ${subject} records ${reserved} Credits reserved; its held reservations total ${w.heldSum}`, {
-            reserved,
-            held_sum: w.heldSum
-          })
-        } else {
-          const committed = Math.max(spent + reserved, w.receiptSum + w.heldSum)
-          report("window_over_cap", subject, w.project, `window ${subject} commits ${committed} Credits (spent + reserved) over its cap of ${cap}`, {
-            cap,
-            spent,
-            reserved,
-            receipts_sum: w.receiptSum,
-            held_sum: w.heldSum
-          })
-        }
-      }
-    }
-    stats.chains = chains.size
-    // Heads are only comparable when whole chains were walked (no period filter).
-    if (scope.period === undefined) {
-      for (const [project, st] of chains) {
-        if (!st.fromGenesis) continue
-        const head = heads.get(project)
-        if (head === undefined || head.seq !== st.lastSeq || head.hash !== st.lastHash) {
-          report("chain_head_mismatch", project, project, `the chain head of ${project} is ${head === undefined ? "missing" : `seq ${head.seq}`}; its last receipt is seq ${st.lastSeq}`, {
-            head_seq: head?.seq ?? null,
-            last_seq: st.lastSeq
-          })
-        }
-      }
-      for (const [project, head] of heads) {
-        if (chains.has(project) || head.seq === 0) continue
-        if (scope.project !== undefined && scope.project !== project) continue
-        report("chain_head_mismatch", project, project, `the chain head of ${project} is seq ${head.seq}, but the project has no receipts`, { head_seq: head.seq, last_seq: 0 })
-      }
-    }
+    stats.windows += windowChecks.finish(inScope, (project) => caps.get(project))
+    stats.chains = chainChecks.finish(scope)
     return { clean: total === 0, findings: total, byKind: { ...byKind }, stats: { ...stats } }
   }
 
   const trustedKeys = () => [...trustedData]
 
-  return { keys, rateCards, projects, windows, chainHeads, chainStart, receipt, receiptWithFacts, trustedKeys, heldReservation, unreceipted, idempotency, finish, stats }
+  return { keys, rateCards, projects, windows: windowChecks.windows, chainHeads: chainChecks.chainHeads, chainStart: chainChecks.chainStart, receipt, receiptWithFacts, trustedKeys, heldReservation, unreceipted, idempotency, finish, stats }
 }
 
 /** The instants [start, end) of a period filter, for stores that select rows by time. */

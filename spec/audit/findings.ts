@@ -49,3 +49,6 @@ export interface Finding {
   readonly detail?: Readonly<Record<string, unknown>> | undefined
 }
 
+
+/** How a check reports a finding: its kind, subject, project, message and detail. */
+export type Report = (kind: FindingKind, subject: string, project: string | undefined, message: string, detail?: Record<string, unknown>) => void
