@@ -112,11 +112,16 @@ export const accountOf = (state: LedgerState, project: string, period: Period): 
     grandfathered: 0
   }
 
+/**
+ * Credits a window still has for new reservations: its cap less what is spent and held, never
+ * negative (a lowered cap can leave a window over it: grandfathered). The one statement of this rule:
+ * the reservation's sizing (both stores), the quote and the usage views read it from here.
+ */
+export const available = (w: { readonly cap: number; readonly spent: number; readonly reserved: number }): number =>
+  Math.max(0, w.cap - w.spent - w.reserved)
+
 /** Credits still available for new reservations in a window (never negative). */
-export const remaining = (state: LedgerState, project: string, period: Period): number => {
-  const a = accountOf(state, project, period)
-  return Math.max(0, a.cap - a.spent - a.reserved)
-}
+export const remaining = (state: LedgerState, project: string, period: Period): number => available(accountOf(state, project, period))
 
 // ---------------------------------------------------------------------------------------------
 // Commands and outcomes
@@ -205,7 +210,7 @@ export const reserve = (state: LedgerState, id: string, project: string, period:
         cap: a.cap,
         spent: a.spent,
         reserved: a.reserved,
-        remaining: Math.max(0, a.cap - a.spent - a.reserved)
+        remaining: available(a)
       }
     }
   }

@@ -13,6 +13,7 @@
 import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Clock, Effect, Layer } from "effect"
 import { InvalidRequest } from "../domain/errors.ts"
+import { available } from "../../spec/ledger.ts"
 import { Activity } from "../services/Activity.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
 import { type KeyInfo, KeyRegistry } from "../services/KeyRegistry.ts"
@@ -61,7 +62,7 @@ const budgetWindow = (projectId: string, period: string) =>
     budget_credits: w.cap,
     spent: w.spent,
     reserved: w.reserved,
-    remaining: Math.max(0, w.cap - w.spent - w.reserved)
+    remaining: available(w)
   }))
 
 const currentPeriod = Effect.flatMap(Ledger, (ledger) => Effect.map(Clock.currentTimeMillis, (now) => ledger.periodOf(now)))

@@ -13,6 +13,7 @@ import { HttpApiBuilder, HttpRouter, HttpServerRequest } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Clock, Effect, FiberRef, Layer } from "effect"
 import { InvalidRequest } from "../domain/errors.ts"
+import { available } from "../../spec/ledger.ts"
 import { KeyRegistry } from "../services/KeyRegistry.ts"
 import { Ledger } from "../services/Ledger.ts"
 import { Pricing } from "../services/Pricing.ts"
@@ -100,7 +101,7 @@ const governedGroup = HttpApiBuilder.group(PublicApi, "governed", (handlers) =>
             budget_credits: window.cap,
             spent: window.spent,
             reserved: window.reserved,
-            remaining: Math.max(0, window.cap - window.spent - window.reserved)
+            remaining: available(window)
           },
           requests: sum((m) => m.requests),
           credits: sum((m) => m.credits),

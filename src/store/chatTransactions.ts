@@ -20,7 +20,7 @@
  * rules they need come from spec/ and domain/ (the sizing, the receipt seal), never from a service.
  */
 import type BetterSqlite3 from "better-sqlite3"
-import { checkWindow } from "../../spec/ledger.ts"
+import { available, checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation, type SizingRequest } from "../domain/budgetSizing.ts"
 import { type ClaimOutcome, makeIdempotencyStatements, type Scope, type StoredResult } from "./idempotencyStatements.ts"
 import { type Hold, makeLedgerStatements, type Sealer, type Settlement } from "./ledgerStatements.ts"
@@ -159,7 +159,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer,
     crashPoint("claim")
     // Sized on the window as it is inside this transaction: no other hold can come in between.
     const window = ledger.windowSync(a.hold.projectId, a.hold.period)
-    const sized = sizeReservation(a.sizing, window.cap, Math.max(0, window.cap - window.spent - window.reserved))
+    const sized = sizeReservation(a.sizing, window.cap, available(window))
     if (sized._tag === "OverBudget") abort(sized)
     const { outputCap, reservation } = sized as Extract<typeof sized, { _tag: "Fits" }>
     requests.insertPendingSync({ ...a.request, creditsReserved: reservation })

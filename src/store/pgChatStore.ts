@@ -26,7 +26,7 @@
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Duration, Effect, Layer } from "effect"
 import { GENESIS_HASH, sealReceipt } from "../../spec/receipt.ts"
-import { checkWindow } from "../../spec/ledger.ts"
+import { available, checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
@@ -138,7 +138,7 @@ export const makePgChatStore = Effect.gen(function* () {
           FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
           WHERE p.id = ${projectId}`
         const cap = w?.cap ?? 0
-        const sized = sizeReservation(a.sizing, cap, Math.max(0, cap - (w?.spent ?? 0) - (w?.reserved ?? 0)))
+        const sized = sizeReservation(a.sizing, cap, available({ cap, spent: w?.spent ?? 0, reserved: w?.reserved ?? 0 }))
         if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
         const { outputCap, reservation } = sized
         const r = a.request

@@ -13,6 +13,7 @@ import { newRequestId, newReservationId } from "../../domain/ids.ts"
 import { timeline } from "../../domain/timeline.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, type Scope as TenantScope, type StoredResult } from "../IdempotencyStore.ts"
 import type { Principal } from "../KeyRegistry.ts"
+import { available } from "../../../spec/ledger.ts"
 import { periodOf } from "../Ledger.ts"
 import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
 import { countChatInput } from "../Tokenizer.ts"
@@ -121,7 +122,7 @@ export const makePlanning = (ctx: GatewayContext) => {
     inputTokens: number
   ): Effect.Effect<Quote, RouteUnavailable> =>
     Effect.flatMap(route(principal, request, maxCredits, maxCreditsParam, now, inputTokens), (r) => Effect.map(ledger.window(principal.projectId, r.sizing.period), (window): Quote => {
-      const remaining = Math.max(0, window.cap - window.spent - window.reserved)
+      const remaining = available(window)
       const sized = sizeReservation(r.sizing, window.cap, remaining)
       return {
         chain: r.chain,
