@@ -5,31 +5,22 @@
  * project whose budget and rate limit are too large to ever bind (the bench measures cost, not
  * refusals). Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","dbPath":…}`.
  */
-import { HttpServer } from "@effect/platform"
-import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
+import { Option, Redacted } from "effect"
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { type GatewayFile, makeSettings, Settings } from "../../src/domain/config.ts"
-import { ServerLive } from "../../src/server.ts"
+import { makeSettings } from "../../src/domain/config.ts"
 import { timeline } from "../../src/domain/timeline.ts"
-import { Bootstrap } from "../../src/services/Bootstrap.ts"
 import { arg, flag } from "../lib/args.ts"
 import { sourcePosition } from "../lib/sourceMap.ts"
+import { benchGateway, startServer } from "./server.ts"
 
 const upstream = (arg("--upstream") ?? "http://127.0.0.1:9100").replace(/\/+$/, "")
 const model = arg("--model") ?? "gpt-4o-mini"
 const dir = mkdtempSync(join(tmpdir(), "tollgate-bench-"))
 const dbPath = join(dir, "tollgate.db")
 
-const gateway: GatewayFile = {
-  providers: { mock: { type: "openai", base_url: `${upstream}/v1` } },
-  routes: [{ name: model, provider: "mock", upstream_model: model, max_output_tokens: 4096, auto: true }],
-  rate_cards: [
-    { version: "rc_2020-01", effective_from: "2020-01-01T00:00:00Z", prices: { [model]: { input: 150, cached_input: 75, output: 600 } } }
-  ],
-  default_project: { budget_credits: 1_000_000_000_000_000, requests_per_minute: 60_000_000, burst: 1_000_000 }
-}
+const gateway = benchGateway(upstream, model)
 
 const settings = makeSettings({
   port: Number(arg("--port") ?? "0"),
@@ -45,14 +36,7 @@ const settings = makeSettings({
   gateway
 })
 
-const runtime = ManagedRuntime.make(ServerLive.pipe(Layer.provide(Layer.succeed(Settings, settings))))
-const ready = await runtime.runPromise(
-  Effect.gen(function* () {
-    const server = yield* HttpServer.HttpServer
-    const bootstrap = yield* Bootstrap
-    return { port: server.address._tag === "TcpAddress" ? server.address.port : 0, key: bootstrap.firstStart!.developmentKey }
-  })
-)
+const ready = await startServer(settings)
 // `--profile FILE` (bench/profile.ts): SIGUSR2 starts the V8 CPU profiler, the next SIGUSR2 stops it
 // and writes FILE, so the profile covers exactly the measured load (no start-up, no shutdown).
 const profileFile = arg("--profile")
@@ -90,7 +74,7 @@ if (timelineFile !== undefined) {
 process.stdout.write(JSON.stringify({ ready: true, port: ready.port, key: ready.key, dbPath }) + "\n")
 
 const stop = () =>
-  void runtime.dispose().finally(() => {
+  void ready.dispose().finally(() => {
     if (!flag("--keep-db")) rmSync(dir, { recursive: true, force: true })
     process.exit(0)
   })

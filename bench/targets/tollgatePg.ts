@@ -13,18 +13,16 @@
  * Engines: TOLLGATE_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test) and
  * TOLLGATE_BENCH_REDIS_URL (default redis://127.0.0.1:6379); scripts/services.sh starts both.
  */
-import { HttpServer } from "@effect/platform"
-import { Effect, Layer, ManagedRuntime, Option, Redacted } from "effect"
+import { Option, Redacted } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createConnection, createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads"
 import pg from "pg"
-import { type GatewayFile, makeSettings, Settings } from "../../src/domain/config.ts"
-import { ServerLive } from "../../src/server.ts"
-import { Bootstrap } from "../../src/services/Bootstrap.ts"
+import { makeSettings } from "../../src/domain/config.ts"
 import { arg } from "../lib/args.ts"
+import { benchGateway, startServer } from "./server.ts"
 
 interface InstanceData {
   readonly index: number
@@ -39,14 +37,7 @@ const redisUrl = process.env.TOLLGATE_BENCH_REDIS_URL ?? "redis://127.0.0.1:6379
 
 /** One instance: ServerLive on the schema, on an ephemeral port; its port and (for the first) the development key. */
 const startInstance = async (d: InstanceData) => {
-  const gateway: GatewayFile = {
-    providers: { mock: { type: "openai", base_url: `${d.upstream}/v1` } },
-    routes: [{ name: d.model, provider: "mock", upstream_model: d.model, max_output_tokens: 4096, auto: true }],
-    rate_cards: [
-      { version: "rc_2020-01", effective_from: "2020-01-01T00:00:00Z", prices: { [d.model]: { input: 150, cached_input: 75, output: 600 } } }
-    ],
-    default_project: { budget_credits: 1_000_000_000_000_000, requests_per_minute: 60_000_000, burst: 1_000_000 }
-  }
+  const gateway = benchGateway(d.upstream, d.model)
   const settings = makeSettings({
     port: 0,
     host: "127.0.0.1",
@@ -61,15 +52,7 @@ const startInstance = async (d: InstanceData) => {
     upstreamDeadlineMs: 60_000,
     gateway
   })
-  const runtime = ManagedRuntime.make(ServerLive.pipe(Layer.provide(Layer.succeed(Settings, settings))))
-  const ready = await runtime.runPromise(
-    Effect.gen(function* () {
-      const server = yield* HttpServer.HttpServer
-      const bootstrap = yield* Bootstrap
-      return { port: server.address._tag === "TcpAddress" ? server.address.port : 0, key: bootstrap.firstStart?.developmentKey }
-    })
-  )
-  return { ...ready, dispose: () => runtime.dispose() }
+  return startServer(settings)
 }
 
 if (!isMainThread) {
