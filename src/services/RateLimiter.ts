@@ -63,17 +63,22 @@ const makeLocal = () => {
 }
 
 /**
- * A limiter: `admit` (one admission, or RateLimited), `peek` (an estimate that admits nothing) and
- * its health. Only the in-memory one has `admitAt`, synchronous: the hot path's way in
- * (src/services/Gateway.ts calls it without an Effect when `mode` is "local").
+ * A limiter: `admit` (one admission, or RateLimited) and its health. Only the in-memory one has
+ * `admitAt`, synchronous: the hot path's way in (src/services/gateway/plan.ts calls it without an
+ * Effect when `mode` is "local"), and `peek` (whether an admission would pass, admitting nothing),
+ * which the tests compare with the spec; a shared limiter has no local state to peek at (evaluate
+ * reads its own verdict instead).
  */
 export type RateLimiterApi =
-  | (LimiterCommon & { readonly mode: "local"; readonly admitAt: (projectId: string, limit: RateLimit, now: number) => Either.Either<RateVerdict, RateLimited> })
+  | (LimiterCommon & {
+      readonly mode: "local"
+      readonly admitAt: (projectId: string, limit: RateLimit, now: number) => Either.Either<RateVerdict, RateLimited>
+      readonly peek: (projectId: string, limit: RateLimit) => Effect.Effect<boolean>
+    })
   | (LimiterCommon & { readonly mode: "shared" })
 
 interface LimiterCommon {
   readonly admit: (projectId: string, limit: RateLimit) => Effect.Effect<RateVerdict, RateLimited>
-  readonly peek: (projectId: string, limit: RateLimit) => Effect.Effect<boolean>
   readonly health: () => RateLimitHealth
 }
 
@@ -161,8 +166,6 @@ const makeShared = (
     return RateLimiter.of({
       mode: "shared",
       admit,
-      // An estimate for POST /v1/routing/evaluate, which admits nothing: the local share's view.
-      peek: (projectId, limit) => Effect.map(Clock.currentTimeMillis, (now) => fallback.peekAt(projectId, share(limit), now)),
       health: (): RateLimitHealth =>
         degradedReason === undefined ? { mode: "shared", degraded: false } : { mode: "shared", degraded: true, reason: degradedReason, share: instances }
     })

@@ -5,6 +5,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, TestClock } from "effect"
 import { checkGcra } from "../../spec/rateLimit.ts"
 import { formatDuration, RateLimiter, rateLimitHeaders } from "../../src/services/RateLimiter.ts"
+import { localLimiter } from "../support/runtime.ts"
 
 /** 60 rpm = one request per second; a quiet project may send 3 at once. */
 const LIMIT = { requestsPerMinute: 60, burst: 3 }
@@ -37,7 +38,7 @@ describe("RateLimiter.admit", () => {
 
   it.effect("refills one request per interval up to the burst, never beyond", () =>
     Effect.gen(function* () {
-      const rl = yield* RateLimiter
+      const rl = yield* localLimiter
       for (let i = 0; i < 3; i++) yield* rl.admit("prj_a", LIMIT)
       yield* TestClock.adjust(2000)
       expect((yield* rl.admit("prj_a", LIMIT)).remaining).toBe(1)
@@ -51,7 +52,7 @@ describe("RateLimiter.admit", () => {
 
   it.effect("projects are isolated: one project's burst does not touch another's", () =>
     Effect.gen(function* () {
-      const rl = yield* RateLimiter
+      const rl = yield* localLimiter
       for (let i = 0; i < 3; i++) yield* rl.admit("prj_a", LIMIT)
       expect((yield* limited("prj_a"))._tag).toBe("RateLimited")
       expect((yield* rl.admit("prj_b", LIMIT)).remaining).toBe(2)
@@ -61,7 +62,7 @@ describe("RateLimiter.admit", () => {
 
   it.effect("peek never consumes", () =>
     Effect.gen(function* () {
-      const rl = yield* RateLimiter
+      const rl = yield* localLimiter
       for (let i = 0; i < 10; i++) expect(yield* rl.peek("prj_a", LIMIT)).toBe(true)
       expect((yield* rl.admit("prj_a", LIMIT)).remaining).toBe(2)
     }).pipe(Effect.provide(RateLimiter.Default)))

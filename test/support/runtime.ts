@@ -6,8 +6,9 @@
  * No vitest import here: child scripts (startStore.ts) and test/support/gateway.ts use it outside
  * vitest's runner, where importing vitest throws.
  */
-import { Layer, ManagedRuntime } from "effect"
+import { Effect, Layer, ManagedRuntime } from "effect"
 import { type GatewaySettings, makeSettings, Settings } from "../../src/domain/config.ts"
+import { RateLimiter } from "../../src/services/RateLimiter.ts"
 
 export const testRuntime = <ROut, E>(
   layer: Layer.Layer<ROut, E, Settings>,
@@ -18,3 +19,6 @@ export const testRuntime = <ROut, E>(
   disposeWith?.(() => runtime.dispose())
   return runtime
 }
+
+/** The in-memory limiter of a runtime (RateLimiter.Default): the only one with `peek`; dies on a shared one. */
+export const localLimiter = Effect.flatMap(RateLimiter, (l) => (l.mode === "local" ? Effect.succeed(l) : Effect.dieMessage("not the in-memory rate limiter")))

@@ -4,6 +4,7 @@ import { expect } from "vitest"
 import { checkGcra } from "../../../spec/rateLimit.ts"
 import { RateLimiter } from "../../../src/services/RateLimiter.ts"
 import { nowMillis, run, runExit } from "../support/runtime.ts"
+import { localLimiter } from "../../support/runtime.ts"
 import { checkInvariants, type RateCommand, type RateModel, type RateReal } from "./model.ts"
 
 export class AdmitCommand implements RateCommand {
@@ -13,7 +14,7 @@ export class AdmitCommand implements RateCommand {
     const limit = r.limits[this.project]!
     const projectId = r.projects[this.project]!
     const now = await nowMillis(r.rt)
-    const peeked = await run(r.rt, Effect.flatMap(RateLimiter, (l) => l.peek(projectId, limit)))
+    const peeked = await run(r.rt, Effect.flatMap(localLimiter, (l) => l.peek(projectId, limit)))
     const exit = await runExit(r.rt, Effect.flatMap(RateLimiter, (l) => l.admit(projectId, limit)))
     const decision = checkGcra(m.tat.get(this.project) ?? 0, limit, now * 1000)
     r.coverage.hit("Admit", decision._tag)
