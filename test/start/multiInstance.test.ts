@@ -130,7 +130,10 @@ describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: 
 
   it("a project at its budget edge, called on all three at once: never overspent, Σ receipts = spent", async () => {
     const p = await project(400)
+    const before = mock.calls
     const results = await Promise.all(Array.from({ length: 36 }, (_, i) => chat(nodes[i % 3]!, p.key)))
+    // A 402 is decided before the upstream: only the admitted calls reach it.
+    const upstreamCalls = mock.calls - before
     const ok = results.filter((r) => r.status === 200).length
     const refused = results.filter((r) => r.status === 402).length
     expect(ok + refused).toBe(results.length)
@@ -141,20 +144,24 @@ describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: 
     expect(l.receipt_sum).toBe(l.spent)
     expect(l.receipts).toBe(ok)
     expect(l.reserved).toBe(0)
-    console.log(`budget edge: ${results.length} calls, ${ok} × 200, ${refused} × 402, spent ${l.spent} of ${l.cap}`)
+    expect(upstreamCalls).toBe(ok)
+    console.log(`budget edge: ${results.length} calls, ${ok} × 200, ${refused} × 402, ${upstreamCalls} upstream calls, spent ${l.spent} of ${l.cap}`)
   })
 
   it("a project at its rate edge, called on all three at once: admitted ≤ burst + rate·t across the instances", async () => {
     const p = await project(1_000_000, 60, 5)
+    const before = mock.calls
     const t0 = Date.now()
     const results = await Promise.all(Array.from({ length: 30 }, (_, i) => chat(nodes[i % 3]!, p.key)))
     const seconds = (Date.now() - t0) / 1000
+    const upstreamCalls = mock.calls - before
     const ok = results.filter((r) => r.status === 200).length
     const limited = results.filter((r) => r.status === 429).length
     expect(ok + limited).toBe(results.length)
     expect(ok).toBeGreaterThanOrEqual(5)
     expect(ok).toBeLessThanOrEqual(5 + Math.floor(seconds) + 1)
-    console.log(`rate edge: ${results.length} calls in ${seconds.toFixed(2)} s, ${ok} × 200, ${limited} × 429 (burst 5, 1/s)`)
+    expect(upstreamCalls).toBe(ok)
+    console.log(`rate edge: ${results.length} calls in ${seconds.toFixed(2)} s, ${ok} × 200, ${limited} × 429 (burst 5, 1/s), ${upstreamCalls} upstream calls`)
   })
 
   it("one idempotency key retried on every instance at once: one upstream call, one charge, the same body everywhere", async () => {
