@@ -153,7 +153,7 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer,
     // The claim first: a replay (or a conflict) answers before any budget question.
     if (a.claim !== undefined) {
       const { scope, key, fingerprint } = a.claim
-      const claimed = idempotency.claimSync(scope, key, fingerprint, a.request.id, a.hold.deadline, a.now)
+      const claimed = idempotency.claimSync(scope, key, fingerprint, a.request.id, a.hold.deadline, a.now, a.epoch)
       if (claimed._tag !== "Claimed") abort({ _tag: "ClaimLost", outcome: claimed })
     }
     crashPoint("claim")
@@ -163,11 +163,11 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer,
     if (sized._tag === "OverBudget") abort(sized)
     const { outputCap, reservation } = sized as Extract<typeof sized, { _tag: "Fits" }>
     requests.insertPendingSync({ ...a.request, creditsReserved: reservation })
-    // The guarded UPDATE stays the rule (spent + reserved ≤ cap), whatever the sizing said.
-    if (!ledger.reserveSync({ ...a.hold, amount: reservation }, a.now)) {
+    // The guarded UPDATE stays the rule (spent + reserved ≤ cap), whatever the sizing said. The hold
+    // and the claim carry this process's epoch from their INSERTs.
+    if (!ledger.reserveSync({ ...a.hold, amount: reservation }, a.now, a.epoch)) {
       abort({ _tag: "OverBudget", message: holdRefusedMessage(reservation, a.hold.period), param: null })
     }
-    epochs.markReservedSync(a.epoch, a.hold.reservationId, a.claim === undefined ? undefined : { scope: a.claim.scope, key: a.claim.key, requestId: a.request.id })
     return { outputCap, reservation }
   }
 

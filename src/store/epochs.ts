@@ -45,22 +45,8 @@ export interface OrphanHold {
 
 /** The epoch statements a governed call's transactions use (main thread or store worker). */
 export const makeEpochWrites = (db: BetterSqlite3.Database) => {
-  const markHold = db.prepare<[number, string]>("UPDATE reservations SET epoch = ? WHERE id = ?")
-  const markClaim = db.prepare<[number, string, string, string, string]>(
-    "UPDATE idempotency SET epoch = ? WHERE project_id = ? AND environment = ? AND key = ? AND request_id = ?"
-  )
   const writeProgress = db.prepare<[string, string]>("UPDATE reservations SET progress = ? WHERE id = ? AND state = 'held'")
   const beat = db.prepare<[number, number]>("UPDATE instances SET heartbeat_at = ? WHERE epoch = ?")
-
-  /** In the reservation transaction: the hold (and claim) belong to this epoch. */
-  const markReservedSync = (
-    epoch: number,
-    reservationId: string,
-    claim: { readonly scope: { readonly projectId: string; readonly environment: string }; readonly key: string; readonly requestId: string } | undefined
-  ): void => {
-    markHold.run(epoch, reservationId)
-    if (claim !== undefined) markClaim.run(epoch, claim.scope.projectId, claim.scope.environment, claim.key, claim.requestId)
-  }
 
   /** The heartbeat: this epoch is alive, and its open streams delivered this much so far. */
   const heartbeatSync = (epoch: number, now: number, marks: ReadonlyArray<{ readonly reservationId: string; readonly mark: ProgressMark }>): void => {
@@ -68,7 +54,7 @@ export const makeEpochWrites = (db: BetterSqlite3.Database) => {
     for (const m of marks) writeProgress.run(JSON.stringify(m.mark), m.reservationId)
   }
 
-  return { markReservedSync, heartbeatSync } as const
+  return { heartbeatSync } as const
 }
 
 /** The epoch statements of the start-up and the recovery (main thread). */

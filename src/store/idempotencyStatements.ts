@@ -53,9 +53,10 @@ export const makeIdempotencyStatements = (db: BetterSqlite3.Database) => {
     `SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
      WHERE project_id = ? AND environment = ? AND key = ? AND expires_at > ?`
   )
-  const insertClaim = db.prepare<[string, string, string, string, string, number, number]>(
-    `INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at)
-     VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?) ON CONFLICT DO NOTHING`
+  // The claim carries its process's epoch from the INSERT (migration 0004), not from a second UPDATE.
+  const insertClaim = db.prepare<[string, string, string, string, string, number, number, number | null]>(
+    `INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
+     VALUES (?, ?, ?, ?, ?, 'in_flight', ?, ?, ?) ON CONFLICT DO NOTHING`
   )
   const deleteExpired = db.prepare<[string, string, string, number]>(
     "DELETE FROM idempotency WHERE project_id = ? AND environment = ? AND key = ? AND expires_at <= ?"
@@ -82,10 +83,11 @@ export const makeIdempotencyStatements = (db: BetterSqlite3.Database) => {
 
   /**
    * The atomic claim, synchronous: call it inside a transaction (`Sqlite.transact`), where the
-   * INSERT and the rare expired-record DELETE cannot interleave with any other claim.
+   * INSERT and the rare expired-record DELETE cannot interleave with any other claim. `epoch`: the
+   * claiming process's (src/store/epochs.ts), null for a claim no epoch recovers.
    */
-  const claimSync = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number, now: number): ClaimOutcome => {
-    const args = [scope.projectId, scope.environment, key, fingerprint, requestId, now, claimExpiresAt] as const
+  const claimSync = (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number, now: number, epoch: number | null): ClaimOutcome => {
+    const args = [scope.projectId, scope.environment, key, fingerprint, requestId, now, claimExpiresAt, epoch] as const
     if (insertClaim.run(...args).changes === 1) return { _tag: "Claimed" }
     // Taken: by a live record, or by an expired one that may be replaced (the rare path).
     if (deleteExpired.run(scope.projectId, scope.environment, key, now).changes > 0 && insertClaim.run(...args).changes === 1) {

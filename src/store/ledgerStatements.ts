@@ -124,9 +124,10 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
   const openWindow = db.prepare<[string, string]>(
     "INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING"
   )
-  const insertHold = db.prepare<[string, string, string, string, number, number, number]>(
-    `INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at)
-     VALUES (?, ?, ?, ?, ?, 'held', ?, ?)`
+  // The hold carries its process's epoch from the INSERT (migration 0004), not from a second UPDATE.
+  const insertHold = db.prepare<[string, string, string, string, number, number, number, number | null]>(
+    `INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at, epoch)
+     VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?)`
   )
   // One guarded UPDATE resolves the hold and clamps the charge to the amount stored with it
   // (never to what the caller says it reserved).
@@ -177,13 +178,14 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
 
   /**
    * Hold `amount` Credits if it fits under the cap; false (nothing written) when it does not.
-   * Synchronous: call it inside a transaction, which the caller rolls back on false.
+   * Synchronous: call it inside a transaction, which the caller rolls back on false. `epoch`: the
+   * holding process's (src/store/epochs.ts), null for a hold only the deadline sweep recovers.
    */
-  const reserveSync = (hold: Hold, now: number): boolean => {
+  const reserveSync = (hold: Hold, now: number, epoch: number | null): boolean => {
     const guarded = () => guardedHold.run(hold.amount, hold.projectId, hold.period, hold.amount, hold.projectId).changes === 1
     // The window may not exist yet (first hold of the month): open it and try once more.
     const held = guarded() || (openWindow.run(hold.projectId, hold.period), guarded())
-    if (held) insertHold.run(hold.reservationId, hold.requestId, hold.projectId, hold.period, hold.amount, hold.deadline, now)
+    if (held) insertHold.run(hold.reservationId, hold.requestId, hold.projectId, hold.period, hold.amount, hold.deadline, now, epoch)
     return held
   }
 

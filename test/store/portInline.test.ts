@@ -72,6 +72,19 @@ describe("the store port, inline", () => {
       expect((yield* rows(q.id)).claims).toEqual([])
     }).pipe(Effect.provide(Live)))
 
+  it.effect("reserve: the hold and the claim carry the reserving process's epoch (what recovery of a dead epoch looks for)", () =>
+    Effect.gen(function* () {
+      const store = yield* ChatStore
+      const sql = yield* SqlClient.SqlClient
+      const p = yield* newProject({ budget_credits: 100 })
+      yield* store.reserve({ ...reserveArgs(p.id, 10, { claim: { key: "k", fingerprint: "f" } }), epoch: 7 })
+      const epochs = yield* Effect.all({
+        holds: sql<{ epoch: number | null }>`SELECT epoch FROM reservations WHERE project_id = ${p.id}`,
+        claims: sql<{ epoch: number | null }>`SELECT epoch FROM idempotency WHERE project_id = ${p.id}`
+      }).pipe(Effect.orDie)
+      expect(epochs).toEqual({ holds: [{ epoch: 7 }], claims: [{ epoch: 7 }] })
+    }).pipe(Effect.provide(Live)))
+
   it.effect("settle: posts the charge clamped to the stored hold on the window, the request and the receipt, and finishes the record", () =>
     Effect.gen(function* () {
       const store = yield* ChatStore

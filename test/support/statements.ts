@@ -27,7 +27,7 @@ export const ledgerStatements = Effect.gen(function* () {
     reserve: (h: Hold) =>
       at((now) =>
         transact<void, { readonly _tag: "BudgetExceeded" }>((abort) => {
-          if (!st.reserveSync(h, now)) abort({ _tag: "BudgetExceeded" })
+          if (!st.reserveSync(h, now, null)) abort({ _tag: "BudgetExceeded" })
         })
       ),
     settle: (s: Settlement): Effect.Effect<Receipt> => at((now) => transact(() => st.settleSync(s, now))),
@@ -46,7 +46,7 @@ export const idempotencyStatements = Effect.gen(function* () {
     peek: service.peek,
     awaitSettled: service.awaitSettled,
     claim: (scope: Scope, key: string, fingerprint: string, requestId: string, claimExpiresAt: number): Effect.Effect<ClaimOutcome> =>
-      at((now) => transact(() => st.claimSync(scope, key, fingerprint, requestId, claimExpiresAt, now))),
+      at((now) => transact(() => st.claimSync(scope, key, fingerprint, requestId, claimExpiresAt, now, null))),
     finish: (scope: Scope, key: string, requestId: string, result: Omit<StoredResult, "requestId">, ttlMs: number) =>
       at((now) => transact(() => st.finishSync(scope, key, requestId, result, ttlMs, now))),
     release: (scope: Scope, key: string, requestId: string) => transact(() => st.releaseSync(scope, key, requestId)),
