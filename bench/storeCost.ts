@@ -1,10 +1,10 @@
 /**
- * `npx tsx bench/storeCost.ts [--calls N] [--rounds R] [--sync FULL|NORMAL] [--compare DIR]`: the CPU
+ * `npx tsx bench/storeCost.ts [--calls N] [--rounds R] [--sync FULL|NORMAL] [--batch N] [--compare DIR]`: the CPU
  * the store worker spends on one governed call, and where it goes. Runs the production transaction
  * bodies (src/store/chatTransactions.ts, as the worker runs them: a reservation with an idempotency
  * claim, then a settlement with a signed receipt and a stored ≈ 1 KiB reply, each its own COMMIT as at
- * one caller, through the worker's group commit: the reservation's COMMIT unsynced, the settlement's
- * synced) on a fresh migrated file store with the worker's pragmas, and reports per call:
+ * one caller or `--batch N` to a COMMIT as a busy worker commits them, through the worker's group
+ * commit: reservations' COMMITs unsynced, settlements' synced) on a fresh migrated file store with the worker's pragmas, and reports per call:
  *
  * - CPU µs (`process.cpuUsage`) of each transaction, its COMMIT included, and wall µs;
  * - each prepared statement's own time (its `run`/`get`/`all` timed by wrapping `db.prepare`);
@@ -28,6 +28,8 @@ import { median } from "./lib/stats.ts"
 const CALLS = numArg("--calls", 2000)
 const ROUNDS = numArg("--rounds", 5)
 const SYNC = arg("--sync") ?? "FULL"
+/** Calls per COMMIT: 1 is one caller; a busy worker commits the calls of one message together (e.g. 32). */
+const BATCH = numArg("--batch", 1)
 const compare = arg("--compare")
 
 type ChatTransactionsModule = typeof import("../src/store/chatTransactions.ts")
@@ -112,32 +114,36 @@ const measure = async (tree: Tree): Promise<Figures> => {
     return sealed
   }
   const ops = tree.tx.makeChatTransactions(db, { keyId: "key_bench", seal })
-  // The worker's own group commit, one call per batch as at one caller: a plain reservation commits
-  // unsynced (its level lowered to NORMAL for that COMMIT), the settlement synced, as `mustSync` says.
+  // The worker's own group commit, `--batch` calls per COMMIT (1: one caller): a plain reservation
+  // commits unsynced (its level lowered to NORMAL for that COMMIT), the settlement synced, as `mustSync` says.
   const group = tree.sync.makeGroupCommit(db)
   let reserveCpu = 0
   let settleCpu = 0
   let reserveWall = 0
   let settleWall = 0
   let sys = 0
-  const transact = <A>(op: "reserve" | "settle", args: unknown, body: () => A): { value: A; cpu: number; wall: number } => {
+  // One batch: `calls`' transactions of one kind submitted together and committed by one flush, as
+  // the worker commits the calls of one message; CPU and wall shared out evenly.
+  const transact = <A>(op: "reserve" | "settle", calls: ReadonlyArray<{ args: unknown; body: () => A }>): { values: Array<A>; cpu: number; wall: number } => {
     const c0 = process.cpuUsage()
     const t0 = performance.now()
-    let outcome: TxOutcome | undefined
-    group.submit(body, (o) => (outcome = o), tree.tx.mustSync(op, args))
+    const outcomes: Array<TxOutcome> = []
+    for (const c of calls) group.submit(c.body, (o) => void outcomes.push(o), tree.tx.mustSync(op, c.args))
     group.flush()
     const wall = (performance.now() - t0) * 1000
     const cpu = process.cpuUsage(c0)
     sys += cpu.system
-    if (outcome?._tag !== "Committed") throw new Error(`${op} did not commit: ${JSON.stringify(outcome)}`)
-    return { value: outcome.value as A, wall, cpu: cpu.user + cpu.system }
+    const failed = outcomes.find((o) => o._tag !== "Committed")
+    if (failed !== undefined || outcomes.length !== calls.length) throw new Error(`${op} did not commit: ${JSON.stringify(failed)}`)
+    return { values: outcomes.map((o) => (o as Extract<TxOutcome, { _tag: "Committed" }>).value as A), wall, cpu: cpu.user + cpu.system }
   }
   const run = (n: number) => {
-    for (let i = 0; i < n; i++) {
-      const c = callArgs(i, Date.now())
-      const r = transact("reserve", c.reserve, () => ops.reserve(c.reserve, refuse).reservation)
-      const settle = c.settle(r.value)
-      const s = transact("settle", settle, () => ops.settle(settle))
+    for (let i = 0; i < n; i += BATCH) {
+      const now = Date.now()
+      const calls = Array.from({ length: Math.min(BATCH, n - i) }, (_, j) => callArgs(i + j, now))
+      const r = transact("reserve", calls.map((c) => ({ args: c.reserve, body: () => ops.reserve(c.reserve, refuse).reservation })))
+      const settles = calls.map((c, j) => c.settle(r.values[j]!))
+      const s = transact("settle", settles.map((settle) => ({ args: settle, body: () => ops.settle(settle) })))
       reserveCpu += r.cpu
       reserveWall += r.wall
       settleCpu += s.cpu
@@ -162,7 +168,7 @@ for (let round = 0; round < ROUNDS; round++) {
 }
 
 const spread = (xs: ReadonlyArray<number>) => `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(0)}–${Math.max(...xs).toFixed(0)})`
-console.log(`\n${CALLS} governed calls per round, ${ROUNDS} rounds, synchronous=${SYNC}, one call per COMMIT (reserve unsynced); µs per call, median (min–max over rounds)\n`)
+console.log(`\n${CALLS} governed calls per round, ${ROUNDS} rounds, synchronous=${SYNC}, ${BATCH} call(s) per COMMIT (reservations unsynced); µs per call, median (min–max over rounds)\n`)
 console.log(`| | ${trees.map((t) => t.name).join(" | ")} |`)
 console.log(`| --- | ${trees.map(() => "---:").join(" | ")} |`)
 const row = (label: string, f: (r: Figures) => number | undefined) =>
