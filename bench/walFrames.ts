@@ -12,8 +12,9 @@
  * - CPU time of the thread running the transactions (statements, COMMIT, Ed25519, SHA-256), and
  *   wall time.
  *
- * Each schema the migrations have produced is measured in the same run, interleaved per round
- * (`0002`: before migration 0003, `latest`: all of them), so the CPU ratio holds on a noisy box.
+ * The schema is the migrations' latest: the transactions of this tree only run on the schema they
+ * were written for (the migration 0003 before/after it once measured is in docs/decisions/0009).
+ * bench/storeCost.ts splits the same CPU per statement.
  */
 import { generateKeyPairSync } from "node:crypto"
 import { mkdtempSync, rmSync, statSync } from "node:fs"
@@ -21,7 +22,6 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { sealReceipt } from "../src/services/ReceiptSigner.ts"
 import { makeChatTransactions } from "../src/store/chatTransactions.ts"
-import type { migrationSteps } from "../src/store/migrations.ts"
 import { arg, numArg } from "./lib/args.ts"
 import { callArgs, openStore, refuse } from "./lib/governedCalls.ts"
 import { median } from "./lib/stats.ts"
@@ -33,17 +33,13 @@ const BATCHES = (arg("--batch") ?? "1,32").split(",").map(Number)
 const SYNC = arg("--sync") ?? "NORMAL"
 const FRAME_BYTES = 4096 + 24
 
-const schemas: ReadonlyArray<{ readonly name: string; readonly upTo: keyof typeof migrationSteps | undefined }> = [
-  { name: "0002", upTo: "0002_receipt_usage_columns" },
-  { name: "latest", upTo: undefined }
-]
 
 const { privateKey } = generateKeyPairSync("ed25519")
 
 /** `calls` calls, `batch` per COMMIT: the reservations of a batch commit, then their settlements. */
-const measure = async (upTo: keyof typeof migrationSteps | undefined, batch: number, calls: number) => {
+const measure = async (batch: number, calls: number) => {
   const dir = mkdtempSync(join(tmpdir(), "tg-wal-"))
-  const { db, wal } = await openStore(dir, upTo, SYNC)
+  const { db, wal } = await openStore(dir, undefined, SYNC)
   db.pragma("wal_autocheckpoint = 0")
   const ops = makeChatTransactions(db, { keyId: "key_bench", seal: (unsigned) => sealReceipt(privateKey, unsigned) })
   const commit = (bodies: ReadonlyArray<() => void>) => {
@@ -73,31 +69,16 @@ const measure = async (upTo: keyof typeof migrationSteps | undefined, batch: num
   return { frames, cpuMicros: (cpu.user + cpu.system) / calls, wallMicros }
 }
 
-const results = new Map<string, Array<{ frames: number; cpuMicros: number; wallMicros: number }>>()
+const results = new Map<number, Array<{ frames: number; cpuMicros: number; wallMicros: number }>>()
 for (let round = 0; round < ROUNDS; round++) {
-  for (const batch of BATCHES) {
-    // Rotate the order each round so neither schema always runs first.
-    const order = round % 2 === 0 ? schemas : [...schemas].reverse()
-    for (const s of order) {
-      const key = `${batch}|${s.name}`
-      const r = await measure(s.upTo, batch, CALLS)
-      results.set(key, [...(results.get(key) ?? []), r])
-    }
-  }
+  for (const batch of BATCHES) results.set(batch, [...(results.get(batch) ?? []), await measure(batch, CALLS)])
 }
 
-console.log(`\n${CALLS} governed calls per schema and round, ${ROUNDS} rounds, synchronous=${SYNC}, medians over rounds\n`)
-console.log("| calls per COMMIT | schema | WAL frames per call | CPU µs per call | CPU vs 0002 | wall µs per call | wall vs 0002 |")
-console.log("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+console.log(`\n${CALLS} governed calls per batch size and round, ${ROUNDS} rounds, synchronous=${SYNC}, medians over rounds\n`)
+console.log("| calls per COMMIT | WAL frames per call | CPU µs per call | wall µs per call |")
+console.log("| ---: | ---: | ---: | ---: |")
 for (const batch of BATCHES) {
-  const base = median(results.get(`${batch}|0002`)!.map((r) => r.cpuMicros))
-  const baseWall = median(results.get(`${batch}|0002`)!.map((r) => r.wallMicros))
-  for (const s of schemas) {
-    const rs = results.get(`${batch}|${s.name}`)!
-    const cpu = median(rs.map((r) => r.cpuMicros))
-    const wall = median(rs.map((r) => r.wallMicros))
-    console.log(
-      `| ${batch} | ${s.name} | ${median(rs.map((r) => r.frames)).toFixed(2)} | ${cpu.toFixed(0)} | ${((cpu / base) * 100).toFixed(0)}% | ${wall.toFixed(0)} | ${((wall / baseWall) * 100).toFixed(0)}% |`
-    )
-  }
+  const rs = results.get(batch)!
+  const med = (pick: (r: (typeof rs)[number]) => number) => median(rs.map(pick))
+  console.log(`| ${batch} | ${med((r) => r.frames).toFixed(2)} | ${med((r) => r.cpuMicros).toFixed(0)} | ${med((r) => r.wallMicros).toFixed(0)} |`)
 }
