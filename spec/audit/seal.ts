@@ -6,10 +6,9 @@
  * stay lean.
  */
 import { createHash, createPublicKey, type KeyObject, verify } from "node:crypto"
-import { canonicalJson } from "../canonicalJson.ts"
 import type { Receipt } from "../receipt.ts"
-import { unsignedPart } from "../receipt.ts"
 import { parseReceipt } from "./receipts.ts"
+import { signedText } from "./signedText.ts"
 
 /** A verdict, as one small integer (what a worker sends back per receipt). */
 export const Seal = {
@@ -40,7 +39,7 @@ export const trustedKeyMap = (keys: ReadonlyArray<TrustedKeyData>): Map<string, 
 
 /** The seal verdict of a parsed receipt under the trusted keys. */
 export const sealOf = (receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey>): SealCode => {
-  const bytes = Buffer.from(canonicalJson(unsignedPart(receipt)), "utf8")
+  const bytes = Buffer.from(signedText(receipt), "utf8")
   // The signature covers the same bytes: with the content altered it cannot verify either.
   if (createHash("sha256").update(bytes).digest("hex") !== receipt.hash) return Seal.hashMismatch
   const key = trusted.get(receipt.signing_key_id)
