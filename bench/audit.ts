@@ -25,7 +25,7 @@
 import { execFileSync } from "node:child_process"
 import { createPublicKey, verify } from "node:crypto"
 import { Worker } from "node:worker_threads"
-import { mkdtempSync, rmSync, statSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
 import { availableParallelism, cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import Database from "better-sqlite3"
@@ -42,7 +42,20 @@ interface ChildResult {
   readonly rate: number
   readonly seconds: number
   readonly cpuSeconds: number
+  /** CPU seconds of the audit's main thread alone (reading, packing, the ordered checks); null off Linux. */
+  readonly mainCpuSeconds: number | null
   readonly maxRssBytes: number
+}
+
+/** This thread's CPU seconds (user + system) from /proc (Linux; null elsewhere): process.cpuUsage counts every thread. */
+const mainThreadCpuSeconds = (): number | null => {
+  try {
+    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8")
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    return (Number(fields[11]) + Number(fields[12])) / 100 // utime and stime, in clock ticks of 1/100 s
+  } catch {
+    return null
+  }
 }
 
 // ---- the child: one audit, its own figures on stdout as JSON
@@ -50,8 +63,10 @@ if (flag("--child")) {
   const jobs = numArg("--jobs", 1)
   // CPU time of the audit call alone (workers included), not the child's start (tsx, module loading).
   const cpu0 = process.cpuUsage()
+  const main0 = mainThreadCpuSeconds()
   const result = await auditStore({ database: `sqlite:${arg("--store")!}`, jobs })
   const cpu = process.cpuUsage(cpu0)
+  const main1 = mainThreadCpuSeconds()
   if (!result.summary.clean) throw new Error(`the synthetic store should audit clean: ${JSON.stringify(result.summary.byKind)}`)
   const usage = process.resourceUsage()
   const out: ChildResult = {
@@ -60,6 +75,7 @@ if (flag("--child")) {
     rate: result.receiptsPerSecond,
     seconds: result.durationMs / 1000,
     cpuSeconds: (cpu.user + cpu.system) / 1e6,
+    mainCpuSeconds: main0 === null || main1 === null ? null : main1 - main0,
     maxRssBytes: usage.maxRSS * 1024
   }
   process.stdout.write(`${JSON.stringify(out)}\n`)
@@ -176,8 +192,11 @@ for (const jobs of jobsList) {
   const r = child(["--child", "--store", path, "--jobs", String(jobs)]) as ChildResult
   if (r.receipts !== receipts) throw new Error(`audited ${r.receipts} of ${receipts} receipts`)
   results.push({ ...r, bare })
+  const us = (seconds: number) => ((seconds * 1e6) / r.receipts).toFixed(1)
   process.stdout.write(
-    `audit --jobs ${jobs}: ${r.rate} receipts/s (${r.seconds.toFixed(2)} s, ${r.cpuSeconds.toFixed(1)} CPU-s, ${Math.round(r.receipts / r.cpuSeconds)} receipts per CPU-second), peak RSS ${mb(r.maxRssBytes)}\n`
+    `audit --jobs ${jobs}: ${r.rate} receipts/s (${r.seconds.toFixed(2)} s, ${r.cpuSeconds.toFixed(1)} CPU-s, ${Math.round(r.receipts / r.cpuSeconds)} receipts per CPU-second), peak RSS ${mb(r.maxRssBytes)}\n` +
+      `  CPU per receipt: ${us(r.cpuSeconds)} us` +
+      (r.mainCpuSeconds === null ? "\n" : ` = main thread ${us(r.mainCpuSeconds)} + workers and V8's helper threads ${us(r.cpuSeconds - r.mainCpuSeconds)} (a bare verify: ${(1e6 / bareCpuRate).toFixed(1)} us on one thread, ${((1e6 * bare.cpuSeconds) / bare.verifies).toFixed(1)} on ${threads} at once)\n`)
   )
 }
 
