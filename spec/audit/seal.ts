@@ -5,9 +5,8 @@
  * findings do not depend on where it was computed. Imports node:crypto and spec only: the workers
  * stay lean.
  */
-import * as nodeCrypto from "node:crypto"
-import { createHash, createPublicKey, type KeyObject, verify } from "node:crypto"
-import type { Receipt } from "../receipt.ts"
+import { createPublicKey, type KeyObject, verify } from "node:crypto"
+import { type Receipt, sha256Hex } from "../receipt.ts"
 import { parseReceipt } from "./receipts.ts"
 import { signedText } from "./signedText.ts"
 
@@ -38,9 +37,6 @@ export interface TrustedKey {
 export const trustedKeyMap = (keys: ReadonlyArray<TrustedKeyData>): Map<string, TrustedKey> =>
   new Map(keys.map((k) => [k.id, { key: createPublicKey(k.pem), retiredAt: k.retiredAt }]))
 
-/** SHA-256 in hex: one-shot `crypto.hash` where Node has it (20.12 and later; no Hash object per receipt, ≈ 0.4 µs less), else a Hash. */
-const sha256Hex: (bytes: Buffer) => string =
-  typeof nodeCrypto.hash === "function" ? (bytes) => nodeCrypto.hash("sha256", bytes, "hex") : (bytes) => createHash("sha256").update(bytes).digest("hex")
 
 /** The seal verdict of a parsed receipt under the trusted keys. */
 export const sealOf = (receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey>): SealCode => {
