@@ -32,6 +32,7 @@ import {
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker, WorkerTiming } from "./storeWorker.ts"
+import { makeBell, ring } from "./storeWorkerBell.ts"
 import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
 
 export type { AbandonArgs, ExpireArgs, ExtendArgs, ReserveArgs, Reserved, ReserveRefused, SettleArgs } from "./chatTransactions.ts"
@@ -91,6 +92,8 @@ const STABLE_MS = 60_000
 /** One started worker and what it owes. */
 interface Live {
   readonly worker: Worker
+  /** Rung after each message posted to it: the idle worker sleeps on it (src/store/storeWorkerBell.ts). */
+  readonly bell: Int32Array
   readonly pending: Map<number, (outcome: TxOutcome) => void>
   /** The calls of the current event-loop turn, sent together when its I/O callbacks are done. */
   outbox: Array<Call>
@@ -106,7 +109,7 @@ const closedError = () => new Error("the store is closed (the gateway is shuttin
  * hold that did commit is voided by the recovery sweep — and is started again after a backoff;
  * meanwhile calls fail at once, and `health` says why (GET /readyz answers 503).
  */
-const startWorker = (data: StoreWorkerData) =>
+const startWorker = (data: Omit<StoreWorkerData, "bell">) =>
   Effect.gen(function* () {
     const runtime = yield* Effect.runtime<never>()
     const runFork = Runtime.runFork(runtime)
@@ -138,17 +141,22 @@ const startWorker = (data: StoreWorkerData) =>
       timedOp = undefined
     }
 
+    const post = (live: Live, message: ToWorker) => {
+      live.worker.postMessage(message)
+      ring(live.bell)
+    }
     const send = (live: Live) => {
       if (live.outbox.length === 0) return
       const calls = live.outbox
       live.outbox = []
-      live.worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
+      post(live, { _tag: "Run", calls })
       if (timeline.on) timedSend(calls[0]!.op)
     }
 
     const spawn = (): Live => {
-      const worker = new Worker(entry, { workerData: data, execArgv: [] })
-      const live: Live = { worker, pending: new Map(), outbox: [], error: undefined, startedAt: now() }
+      const bell = makeBell()
+      const worker = new Worker(entry, { workerData: { ...data, bell } satisfies StoreWorkerData, execArgv: [] })
+      const live: Live = { worker, bell, pending: new Map(), outbox: [], error: undefined, startedAt: now() }
       worker.on("message", (message: FromWorker) => {
         if (message._tag !== "Done") return
         for (const { id, outcome, timing } of message.replies) {
@@ -208,7 +216,7 @@ const startWorker = (data: StoreWorkerData) =>
         live.worker.once("exit", () => resume(Effect.void))
         live.worker.ref()
         send(live)
-        live.worker.postMessage({ _tag: "Close" } satisfies ToWorker)
+        post(live, { _tag: "Close" })
       })
     )
 
