@@ -125,6 +125,7 @@ const startWorker = (data: Omit<StoreWorkerData, "bell">) =>
     // at a time, so the reply that comes back is the one sent), not the background beats'.
     let timedOp: string | undefined
     let postedAt = 0
+    let postingAt = 0
     const timedSend = (op: ChatOp | "sync") => {
       timedOp = op === "reserve" || op === "settle" || op === "abandon" ? op : undefined
       if (timedOp !== undefined) timeline.mark(`${timedOp}: main thread, until posted`)
@@ -133,6 +134,7 @@ const startWorker = (data: Omit<StoreWorkerData, "bell">) =>
     const timedReply = (timing: WorkerTiming) => {
       if (timedOp === undefined) return
       timeline.mark(`${timedOp}: worker round trip`)
+      timeline.span(`${timedOp}: hand-off, from posting to the reply`, performance.now() - postingAt)
       timeline.span(`${timedOp} (in worker): the two thread hops (round trip − worker's time)`, performance.now() - postedAt - timing.wait - timing.body - timing.commit)
       timeline.span(`${timedOp} (in worker): BEGIN (batch start)`, timing.wait)
       timeline.span(`${timedOp} (in worker): statements incl. sign`, timing.body)
@@ -142,6 +144,7 @@ const startWorker = (data: Omit<StoreWorkerData, "bell">) =>
     }
 
     const post = (live: Live, message: ToWorker) => {
+      if (timeline.on) postingAt = performance.now()
       live.worker.postMessage(message)
       ring(live.bell)
     }
