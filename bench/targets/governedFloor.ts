@@ -43,7 +43,6 @@ import { withGovernance } from "../../src/services/surfaces/Surface.ts"
 import { countChat } from "../../src/services/Tokenizer.ts"
 import { makeChatTransactions, mustSync, type Reserved, type ReserveArgs, type SettleArgs } from "../../src/store/chatTransactions.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
-import { makeBell, ring } from "../../src/store/storeWorkerBell.ts"
 import { makeGroupCommit, type TxOutcome } from "../../src/store/syncTransactions.ts"
 import { arg, flag } from "../lib/args.ts"
 
@@ -101,13 +100,8 @@ if (inline) {
   // Bundled by the bench (scripts/build.mjs), the worker sits beside this file; from the sources, in src/store.
   const bundled = new URL("./storeWorker.mjs", import.meta.url)
   const entry = existsSync(fileURLToPath(bundled)) ? bundled : new URL("../../src/store/storeWorker.mjs", import.meta.url)
-  const bell = makeBell()
-  const post = (message: ToWorker) => {
-    worker.postMessage(message)
-    ring(bell)
-  }
   const worker = new Worker(entry, {
-    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId, assertInvariants: false, bell } satisfies StoreWorkerData,
+    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId, assertInvariants: false } satisfies StoreWorkerData,
     execArgv: []
   })
   await new Promise<void>((resolve, reject) => {
@@ -131,14 +125,14 @@ if (inline) {
       setImmediate(() => {
         const calls = outbox
         outbox = []
-        post({ _tag: "Run", calls })
+        worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
       })
     }
     outbox.push({ id, op, args })
   }
   closeStore = (then) => {
     worker.once("exit", then)
-    post({ _tag: "Close" })
+    worker.postMessage({ _tag: "Close" } satisfies ToWorker)
   }
 }
 

@@ -32,7 +32,6 @@ import {
 import { Sqlite } from "./Database.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker, WorkerTiming } from "./storeWorker.ts"
-import { makeBell, ring } from "./storeWorkerBell.ts"
 import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
 
 export type { AbandonArgs, ExpireArgs, ExtendArgs, ReserveArgs, Reserved, ReserveRefused, SettleArgs } from "./chatTransactions.ts"
@@ -92,8 +91,6 @@ const STABLE_MS = 60_000
 /** One started worker and what it owes. */
 interface Live {
   readonly worker: Worker
-  /** Rung after each message posted to it: the idle worker sleeps on it (src/store/storeWorkerBell.ts). */
-  readonly bell: Int32Array
   readonly pending: Map<number, (outcome: TxOutcome) => void>
   /** The calls of the current event-loop turn, sent together when its I/O callbacks are done. */
   outbox: Array<Call>
@@ -109,7 +106,7 @@ const closedError = () => new Error("the store is closed (the gateway is shuttin
  * hold that did commit is voided by the recovery sweep — and is started again after a backoff;
  * meanwhile calls fail at once, and `health` says why (GET /readyz answers 503).
  */
-const startWorker = (data: Omit<StoreWorkerData, "bell">) =>
+const startWorker = (data: StoreWorkerData) =>
   Effect.gen(function* () {
     const runtime = yield* Effect.runtime<never>()
     const runFork = Runtime.runFork(runtime)
@@ -143,23 +140,18 @@ const startWorker = (data: Omit<StoreWorkerData, "bell">) =>
       timedOp = undefined
     }
 
-    const post = (live: Live, message: ToWorker) => {
-      if (timeline.on) postingAt = performance.now()
-      live.worker.postMessage(message)
-      ring(live.bell)
-    }
     const send = (live: Live) => {
       if (live.outbox.length === 0) return
       const calls = live.outbox
       live.outbox = []
-      post(live, { _tag: "Run", calls })
+      if (timeline.on) postingAt = performance.now()
+      live.worker.postMessage({ _tag: "Run", calls } satisfies ToWorker)
       if (timeline.on) timedSend(calls[0]!.op)
     }
 
     const spawn = (): Live => {
-      const bell = makeBell()
-      const worker = new Worker(entry, { workerData: { ...data, bell } satisfies StoreWorkerData, execArgv: [] })
-      const live: Live = { worker, bell, pending: new Map(), outbox: [], error: undefined, startedAt: now() }
+      const worker = new Worker(entry, { workerData: data, execArgv: [] })
+      const live: Live = { worker, pending: new Map(), outbox: [], error: undefined, startedAt: now() }
       worker.on("message", (message: FromWorker) => {
         if (message._tag !== "Done") return
         for (const { id, outcome, timing } of message.replies) {
@@ -219,7 +211,7 @@ const startWorker = (data: Omit<StoreWorkerData, "bell">) =>
         live.worker.once("exit", () => resume(Effect.void))
         live.worker.ref()
         send(live)
-        post(live, { _tag: "Close" })
+        live.worker.postMessage({ _tag: "Close" } satisfies ToWorker)
       })
     )
 

@@ -5,9 +5,9 @@
  * the HTTP work, routing and pricing (src/store/ChatStore.ts).
  *
  * Protocol (MessagePort, structured clone): the main thread sends the calls of one event-loop turn
- * as one message `Run [{ id, op, args }, …]` (a lone call to an idle worker at once, decisions/0014)
- * and rings the worker's bell (decisions/0023); the worker commits a message with those already
- * waiting behind it, and answers each batch it committed with one message `Done [{ id, outcome }, …]`. `Close` lets every transaction received before it commit and
+ * as one message `Run [{ id, op, args }, …]` (a lone call to an idle worker at once, decisions/0014);
+ * the worker commits a message with those already waiting behind it, and answers each batch it
+ * committed with one message `Done [{ id, outcome }, …]`. `Close` lets every transaction received before it commit and
  * reply, then closes the connection and ends the thread.
  */
 import BetterSqlite3 from "better-sqlite3"
@@ -23,8 +23,6 @@ export interface StoreWorkerData {
   readonly signingKey: KeyObject
   readonly signingKeyId: string
   readonly assertInvariants: boolean
-  /** Rung by the main thread after each message it posts (src/store/storeWorkerBell.ts). */
-  readonly bell: Int32Array
 }
 
 export interface Call {
@@ -86,7 +84,6 @@ const portable = (outcome: TxOutcome): TxOutcome =>
 
 // Close after the transactions already received have committed (a close never cuts a batch).
 const close = () => {
-  closed = true
   db.close()
   port.close()
 }
@@ -151,38 +148,13 @@ const receive = (message: ToWorker) => {
   else for (const call of message.calls) run(call)
 }
 
-// Every message waiting on the port makes one batch, committed at once: the batch is as large as a
-// turn's would be, without waiting the turn (the caller of a lone call was paying ≈ 0.1 ms for a
-// setImmediate, bench/timeline.ts). Whether any came.
-const drain = (): boolean => {
-  let any = false
-  for (let next = receiveMessageOnPort(port); next !== undefined; next = receiveMessageOnPort(port)) {
-    receive(next.message as ToWorker)
-    any = true
-  }
-  if (any) group.flush()
-  return any
-}
-
-/**
- * The worker's loop: read the port; when it is empty, sleep on the bell until the main thread rings
- * it after its next message (docs/decisions/0023), not in the event loop, whose wake-up and 'message'
- * dispatch cost the caller more. Its work is synchronous, so the event loop has little to do: it gets
- * a turn after each batch (the group commit's own immediates, the close after a `Close`) and after
- * each idle second (so a worker asleep here never holds anything up for long).
- */
-const IDLE_WAKE_MS = 1000
-let closed = false
-const serve = (): void => {
-  if (closed) return
-  for (;;) {
-    const rung = Atomics.load(data.bell, 0)
-    if (drain()) break
-    // Rung between the load and here: "not-equal", at once, and the port is read again.
-    if (Atomics.wait(data.bell, 0, rung, IDLE_WAKE_MS) === "timed-out") break
-  }
-  setImmediate(serve)
-}
+// A message, and every message already waiting behind it, make one batch, committed at once: the
+// batch is as large as a turn's would be, without waiting the turn (the caller of a lone call was
+// paying ≈ 0.1 ms for a setImmediate, bench/timeline.ts).
+port.on("message", (message: ToWorker) => {
+  receive(message)
+  for (let next = receiveMessageOnPort(port); next !== undefined; next = receiveMessageOnPort(port)) receive(next.message as ToWorker)
+  group.flush()
+})
 
 port.postMessage({ _tag: "Ready" } satisfies FromWorker)
-serve()
