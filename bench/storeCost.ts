@@ -10,7 +10,7 @@
  * - each prepared statement's own time (its `run`/`get`/`all` timed by wrapping `db.prepare`);
  * - the receipt's seal (canonical JSON, SHA-256, Ed25519) alone; what is left is the bodies' own JS.
  *
- * `--compare DIR` runs another checkout's store code (e.g. /work/main) interleaved with this one's in the
+ * `--compare DIR` runs another checkout's store code (e.g. a checkout of main) interleaved with this one's in the
  * same process, round by round, so the two columns share the box's noise.
  */
 import type BetterSqlite3 from "better-sqlite3"
