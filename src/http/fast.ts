@@ -203,27 +203,37 @@ export const makeFastHandler = Effect.gen(function* () {
   const governed = (c: FastCall, principal: Principal, clientBody: unknown) =>
     handleGoverned(gateway, governedCalls[c.path], principal, clientBody, c.req.headers, c.headers)
 
-  return (req: IncomingMessage, res: ServerResponse, path: FastPath): void => {
-    const c: FastCall = { req, res, path, start: performance.now(), headers: {}, caller: undefined }
-    timeline.begin()
-    const authorization = header(req, "authorization")
+  /** The call's first steps, up to its fiber. */
+  const enter = (c: FastCall): void => {
+    const authorization = header(c.req, "authorization")
     const verdict = keys.authenticateCached(authorization, clock.unsafeCurrentTimeMillis())
     if (verdict instanceof InvalidApiKey) return settle(c, Exit.fail(verdict))
     if ("miss" in verdict) {
       const call = Effect.flatMap(keys.authenticate(authorization), (principal) => {
         c.caller = principal
         timeline.mark("auth")
-        return Effect.flatMap(readJson(req), (clientBody) => (timeline.mark("read + parse body"), governed(c, principal, clientBody)))
+        return Effect.flatMap(readJson(c.req), (clientBody) => (timeline.mark("read + parse body"), governed(c, principal, clientBody)))
       })
       return run(c, call)
     }
     c.caller = verdict
     timeline.mark("auth")
-    readJsonBody(req, settings, (body) => {
+    readJsonBody(c.req, settings, (body) => {
       if (!body.ok) return settle(c, Exit.fail(body.error))
       timeline.mark("read + parse body")
-      run(c, governed(c, verdict, body.value))
+      run(c, Effect.suspend(() => governed(c, verdict, body.value)))
     })
+  }
+
+  return (req: IncomingMessage, res: ServerResponse, path: FastPath): void => {
+    const c: FastCall = { req, res, path, start: performance.now(), headers: {}, caller: undefined }
+    timeline.begin()
+    try {
+      enter(c)
+    } catch (error) {
+      // A throw of the plain steps is a defect of ours (logged, 500), as it was inside the fiber.
+      settle(c, Exit.die(error))
+    }
   }
 })
 
