@@ -36,31 +36,71 @@ export const declaredLength = (source: IncomingMessage): number => {
   return Number(typeof v === "string" ? v : "0")
 }
 
+/** Opening brackets (`[`, `{`) in a chunk, strings not told apart; stops counting past `limit`. */
+const openingBrackets = (chunk: Uint8Array, limit: number): number => {
+  let n = 0
+  for (let i = chunk.indexOf(0x7b); i !== -1 && n <= limit; i = chunk.indexOf(0x7b, i + 1)) n++
+  for (let i = chunk.indexOf(0x5b); i !== -1 && n <= limit; i = chunk.indexOf(0x5b, i + 1)) n++
+  return n
+}
+
 /**
  * The nesting depth of JSON text fed in chunks: brackets outside strings. Bytes of multi-byte UTF-8
  * characters are all ≥ 0x80, so a byte-wise scan never mistakes one for a quote or a bracket.
  * Returns false from `feed` as soon as the depth exceeds `maxDepth`.
+ *
+ * A text with no more opening brackets than `maxDepth` cannot nest deeper, so until the count passes
+ * the limit only the brackets are counted (native `indexOf`, ≈ 10× cheaper than the byte loop on a
+ * typical chat body); the chunks seen so far are then scanned byte by byte and every later one too.
  */
-export const makeDepthScanner = (maxDepth: number) => {
-  let depth = 0
-  let inString = false
-  let escaped = false
-  return {
-    feed: (chunk: Uint8Array): boolean => {
-      for (let i = 0; i < chunk.length; i++) {
-        const b = chunk[i]!
-        if (inString) {
-          if (escaped) escaped = false
-          else if (b === 0x5c) escaped = true // backslash
-          else if (b === 0x22) inString = false // quote
-        } else if (b === 0x22) inString = true
-        else if (b === 0x5b || b === 0x7b) {
-          // [ {
-          if (++depth > maxDepth) return false
-        } else if (b === 0x5d || b === 0x7d) depth-- // ] }
-      }
-      return true
+export const makeDepthScanner = (maxDepth: number): DepthScanner => new DepthScanner(maxDepth)
+
+// A class, not closures: a closure assigned to a name is wrapped by the bundle's keepNames helper at
+// each creation (a defineProperty per closure per request); a method is defined once.
+class DepthScanner {
+  private depth = 0
+  private inString = false
+  private escaped = false
+  private opens = 0
+  /** The chunks fed while only brackets were counted; undefined once scanning byte by byte. */
+  private counted: Array<Uint8Array> | undefined = []
+
+  constructor(private readonly maxDepth: number) {}
+
+  feed(chunk: Uint8Array): boolean {
+    const counted = this.counted
+    if (counted === undefined) return this.scan(chunk)
+    this.opens += openingBrackets(chunk, this.maxDepth - this.opens)
+    counted.push(chunk)
+    if (this.opens <= this.maxDepth) return true
+    this.counted = undefined
+    for (const c of counted) if (!this.scan(c)) return false
+    return true
+  }
+
+  private scan(chunk: Uint8Array): boolean {
+    let { depth, inString, escaped } = this
+    const maxDepth = this.maxDepth
+    let fits = true
+    for (let i = 0; i < chunk.length; i++) {
+      const b = chunk[i]!
+      if (inString) {
+        if (escaped) escaped = false
+        else if (b === 0x5c) escaped = true // backslash
+        else if (b === 0x22) inString = false // quote
+      } else if (b === 0x22) inString = true
+      else if (b === 0x5b || b === 0x7b) {
+        // [ {
+        if (++depth > maxDepth) {
+          fits = false
+          break
+        }
+      } else if (b === 0x5d || b === 0x7d) depth-- // ] }
     }
+    this.depth = depth
+    this.inString = inString
+    this.escaped = escaped
+    return fits
   }
 }
 

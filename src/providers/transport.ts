@@ -8,6 +8,7 @@
  * under 1 ms of CPU per call on the bench box (docs/decisions/0019).
  */
 import { Effect, type Scope } from "effect"
+import { EventEmitter } from "node:events"
 import { Agent, type Dispatcher, errors as undiciErrors, request } from "undici"
 import { statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
 
@@ -49,6 +50,20 @@ const discard = (body: UpstreamBody): void => {
   body.on("error", () => {}).destroy()
 }
 
+/**
+ * What aborts one attempt. undici takes an EventEmitter as a request's signal as well as an
+ * AbortSignal (it listens for 'abort' and reads `aborted`); one is ≈ 35× cheaper to make than an
+ * AbortController with its signal (0.13 vs 4.6 µs, and an attempt is made per governed call).
+ */
+class AttemptSignal extends EventEmitter {
+  aborted = false
+  abort(): void {
+    if (this.aborted) return
+    this.aborted = true
+    this.emit("abort")
+  }
+}
+
 export const makeUpstream = (options: UpstreamOptions): Upstream => {
   const { name, url, timeoutMs } = options
   const dispatcher = new Agent({ connections: 512, keepAliveTimeout: 30_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs })
@@ -66,19 +81,19 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
    * Run `work` with ONE signal that aborts on interruption or after `timeoutMs`, as an Effect: a
    * whole completion must finish within it; a stream only has to start (its body is then bounded by
    * the idle `bodyTimeout`). undici's own headersTimeout is coarse (its timers tick at ≈ 1 s).
-   * Effect.async rather than tryPromise: tryPromise's signal would be a second AbortController per call.
+   * Effect.async rather than tryPromise: tryPromise's signal would be an AbortController per call.
    */
-  const attempt = <A>(work: (signal: AbortSignal) => Promise<A>): Effect.Effect<A, UpstreamFailure> =>
+  const attempt = <A>(work: (signal: AttemptSignal) => Promise<A>): Effect.Effect<A, UpstreamFailure> =>
     Effect.async<A, UpstreamFailure>((resume) => {
-      const controller = new AbortController()
+      const signal = new AttemptSignal()
       let timedOutNow = false
       const timer = setTimeout(() => {
         timedOutNow = true
-        controller.abort()
+        signal.abort()
       }, timeoutMs)
       // A synchronous throw of `work` is a bug of ours, not an upstream failure: it is a defect (it
       // escapes Effect.async), which never counts against the route's breaker (src/services/Router.ts).
-      work(controller.signal).then(
+      work(signal).then(
         (a) => {
           clearTimeout(timer)
           resume(Effect.succeed(a))
@@ -90,11 +105,11 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
       )
       return Effect.sync(() => {
         clearTimeout(timer)
-        controller.abort()
+        signal.abort()
       })
     })
 
-  const send = (payload: string, headers: Readonly<Record<string, string>>, signal: AbortSignal) =>
+  const send = (payload: string, headers: Readonly<Record<string, string>>, signal: AttemptSignal) =>
     request(url, { method: "POST", dispatcher, signal, headers, body: payload })
 
   /** A status ≥ 400 as a failure, with the upstream's error message (its body, read best-effort). */

@@ -7,7 +7,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option, Stream } from "effect"
-import { formatKey, hashSecret, newSecret, parseKey, sameHash } from "../domain/apiKey.ts"
+import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
@@ -124,39 +124,50 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
      * The key row's verdict for a presented secret at `now`: the caller's scope, or why not. An
      * unknown key id is checked against a dummy hash, the same work as a wrong secret.
      */
-    const verify = (row: KeyRow | undefined, parsed: { readonly secret: string; readonly environment: string }, now: number) => {
+    const verify = (row: KeyRow | undefined, parsed: ParsedKey, now: number): Principal | InvalidApiKey => {
       const matches = sameHash(hashSecret(parsed.secret), row?.secret_sha256 ?? DUMMY_HASH)
       if (row === undefined || !matches || row.environment !== parsed.environment) return invalid("Unknown API key.")
       if (row.revoked_at !== null) return invalid(`API key ${row.id} has been revoked.`)
       if (row.expires_at !== null && now >= row.expires_at) {
         return invalid(`API key ${row.id} was rotated and its grace period has ended; use its replacement.`)
       }
-      return Effect.succeed<Principal>({
+      return {
         keyId: row.id,
         projectId: row.project_id,
         organization: row.organization,
         environment: row.environment,
         budgetCredits: row.budget_credits,
         rateLimit: { requestsPerMinute: row.requests_per_minute, burst: row.burst }
-      })
+      }
     }
 
     /**
-     * `Authorization: Bearer <token>` → the caller's scope, or 401 invalid_api_key. A cached key is
-     * checked synchronously (the hot path); only a miss reads the store.
+     * `Authorization: Bearer <token>` at `now`, from the cache alone: the caller's scope, the refusal
+     * (401 invalid_api_key), or `{ miss }` when the key's row must be read from the store first.
+     * Synchronous: the fast path (src/http/fast.ts) answers a cached key before it starts a fiber.
      */
+    const authenticateCached = (authorization: string | undefined, now: number): Principal | InvalidApiKey | { readonly miss: ParsedKey } => {
+      if (authorization === undefined || authorization.length === 0) {
+        return invalid("Missing API key. Send it as 'Authorization: Bearer <key>'.")
+      }
+      const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization)
+      const parsed = match === null ? undefined : parseKey(match[1]!)
+      if (parsed === undefined) return invalid("Malformed API key. Tollgate keys look like tg_dev_…; check for copy-paste damage.")
+      const hit = cachedEntry(parsed.keyId, now)
+      return hit === undefined ? { miss: parsed } : verify(hit.row, parsed, now)
+    }
+
+    const asEffect = (verdict: Principal | InvalidApiKey): Effect.Effect<Principal, InvalidApiKey> =>
+      verdict instanceof InvalidApiKey ? Effect.fail(verdict) : Effect.succeed(verdict)
+
+    /** `Authorization: Bearer <token>` → the caller's scope, or 401 invalid_api_key; only a cache miss reads the store. */
     const authenticate = (authorization: string | undefined): Effect.Effect<Principal, InvalidApiKey> =>
       Effect.clockWith((clock) => {
-        if (authorization === undefined || authorization.length === 0) {
-          return invalid("Missing API key. Send it as 'Authorization: Bearer <key>'.")
-        }
-        const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization)
-        const parsed = match === null ? undefined : parseKey(match[1]!)
-        if (parsed === undefined) return invalid("Malformed API key. Tollgate keys look like tg_dev_…; check for copy-paste damage.")
         const now = clock.unsafeCurrentTimeMillis()
-        const hit = cachedEntry(parsed.keyId, now)
-        if (hit !== undefined) return verify(hit.row, parsed, now)
-        return Effect.flatMap(refreshKey(parsed.keyId, now), (found) => verify(Option.getOrUndefined(found), parsed, now))
+        const verdict = authenticateCached(authorization, now)
+        if (!("miss" in verdict)) return asEffect(verdict)
+        const parsed = verdict.miss
+        return Effect.flatMap(refreshKey(parsed.keyId, now), (found) => asEffect(verify(Option.getOrUndefined(found), parsed, now)))
       })
 
     const issue = (projectId: string, environment: Environment, now: number, replaces: string | null) =>
@@ -260,6 +271,6 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     const forgetProject = (projectId: string) =>
       Effect.zipRight(Effect.sync(() => dropProject(projectId)), events.announce({ _tag: "Project", projectId }))
 
-    return { authenticate, create, rotate, revoke, info, list, forgetProject } as const
+    return { authenticate, authenticateCached, create, rotate, revoke, info, list, forgetProject } as const
   })
 }) {}

@@ -132,10 +132,9 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
           // Only the upstream's own failures (UpstreamFailure: a status, a timeout, a refused connection)
           // count against the route. A defect is the gateway's own failure (a body it cannot serialize,
           // a bug): it says nothing about the route, so like an interruption it only frees a probe.
-          const abandoned = Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name))))
+          // `either` leaves only a defect or an interruption in a failed exit: one finalizer for both.
           return Effect.either(call(providers.get(route.provider)!, route)).pipe(
-            Effect.onInterrupt(() => abandoned),
-            Effect.tapDefect(() => abandoned),
+            Effect.onExit((exit) => (exit._tag === "Failure" ? Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))) : Effect.void)),
             Effect.flatMap((result): Effect.Effect<Served<A>, RouteFailed, R> => {
               const t1 = clock.unsafeCurrentTimeMillis()
               metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")

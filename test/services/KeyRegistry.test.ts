@@ -102,6 +102,21 @@ describe("KeyRegistry.authenticate", () => {
       expect(yield* rejection(bearer(issued.secret))).toMatch(/has been revoked/)
     }).pipe(Effect.provide(Live)))
 
+  it.effect("authenticateCached (the fast path's, before any fiber) answers from the cache only: a miss until the row was read, then the same verdict as authenticate until the entry ages out", () =>
+    Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      const now = () => TestClock.currentTimeMillis
+      const parsed = parseKey(issued.secret)!
+      expect(keys.authenticateCached(bearer(issued.secret), yield* now())).toEqual({ miss: parsed })
+      const principal = yield* keys.authenticate(bearer(issued.secret))
+      expect(keys.authenticateCached(bearer(issued.secret), yield* now())).toEqual(principal)
+      const wrong = keys.authenticateCached(bearer(formatKey(issued.id, "development", newSecret())), yield* now())
+      expect(wrong).toMatchObject({ _tag: "InvalidApiKey", message: "Unknown API key." })
+      expect(keys.authenticateCached(undefined, yield* now())).toMatchObject({ _tag: "InvalidApiKey" })
+      yield* TestClock.adjust(CACHE_TTL)
+      expect(keys.authenticateCached(bearer(issued.secret), yield* now())).toEqual({ miss: parsed })
+    }).pipe(Effect.provide(Live)))
+
   it.effect("a rotated key works during its grace and stops at the instant it ends", () =>
     Effect.gen(function* () {
       const { keys, issued } = yield* setup

@@ -242,6 +242,23 @@ describe("Router against a real upstream", () => {
       expect(yield* status).toBe("closed")
     }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 0, breakerFailures: 2, breakerOpenMs: 5_000 }))))
 
+  it.effect("a half-open probe that ends in a defect frees the probe: the next call probes the route", () =>
+    Effect.gen(function* () {
+      const router = yield* Router
+      const flaky = router.routes.filter((r) => r.name === "flaky")
+      mock.behaviorsByModel.set("up-flaky", { status: 500 })
+      yield* failedCall("flaky")
+      yield* failedCall("flaky")
+      yield* TestClock.adjust(5_000)
+      expect(router.breakerStatus("flaky", yield* TestClock.currentTimeMillis)).toBe("half_open")
+      // The probe's call dies before the upstream (a body it cannot serialize): the route said nothing.
+      const died = yield* Effect.exit(router.complete(flaky, () => ({ messages: [], extra: 1n })))
+      expect(died._tag === "Failure" && Cause.isDie(died.cause)).toBe(true)
+      mock.behaviorsByModel.delete("up-flaky")
+      expect(outcomes((yield* router.complete(flaky, body)).attempts)).toEqual(["flaky:ok"])
+      expect(router.breakerStatus("flaky", yield* TestClock.currentTimeMillis)).toBe("closed")
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 0, breakerFailures: 2, breakerOpenMs: 5_000 }))))
+
   it.effect("an open auto route drops out of auto's candidates until its probe time", () =>
     Effect.gen(function* () {
       const router = yield* Router
