@@ -120,13 +120,15 @@ const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, 
  * A governed target runs as `npm start` runs the server: bundled by scripts/build.mjs with its store
  * worker beside it, with the node flags of its `npm start` line (so its RSS and start-up are the
  * production ones). `--from-sources` runs it
- * through tsx instead. The bundle lands inside the target's checkout, whose node_modules it uses.
+ * through tsx instead. The bundle lands inside the target's checkout, whose node_modules it uses, and
+ * is built by that checkout's own scripts/build.mjs (a `--compare` checkout is bundled as its `npm
+ * start` would bundle it, not with this tree's build options).
  */
 const fromSources = flag("--from-sources")
 const bundleTarget = (dir: string, script: string, name: string): string => {
   const outdir = join(dir, ".tollgate", "bench-dist", name)
   const entry = join(dir, "bench", script)
-  execFileSync(process.execPath, [join(root, "scripts/build.mjs"), entry, outdir, join(dir, "src/store/storeWorker.ts")], { stdio: "inherit" })
+  execFileSync(process.execPath, [join(dir, "scripts/build.mjs"), entry, outdir, join(dir, "src/store/storeWorker.ts")], { stdio: "inherit" })
   return join(outdir, basename(script).replace(/\.ts$/, ".mjs"))
 }
 
