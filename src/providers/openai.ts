@@ -6,6 +6,7 @@
  */
 import { Effect, Redacted } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
+import { timeline } from "../domain/timeline.ts"
 import type { ChatProvider } from "./Provider.ts"
 import { sseEvents } from "./sse.ts"
 import { makeUpstream, parseJsonObject } from "./transport.ts"
@@ -29,11 +30,21 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
    * The request's JSON, serialized before any attempt: a body that cannot be serialized is the
    * gateway's failure (a defect), never the upstream's.
    */
-  const payloadOf = (route: RouteConfig, body: Record<string, unknown>): string => JSON.stringify({ ...body, model: route.upstream_model })
+  const payloadOf = (route: RouteConfig, body: Record<string, unknown>): string => {
+    const payload = JSON.stringify({ ...body, model: route.upstream_model })
+    timeline.mark("upstream: body built + JSON text")
+    return payload
+  }
 
   const complete: ChatProvider["complete"] = (route, body) =>
     Effect.suspend(() => upstream.post(payloadOf(route, body))).pipe(
-      Effect.flatMap((text) => Effect.map(parseJsonObject(upstream, text), (json) => ({ raw: text, json })))
+      Effect.flatMap((text) => {
+        timeline.mark("upstream: resumed the fiber")
+        return Effect.map(parseJsonObject(upstream, text), (json) => {
+          timeline.mark("upstream: JSON parsed")
+          return { raw: text, json }
+        })
+      })
     )
 
   const stream: ChatProvider["stream"] = (route, body) =>

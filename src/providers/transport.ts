@@ -9,7 +9,8 @@
  */
 import { Effect, type Scope } from "effect"
 import { EventEmitter } from "node:events"
-import { Agent, type Dispatcher, errors as undiciErrors, request } from "undici"
+import { type Dispatcher, errors as undiciErrors, Pool } from "undici"
+import { timeline } from "../domain/timeline.ts"
 import { statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
 
 export interface UpstreamOptions {
@@ -66,7 +67,11 @@ class AttemptSignal extends EventEmitter {
 
 export const makeUpstream = (options: UpstreamOptions): Upstream => {
   const { name, url, timeoutMs } = options
-  const dispatcher = new Agent({ connections: 512, keepAliveTimeout: 30_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs })
+  // One origin per provider: its Pool directly, the path parsed once. `request(url, { dispatcher })`
+  // through an Agent parsed the URL and looked the origin's pool up on every call.
+  const target = new URL(url)
+  const path = `${target.pathname}${target.search}`
+  const pool = new Pool(target.origin, { connections: 512, keepAliveTimeout: 30_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs })
   const timedOut = timeoutFailure(name, timeoutMs)
   const streamHeaders = { ...options.headers, ...options.streamHeaders }
 
@@ -95,6 +100,7 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
       // escapes Effect.async), which never counts against the route's breaker (src/services/Router.ts).
       work(signal).then(
         (a) => {
+          timeline.mark("upstream: body read")
           clearTimeout(timer)
           resume(Effect.succeed(a))
         },
@@ -109,8 +115,11 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
       })
     })
 
-  const send = (payload: string, headers: Readonly<Record<string, string>>, signal: AttemptSignal) =>
-    request(url, { method: "POST", dispatcher, signal, headers, body: payload })
+  const send = (payload: string, headers: Readonly<Record<string, string>>, signal: AttemptSignal) => {
+    const sent = pool.request({ method: "POST", path, signal, headers, body: payload })
+    timeline.mark("upstream: request dispatched")
+    return sent
+  }
 
   /** A status ≥ 400 as a failure, with the upstream's error message (its body, read best-effort). */
   const rejected = async (res: Dispatcher.ResponseData): Promise<never> => {
@@ -118,11 +127,47 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
     throw statusFailure(res.statusCode, upstreamErrorDetail(text))
   }
 
+  /**
+   * A whole completion is gathered by a dispatch handler rather than request() + body.text(): that
+   * wraps every answer in a Readable stream and reads it through events, a nextTick and a chain of
+   * promises (≈ 7 µs CPU a call in a loopback microbench, more on a cold call; docs/decisions/0026).
+   * The signal aborts the request whether it fires before or after undici starts it.
+   */
   const post: Upstream["post"] = (payload) =>
-    attempt(async (signal) => {
-      const res = await send(payload, options.headers, signal)
-      return res.statusCode >= 400 ? rejected(res) : res.body.text()
-    })
+    attempt(
+      (signal) =>
+        new Promise<string>((resolve, reject) => {
+          const chunks: Array<Buffer> = []
+          let status = 0
+          let controller: Dispatcher.DispatchController | undefined
+          signal.once("abort", () => controller?.abort(new undiciErrors.RequestAbortedError()))
+          timeline.mark("upstream: attempt set up (signal, timer)")
+          pool.dispatch(
+            { method: "POST", path, headers: options.headers, body: payload },
+            {
+              onRequestStart: (c) => {
+                controller = c
+                if (signal.aborted) c.abort(new undiciErrors.RequestAbortedError())
+              },
+              onResponseStart: (_, statusCode) => {
+                timeline.mark("upstream: headers received")
+                status = statusCode
+              },
+              onResponseData: (_, chunk) => {
+                chunks.push(chunk)
+              },
+              onResponseEnd: () => {
+                const text = chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")
+                if (status >= 400) reject(statusFailure(status, upstreamErrorDetail(text)))
+                else resolve(text)
+              },
+              // An error status whose body broke is still that status (its detail read best-effort).
+              onResponseError: (_, e) => reject(status >= 400 ? statusFailure(status, "") : e)
+            }
+          )
+          timeline.mark("upstream: request dispatched")
+        })
+    )
 
   // Interruptible while it opens (a client that hangs up then aborts the request, as with `post`);
   // from the moment it is open, the body's release is in the scope.
@@ -131,6 +176,7 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
       restore(
         attempt(async (signal) => {
           const res = await send(payload, streamHeaders, signal)
+          timeline.mark("upstream: headers received")
           if (res.statusCode >= 400) return rejected(res)
           res.body.on("error", () => {}) // a reader sees the error; an unread one must not crash the process
           try {

@@ -67,6 +67,15 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
     await interrupted
   })
 
+  it("a client that hangs up while a completion is pending aborts the upstream request", async () => {
+    mock.pushBehavior({ delayMs: 20_000 }) // the answer (and the 60 s timeout) far later than the test waits
+    const pending = Effect.runFork(make(60_000).complete(route, { messages: [{ role: "user", content: "x" }] }))
+    await expect.poll(() => mock.calls).toBe(1)
+    const interrupted = Effect.runPromise(Fiber.interrupt(pending))
+    await expect.poll(() => mock.abandoned, { timeout: 5_000 }).toBe(1)
+    await interrupted
+  })
+
   it("a slow upstream is a retryable timeout failure", async () => {
     mock.pushBehavior({ delayMs: 400 })
     const failure = await Effect.runPromise(Effect.flip(make(100).complete(route, { messages: [{ role: "user", content: "x" }] })))

@@ -128,7 +128,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
       Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
       Effect.catchAll((failed) => fromRouteFailure(p, failed)),
       Effect.flatMap((served) => {
-        timeline.mark("upstream call (body, send, answer, parse)")
+        timeline.mark("upstream: router bookkeeping, back in the call")
         const json = served.value.json
         const choices = json.choices
         const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
