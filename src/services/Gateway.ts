@@ -11,7 +11,7 @@
  *
  * The same pipeline serves every surface (chat completions, responses); a Surface only renders.
  */
-import { Clock, Duration, Effect, Fiber, FiberSet, Option, Schedule } from "effect"
+import { Cause, Clock, Duration, Effect, Fiber, FiberSet, Option, Schedule } from "effect"
 import { Settings } from "../domain/config.ts"
 import type { GovernanceError } from "../domain/errors.ts"
 import { ChatStore } from "../store/ChatStore.ts"
@@ -107,21 +107,25 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
     /** Run one governed call on the given surface. */
     const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>
-      Effect.suspend(() => {
-        // The hold this call made, if any: interrupted (shutdown) between its reservation and the
-        // step that settles or voids it — a stream still opening, a call not yet upstream — it is
-        // voided here. Every write of `abandon` is guarded, so voiding a call already resolved is a no-op.
-        let reserved: Plan | undefined
-        return handlePlanned(call, (p) => (reserved = p)).pipe(
-          Effect.onInterrupt(() => (reserved === undefined ? Effect.void : abandon(reserved, "interrupted", "The gateway shut down before the upstream answered.", []))),
-          // The governed call's trace (exported only when an OTLP endpoint is configured: src/server.ts).
-          // Ids only: never a key, a secret or a prompt.
-          span("tollgate.governed_call", {
-            kind: "server",
-            attributes: { "tollgate.endpoint": call.surface.path, "tollgate.project_id": call.principal.projectId, "tollgate.environment": call.principal.environment }
-          })
-        )
-      })
+      // The governed call's trace (exported only when an OTLP endpoint is configured: src/server.ts).
+      // Ids only: never a key, a secret or a prompt.
+      span("tollgate.governed_call", {
+        kind: "server",
+        attributes: { "tollgate.endpoint": call.surface.path, "tollgate.project_id": call.principal.projectId, "tollgate.environment": call.principal.environment }
+      })(
+        Effect.uninterruptibleMask((restore) => {
+          // The hold this call made, if any: interrupted (shutdown) between its reservation and the
+          // step that settles or voids it — a stream still opening, a call not yet upstream — it is
+          // voided here. Every write of `abandon` is guarded, so voiding a call already resolved is a
+          // no-op. One mask and a failure handler, not suspend + onInterrupt (docs/decisions/0027).
+          let reserved: Plan | undefined
+          return Effect.catchAllCause(restore(handlePlanned(call, (p) => (reserved = p))), (cause) =>
+            reserved !== undefined && Cause.isInterruptedOnly(cause)
+              ? Effect.zipRight(abandon(reserved, "interrupted", "The gateway shut down before the upstream answered.", []), Effect.failCause(cause))
+              : Effect.failCause(cause)
+          )
+        })
+      )
 
     const handlePlanned = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<GatewayReply, GovernanceError> =>
       Effect.flatMap(plan(call, onReserved), (planned) => {
