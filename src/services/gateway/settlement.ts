@@ -35,6 +35,9 @@ export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>)
 }
 
 
+/** The `restore` of `Effect.uninterruptibleMask`: runs an effect with the interruptibility the mask found. */
+export type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+
 export const makeSettlement = (ctx: GatewayContext) => {
   const { settings, span, store, router, metrics, liveCalls } = ctx
 
@@ -124,16 +127,19 @@ export const makeSettlement = (ctx: GatewayContext) => {
    * ≈ 14 fewer fiber instructions a call (docs/decisions/0027).
    */
   const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
-    Effect.uninterruptibleMask((restore) => {
-      liveCalls.add(p)
-      return Effect.matchCauseEffect(
-        Effect.matchCauseEffect(restore(upstream(p)), { onFailure: (cause) => upstreamFailed(p, cause), onSuccess: (served) => settleServed(p, principal, served) }),
-        {
-          onFailure: (cause) => (liveCalls.delete(p), Effect.failCause(cause)),
-          onSuccess: (reply) => (liveCalls.delete(p), Effect.succeed(reply))
-        }
-      )
-    })
+    Effect.uninterruptibleMask((restore) => completeNonStreamingMasked(restore, p, principal))
+
+  /** `completeNonStreaming` in a fiber that is uninterruptible already; `restore` makes the leg interruptible. */
+  const completeNonStreamingMasked = (restore: Restore, p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> => {
+    liveCalls.add(p)
+    return Effect.matchCauseEffect(
+      Effect.matchCauseEffect(restore(upstream(p)), { onFailure: (cause) => upstreamFailed(p, cause), onSuccess: (served) => settleServed(p, principal, served) }),
+      {
+        onFailure: (cause) => (liveCalls.delete(p), Effect.failCause(cause)),
+        onSuccess: (reply) => (liveCalls.delete(p), Effect.succeed(reply))
+      }
+    )
+  }
 
   const upstream = (p: Plan) =>
     router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
@@ -180,7 +186,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
         )
   }
 
-  return { abandon, settle, fromRouteFailure, completeNonStreaming } as const
+  return { abandon, settle, fromRouteFailure, completeNonStreaming, completeNonStreamingMasked } as const
 }
 
 export type Settlement = ReturnType<typeof makeSettlement>
