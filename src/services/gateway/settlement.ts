@@ -123,13 +123,17 @@ export const makeSettlement = (ctx: GatewayContext) => {
    * The upstream leg and its settlement. The leg alone is interruptible; what follows it is not: an
    * answer is settled, and a leg that ended otherwise — interrupted (shutdown), a defect, no route
    * answered — voids the hold once and frees the key. The call is kept alive (`keepCallsAlive`) until
-   * then. One mask and one match instead of suspend + ensuring + onInterrupt + tapDefect + catchAll:
-   * ≈ 14 fewer fiber instructions a call (docs/decisions/0027).
+   * then. One mask and one match, not suspend + ensuring + onInterrupt + tapDefect + catchAll: each
+   * of those is several fiber steps (docs/decisions/0027).
    */
   const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
     Effect.uninterruptibleMask((restore) => completeNonStreamingMasked(restore, p, principal))
 
-  /** `completeNonStreaming` in a fiber that is uninterruptible already; `restore` makes the leg interruptible. */
+  /**
+   * `completeNonStreaming` for a fiber already inside a mask (Gateway.handle's): `restore` makes the
+   * leg interruptible. Called only while that fiber runs, never to build an effect for later: it
+   * registers the call in the keep-alive set at once.
+   */
   const completeNonStreamingMasked = (restore: Restore, p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> => {
     liveCalls.add(p)
     return Effect.matchCauseEffect(
