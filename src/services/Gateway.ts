@@ -11,7 +11,7 @@
  *
  * The same pipeline serves every surface (chat completions, responses); a Surface only renders.
  */
-import { Clock, Duration, Effect, Fiber, FiberSet, Option, Schedule } from "effect"
+import { Cause, Clock, Duration, Effect, Fiber, FiberSet, Option, Schedule } from "effect"
 import { Settings } from "../domain/config.ts"
 import type { GovernanceError } from "../domain/errors.ts"
 import { ChatStore } from "../store/ChatStore.ts"
@@ -101,40 +101,45 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const planning = makePlanning(ctx)
     const { plan } = planning
     const settlement = makeSettlement(ctx)
-    const { abandon, completeNonStreaming } = settlement
+    const { abandon, completeNonStreaming, completeNonStreamingMasked } = settlement
     const completeStreaming = makeStreaming(ctx, settlement)
     const evaluate = makeEvaluate(planning)
 
     /** Run one governed call on the given surface. */
     const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>
-      Effect.suspend(() => {
-        // The hold this call made, if any: interrupted (shutdown) between its reservation and the
-        // step that settles or voids it — a stream still opening, a call not yet upstream — it is
-        // voided here. Every write of `abandon` is guarded, so voiding a call already resolved is a no-op.
-        let reserved: Plan | undefined
-        return handlePlanned(call, (p) => (reserved = p)).pipe(
-          Effect.onInterrupt(() => (reserved === undefined ? Effect.void : abandon(reserved, "interrupted", "The gateway shut down before the upstream answered.", []))),
-          // The governed call's trace (exported only when an OTLP endpoint is configured: src/server.ts).
-          // Ids only: never a key, a secret or a prompt.
-          span("tollgate.governed_call", {
-            kind: "server",
-            attributes: { "tollgate.endpoint": call.surface.path, "tollgate.project_id": call.principal.projectId, "tollgate.environment": call.principal.environment }
-          })
-        )
-      })
-
-    const handlePlanned = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<GatewayReply, GovernanceError> =>
-      Effect.flatMap(plan(call, onReserved), (planned) => {
-        if ("_tag" in planned) return Effect.succeed(planned)
-        if (planned.request.stream) return completeStreaming(planned, call.principal)
-        // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
-        // The caller's own, when the service adopted it; otherwise one forked for the purpose.
-        return Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) =>
-          adopted.has(fiber)
-            ? completeNonStreaming(planned, call.principal)
-            : Effect.flatMap(FiberSet.run(inflight, completeNonStreaming(planned, call.principal)), Fiber.join)
-        )
-      })
+      // The governed call's trace (exported only when an OTLP endpoint is configured: src/server.ts).
+      // Ids only: never a key, a secret or a prompt.
+      span("tollgate.governed_call", {
+        kind: "server",
+        attributes: { "tollgate.endpoint": call.surface.path, "tollgate.project_id": call.principal.projectId, "tollgate.environment": call.principal.environment }
+      })(
+        Effect.uninterruptibleMask((restore) => {
+          // The hold this call made, if any: interrupted (shutdown) between its reservation and the
+          // step that settles or voids it — a stream still opening — it is voided here. Every write of
+          // `abandon` is guarded, so voiding a call already resolved is a no-op. Only the plan, the
+          // upstream leg and a stream run interruptibly (`restore`); the steps between them do not,
+          // so a call with a hold always reaches the step that settles or voids it. One mask for the
+          // call and its upstream leg, not suspend + onInterrupt + a mask of its own (docs/decisions/0027).
+          let reserved: Plan | undefined
+          return Effect.catchAllCause(
+            Effect.flatMap(restore(plan(call, (p) => (reserved = p))), (planned) => {
+              if ("_tag" in planned) return Effect.succeed(planned)
+              if (planned.request.stream) return restore(completeStreaming(planned, call.principal))
+              // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
+              // The caller's own, when the service adopted it; otherwise one forked for the purpose.
+              return Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) =>
+                adopted.has(fiber)
+                  ? completeNonStreamingMasked(restore, planned, call.principal)
+                  : restore(Effect.flatMap(FiberSet.run(inflight, completeNonStreaming(planned, call.principal)), Fiber.join))
+              )
+            }),
+            (cause) =>
+              reserved !== undefined && Cause.isInterruptedOnly(cause)
+                ? Effect.zipRight(abandon(reserved, "interrupted", "The gateway shut down before the upstream answered.", []), Effect.failCause(cause))
+                : Effect.failCause(cause)
+          )
+        })
+      )
 
     /**
      * Take ownership of a caller's fiber (the fast path's): shutdown interrupts it with the service's

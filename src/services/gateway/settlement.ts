@@ -3,7 +3,7 @@
  * ONE transaction; or, when nothing was charged, the hold voided and the key freed in one. And the
  * non-streamed call's upstream leg, which ends in one of the two.
  */
-import { Clock, Effect } from "effect"
+import { Cause, Clock, Effect, Option } from "effect"
 import { chargeWithinReservation, settledCharge, type TokenCounts, tokensFromUsage } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
@@ -11,8 +11,9 @@ import type { GovernanceError } from "../../domain/errors.ts"
 import { newReceiptId } from "../../domain/ids.ts"
 import { timeline } from "../../domain/timeline.ts"
 import type { Principal } from "../KeyRegistry.ts"
+import type { UpstreamReply } from "../../providers/Provider.ts"
 import type { Attempt, Verification } from "../Requests.ts"
-import type { Route, RouteFailed } from "../Router.ts"
+import type { Route, RouteFailed, Served } from "../Router.ts"
 import { deliveredText, type Governance } from "../surfaces/Surface.ts"
 import { countText } from "../Tokenizer.ts"
 import type { GatewayContext, GatewayReply, Plan } from "./types.ts"
@@ -34,6 +35,9 @@ export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>)
 }
 
 
+/** The `restore` of `Effect.uninterruptibleMask`: runs an effect with the interruptibility the mask found. */
+export type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+
 export const makeSettlement = (ctx: GatewayContext) => {
   const { settings, span, store, router, metrics, liveCalls } = ctx
 
@@ -51,16 +55,17 @@ export const makeSettlement = (ctx: GatewayContext) => {
       })
     ).pipe(span("tollgate.abandon", { attributes: { "tollgate.request_id": p.requestId, "tollgate.code": code } }), Effect.uninterruptible)
 
-  /** Charge, receipt, request completion and idempotent result, in one transaction. */
-  const settle = (
+  /** Charge, receipt, request completion and idempotent result, in one transaction; `then` maps what was stored to the caller's reply. */
+  const settle = <A>(
     p: Plan,
     principal: Principal,
     served: { readonly route: Route; readonly attempts: ReadonlyArray<Attempt> },
     tokens: TokenCounts,
     usageSource: "reported" | "counted",
     schemaOk: boolean,
-    render: (g: Governance, now: number) => { readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
-  ) =>
+    render: (g: Governance, now: number) => { readonly status: number; readonly contentType: string; readonly body: Uint8Array | string },
+    then: (stored: { readonly status: number; readonly contentType: string; readonly body: Uint8Array }) => A
+  ): Effect.Effect<A> =>
     Effect.clockWith((clock) => {
       const { prices, version } = p.prices.get(served.route.name)!
       const charge = settledCharge(tokens, prices, p.hold.amount)
@@ -103,7 +108,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
           timeline.mark("settle: resume the call")
           crashPoint("settled")
           metrics.settled(principal.projectId, usageSource, charge)
-          return { status: rendered.status, contentType: rendered.contentType, body }
+          return then({ status: rendered.status, contentType: rendered.contentType, body })
         })
       )
     }).pipe(Effect.uninterruptible)
@@ -114,46 +119,78 @@ export const makeSettlement = (ctx: GatewayContext) => {
       Effect.fail(failed.error)
     )
 
+  /**
+   * The upstream leg and its settlement. The leg alone is interruptible; what follows it is not: an
+   * answer is settled, and a leg that ended otherwise — interrupted (shutdown), a defect, no route
+   * answered — voids the hold once and frees the key. The call is kept alive (`keepCallsAlive`) until
+   * then. One mask and one match, not suspend + ensuring + onInterrupt + tapDefect + catchAll: each
+   * of those is several fiber steps (docs/decisions/0027).
+   */
   const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
-    Effect.suspend(() => {
-      // Kept alive by `keepCallsAlive` until it settles or is abandoned.
-      liveCalls.add(p)
-      return Effect.ensuring(completeNonStreamingCall(p, principal), Effect.sync(() => liveCalls.delete(p)))
-    })
+    Effect.uninterruptibleMask((restore) => completeNonStreamingMasked(restore, p, principal))
 
-  const completeNonStreamingCall = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
+  /**
+   * `completeNonStreaming` for a fiber already inside a mask (Gateway.handle's): `restore` makes the
+   * leg interruptible. Called only while that fiber runs, never to build an effect for later: it
+   * registers the call in the keep-alive set at once.
+   */
+  const completeNonStreamingMasked = (restore: Restore, p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> => {
+    liveCalls.add(p)
+    return Effect.matchCauseEffect(
+      Effect.matchCauseEffect(restore(upstream(p)), { onFailure: (cause) => upstreamFailed(p, cause), onSuccess: (served) => settleServed(p, principal, served) }),
+      {
+        onFailure: (cause) => (liveCalls.delete(p), Effect.failCause(cause)),
+        onSuccess: (reply) => (liveCalls.delete(p), Effect.succeed(reply))
+      }
+    )
+  }
+
+  const upstream = (p: Plan) =>
     router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
-      span("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } }),
-      Effect.onInterrupt(() => abandon(p, "interrupted", "The gateway shut down before the upstream answered.", [])),
-      Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
-      Effect.catchAll((failed) => fromRouteFailure(p, failed)),
-      Effect.flatMap((served) => {
-        timeline.mark("upstream: router bookkeeping, back in the call")
-        const json = served.value.json
-        const choices = json.choices
-        const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
-        const usage = json.usage as Parameters<typeof tokensFromUsage>[0] | null | undefined
-        const reported = usage !== null && typeof usage === "object" && typeof usage.prompt_tokens === "number"
-        const tokens: TokenCounts = reported
-          ? tokensFromUsage(usage)
-          : {
-              input: p.inputTokens,
-              cached_input: 0,
-              output: Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0,
-              reasoning: 0
-            }
-        return Effect.map(
-          settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk, (g, now) => ({
-            status: 200,
-            contentType: "application/json",
-            body: p.surface.renderBody(served.value.raw, json, g, tokens, now)
-          })),
-          (rendered): GatewayReply => ({ _tag: "Body", ...rendered })
-        )
-      })
+      span("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } })
     )
 
-  return { abandon, settle, fromRouteFailure, completeNonStreaming } as const
+  /** A leg that ended without an answer: nothing was charged, so the hold is voided, with the reason. */
+  const upstreamFailed = (p: Plan, cause: Cause.Cause<RouteFailed>): Effect.Effect<never, GovernanceError> => {
+    if (Cause.isInterruptedOnly(cause)) return Effect.zipRight(abandon(p, "interrupted", "The gateway shut down before the upstream answered.", []), Effect.failCause(cause as Cause.Cause<never>))
+    const failed = Cause.failureOption(cause)
+    if (Cause.isDie(cause)) {
+      return Effect.zipRight(
+        abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", []),
+        Option.isSome(failed) ? Effect.fail(failed.value.error) : Effect.failCause(cause as Cause.Cause<never>)
+      )
+    }
+    return Option.isSome(failed) ? fromRouteFailure(p, failed.value) : Effect.failCause(cause as Cause.Cause<never>)
+  }
+
+  const settleServed = (p: Plan, principal: Principal, served: Served<UpstreamReply>): Effect.Effect<GatewayReply, GovernanceError> => {
+    timeline.mark("upstream: router bookkeeping, back in the call")
+    const json = served.value.json
+    const choices = json.choices
+    const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
+    const usage = json.usage as Parameters<typeof tokensFromUsage>[0] | null | undefined
+    const reported = usage !== null && typeof usage === "object" && typeof usage.prompt_tokens === "number"
+    const tokens: TokenCounts = reported
+      ? tokensFromUsage(usage)
+      : {
+          input: p.inputTokens,
+          cached_input: 0,
+          output: Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0,
+          reasoning: 0
+        }
+    return settle(
+      p,
+      principal,
+      served,
+      tokens,
+      reported ? "reported" : "counted",
+      schemaOk,
+      (g, now) => ({ status: 200, contentType: "application/json", body: p.surface.renderBody(served.value.raw, json, g, tokens, now) }),
+      (stored): GatewayReply => ({ _tag: "Body", ...stored })
+    )
+  }
+
+  return { abandon, settle, fromRouteFailure, completeNonStreaming, completeNonStreamingMasked } as const
 }
 
 export type Settlement = ReturnType<typeof makeSettlement>

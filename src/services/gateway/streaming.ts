@@ -117,14 +117,20 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
             )
           }
           let tail: ReadonlyArray<Uint8Array> = []
-          return Effect.map(
-            settle(p, principal, served, tokens, reported ? "reported" : "counted", schemaOk && how === "complete", (g) => {
+          return settle(
+            p,
+            principal,
+            served,
+            tokens,
+            reported ? "reported" : "counted",
+            schemaOk && how === "complete",
+            (g) => {
               tail =
                 how === "complete"
                   ? renderer.complete(g, tokens)
                   : renderer.broken(`The upstream stream broke: ${failure?.message ?? "client disconnected"}. Delivered tokens were charged.`, g)
               return { status: 200, contentType: "text/event-stream", body: keep ? concat([...sent, ...tail]) : new Uint8Array() }
-            }),
+            },
             () => tail
           )
         })
