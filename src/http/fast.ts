@@ -205,11 +205,12 @@ export const makeFastHandler = Effect.gen(function* () {
 
   /** The call's first steps, up to its fiber. */
   const enter = (c: FastCall): void => {
-    const authorization = header(c.req, "authorization")
-    const verdict = keys.authenticateCached(authorization, clock.unsafeCurrentTimeMillis())
+    const now = clock.unsafeCurrentTimeMillis()
+    const verdict = keys.authenticateCached(header(c.req, "authorization"), now)
     if (verdict instanceof InvalidApiKey) return settle(c, Exit.fail(verdict))
     if ("miss" in verdict) {
-      const call = Effect.flatMap(keys.authenticate(authorization), (principal) => {
+      // The header is parsed once: the miss carries the parsed key to the store's lookup.
+      const call = Effect.flatMap(keys.authenticateMiss(verdict.miss, now), (principal) => {
         c.caller = principal
         timeline.mark("auth")
         return Effect.flatMap(readJson(c.req), (clientBody) => (timeline.mark("read + parse body"), governed(c, principal, clientBody)))

@@ -75,6 +75,9 @@ const DUMMY_HASH = hashSecret(`tollgate-unknown-key-${Math.random()}`)
 /** Cached key ids (known and unknown) at most. */
 const MAX_CACHED_KEYS = 100_000
 
+/** `Authorization: Bearer <token>`: one compiled pattern (no `g` flag, so `exec` keeps no state between calls). */
+const BEARER = /^Bearer\s+(\S+)\s*$/i
+
 export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegistry", {
   scoped: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
@@ -150,7 +153,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
       if (authorization === undefined || authorization.length === 0) {
         return invalid("Missing API key. Send it as 'Authorization: Bearer <key>'.")
       }
-      const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization)
+      const match = BEARER.exec(authorization)
       const parsed = match === null ? undefined : parseKey(match[1]!)
       if (parsed === undefined) return invalid("Malformed API key. Tollgate keys look like tg_dev_…; check for copy-paste damage.")
       const hit = cachedEntry(parsed.keyId, now)
@@ -160,14 +163,16 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     const asEffect = (verdict: Principal | InvalidApiKey): Effect.Effect<Principal, InvalidApiKey> =>
       verdict instanceof InvalidApiKey ? Effect.fail(verdict) : Effect.succeed(verdict)
 
+    /** A key `authenticateCached` missed: its row read from the store (and cached), then verified at `now`. */
+    const authenticateMiss = (parsed: ParsedKey, now: number): Effect.Effect<Principal, InvalidApiKey> =>
+      Effect.flatMap(refreshKey(parsed.keyId, now), (found) => asEffect(verify(Option.getOrUndefined(found), parsed, now)))
+
     /** `Authorization: Bearer <token>` → the caller's scope, or 401 invalid_api_key; only a cache miss reads the store. */
     const authenticate = (authorization: string | undefined): Effect.Effect<Principal, InvalidApiKey> =>
       Effect.clockWith((clock) => {
         const now = clock.unsafeCurrentTimeMillis()
         const verdict = authenticateCached(authorization, now)
-        if (!("miss" in verdict)) return asEffect(verdict)
-        const parsed = verdict.miss
-        return Effect.flatMap(refreshKey(parsed.keyId, now), (found) => asEffect(verify(Option.getOrUndefined(found), parsed, now)))
+        return "miss" in verdict ? authenticateMiss(verdict.miss, now) : asEffect(verdict)
       })
 
     const issue = (projectId: string, environment: Environment, now: number, replaces: string | null) =>
@@ -271,6 +276,6 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     const forgetProject = (projectId: string) =>
       Effect.zipRight(Effect.sync(() => dropProject(projectId)), events.announce({ _tag: "Project", projectId }))
 
-    return { authenticate, authenticateCached, create, rotate, revoke, info, list, forgetProject } as const
+    return { authenticate, authenticateCached, authenticateMiss, create, rotate, revoke, info, list, forgetProject } as const
   })
 }) {}
