@@ -101,7 +101,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const planning = makePlanning(ctx)
     const { plan } = planning
     const settlement = makeSettlement(ctx)
-    const { abandon, completeNonStreaming, completeNonStreamingMasked } = settlement
+    const { abandonInterrupted, completeNonStreaming, completeNonStreamingMasked } = settlement
     const completeStreaming = makeStreaming(ctx, settlement)
     const evaluate = makeEvaluate(planning)
 
@@ -135,7 +135,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             }),
             (cause) =>
               reserved !== undefined && Cause.isInterruptedOnly(cause)
-                ? Effect.zipRight(abandon(reserved, "interrupted", "The gateway shut down before the upstream answered.", []), Effect.failCause(cause))
+                ? abandonInterrupted(reserved, cause)
                 : Effect.failCause(cause)
           )
         })

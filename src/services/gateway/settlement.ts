@@ -113,6 +113,10 @@ export const makeSettlement = (ctx: GatewayContext) => {
       )
     }).pipe(Effect.uninterruptible)
 
+  /** Shutdown interrupted a call that holds a reservation: void it (a no-op if it was already resolved), then end as interrupted. */
+  const abandonInterrupted = <E>(p: Plan, cause: Cause.Cause<E>): Effect.Effect<never, E> =>
+    Effect.zipRight(abandon(p, "interrupted", "The gateway shut down before the upstream answered.", []), Effect.failCause(cause))
+
   const fromRouteFailure = (p: Plan, failed: RouteFailed) =>
     Effect.zipRight(
       abandon(p, failed.error._tag === "InvalidRequest" ? "invalid_request_error" : "route_unavailable", failed.error.message, failed.attempts),
@@ -152,7 +156,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
 
   /** A leg that ended without an answer: nothing was charged, so the hold is voided, with the reason. */
   const upstreamFailed = (p: Plan, cause: Cause.Cause<RouteFailed>): Effect.Effect<never, GovernanceError> => {
-    if (Cause.isInterruptedOnly(cause)) return Effect.zipRight(abandon(p, "interrupted", "The gateway shut down before the upstream answered.", []), Effect.failCause(cause as Cause.Cause<never>))
+    if (Cause.isInterruptedOnly(cause)) return abandonInterrupted(p, cause as Cause.Cause<never>)
     const failed = Cause.failureOption(cause)
     if (Cause.isDie(cause)) {
       return Effect.zipRight(
@@ -190,7 +194,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
     )
   }
 
-  return { abandon, settle, fromRouteFailure, completeNonStreaming, completeNonStreamingMasked } as const
+  return { abandon, abandonInterrupted, settle, fromRouteFailure, completeNonStreaming, completeNonStreamingMasked } as const
 }
 
 export type Settlement = ReturnType<typeof makeSettlement>
