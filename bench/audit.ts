@@ -30,8 +30,7 @@ import { availableParallelism, cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import Database from "better-sqlite3"
 import { auditStore } from "../src/store/auditReader.ts"
-import { unsignedPart, type Receipt } from "../spec/receipt.ts"
-import { canonicalJson } from "../spec/canonicalJson.ts"
+import { receiptBytes, unsignedPart, type Receipt } from "../spec/receipt.ts"
 import { arg, flag, numArg } from "./lib/args.ts"
 
 const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(0)} MiB`
@@ -95,7 +94,7 @@ const signedSample = (storePath: string, limit: number): Array<{ bytes: Buffer; 
   const out: Array<{ bytes: Buffer; signature: Buffer }> = []
   for (const row of db.prepare(`SELECT body FROM receipts LIMIT ?`).iterate(limit) as IterableIterator<{ body: string }>) {
     const r = JSON.parse(row.body) as Receipt
-    out.push({ bytes: Buffer.from(canonicalJson(unsignedPart(r)), "utf8"), signature: Buffer.from(r.signature, "base64url") })
+    out.push({ bytes: receiptBytes(unsignedPart(r)), signature: Buffer.from(r.signature, "base64url") })
   }
   db.close()
   return out

@@ -73,8 +73,7 @@ export const sealReceipt = (privateKey: KeyObject, unsigned: UnsignedReceipt): R
 }
 
 export const verifyReceipt = (receipt: Receipt, publicKeyPem: string): ReadonlyArray<ReceiptCheck> => {
-  const unsigned = unsignedPart(receipt)
-  const bytes = Buffer.from(canonicalJson(unsigned), "utf8")
+  const bytes = receiptBytes(unsignedPart(receipt))
   const failed: Array<ReceiptCheck> = []
   if (sha256Hex(bytes) !== receipt.hash) failed.push("hash")
   let ok = false

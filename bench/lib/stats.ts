@@ -10,7 +10,7 @@ export interface Summary {
 }
 
 /** Nearest-rank percentile of an ascending array. */
-const rank = (sorted: Float64Array, q: number): number =>
+export const rank = (sorted: Float64Array, q: number): number =>
   sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!
 
 export const summarize = (samples: Float64Array): Summary => {

@@ -97,7 +97,7 @@ export const packColumns = (rows: ReadonlyArray<ReceiptRow>): ColumnBatch => {
 }
 
 /** Row `i` of a packed batch, as the tuple `columnMismatches` reads. */
-export const unpackColumns = (b: ColumnBatch, i: number): SignedColumns => {
+const unpackColumns = (b: ColumnBatch, i: number): SignedColumns => {
   const e = i * TEXT_COLUMNS
   const piece = (k: number) => b.text.slice(e + k === 0 ? 0 : b.ends[e + k - 1]!, b.ends[e + k]!)
   const n = i * NUMBER_COLUMNS

@@ -8,7 +8,7 @@ import type { Report } from "./findings.ts"
 import { windowSubject } from "./receipts.ts"
 import type { WindowRow } from "./rows.ts"
 
-export interface WindowState {
+interface WindowState {
   readonly project: string
   readonly period: string
   stored: WindowRow | undefined
