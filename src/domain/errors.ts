@@ -133,8 +133,12 @@ export const errorClasses = {
 } as const satisfies { readonly [Tag in TollgateError["_tag"]]: Schema.Schema.All }
 
 /** A failure that is one of the classes above (an HTTP answer may carry it). */
-export const isTollgateError = (u: unknown): u is TollgateError =>
-  typeof u === "object" && u !== null && Object.values(errorClasses).some((errorClass) => u instanceof errorClass)
+export const isTollgateError = (u: unknown): u is TollgateError => {
+  if (typeof u !== "object" || u === null) return false
+  // Its class by its tag, one lookup (own keys only: a `_tag` of "constructor" names no class here).
+  const tag = (u as { readonly _tag?: unknown })._tag
+  return typeof tag === "string" && Object.hasOwn(errorClasses, tag) && u instanceof (errorClasses as Record<string, new (...args: never) => unknown>)[tag]!
+}
 
 /** An error class's status, from its annotation (src/http/errors.ts, src/http/schemas.ts). */
 export const statusOf = (errorClass: Schema.Schema.All): number => HttpApiSchema.getStatusError(errorClass)

@@ -36,5 +36,12 @@ describe("a decode failure on the wire", () => {
     expect(E.isTollgateError(new E.AdminNotFound({ message: "m" }))).toBe(true)
     expect(E.isTollgateError(new Error("boom"))).toBe(false)
     expect(E.isTollgateError({ _tag: "InvalidRequest", message: "m", param: null })).toBe(false)
+    // A tag that is a key of every object, not of the table: no class.
+    expect(E.isTollgateError({ _tag: "constructor" })).toBe(false)
+    // Every class in the table, by an instance of its own carrying its tag (as a constructed one does).
+    for (const [tag, errorClass] of Object.entries(E.errorClasses)) {
+      const instance: object = Object.assign(Object.create((errorClass as { prototype: object }).prototype), { _tag: tag })
+      expect(E.isTollgateError(instance)).toBe(true)
+    }
   })
 })
