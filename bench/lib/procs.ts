@@ -124,21 +124,32 @@ const CLK_TCK = 100
 export interface ProcSample {
   /** User + system CPU time so far, ms. */
   readonly cpuMs: number
+  /**
+   * The same for the main thread alone (the task whose id is the pid): the event loop. A target whose
+   * main thread runs near one core is bound by it, whatever its other threads (the store worker,
+   * libuv's pool, V8's helpers) still have to spare.
+   */
+  readonly mainCpuMs: number
   readonly rssMb: number
   /** Peak RSS so far (VmHWM), MB. */
   readonly peakRssMb: number
 }
 
 /** CPU time and memory of a process, from /proc (Linux). */
+const cpuTicks = (statFile: string): number => {
+  const stat = readFileSync(statFile, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return Number(fields[11]) + Number(fields[12])
+}
+
 export const sampleProc = (pid: number): ProcSample => {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    const ticks = Number(fields[11]) + Number(fields[12])
+    const ticks = cpuTicks(`/proc/${pid}/stat`)
+    const mainTicks = cpuTicks(`/proc/${pid}/task/${pid}/stat`)
     const status = readFileSync(`/proc/${pid}/status`, "utf8")
     const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+)`, "m").exec(status)?.[1] ?? NaN)
-    return { cpuMs: (ticks * 1000) / CLK_TCK, rssMb: kb("VmRSS") / 1024, peakRssMb: kb("VmHWM") / 1024 }
+    return { cpuMs: (ticks * 1000) / CLK_TCK, mainCpuMs: (mainTicks * 1000) / CLK_TCK, rssMb: kb("VmRSS") / 1024, peakRssMb: kb("VmHWM") / 1024 }
   } catch {
-    return { cpuMs: NaN, rssMb: NaN, peakRssMb: NaN }
+    return { cpuMs: NaN, mainCpuMs: NaN, rssMb: NaN, peakRssMb: NaN }
   }
 }
