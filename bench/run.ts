@@ -23,16 +23,17 @@
  *        with --compare . the same tree is measured with and without them),
  *        --compare-args "ARGS" (arguments for tollgate-b's bench target only, e.g. "--access-log")
  */
-import { execFileSync, execSync } from "node:child_process"
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
+import { execSync } from "node:child_process"
+import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os"
-import { basename, dirname, join, relative, resolve } from "node:path"
+import { dirname, join, relative, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { request } from "undici"
 import { arg, args, flag, numArg } from "./lib/args.ts"
 import { callersLoad, closedLoad, openLoad, type PhaseResult, type TargetEndpoint } from "./lib/load.ts"
 import { type Child, freePort, sampleProc, startChild } from "./lib/procs.ts"
 import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
+import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { judgeTargets } from "./lib/targets.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -115,31 +116,6 @@ interface Target {
 
 const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, nodeFlags: ReadonlyArray<string> = []) =>
   [process.execPath, [...nodeFlags, "--import", "tsx", join(benchDir, script), ...extra]] as const
-
-/**
- * A governed target runs as `npm start` runs the server: bundled by scripts/build.mjs with its store
- * worker beside it, with the node flags of its `npm start` line (so its RSS and start-up are the
- * production ones). `--from-sources` runs it
- * through tsx instead. The bundle lands inside the target's checkout, whose node_modules it uses, and
- * is built by that checkout's own scripts/build.mjs (a `--compare` checkout is bundled as its `npm
- * start` would bundle it, not with this tree's build options).
- */
-const fromSources = flag("--from-sources")
-const bundleTarget = (dir: string, script: string, name: string): string => {
-  const outdir = join(dir, ".tollgate", "bench-dist", name)
-  const entry = join(dir, "bench", script)
-  execFileSync(process.execPath, [join(dir, "scripts/build.mjs"), entry, outdir, join(dir, "src/store/storeWorker.ts")], { stdio: "inherit" })
-  return join(outdir, basename(script).replace(/\.ts$/, ".mjs"))
-}
-
-/**
- * The node flags of a checkout's `npm start` line (e.g. the V8 heap-sizing flags of docs/decisions/0016),
- * so a bundled governed target runs, and is measured, as `npm start` runs it.
- */
-const startFlags = (dir: string): ReadonlyArray<string> => {
-  const start = (JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { scripts?: { start?: string } }).scripts?.start ?? ""
-  return start.split(/\s+/).filter((t) => t.startsWith("--"))
-}
 
 const stopAll: Array<() => Promise<void>> = []
 const cleanup = async () => {
@@ -321,6 +297,8 @@ const main = async () => {
    * A governed target: `script` under `dir`/bench (its own sources), keyed by the development key it
    * prints when ready. `streams: false` for the governed floor, which serves non-streaming calls only.
    */
+  /** `--from-sources` runs a governed target through tsx instead of bundled (bench/lib/bundle.ts). */
+  const fromSources = flag("--from-sources")
   const startGoverned = async (
     name: string,
     script: string,

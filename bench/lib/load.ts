@@ -52,6 +52,11 @@ export interface OpenOptions {
   readonly connections?: number
   /** After the last dispatch, wait at most this long for answers; the rest count as errors ("unfinished"). */
   readonly drainMs?: number
+  /**
+   * Told of each successful call: when it was dispatched (ms since the epoch, `performance.timeOrigin`
+   * based, so it lines up with another process's `performance` clock) and its latency in ms.
+   */
+  readonly onCall?: (startedAt: number, latencyMs: number) => void
 }
 
 const bump = (kinds: Record<string, number>, k: string) => {
@@ -100,6 +105,7 @@ export const openLoad = async (t: TargetEndpoint, o: OpenOptions): Promise<Phase
           const t1 = performance.now()
           lastDone = t1
           if (res.statusCode === 200) {
+            o.onCall?.(performance.timeOrigin + t0, t1 - t0)
             latency[ok] = t1 - t0
             ttfb[ok] = (first < 0 ? t1 : first) - t0
             ok++
