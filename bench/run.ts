@@ -31,7 +31,7 @@ import { fileURLToPath } from "node:url"
 import { request } from "undici"
 import { arg, args, flag, numArg } from "./lib/args.ts"
 import { callersLoad, closedLoad, openLoad, type PhaseResult, type TargetEndpoint } from "./lib/load.ts"
-import { type Child, freePort, sampleProc, startChild } from "./lib/procs.ts"
+import { type Child, cpuSplit, freePort, sampleProc, startChild } from "./lib/procs.ts"
 import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { judgeTargets } from "./lib/targets.ts"
@@ -233,6 +233,9 @@ interface Measured extends PhaseResult {
   /** The target's main thread (its event loop) alone: CPU µs per successful request, and cores. */
   readonly mainCpuUsPerReq: number
   readonly mainCores: number
+  /** CPU µs per successful request of the busiest other thread (a governed target's store worker) and of all the rest (GC helpers, libuv). */
+  readonly workerCpuUsPerReq: number
+  readonly restCpuUsPerReq: number
   /** The load generator's own CPU utilisation (this process), to show it was not the bottleneck. */
   readonly generatorCores: number
   /** 1-minute load average at the end of the phase: how busy the shared machine was. */
@@ -248,7 +251,8 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
   const after = sampleProc(t.child.pid)
   const own = process.cpuUsage(self)
   const cpuMs = after.cpuMs - before.cpuMs
-  const mainCpuMs = after.mainCpuMs - before.mainCpuMs
+  const split = cpuSplit(t.child.pid, before, after)
+  const perReq = (ms: number) => (r.ok > 0 ? (ms * 1000) / r.ok : NaN)
   return {
     ...r,
     target: t.name,
@@ -256,8 +260,10 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
     round,
     cpuUsPerReq: r.ok > 0 ? (cpuMs * 1000) / r.ok : NaN,
     cpuCores: cpuMs / wallMs,
-    mainCpuUsPerReq: r.ok > 0 ? (mainCpuMs * 1000) / r.ok : NaN,
-    mainCores: mainCpuMs / wallMs,
+    mainCpuUsPerReq: perReq(split.main),
+    mainCores: split.main / wallMs,
+    workerCpuUsPerReq: perReq(split.busiestOther),
+    restCpuUsPerReq: perReq(split.rest),
     generatorCores: (own.user + own.system) / 1000 / wallMs,
     loadavg: loadavg()[0]!
   }
@@ -393,7 +399,7 @@ const main = async () => {
           `round ${round} ${s.id.padEnd(12)} ${t.name.padEnd(9)} ok ${String(m.ok).padStart(6)} err ${String(m.errors).padStart(4)} ` +
             `${f0(m.achievedRps).padStart(6)} rps  p50 ${f2(m.latencyMs.p50)} p90 ${f2(m.latencyMs.p90)} p99 ${f2(m.latencyMs.p99)} ms` +
             (m.ttfbMs ? `  ttfb p50 ${f2(m.ttfbMs.p50)}` : "") +
-            `  cpu ${f0(m.cpuUsPerReq)} µs/req (main ${f0(m.mainCpuUsPerReq)}, ${f2(m.mainCores)} cores), gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
+            `  cpu ${f0(m.cpuUsPerReq)} µs/req (main ${f0(m.mainCpuUsPerReq)} at ${f2(m.mainCores)} cores, busiest other thread ${f0(m.workerCpuUsPerReq)}, rest ${f0(m.restCpuUsPerReq)}), gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
             (m.lagP99Ms !== undefined && m.lagP99Ms > 2 ? `  (generator lag p99 ${f1(m.lagP99Ms)} ms)` : "")
         )
         await pause(300)
@@ -559,7 +565,7 @@ const main = async () => {
   const saturated = summary.filter((s) => s.target !== "baseline" && (s.latency["open-200"]?.achievedRps ?? Infinity) < 0.95 * 200).map((s) => s.target)
   if (saturated.length > 0) md.push(`Saturated at 200 RPS offered (achieved < 95%), so their latency there is a backlog's: ${saturated.join(", ")}.`, "")
   md.push("<details><summary>Every phase (medians over rounds; added = target − baseline in the same round; [min, max] over rounds)</summary>", "")
-  md.push("| scenario | target | achieved RPS | p50 ms | p90 ms | p99 ms | added p50 | added p99 [spread] | TTFB p50 | errors | target CPU, cores (main thread) | CPU µs/call (main thread) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+  md.push("| scenario | target | achieved RPS | p50 ms | p90 ms | p99 ms | added p50 | added p99 [spread] | TTFB p50 | errors | target CPU, cores (main thread) | CPU µs/call: all (main thread, busiest other thread, rest; medians each) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
   for (const s of scenarios) {
     for (const t of targets) {
       const rs = results.filter((r) => r.target === t.name && r.scenario === s.id)
@@ -568,7 +574,7 @@ const main = async () => {
         `| ${s.id} | ${t.name} | ${f0(med(t.name, s.id, (r) => r.achievedRps))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p50))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p90))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p99))} | ` +
           `${t.name === "baseline" ? "–" : signed(overhead(t.name, s.id, (r) => r.latencyMs.p50).median)} | ${t.name === "baseline" ? "–" : `${signed(p99.median)} [${f1(p99.spread[0])}, ${f1(p99.spread[1])}]`} | ` +
           `${s.stream === true ? f2(med(t.name, s.id, (r) => r.ttfbMs?.p50 ?? NaN)) : "–"} | ${rs.reduce((n, r) => n + r.errors, 0)} | ` +
-          `${f2(med(t.name, s.id, (r) => r.cpuCores))} (${f2(med(t.name, s.id, (r) => r.mainCores))}) | ${f0(med(t.name, s.id, (r) => r.cpuUsPerReq))} (${f0(med(t.name, s.id, (r) => r.mainCpuUsPerReq))}) |`
+          `${f2(med(t.name, s.id, (r) => r.cpuCores))} (${f2(med(t.name, s.id, (r) => r.mainCores))}) | ${f0(med(t.name, s.id, (r) => r.cpuUsPerReq))} (${f0(med(t.name, s.id, (r) => r.mainCpuUsPerReq))}, ${f0(med(t.name, s.id, (r) => r.workerCpuUsPerReq))}, ${f0(med(t.name, s.id, (r) => r.restCpuUsPerReq))}) |`
       )
     }
   }

@@ -3,7 +3,7 @@
  * and none shares a loop with the load generator. Everything listens on 127.0.0.1 only.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { appendFileSync, readFileSync } from "node:fs"
+import { appendFileSync, readdirSync, readFileSync } from "node:fs"
 import { createServer } from "node:net"
 
 export interface Child<R> {
@@ -130,26 +130,55 @@ export interface ProcSample {
    * libuv's pool, V8's helpers) still have to spare.
    */
   readonly mainCpuMs: number
+  /** Each live thread's CPU time so far, ms, by thread id (the main thread's included). */
+  readonly threadCpuMs: ReadonlyMap<number, number>
   readonly rssMb: number
   /** Peak RSS so far (VmHWM), MB. */
   readonly peakRssMb: number
 }
 
-/** CPU time and memory of a process, from /proc (Linux). */
 const cpuTicks = (statFile: string): number => {
   const stat = readFileSync(statFile, "utf8")
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
   return Number(fields[11]) + Number(fields[12])
 }
 
+const threadTicks = (pid: number): Map<number, number> => {
+  const out = new Map<number, number>()
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      out.set(Number(tid), (cpuTicks(`/proc/${pid}/task/${tid}/stat`) * 1000) / CLK_TCK)
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return out
+}
+
+/** CPU time (the process's, its main thread's, each thread's) and memory of a process, from /proc (Linux). */
 export const sampleProc = (pid: number): ProcSample => {
   try {
     const ticks = cpuTicks(`/proc/${pid}/stat`)
-    const mainTicks = cpuTicks(`/proc/${pid}/task/${pid}/stat`)
+    const threadCpuMs = threadTicks(pid)
     const status = readFileSync(`/proc/${pid}/status`, "utf8")
     const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+)`, "m").exec(status)?.[1] ?? NaN)
-    return { cpuMs: (ticks * 1000) / CLK_TCK, mainCpuMs: (mainTicks * 1000) / CLK_TCK, rssMb: kb("VmRSS") / 1024, peakRssMb: kb("VmHWM") / 1024 }
+    return { cpuMs: (ticks * 1000) / CLK_TCK, mainCpuMs: threadCpuMs.get(pid) ?? NaN, threadCpuMs, rssMb: kb("VmRSS") / 1024, peakRssMb: kb("VmHWM") / 1024 }
   } catch {
-    return { cpuMs: NaN, mainCpuMs: NaN, rssMb: NaN, peakRssMb: NaN }
+    return { cpuMs: NaN, mainCpuMs: NaN, threadCpuMs: new Map(), rssMb: NaN, peakRssMb: NaN }
   }
+}
+
+/**
+ * CPU ms between two samples of one process, split three ways: the main thread, the busiest other
+ * thread (in a governed target, the store worker: it runs every transaction and costs several times
+ * any other thread), and the rest (V8's platform threads — the garbage collector's helpers — libuv's
+ * pool, and threads that ended in between).
+ */
+export const cpuSplit = (pid: number, before: ProcSample, after: ProcSample): { readonly main: number; readonly busiestOther: number; readonly rest: number } => {
+  const main = after.mainCpuMs - before.mainCpuMs
+  let busiestOther = 0
+  for (const [tid, ms] of after.threadCpuMs) {
+    if (tid !== pid) busiestOther = Math.max(busiestOther, ms - (before.threadCpuMs.get(tid) ?? 0))
+  }
+  return { main, busiestOther, rest: after.cpuMs - before.cpuMs - main - busiestOther }
 }

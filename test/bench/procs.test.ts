@@ -5,15 +5,18 @@
  */
 import { spawn } from "node:child_process"
 import { describe, expect, it } from "vitest"
-import { sampleProc } from "../../bench/lib/procs.ts"
+import { cpuSplit, sampleProc } from "../../bench/lib/procs.ts"
 
-/** A child whose only busy thread is a worker: it spins `ms` of CPU there, then says "done" and waits. */
+/**
+ * A child whose only busy thread is a worker: it spins `ms` of CPU there, then says "done" and keeps
+ * the worker alive (so its thread is still listed), blocked on Atomics.wait.
+ */
 const spinInWorker = (ms: number) =>
   new Promise<{ pid: number; stop: () => void }>((resolve, reject) => {
     const script = `
       const { Worker } = require("node:worker_threads")
-      const w = new Worker("const t = process.cpuUsage(); while ((process.cpuUsage(t).user + process.cpuUsage(t).system) / 1000 < ${ms}) {}", { eval: true })
-      w.on("exit", () => { console.log("done"); setInterval(() => {}, 1000) })
+      const w = new Worker("const { parentPort } = require('node:worker_threads'); const t = process.cpuUsage(); while ((process.cpuUsage(t).user + process.cpuUsage(t).system) / 1000 < ${ms}) {} parentPort.postMessage('spun'); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0)", { eval: true })
+      w.on("message", () => console.log("done"))
     `
     const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] })
     child.once("error", reject)
@@ -34,6 +37,21 @@ describe("sampleProc", () => {
       expect(s.mainCpuMs).toBeGreaterThanOrEqual(0)
       expect(s.cpuMs - s.mainCpuMs).toBeGreaterThanOrEqual(390)
       expect(s.rssMb).toBeGreaterThan(0)
+    } finally {
+      child.stop()
+    }
+  }, 30_000)
+
+  it("splits a process's CPU into its main thread, its busiest other thread and the rest", async () => {
+    const child = await spinInWorker(400)
+    try {
+      const s = sampleProc(child.pid)
+      const empty = { cpuMs: 0, mainCpuMs: 0, threadCpuMs: new Map<number, number>(), rssMb: 0, peakRssMb: 0 }
+      const split = cpuSplit(child.pid, empty, s)
+      expect(split.busiestOther).toBeGreaterThanOrEqual(390)
+      expect(split.main).toBe(s.mainCpuMs)
+      expect(split.main + split.busiestOther + split.rest).toBeCloseTo(s.cpuMs, 6)
+      expect(split.rest).toBeLessThan(split.busiestOther)
     } finally {
       child.stop()
     }
