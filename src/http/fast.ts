@@ -25,6 +25,7 @@ import { Metrics } from "../services/Metrics.ts"
 import { governedCalls, handleGoverned, logAccess } from "./app.ts"
 import { closeIfUnread, readJsonBody } from "./body.ts"
 import { errorResponse, internalError, logDefect, wireError } from "./errors.ts"
+import { pathOf } from "./path.ts"
 
 type FastPath = keyof typeof governedCalls
 
@@ -36,9 +37,7 @@ const header = (req: IncomingMessage, name: string): string | undefined => {
 /** The governed endpoint a request is for, or undefined when the Effect app serves it. */
 export const fastPathOf = (req: IncomingMessage): FastPath | undefined => {
   if (req.method !== "POST") return undefined
-  const url = req.url ?? ""
-  const q = url.indexOf("?")
-  const path = q === -1 ? url : url.slice(0, q)
+  const path = pathOf(req.url ?? "")
   return path === "/v1/chat/completions" || path === "/v1/responses" ? path : undefined
 }
 

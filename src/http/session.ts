@@ -11,6 +11,7 @@ import { Effect } from "effect"
 import { AdminForbidden, AdminNotFound, type AdminUnauthorized, InvalidRequest } from "../domain/errors.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
 import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
+import { pathOf } from "./path.ts"
 import { header } from "./request.ts"
 
 export const SESSION_COOKIE = "tollgate_session"
@@ -28,7 +29,7 @@ export const adminCaller = (req: HttpServerRequest.HttpServerRequest): Effect.Ef
   Effect.gen(function* () {
     const authorization = header(req, "authorization")
     const cookie = req.cookies[SESSION_COOKIE]
-    const sessionPath = req.url.split("?")[0] === SESSION_PATH
+    const sessionPath = pathOf(req.url) === SESSION_PATH
     if (!sessionPath && (authorization !== undefined || cookie === undefined)) {
       const bootstrap = yield* Bootstrap
       yield* bootstrap.authorizeAdmin(authorization)
