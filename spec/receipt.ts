@@ -10,7 +10,6 @@
  * n−1's `hash` (`seq` counts from 1), and the first one's is GENESIS_HASH.
  */
 import * as nodeCrypto from "node:crypto"
-import { createHash, createPublicKey, type KeyObject, sign, verify } from "node:crypto"
 import { canonicalJson } from "./canonicalJson.ts"
 import type { TokenCounts } from "./pricing.ts"
 
@@ -55,11 +54,12 @@ export const receiptBytes = (unsigned: UnsignedReceipt): Buffer => Buffer.from(c
 /**
  * SHA-256 as hex, the same digest either way: one-shot `crypto.hash` (Node ≥ 20.12) where it exists,
  * with no Hash object built per receipt (≈ 1.2 → 0.7 µs hot, more on the settlement's cold path).
- * The namespace is `nodeCrypto`, not `crypto`: bundled into the audit worker, a top-level `crypto`
- * collides with the global of that name.
+ * node:crypto is imported as a namespace, so a Node without `hash` reads undefined here (a named
+ * import of a missing export fails at link time). It is `nodeCrypto`, not `crypto`: bundled into the
+ * audit worker, a top-level `crypto` collides with the global of that name.
  */
 export const sha256Hex: (bytes: Buffer) => string =
-  typeof nodeCrypto.hash === "function" ? (bytes) => nodeCrypto.hash("sha256", bytes, "hex") : (bytes) => createHash("sha256").update(bytes).digest("hex")
+  typeof nodeCrypto.hash === "function" ? (bytes) => nodeCrypto.hash("sha256", bytes, "hex") : (bytes) => nodeCrypto.createHash("sha256").update(bytes).digest("hex")
 
 export const receiptHash = (unsigned: UnsignedReceipt, bytes: Buffer = receiptBytes(unsigned)): string => sha256Hex(bytes)
 
@@ -67,9 +67,9 @@ export type ReceiptCheck = "hash" | "signature"
 
 /** Which of the receipt's own checks fail (empty = intact and signed by `publicKeyPem`). */
 /** Hash and sign a receipt body (which already carries its prev_hash and key id) with an Ed25519 key. */
-export const sealReceipt = (privateKey: KeyObject, unsigned: UnsignedReceipt): Receipt => {
+export const sealReceipt = (privateKey: nodeCrypto.KeyObject, unsigned: UnsignedReceipt): Receipt => {
   const bytes = receiptBytes(unsigned)
-  return { ...unsigned, hash: receiptHash(unsigned, bytes), signature: sign(null, bytes, privateKey).toString("base64url") }
+  return { ...unsigned, hash: receiptHash(unsigned, bytes), signature: nodeCrypto.sign(null, bytes, privateKey).toString("base64url") }
 }
 
 export const verifyReceipt = (receipt: Receipt, publicKeyPem: string): ReadonlyArray<ReceiptCheck> => {
@@ -78,7 +78,7 @@ export const verifyReceipt = (receipt: Receipt, publicKeyPem: string): ReadonlyA
   if (sha256Hex(bytes) !== receipt.hash) failed.push("hash")
   let ok = false
   try {
-    ok = verify(null, bytes, createPublicKey(publicKeyPem), Buffer.from(receipt.signature, "base64url"))
+    ok = nodeCrypto.verify(null, bytes, nodeCrypto.createPublicKey(publicKeyPem), Buffer.from(receipt.signature, "base64url"))
   } catch {
     ok = false
   }

@@ -6,8 +6,8 @@
  * payload schema (`decodedBody`), never cast.
  *
  * Who may call is the `AdminAuth` middleware's: src/http/session.ts's check on the raw request (admin
- * token or session cookie, CSRF on a cookie's writes), providing the `AdminCaller`; a write refuses a
- * team session (`operatorOnly`). A handler's domain failure is answered in its wire form
+ * token or session cookie, CSRF on a cookie's writes), providing the `AdminCaller`; the session's own
+ * GET and DELETE take the cookie only (`SessionAuth`); a write refuses a team session (`operatorOnly`). A handler's domain failure is answered in its wire form
  * (`respondErrors`); a middleware's and a decode failure by the app's catch-all (./app.ts).
  */
 import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
@@ -20,11 +20,11 @@ import { type KeyInfo, KeyRegistry } from "../services/KeyRegistry.ts"
 import { Ledger } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
 import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
-import { AdminAuth, AdminCaller, type DailyUsage, NewKey, NewProject, ProjectPatch, type RequestListItem, type RequestPage, Rotation, SignIn } from "./adminApi.ts"
+import { AdminAuth, AdminCaller, type DailyUsage, NewKey, NewProject, ProjectPatch, type RequestListItem, type RequestPage, Rotation, SessionAuth, SignIn } from "./adminApi.ts"
 import { PublicApi } from "./api.ts"
 import { respondErrors } from "./caller.ts"
 import { decodedBody, header } from "./request.ts"
-import { adminCaller, cookieOptions, json, operatorOnly, SESSION_COOKIE, viewedEnvironment, visibleProject } from "./session.ts"
+import { adminCaller, cookieOptions, json, operatorOnly, SESSION_COOKIE, sessionCaller, viewedEnvironment, visibleProject } from "./session.ts"
 
 /**
  * The admin check as the middleware of the `admin` group. The platform tries a middleware's security
@@ -39,6 +39,23 @@ export const AdminAuthLive = Layer.effect(
       adminToken: () => Effect.fail(undefined) as never,
       session: () =>
         Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) => Effect.provide(adminCaller(req), services)) as unknown as Effect.Effect<
+          typeof AdminCaller.Service,
+          never
+        >
+    })
+  )
+)
+
+/**
+ * The session's own endpoints' check (GET and DELETE /admin/v1/session): the cookie only, CSRF on the
+ * sign-out (src/http/session.ts `sessionCaller`); one security scheme, so it runs once.
+ */
+export const SessionAuthLive = Layer.effect(
+  SessionAuth,
+  Effect.map(Effect.context<Sessions>(), (services) =>
+    SessionAuth.of({
+      session: () =>
+        Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) => Effect.provide(sessionCaller(req), services)) as unknown as Effect.Effect<
           typeof AdminCaller.Service,
           never
         >
@@ -193,14 +210,6 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
     .handle("getProjectReceipt", ({ path }) =>
       respondErrors(Effect.flatMap(viewerOf(path.id), (v) => Effect.flatMap(Activity, (activity) => activity.receipt(path.id, path.request_id, teamEnvironment(v)))))
     )
-    // The middleware resumed the cookie's session for these two (src/http/session.ts), CSRF checked on the sign-out.
-    .handle("getSession", () => Effect.map(AdminCaller, (caller) => sessionBody(caller.session!)))
-    .handle("signOut", ({ request }) =>
-      respondErrors(Effect.gen(function* () {
-        yield* (yield* Sessions).signOut(request.cookies[SESSION_COOKIE])
-        return HttpServerResponse.expireCookie(json({ object: "session", signed_out: true }), SESSION_COOKIE, cookieOptions(request))
-      }))
-    )
 )
 
 /**
@@ -221,7 +230,15 @@ const sessionGroup = HttpApiBuilder.group(PublicApi, "session", (handlers) =>
       return HttpServerResponse.unsafeSetCookie(json(sessionBody(session), 201), SESSION_COOKIE, id, cookieOptions(request, session.expiresAt - session.createdAt))
     }))
   )
+    // SessionAuth resumed the cookie's session for these two (src/http/session.ts), CSRF checked on the sign-out.
+    .handle("getSession", () => Effect.map(AdminCaller, (caller) => sessionBody(caller.session!)))
+    .handle("signOut", ({ request }) =>
+      respondErrors(Effect.gen(function* () {
+        yield* (yield* Sessions).signOut(request.cookies[SESSION_COOKIE])
+        return HttpServerResponse.expireCookie(json({ object: "session", signed_out: true }), SESSION_COOKIE, cookieOptions(request))
+      }))
+    )
 )
 
 /** The admin groups' layers, for the HttpApi's router (./apiRoutes.ts). */
-export const adminGroups = Layer.merge(adminGroup.pipe(Layer.provide(AdminAuthLive)), sessionGroup)
+export const adminGroups = Layer.merge(adminGroup.pipe(Layer.provide(AdminAuthLive)), sessionGroup.pipe(Layer.provide(SessionAuthLive)))

@@ -11,6 +11,7 @@ import { dirname, extname, join, relative, sep } from "node:path"
 import { fileURLToPath } from "node:url"
 import { gzipSync } from "node:zlib"
 import { errorResponse, unknownRoute } from "./errors.ts"
+import { pathOf } from "./path.ts"
 
 // ---- Static files ----
 
@@ -112,7 +113,7 @@ const notBuilt = errorResponse({
 
 const serveStatic = Effect.gen(function* () {
   const req = yield* HttpServerRequest.HttpServerRequest
-  const path = req.url.split("?")[0]!
+  const path = pathOf(req.url)
   const files = loadAssets()
   if (files.size === 0) return notBuilt
   const asset = files.get(path === "/dashboard" || path === "/dashboard/" ? "/dashboard/index.html" : path)

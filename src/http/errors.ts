@@ -9,6 +9,7 @@ import { type HttpApiError, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect } from "effect"
 import type { Duplex } from "node:stream"
 import { errorClasses, InvalidRequest, statusOf, type TollgateError, type WireCode, wireCodeOf } from "../domain/errors.ts"
+import { pathOf } from "./path.ts"
 
 export interface WireError {
   readonly status: number
@@ -67,7 +68,7 @@ export const unknownRoute = (method: string, url: string): HttpServerResponse.Ht
     status: 404,
     type: "invalid_request_error",
     code: "unknown_url",
-    message: `Unknown request URL: ${method} ${url.split("?")[0]}.`,
+    message: `Unknown request URL: ${method} ${pathOf(url)}.`,
     param: null,
     headers: {}
   })

@@ -25,20 +25,15 @@ import { Metrics } from "../services/Metrics.ts"
 import { governedCalls, handleGoverned, logAccess } from "./app.ts"
 import { closeIfUnread, readJsonBody } from "./body.ts"
 import { errorResponse, internalError, logDefect, wireError } from "./errors.ts"
+import { pathOf } from "./path.ts"
+import { header } from "./request.ts"
 
 type FastPath = keyof typeof governedCalls
-
-const header = (req: IncomingMessage, name: string): string | undefined => {
-  const v = req.headers[name]
-  return typeof v === "string" ? v : undefined
-}
 
 /** The governed endpoint a request is for, or undefined when the Effect app serves it. */
 export const fastPathOf = (req: IncomingMessage): FastPath | undefined => {
   if (req.method !== "POST") return undefined
-  const url = req.url ?? ""
-  const q = url.indexOf("?")
-  const path = q === -1 ? url : url.slice(0, q)
+  const path = pathOf(req.url ?? "")
   return path === "/v1/chat/completions" || path === "/v1/responses" ? path : undefined
 }
 

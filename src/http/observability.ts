@@ -11,6 +11,7 @@ import { Bootstrap } from "../services/Bootstrap.ts"
 import { Metrics } from "../services/Metrics.ts"
 import { CurrentCaller } from "./caller.ts"
 import { errorResponse } from "./errors.ts"
+import { pathOf } from "./path.ts"
 import { header } from "./request.ts"
 
 /**
@@ -43,7 +44,7 @@ export const metricsRoutes = HttpRouter.empty.pipe(HttpRouter.get("/metrics", me
 
 /** A bounded label for a request path (ids folded), for metrics and logs. */
 export const endpointLabel = (url: string): string => {
-  const path = url.split("?")[0] ?? ""
+  const path = pathOf(url)
   if (path.startsWith("/v1/requests/")) return path.endsWith("/receipt") ? "/v1/requests/{id}/receipt" : "/v1/requests/{id}"
   if (path.startsWith("/admin/v1/")) return path.replace(/\/(prj|key|req)_[a-z2-7]+/g, "/{id}")
   if (path === "/dashboard" || path.startsWith("/dashboard/")) return "/dashboard"

@@ -11,7 +11,12 @@ import { InvalidRequest, type PayloadTooLarge } from "../domain/errors.ts"
 import { type BodyLimits, readJsonBody } from "./body.ts"
 import { decodeFailure } from "./errors.ts"
 
-export const header = (req: HttpServerRequest.HttpServerRequest, name: string): string | undefined => {
+/**
+ * A header as a string (absent, or repeated as an array: undefined), for an Effect request and for the
+ * fast path's node IncomingMessage alike: the node server's Effect request hands out the
+ * IncomingMessage's own headers object, so both read the same record the same way.
+ */
+export const header = (req: { readonly headers: { readonly [name: string]: string | ReadonlyArray<string> | undefined } }, name: string): string | undefined => {
   const v = req.headers[name]
   return typeof v === "string" ? v : undefined
 }

@@ -18,26 +18,31 @@ export const CSRF_HEADER = "x-csrf-token"
 
 const isRead = (method: string) => method === "GET" || method === "HEAD"
 
-const SESSION_PATH = "/admin/v1/session"
+type Caller = { readonly viewer: Viewer; readonly session: Session | undefined }
 
 /**
- * The caller of an admin endpoint: the bearer admin token wins; otherwise the session cookie (with
- * CSRF on writes). The session's own endpoints (GET and DELETE /admin/v1/session) take the cookie only.
+ * The caller by the session cookie alone (with CSRF on writes): the session's own endpoints (GET and
+ * DELETE /admin/v1/session, the `SessionAuth` middleware) take nothing else.
  */
-export const adminCaller = (req: HttpServerRequest.HttpServerRequest): Effect.Effect<{ readonly viewer: Viewer; readonly session: Session | undefined }, AdminUnauthorized | AdminForbidden, Bootstrap | Sessions> =>
+export const sessionCaller = (req: HttpServerRequest.HttpServerRequest): Effect.Effect<Caller, AdminUnauthorized | AdminForbidden, Sessions> =>
   Effect.gen(function* () {
-    const authorization = header(req, "authorization")
-    const cookie = req.cookies[SESSION_COOKIE]
-    const sessionPath = req.url.split("?")[0] === SESSION_PATH
-    if (!sessionPath && (authorization !== undefined || cookie === undefined)) {
-      const bootstrap = yield* Bootstrap
-      yield* bootstrap.authorizeAdmin(authorization)
-      return { viewer: { role: "operator" } as Viewer, session: undefined }
-    }
     const sessions = yield* Sessions
-    const session = yield* sessions.resume(cookie)
+    const session = yield* sessions.resume(req.cookies[SESSION_COOKIE])
     if (!isRead(req.method)) yield* sessions.checkCsrf(session, header(req, CSRF_HEADER))
     return { viewer: session.viewer, session }
+  })
+
+/**
+ * The caller of an admin endpoint (the `AdminAuth` middleware): the bearer admin token wins;
+ * otherwise the session cookie (with CSRF on writes).
+ */
+export const adminCaller = (req: HttpServerRequest.HttpServerRequest): Effect.Effect<Caller, AdminUnauthorized | AdminForbidden, Bootstrap | Sessions> =>
+  Effect.gen(function* () {
+    const authorization = header(req, "authorization")
+    if (authorization === undefined && req.cookies[SESSION_COOKIE] !== undefined) return yield* sessionCaller(req)
+    const bootstrap = yield* Bootstrap
+    yield* bootstrap.authorizeAdmin(authorization)
+    return { viewer: { role: "operator" } as Viewer, session: undefined }
   })
 
 /** Where only the operator may act (the admin writes): a team session is refused. */

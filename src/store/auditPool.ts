@@ -14,20 +14,25 @@
 import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
-import type { BatchFacts, ColumnBatch, SealCode, TrustedKeyData } from "../../spec/audit.ts"
-import type { AuditWorkerData, SealReply, SealRequest } from "./auditWorker.ts"
+import type { BatchFacts, ColumnBatch, TrustedKeyData } from "../../spec/audit.ts"
+import type { AuditWorkerData, SealCodes, SealReply, SealRequest } from "./auditWorker.ts"
 
 export interface SealPool {
   /** The seal verdicts of `bodies`, in their order. */
-  readonly seal: (bodies: ReadonlyArray<string>) => Promise<Uint8Array & ArrayLike<SealCode>>
+  readonly seal: (bodies: ReadonlyArray<string>) => Promise<SealCodes>
   /** The facts (spec/audit/facts.ts) of rows given by their signed columns, in their order. */
   readonly facts: (rows: ColumnBatch) => Promise<BatchFacts>
   readonly close: () => Promise<void>
 }
 
+/** A batch awaiting its answer, by what it asked for: seal verdicts or facts. */
+type Pending =
+  | { readonly kind: "codes"; readonly resolve: (codes: SealCodes) => void; readonly reject: (e: Error) => void }
+  | { readonly kind: "facts"; readonly resolve: (facts: BatchFacts) => void; readonly reject: (e: Error) => void }
+
 interface Live {
   readonly worker: Worker
-  readonly pending: Map<number, { resolve: (answer: never) => void; reject: (e: Error) => void }>
+  readonly pending: Map<number, Pending>
   failed: Error | undefined
 }
 
@@ -67,23 +72,29 @@ export const startSealPool = (jobs: number, keys: ReadonlyArray<TrustedKeyData>,
     live.worker.on("message", (reply: SealReply) => {
       const p = live.pending.get(reply.id)
       live.pending.delete(reply.id)
-      p?.resolve(("codes" in reply ? reply.codes : reply.facts) as never)
+      if (p === undefined) return
+      if ("codes" in reply && p.kind === "codes") p.resolve(reply.codes)
+      else if ("facts" in reply && p.kind === "facts") p.resolve(reply.facts)
+      else p.reject(new Error(`audit worker: batch ${reply.id} answered with the wrong kind`))
     })
     live.worker.on("error", (e) => fail(new Error(`audit worker: ${e.message}`)))
     live.worker.on("exit", (code) => fail(new Error(`audit worker exited (code ${code})`)))
     lives.push(live)
   }
-  const ask = <A>(request: (id: number) => SealRequest, transfer: ReadonlyArray<ArrayBuffer> = []) =>
-    new Promise<A>((resolve, reject) => {
-      let live = lives[0]!
-      for (const l of lives) if (l.pending.size < live.pending.size) live = l
-      if (live.failed !== undefined) return reject(live.failed)
-      const id = ++nextId
-      live.pending.set(id, { resolve, reject })
-      live.worker.postMessage(request(id), transfer)
-    })
-  const seal = (bodies: ReadonlyArray<string>) => ask<Uint8Array & ArrayLike<SealCode>>((id) => ({ id, bodies }))
-  const facts = (rows: ColumnBatch) => ask<BatchFacts>((id) => ({ id, rows }), [rows.ends.buffer as ArrayBuffer, rows.numbers.buffer as ArrayBuffer])
+  const send = (pending: Pending, request: (id: number) => SealRequest, transfer: ReadonlyArray<ArrayBuffer> = []) => {
+    let live = lives[0]!
+    for (const l of lives) if (l.pending.size < live.pending.size) live = l
+    if (live.failed !== undefined) return pending.reject(live.failed)
+    const id = ++nextId
+    live.pending.set(id, pending)
+    live.worker.postMessage(request(id), transfer)
+  }
+  const seal = (bodies: ReadonlyArray<string>) =>
+    new Promise<SealCodes>((resolve, reject) => send({ kind: "codes", resolve, reject }, (id) => ({ id, bodies })))
+  const facts = (rows: ColumnBatch) =>
+    new Promise<BatchFacts>((resolve, reject) =>
+      send({ kind: "facts", resolve, reject }, (id) => ({ id, rows }), [rows.ends.buffer as ArrayBuffer, rows.numbers.buffer as ArrayBuffer])
+    )
   const close = async () => {
     await Promise.all(lives.map((l) => l.worker.terminate()))
   }

@@ -11,7 +11,7 @@
  */
 import { parentPort, workerData } from "node:worker_threads"
 import { batchFacts, type BatchFacts, type ColumnBatch } from "../../spec/audit/facts.ts"
-import { sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit/seal.ts"
+import { type SealCode, sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit/seal.ts"
 
 export interface AuditWorkerData {
   readonly keys: ReadonlyArray<TrustedKeyData>
@@ -21,7 +21,10 @@ export type SealRequest =
   | { readonly id: number; readonly bodies: ReadonlyArray<string> }
   | { readonly id: number; readonly rows: ColumnBatch }
 
-export type SealReply = { readonly id: number; readonly codes: Uint8Array } | { readonly id: number; readonly facts: BatchFacts }
+/** One seal verdict a byte. */
+export type SealCodes = Uint8Array<ArrayBuffer> & ArrayLike<SealCode>
+
+export type SealReply = { readonly id: number; readonly codes: SealCodes } | { readonly id: number; readonly facts: BatchFacts }
 
 const trusted = trustedKeyMap((workerData as AuditWorkerData).keys)
 
@@ -31,7 +34,8 @@ parentPort?.on("message", (req: SealRequest) => {
     parentPort!.postMessage({ id: req.id, facts } satisfies SealReply, [facts.numbers.buffer as ArrayBuffer])
     return
   }
-  const codes = new Uint8Array(req.bodies.length)
+  // Every byte is set to a SealCode below.
+  const codes = new Uint8Array(req.bodies.length) as SealCodes
   for (let i = 0; i < req.bodies.length; i++) codes[i] = sealOfBody(req.bodies[i]!, trusted)
   parentPort!.postMessage({ id: req.id, codes } satisfies SealReply, [codes.buffer])
 })

@@ -99,6 +99,13 @@ describe("dashboard sessions and the admin API's dashboard reads", () => {
     // The bearer token still works alone, without cookie or CSRF (CLI, scripts).
     expect((await gw.admin("GET", "/admin/v1/projects")).status).toBe(200)
 
+    // The session's own endpoints take the cookie only: the bearer token alone is no session, and beside
+    // the cookie it changes nothing (the sign-out still needs CSRF).
+    const bearerOnly = await gw.admin("GET", "/admin/v1/session")
+    expect(bearerOnly.status).toBe(401)
+    expect((await c.call("GET", "/admin/v1/session", undefined, { authorization: `Bearer ${ADMIN_TOKEN}` })).status).toBe(200)
+    expect((await c.call("DELETE", "/admin/v1/session", undefined, { authorization: `Bearer ${ADMIN_TOKEN}` })).status).toBe(403)
+
     // Sign-out needs the CSRF token too, and ends the session for good.
     expect((await c.call("DELETE", "/admin/v1/session")).status).toBe(403)
     const out = await c.write("DELETE", "/admin/v1/session")
