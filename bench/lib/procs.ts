@@ -158,8 +158,10 @@ const threadTicks = (pid: number): Map<number, number> => {
 /** CPU time (the process's, its main thread's, each thread's) and memory of a process, from /proc (Linux). */
 export const sampleProc = (pid: number): ProcSample => {
   try {
-    const ticks = cpuTicks(`/proc/${pid}/stat`)
+    // The threads first, the process's total after: the total then covers at least what the threads
+    // were read at, so the split's "rest" (total − main − busiest) does not come out below zero.
     const threadCpuMs = threadTicks(pid)
+    const ticks = cpuTicks(`/proc/${pid}/stat`)
     const status = readFileSync(`/proc/${pid}/status`, "utf8")
     const kb = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+)`, "m").exec(status)?.[1] ?? NaN)
     return { cpuMs: (ticks * 1000) / CLK_TCK, mainCpuMs: threadCpuMs.get(pid) ?? NaN, threadCpuMs, rssMb: kb("VmRSS") / 1024, peakRssMb: kb("VmHWM") / 1024 }
@@ -169,7 +171,9 @@ export const sampleProc = (pid: number): ProcSample => {
 }
 
 /**
- * CPU ms between two samples of one process, split three ways: the main thread, the busiest other
+ * CPU ms between two samples of one process, split three ways (the kernel counts in 10 ms ticks per
+ * thread, so a phase needs seconds of CPU before its split per call means anything: read it for the
+ * loaded phases, not the one-caller ones): the main thread, the busiest other
  * thread (in a governed target, the store worker: it runs every transaction and costs several times
  * any other thread), and the rest (V8's platform threads — the garbage collector's helpers — libuv's
  * pool, and threads that ended in between).

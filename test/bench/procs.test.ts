@@ -1,21 +1,23 @@
 /**
- * The bench's CPU accounting (bench/lib/procs.ts `sampleProc`): a process's CPU time, and its main
- * thread's alone. The bench reads the split to tell an event loop that is the bottleneck from one
- * with room while other threads (the store worker, V8's helpers) burn CPU.
+ * The bench's CPU accounting (bench/lib/procs.ts): a process's CPU time, its main thread's and each
+ * thread's (`sampleProc`), and the split of a phase's CPU into the main thread, the busiest other
+ * thread and the rest (`cpuSplit`). The bench reads the split to tell an event loop that is the
+ * bottleneck from one with room while other threads (the store worker, V8's helpers) burn CPU.
  */
 import { spawn } from "node:child_process"
 import { describe, expect, it } from "vitest"
-import { cpuSplit, sampleProc } from "../../bench/lib/procs.ts"
+import { cpuSplit, type ProcSample, sampleProc } from "../../bench/lib/procs.ts"
 
 /**
- * A child whose only busy thread is a worker: it spins `ms` of CPU there, then says "done" and keeps
- * the worker alive (so its thread is still listed), blocked on Atomics.wait.
+ * A child whose only busy thread is a worker: it spins until the process has used `ms` of CPU (a
+ * worker's `process.cpuUsage` is the whole process's), then says "done" and keeps the worker alive,
+ * blocked on Atomics.wait, so its thread is still listed.
  */
 const spinInWorker = (ms: number) =>
   new Promise<{ pid: number; stop: () => void }>((resolve, reject) => {
     const script = `
       const { Worker } = require("node:worker_threads")
-      const w = new Worker("const { parentPort } = require('node:worker_threads'); const t = process.cpuUsage(); while ((process.cpuUsage(t).user + process.cpuUsage(t).system) / 1000 < ${ms}) {} parentPort.postMessage('spun'); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0)", { eval: true })
+      const w = new Worker("const { parentPort } = require('node:worker_threads'); while ((process.cpuUsage().user + process.cpuUsage().system) / 1000 < ${ms}) {} parentPort.postMessage('spun'); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0)", { eval: true })
       w.on("message", () => console.log("done"))
     `
     const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] })
@@ -26,32 +28,29 @@ const spinInWorker = (ms: number) =>
     })
   })
 
-describe("sampleProc", () => {
-  it("counts a worker thread's CPU in the process's time but not in the main thread's", async () => {
-    const child = await spinInWorker(400)
-    try {
-      const s = sampleProc(child.pid)
-      // The worker's spin is in the process's total (clock ticks of 10 ms: allow one short)...
-      expect(s.cpuMs).toBeGreaterThanOrEqual(390)
-      // ...and the main thread, which only started the worker and waited, holds a small share of it.
-      expect(s.mainCpuMs).toBeGreaterThanOrEqual(0)
-      expect(s.cpuMs - s.mainCpuMs).toBeGreaterThanOrEqual(390)
-      expect(s.rssMb).toBeGreaterThan(0)
-    } finally {
-      child.stop()
-    }
-  }, 30_000)
+const sample = (main: number, threads: ReadonlyArray<[number, number]>, extra = 0): ProcSample => ({
+  cpuMs: threads.reduce((s, [, ms]) => s + ms, 0) + extra,
+  mainCpuMs: main,
+  threadCpuMs: new Map(threads),
+  rssMb: 1,
+  peakRssMb: 1
+})
 
-  it("splits a process's CPU into its main thread, its busiest other thread and the rest", async () => {
-    const child = await spinInWorker(400)
+describe("sampleProc", () => {
+  it("puts a worker thread's CPU in the process's time and in that thread's, not in the main thread's", async () => {
+    const child = await spinInWorker(600)
     try {
       const s = sampleProc(child.pid)
-      const empty = { cpuMs: 0, mainCpuMs: 0, threadCpuMs: new Map<number, number>(), rssMb: 0, peakRssMb: 0 }
-      const split = cpuSplit(child.pid, empty, s)
-      expect(split.busiestOther).toBeGreaterThanOrEqual(390)
-      expect(split.main).toBe(s.mainCpuMs)
-      expect(split.main + split.busiestOther + split.rest).toBeCloseTo(s.cpuMs, 6)
-      expect(split.rest).toBeLessThan(split.busiestOther)
+      // The spin is in the process's total (clock ticks of 10 ms: allow one short)...
+      expect(s.cpuMs).toBeGreaterThanOrEqual(590)
+      // ...most of it on one thread that is not the main one (the main thread only started Node and
+      // the worker: tens of ms)...
+      const others = [...s.threadCpuMs].filter(([tid]) => tid !== child.pid).map(([, ms]) => ms)
+      const busiest = Math.max(...others)
+      expect(busiest).toBeGreaterThanOrEqual(400)
+      // ...and the main thread's figure is the pid's own task, well under the worker's.
+      expect(s.mainCpuMs).toBe(s.threadCpuMs.get(child.pid))
+      expect(s.mainCpuMs).toBeLessThan(busiest)
     } finally {
       child.stop()
     }
@@ -60,5 +59,25 @@ describe("sampleProc", () => {
   it("answers NaN, not a throw, for a process that is gone", () => {
     const s = sampleProc(2 ** 22 + 12345)
     expect(Number.isNaN(s.cpuMs) && Number.isNaN(s.mainCpuMs)).toBe(true)
+  })
+})
+
+describe("cpuSplit", () => {
+  const pid = 100
+  it("takes the main thread by its pid, the busiest other thread by its growth, and leaves the rest", () => {
+    // Thread 101 was the busiest overall but grew by 5; thread 102 grew by 40; thread 103 started
+    // between the samples (grew by 12); 30 ms are in the total but in no live thread (one that ended).
+    const before = sample(50, [[pid, 50], [101, 500], [102, 10]])
+    const after = sample(80, [[pid, 80], [101, 505], [102, 50], [103, 12]], 30)
+    const split = cpuSplit(pid, before, after)
+    expect(split.main).toBe(30)
+    expect(split.busiestOther).toBe(40)
+    // total grew by (80 + 505 + 50 + 12 + 30) − (50 + 500 + 10) = 117: 30 main, 40 busiest, 47 the rest.
+    expect(split.rest).toBe(47)
+  })
+
+  it("never takes the main thread as the busiest other thread", () => {
+    const split = cpuSplit(pid, sample(0, [[pid, 0], [101, 0]]), sample(90, [[pid, 90], [101, 3]]))
+    expect(split).toEqual({ main: 90, busiestOther: 3, rest: 0 })
   })
 })
