@@ -186,19 +186,45 @@ export const rateCardAt = <C extends RateCard>(cards: ReadonlyArray<C>, atMillis
   return best
 }
 
-/** OpenAI-style usage → disjoint token classes. Cached tokens are part of prompt_tokens, reasoning part of completion_tokens. */
-export const tokensFromUsage = (usage: {
+/** An upstream's OpenAI-style usage object (every field optional: an upstream may send any subset). */
+export interface UsageReport {
   readonly prompt_tokens?: number | undefined
   readonly completion_tokens?: number | undefined
   readonly prompt_tokens_details?: { readonly cached_tokens?: number | undefined } | null | undefined
   readonly completion_tokens_details?: { readonly reasoning_tokens?: number | undefined } | null | undefined
-}): TokenCounts => {
+}
+
+/** OpenAI-style usage → disjoint token classes. Cached tokens are part of prompt_tokens, reasoning part of completion_tokens. */
+export const tokensFromUsage = (usage: UsageReport): TokenCounts => {
   const prompt = nonNegativeInt(usage.prompt_tokens)
   const completion = nonNegativeInt(usage.completion_tokens)
   const cached = Math.min(prompt, nonNegativeInt(usage.prompt_tokens_details?.cached_tokens))
   const reasoning = Math.min(completion, nonNegativeInt(usage.completion_tokens_details?.reasoning_tokens))
   return { input: prompt - cached, cached_input: cached, output: completion - reasoning, reasoning }
 }
+
+/**
+ * Tokens Tollgate counted itself: the input counted at admission and the output counted from what was
+ * delivered. No cached or reasoning tokens are claimed: only an upstream's report can say there were any.
+ */
+export const countedTokens = (input: number, output: number): TokenCounts => ({ input, cached_input: 0, output, reasoning: 0 })
+
+/** A usage the upstream reported and a call is charged by: an object whose `prompt_tokens` is a number. */
+export const isReportedUsage = (usage: unknown): usage is UsageReport =>
+  usage !== null && typeof usage === "object" && typeof (usage as { readonly prompt_tokens?: unknown }).prompt_tokens === "number"
+
+/**
+ * The tokens a call is charged for, and where they came from: the upstream's usage when it reported
+ * one (`isReportedUsage`), else Tollgate's own count (`countedTokens`). `countOutput` runs only then:
+ * counting the delivered text is the costly part. A stream that did not complete passes no usage: it
+ * is charged for what was delivered, whatever the upstream would have reported.
+ */
+export const chargedTokens = (
+  usage: unknown,
+  countedInput: number,
+  countOutput: () => number
+): { readonly tokens: TokenCounts; readonly source: "reported" | "counted" } =>
+  isReportedUsage(usage) ? { tokens: tokensFromUsage(usage), source: "reported" } : { tokens: countedTokens(countedInput, countOutput()), source: "counted" }
 
 const nonNegativeInt = (n: number | undefined): number =>
   typeof n === "number" && Number.isFinite(n) && n > 0 ? Math.floor(n) : 0

@@ -72,6 +72,20 @@ describe("pricing examples", () => {
       })
     ).toEqual({ input: 70, cached_input: 30, output: 30, reasoning: 20 })
   })
+  it("charges by the reported usage when there is one, else by Tollgate's own count (counted only then)", () => {
+    let counted = 0
+    const countOutput = () => (counted++, 7)
+    expect(Pricing.chargedTokens({ prompt_tokens: 10, completion_tokens: 4 }, 99, countOutput)).toEqual({
+      tokens: { input: 10, cached_input: 0, output: 4, reasoning: 0 },
+      source: "reported"
+    })
+    expect(counted).toBe(0)
+    // No usage, a usage without a numeric prompt_tokens, or not an object at all: counted.
+    for (const usage of [undefined, null, {}, { completion_tokens: 4 }, { prompt_tokens: "10" }, 10, "usage", [10]]) {
+      expect(Pricing.chargedTokens(usage, 99, countOutput)).toEqual({ tokens: { input: 99, cached_input: 0, output: 7, reasoning: 0 }, source: "counted" })
+    }
+    expect(counted).toBe(8)
+  })
 })
 
 describe("pricing properties", () => {
@@ -217,6 +231,23 @@ describe("pricing properties", () => {
         expect(t.input + t.cached_input).toBe(prompt ?? 0)
         expect(t.output + t.reasoning).toBe(completion ?? 0)
         expect(Pricing.totalTokens(t)).toBe((prompt ?? 0) + (completion ?? 0))
+      }),
+      { numRuns }
+    )
+  })
+
+  it("pricing: a call is charged by the upstream's usage exactly when it reports prompt_tokens as a number, and by its own count otherwise", () => {
+    const usage = fc.oneof(
+      fc.anything(),
+      fc.record({ prompt_tokens: fc.oneof(fc.integer({ min: -5, max: 1_000_000 }), fc.double(), fc.string()), completion_tokens: fc.option(fc.integer({ min: 0, max: 1_000_000 }), { nil: undefined }) }, { requiredKeys: [] })
+    )
+    fc.assert(
+      fc.property(usage, fc.nat(1_000_000), fc.nat(1_000_000), (u, input, output) => {
+        const charged = Pricing.chargedTokens(u, input, () => output)
+        const reports = u !== null && typeof u === "object" && typeof (u as { prompt_tokens?: unknown }).prompt_tokens === "number"
+        expect(charged.source).toBe(reports ? "reported" : "counted")
+        expect(charged.tokens).toEqual(reports ? Pricing.tokensFromUsage(u as Pricing.UsageReport) : { input, cached_input: 0, output, reasoning: 0 })
+        for (const v of Object.values(charged.tokens)) expect(v).toBeGreaterThanOrEqual(0)
       }),
       { numRuns }
     )

@@ -4,7 +4,7 @@
  * non-streamed call's upstream leg, which ends in one of the two.
  */
 import { Cause, Clock, Effect, Option } from "effect"
-import { chargeWithinReservation, settledCharge, type TokenCounts, tokensFromUsage } from "../../../spec/pricing.ts"
+import { chargedTokens, chargeWithinReservation, settledCharge, type TokenCounts } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
@@ -172,22 +172,15 @@ export const makeSettlement = (ctx: GatewayContext) => {
     const json = served.value.json
     const choices = json.choices
     const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
-    const usage = json.usage as Parameters<typeof tokensFromUsage>[0] | null | undefined
-    const reported = usage !== null && typeof usage === "object" && typeof usage.prompt_tokens === "number"
-    const tokens: TokenCounts = reported
-      ? tokensFromUsage(usage)
-      : {
-          input: p.inputTokens,
-          cached_input: 0,
-          output: Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0,
-          reasoning: 0
-        }
+    const { tokens, source } = chargedTokens(json.usage, p.inputTokens, () =>
+      Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0
+    )
     return settle(
       p,
       principal,
       served,
       tokens,
-      reported ? "reported" : "counted",
+      source,
       schemaOk,
       (g, now) => ({ status: 200, contentType: "application/json", body: p.surface.renderBody(served.value.raw, json, g, tokens, now) }),
       (stored): GatewayReply => ({ _tag: "Body", ...stored })

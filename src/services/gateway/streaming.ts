@@ -3,7 +3,7 @@
  * arrive, its progress marked for crash recovery, and one settlement however it ends.
  */
 import { Clock, Effect, Exit, Fiber, Runtime, Scope } from "effect"
-import { type TokenCounts, tokensFromUsage } from "../../../spec/pricing.ts"
+import { chargedTokens, countedTokens, type UsageReport } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
 import { UpstreamFailure } from "../../providers/Provider.ts"
@@ -60,7 +60,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         return frames
       }
       let delivered = ""
-      let usage: Parameters<typeof tokensFromUsage>[0] | undefined
+      let usage: UsageReport | undefined
       let schemaOk = true
       let settled = false
       const rateCardVersion = p.prices.get(served.route.name)!.version
@@ -69,7 +69,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         if (settled || delivered.length === markedLength) return undefined
         markedLength = delivered.length
         // Uncached: a stream's prefix never repeats, and caching one per beat would push out the prompts the cache is for.
-        const tokens: TokenCounts = { input: p.inputTokens, cached_input: 0, output: countBounded(delivered), reasoning: 0 }
+        const tokens = countedTokens(p.inputTokens, countBounded(delivered))
         return { route: served.route.name, rateCardVersion, tokens, at: 0 }
       })
 
@@ -107,8 +107,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         Effect.suspend(() => {
           if (settled) return Effect.succeed([])
           settled = true
-          const reported = how === "complete" && usage !== undefined && typeof usage.prompt_tokens === "number"
-          const tokens: TokenCounts = reported ? tokensFromUsage(usage!) : { input: p.inputTokens, cached_input: 0, output: countBounded(delivered), reasoning: 0 }
+          const { tokens, source } = chargedTokens(how === "complete" ? usage : undefined, p.inputTokens, () => countBounded(delivered))
           if (delivered.length === 0 && how !== "complete") {
             const message = failure?.message ?? "the client disconnected before any token was delivered"
             return Effect.as(
@@ -122,7 +121,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
             principal,
             served,
             tokens,
-            reported ? "reported" : "counted",
+            source,
             schemaOk && how === "complete",
             (g) => {
               tail =
