@@ -11,8 +11,8 @@
  * (`respondErrors`); a middleware's and a decode failure by the app's catch-all (./app.ts).
  */
 import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Clock, Effect, Layer } from "effect"
-import { InvalidRequest } from "../domain/errors.ts"
+import { Clock, type Context, Effect, Layer } from "effect"
+import { type AdminForbidden, type AdminUnauthorized, InvalidRequest } from "../domain/errors.ts"
 import { available } from "../../spec/ledger.ts"
 import { Activity } from "../services/Activity.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
@@ -27,6 +27,16 @@ import { decodedBody, header } from "./request.ts"
 import { adminCaller, cookieOptions, json, operatorOnly, SESSION_COOKIE, sessionCaller, viewedEnvironment, visibleProject } from "./session.ts"
 
 /**
+ * A caller check (src/http/session.ts) as a middleware's security handler: run on the raw request with
+ * the services it needs. The middlewares declare the 401 only; a check's other failure, the CSRF 403
+ * of a cookie's write, is answered by the app's catch-all (./app.ts) — hence the one cast, here.
+ */
+const runCheck =
+  <R>(services: Context.Context<R>, check: (req: HttpServerRequest.HttpServerRequest) => Effect.Effect<typeof AdminCaller.Service, AdminUnauthorized | AdminForbidden, R>) =>
+  () =>
+    Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) => Effect.provide(check(req), services)) as unknown as Effect.Effect<typeof AdminCaller.Service, never>
+
+/**
  * The admin check as the middleware of the `admin` group. The platform tries a middleware's security
  * schemes in order and answers the last one's failure; the check reads the raw request itself (the
  * bearer token wins, else the cookie, with CSRF on writes), so the first scheme declines at once and
@@ -34,16 +44,7 @@ import { adminCaller, cookieOptions, json, operatorOnly, SESSION_COOKIE, session
  */
 export const AdminAuthLive = Layer.effect(
   AdminAuth,
-  Effect.map(Effect.context<Bootstrap | Sessions>(), (services) =>
-    AdminAuth.of({
-      adminToken: () => Effect.fail(undefined) as never,
-      session: () =>
-        Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) => Effect.provide(adminCaller(req), services)) as unknown as Effect.Effect<
-          typeof AdminCaller.Service,
-          never
-        >
-    })
-  )
+  Effect.map(Effect.context<Bootstrap | Sessions>(), (services) => AdminAuth.of({ adminToken: () => Effect.fail(undefined) as never, session: runCheck(services, adminCaller) }))
 )
 
 /**
@@ -52,15 +53,7 @@ export const AdminAuthLive = Layer.effect(
  */
 export const SessionAuthLive = Layer.effect(
   SessionAuth,
-  Effect.map(Effect.context<Sessions>(), (services) =>
-    SessionAuth.of({
-      session: () =>
-        Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) => Effect.provide(sessionCaller(req), services)) as unknown as Effect.Effect<
-          typeof AdminCaller.Service,
-          never
-        >
-    })
-  )
+  Effect.map(Effect.context<Sessions>(), (services) => SessionAuth.of({ session: runCheck(services, sessionCaller) }))
 )
 
 /** A project's keys as a viewer may see them (a team: its own environment), with each key's last use. */

@@ -10,7 +10,8 @@ import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Effect } from "effect"
 import { AdminForbidden, AdminNotFound, type AdminUnauthorized, InvalidRequest } from "../domain/errors.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
-import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
+import { Sessions, type Viewer } from "../services/Sessions.ts"
+import type { AdminCaller } from "./adminApi.ts"
 import { header } from "./request.ts"
 
 export const SESSION_COOKIE = "tollgate_session"
@@ -18,7 +19,8 @@ export const CSRF_HEADER = "x-csrf-token"
 
 const isRead = (method: string) => method === "GET" || method === "HEAD"
 
-type Caller = { readonly viewer: Viewer; readonly session: Session | undefined }
+/** Who called: what the admin middlewares provide as `AdminCaller`. */
+type Caller = typeof AdminCaller.Service
 
 /**
  * The caller by the session cookie alone (with CSRF on writes): the session's own endpoints (GET and
