@@ -52,17 +52,24 @@ export const canonicalJson = (value: unknown): string => {
     }
     return out + "]"
   }
-  if (typeof value === "object") {
-    const record = value as Record<string, unknown>
-    let out = "{"
-    let first = true
-    for (const k of sortedKeys(record)) {
-      const v = record[k]
-      if (v === undefined) continue
-      out += (first ? "" : ",") + member(k) + canonicalJson(v)
-      first = false
-    }
-    return out + "}"
-  }
+  if (typeof value === "object") return canonicalMembers(value as Record<string, unknown>, sortedKeys(value))
   throw new Error(`canonicalJson: unsupported ${typeof value}`)
+}
+
+/**
+ * The canonical object of `record`'s members named by `keys`, which must already be in UTF-16
+ * code-unit order; `undefined` members are omitted. canonicalJson's own object form, exported for a
+ * caller that knows the key order already (spec/audit/signedText.ts: one order per receipt shape).
+ */
+export const canonicalMembers = (record: Record<string, unknown>, keys: ReadonlyArray<string>): string => {
+  let out = "{"
+  let first = true
+  for (let i = 0; i < keys.length; i++) {
+    const k = keys[i]!
+    const v = record[k]
+    if (v === undefined) continue
+    out += (first ? "" : ",") + member(k) + canonicalJson(v)
+    first = false
+  }
+  return out + "}"
 }

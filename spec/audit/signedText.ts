@@ -2,19 +2,19 @@
  * The text a receipt's hash and signature cover — `canonicalJson(unsignedPart(receipt))`, spec/
  * receipt.ts — written for the audit, which computes it again for every receipt: the top-level keys
  * are sorted once per shape (a store's receipts share one key order) and `hash` and `signature` are
- * skipped in place, so neither the copy without them nor the sort is paid per receipt. The members'
- * values are still written by spec/canonicalJson.ts, so the text is the same by construction
- * (test/audit/signedText.test.ts holds it to the plain composition).
+ * left out of that order, so neither the copy without them nor the sort is paid per receipt. The
+ * object itself is written by spec/canonicalJson.ts (`canonicalMembers`, canonicalJson's own object
+ * form), so the text is the same by construction (test/audit/signedText.test.ts holds it to the plain
+ * composition).
  */
-import { canonicalJson } from "../canonicalJson.ts"
+import { canonicalMembers } from "../canonicalJson.ts"
 import type { Receipt } from "../receipt.ts"
 
 interface Shape {
   /** The object's own keys, in its order. */
   readonly keys: ReadonlyArray<string>
-  /** The keys the signed text writes, in code-unit order, and each one's `"key":` prefix. */
+  /** The keys the signed text writes, in code-unit order. */
   readonly sorted: ReadonlyArray<string>
-  readonly members: ReadonlyArray<string>
 }
 
 /** Recent shapes, newest first; a handful at most (a store writes one, a tampered row may add one). */
@@ -30,8 +30,7 @@ const sameKeys = (a: ReadonlyArray<string>, b: ReadonlyArray<string>): boolean =
 const shapeOf = (keys: ReadonlyArray<string>): Shape => {
   for (const s of shapes) if (sameKeys(s.keys, keys)) return s
   // `sort()` without a comparator orders by UTF-16 code units, as canonicalJson does.
-  const sorted = keys.filter((k) => k !== "hash" && k !== "signature").sort()
-  const shape = { keys, sorted, members: sorted.map((k) => `${JSON.stringify(k)}:`) }
+  const shape = { keys, sorted: keys.filter((k) => k !== "hash" && k !== "signature").sort() }
   shapes.unshift(shape)
   if (shapes.length > SHAPES_MAX) shapes.pop()
   return shape
@@ -40,14 +39,5 @@ const shapeOf = (keys: ReadonlyArray<string>): Shape => {
 /** The canonical text of the receipt without `hash` and `signature`: what is hashed and signed. */
 export const signedText = (receipt: Receipt): string => {
   const record = receipt as unknown as Record<string, unknown>
-  const { sorted, members } = shapeOf(Object.keys(record))
-  let out = "{"
-  let first = true
-  for (let i = 0; i < sorted.length; i++) {
-    const v = record[sorted[i]!]
-    if (v === undefined) continue
-    out += (first ? "" : ",") + members[i]! + canonicalJson(v)
-    first = false
-  }
-  return out + "}"
+  return canonicalMembers(record, shapeOf(Object.keys(record)).sorted)
 }
