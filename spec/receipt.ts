@@ -52,14 +52,14 @@ export const unsignedPart = (r: Receipt | UnsignedReceipt): UnsignedReceipt => {
 export const receiptBytes = (unsigned: UnsignedReceipt): Buffer => Buffer.from(canonicalJson(unsigned), "utf8")
 
 /**
- * SHA-256 as hex, the same digest either way: one-shot `crypto.hash` (Node ≥ 20.12) where it exists,
+ * SHA-256 as hex (of bytes, or of a string's UTF-8), the same digest either way: one-shot `crypto.hash` (Node ≥ 20.12) where it exists,
  * with no Hash object built per receipt (≈ 1.2 → 0.7 µs hot, more on the settlement's cold path).
  * node:crypto is imported as a namespace, so a Node without `hash` reads undefined here (a named
  * import of a missing export fails at link time). It is `nodeCrypto`, not `crypto`: bundled into the
  * audit worker, a top-level `crypto` collides with the global of that name.
  */
-export const sha256Hex: (bytes: Buffer) => string =
-  typeof nodeCrypto.hash === "function" ? (bytes) => nodeCrypto.hash("sha256", bytes, "hex") : (bytes) => nodeCrypto.createHash("sha256").update(bytes).digest("hex")
+export const sha256Hex: (data: Buffer | string) => string =
+  typeof nodeCrypto.hash === "function" ? (data) => nodeCrypto.hash("sha256", data, "hex") : (data) => nodeCrypto.createHash("sha256").update(data).digest("hex")
 
 export const receiptHash = (unsigned: UnsignedReceipt, bytes: Buffer = receiptBytes(unsigned)): string => sha256Hex(bytes)
 

@@ -37,7 +37,6 @@ export interface TrustedKey {
 export const trustedKeyMap = (keys: ReadonlyArray<TrustedKeyData>): Map<string, TrustedKey> =>
   new Map(keys.map((k) => [k.id, { key: createPublicKey(k.pem), retiredAt: k.retiredAt }]))
 
-
 /** The seal verdict of a parsed receipt under the trusted keys. */
 export const sealOf = (receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey>): SealCode => {
   const bytes = Buffer.from(signedText(receipt), "utf8")

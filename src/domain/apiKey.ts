@@ -9,7 +9,8 @@
  *
  * Only the key id and SHA-256(secret) are ever stored.
  */
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
+import { randomBytes, timingSafeEqual } from "node:crypto"
+import { sha256Hex } from "../../spec/receipt.ts"
 import { type Environment, randomBase32 } from "./ids.ts"
 
 const ENV_SHORT: Record<Environment, string> = { development: "dev", staging: "stg", production: "prd" }
@@ -66,7 +67,7 @@ export const parseKey = (token: string): ParsedKey | undefined => {
 
 export const newSecret = (): string => randomBase32(20)
 
-export const hashSecret = (secret: string): string => createHash("sha256").update(secret, "utf8").digest("hex")
+export const hashSecret = (secret: string): string => sha256Hex(secret)
 
 /** Constant-time comparison of two hex digests. */
 export const sameHash = (a: string, b: string): boolean => {

@@ -8,8 +8,8 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Clock, Duration, Effect, Either, Option } from "effect"
-import { createHash } from "node:crypto"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
+import { sha256Hex } from "../../spec/receipt.ts"
 import { isValidKey } from "../../spec/idempotency.ts"
 import { IdempotencyConflict, InvalidRequest } from "../domain/errors.ts"
 import { Sqlite } from "../store/Database.ts"
@@ -28,7 +28,7 @@ export const IN_FLIGHT_RETRY_AFTER_MS = 1_000
 export const validIdempotencyKey = isValidKey
 
 export const fingerprintOf = (method: string, path: string, body: unknown): string =>
-  createHash("sha256").update(`${method}\n${path}\n${canonicalJson(body)}`, "utf8").digest("hex")
+  sha256Hex(`${method}\n${path}\n${canonicalJson(body)}`)
 
 export const checkKey = (key: string, param: string): Either.Either<string, InvalidRequest> =>
   validIdempotencyKey(key)
