@@ -55,8 +55,7 @@ const openingBrackets = (chunk: Uint8Array, limit: number): number => {
  */
 export const makeDepthScanner = (maxDepth: number): DepthScanner => new DepthScanner(maxDepth)
 
-// A class, not closures: a closure assigned to a name is wrapped by the bundle's keepNames helper at
-// each creation (a defineProperty per closure per request); a method is defined once.
+// A class: its methods are defined once, where closures would be made again for every request.
 class DepthScanner {
   private depth = 0
   private inString = false

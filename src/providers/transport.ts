@@ -100,7 +100,6 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
       // escapes Effect.async), which never counts against the route's breaker (src/services/Router.ts).
       work(signal).then(
         (a) => {
-          timeline.mark("upstream: body read")
           clearTimeout(timer)
           resume(Effect.succeed(a))
         },
@@ -157,6 +156,8 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
                 chunks.push(chunk)
               },
               onResponseEnd: () => {
+                // Here, not in `attempt`: a stream's attempt ends when it opens, long before its body.
+                timeline.mark("upstream: body read")
                 const text = chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")
                 if (status >= 400) reject(statusFailure(status, upstreamErrorDetail(text)))
                 else resolve(text)

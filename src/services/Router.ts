@@ -6,7 +6,7 @@
  * `route_unavailable`; an upstream 4xx caused by the request itself is a 400 and is not retried.
  * Every attempt is recorded for GET /v1/requests/{id}.
  */
-import { Clock, Duration, Effect, Either, Random, type Scope } from "effect"
+import { Clock, Duration, Effect, Either, Exit, Random, type Scope } from "effect"
 import { Metrics } from "./Metrics.ts"
 import * as Health from "./RouteHealth.ts"
 import { countChatInput, countText } from "./Tokenizer.ts"
@@ -134,7 +134,9 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
           // a bug): it says nothing about the route, so like an interruption it only frees a probe.
           // `either` leaves only a defect or an interruption in a failed exit: one finalizer for both.
           return Effect.either(call(providers.get(route.provider)!, route)).pipe(
-            Effect.onExit((exit) => (exit._tag === "Failure" ? Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))) : Effect.void)),
+            Effect.onExit((exit) =>
+              Exit.isFailure(exit) ? Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))) : Effect.void
+            ),
             Effect.flatMap((result): Effect.Effect<Served<A>, RouteFailed, R> => {
               const t1 = clock.unsafeCurrentTimeMillis()
               metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")
