@@ -102,18 +102,25 @@ describe("KeyRegistry.authenticate", () => {
       expect(yield* rejection(bearer(issued.secret))).toMatch(/has been revoked/)
     }).pipe(Effect.provide(Live)))
 
-  it.effect("authenticateCached (the fast path's, before any fiber) answers from the cache only: a miss until the row was read, then the same verdict as authenticate until the entry ages out", () =>
+  it.effect("authenticateCached (the fast path's, before any fiber) answers from the cache only: a miss until the row was read, then the key's scope until the entry ages out", () =>
     Effect.gen(function* () {
       const { keys, issued } = yield* setup
       const now = () => TestClock.currentTimeMillis
       const parsed = parseKey(issued.secret)!
       expect(keys.authenticateCached(bearer(issued.secret), yield* now())).toEqual({ miss: parsed })
-      const principal = yield* keys.authenticate(bearer(issued.secret))
+      // The miss, read from the store (authenticateMiss), gives the key's own row as the scope...
+      const principal = yield* keys.authenticateMiss(parsed, yield* now())
+      expect(principal).toMatchObject({ keyId: issued.id, environment: "development" })
+      // ...and from then on the cache alone answers the same, up to the last instant of its TTL.
       expect(keys.authenticateCached(bearer(issued.secret), yield* now())).toEqual(principal)
+      yield* TestClock.adjust(CACHE_TTL - 1)
+      expect(keys.authenticateCached(bearer(issued.secret), yield* now())).toEqual(principal)
+      // A wrong secret for the cached id is refused from the cache; no header at all too.
       const wrong = keys.authenticateCached(bearer(formatKey(issued.id, "development", newSecret())), yield* now())
       expect(wrong).toMatchObject({ _tag: "InvalidApiKey", message: "Unknown API key." })
       expect(keys.authenticateCached(undefined, yield* now())).toMatchObject({ _tag: "InvalidApiKey" })
-      yield* TestClock.adjust(CACHE_TTL)
+      // At the TTL the entry is stale: a miss again.
+      yield* TestClock.adjust(1)
       expect(keys.authenticateCached(bearer(issued.secret), yield* now())).toEqual({ miss: parsed })
     }).pipe(Effect.provide(Live)))
 
