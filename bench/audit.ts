@@ -25,13 +25,14 @@
 import { execFileSync } from "node:child_process"
 import { createPublicKey, verify } from "node:crypto"
 import { Worker } from "node:worker_threads"
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
+import { mkdtempSync, rmSync, statSync } from "node:fs"
 import { availableParallelism, cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import Database from "better-sqlite3"
 import { auditStore } from "../src/store/auditReader.ts"
 import { receiptBytes, unsignedPart, type Receipt } from "../spec/receipt.ts"
 import { arg, flag, numArg } from "./lib/args.ts"
+import { sampleProc } from "./lib/procs.ts"
 
 const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(0)} MiB`
 
@@ -46,15 +47,10 @@ interface ChildResult {
   readonly maxRssBytes: number
 }
 
-/** This thread's CPU seconds (user + system) from /proc (Linux; null elsewhere): process.cpuUsage counts every thread. */
+/** This process's main thread's CPU seconds (bench/lib/procs.ts, from /proc; null off Linux): process.cpuUsage counts every thread. */
 const mainThreadCpuSeconds = (): number | null => {
-  try {
-    const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, "utf8")
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[11]) + Number(fields[12])) / 100 // utime and stime, in clock ticks of 1/100 s
-  } catch {
-    return null
-  }
+  const ms = sampleProc(process.pid).mainCpuMs
+  return Number.isNaN(ms) ? null : ms / 1000
 }
 
 // ---- the child: one audit, its own figures on stdout as JSON

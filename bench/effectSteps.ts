@@ -5,13 +5,13 @@
  * this process sends sequential calls, each with its own idempotency key, and prints the steps per
  * call over the measured calls, by op. A count, not a timing: it is the same on a loaded box.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { request } from "undici"
 import { arg, numArg } from "./lib/args.ts"
-import { startChild } from "./lib/procs.ts"
+import { signalForJson, startChild } from "./lib/procs.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const dir = resolve(arg("--dir") ?? resolve(here, ".."))
@@ -39,16 +39,8 @@ const call = async (n: number) => {
   if (res.statusCode !== 200) throw new Error(`call ${n} answered ${res.statusCode}`)
 }
 
-/** The target's counts so far (SIGUSR2), once the file is written. */
-const counts = async (): Promise<Record<string, number>> => {
-  rmSync(out, { force: true })
-  process.kill(target.pid, "SIGUSR2")
-  for (let waited = 0; waited < 10_000; waited += 20) {
-    await new Promise((r) => setTimeout(r, 20))
-    if (existsSync(out)) return JSON.parse(readFileSync(out, "utf8")) as Record<string, number>
-  }
-  throw new Error("the target wrote no counts")
-}
+/** The target's counts so far (its preload writes them on SIGUSR2). */
+const counts = () => signalForJson<Record<string, number>>(target.pid, out)
 
 try {
   for (let n = 0; n < warmup; n++) await call(n)

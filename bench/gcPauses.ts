@@ -2,7 +2,7 @@
  * `npx tsx bench/gcPauses.ts [--targets tollgate,floor] [--rate 200] [--duration 15] [--rounds 2]`:
  * how much of the loaded tail is the garbage collector's. Each governed target runs bundled, as
  * `npm start` runs it (bench/lib/bundle.ts), with a preload that records its main thread's GC pauses
- * (bench/targets/gcObserver.mjs). An open-loop phase at `--rate` non-streamed calls a second (after a
+ * (bench/lib/gcObserver.mjs). An open-loop phase at `--rate` non-streamed calls a second (after a
  * warm-up) times every call; the report gives the latency percentiles, the GC pauses by kind (count,
  * total and longest, minor GCs per 1,000 calls: proportional to the bytes a call allocates), how
  * many of the calls at or above the p99 overlapped a pause of ≥ `--min-pause` ms (default 1), and
@@ -10,15 +10,15 @@
  * alternate round by round. `--variant "FLAGS"` adds Tollgate once more with these node flags after
  * its start line's (an A/B of V8 flags in one run). A diagnosis, not a verdict: it never fails on speed.
  */
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { arg, numArg } from "./lib/args.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { openLoad } from "./lib/load.ts"
-import { startChild } from "./lib/procs.ts"
-import { f0, f1, f2, median, rank } from "./lib/stats.ts"
+import { signalForJson, startChild } from "./lib/procs.ts"
+import { f0, f1, f2, median } from "./lib/stats.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, "..")
@@ -61,24 +61,12 @@ const started = await Promise.all(
     const child = await startChild<{ port: number; key: string }>(
       name,
       process.execPath,
-      [...startFlags(root), ...flags, "--import", join(here, "targets/gcObserver.mjs"), entry, "--upstream", upstream, "--model", model],
+      [...startFlags(root), ...flags, "--import", join(here, "lib/gcObserver.mjs"), entry, "--upstream", upstream, "--model", model],
       { cwd: root, env: { TOLLGATE_BENCH_GC_FILE: gcFile }, timeoutMs: 60_000 }
     )
     const endpoint = { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } }
-    /** The pauses recorded since the last read (the target writes them on SIGUSR2). */
-    const readPauses = async (): Promise<Array<Pause>> => {
-      rmSync(gcFile, { force: true })
-      process.kill(child.pid, "SIGUSR2")
-      for (let i = 0; i < 100; i++) {
-        await new Promise((r) => setTimeout(r, 20))
-        try {
-          return JSON.parse(readFileSync(gcFile, "utf8")) as Array<Pause>
-        } catch {
-          // not written yet
-        }
-      }
-      throw new Error(`${name} did not write its GC pauses`)
-    }
+    /** The pauses recorded since the last read (the target's preload writes them on SIGUSR2). */
+    const readPauses = () => signalForJson<Array<Pause>>(child.pid, gcFile)
     return { name, child, endpoint, readPauses }
   })
 )
@@ -95,17 +83,16 @@ try {
       // The phase's pauses: from its first dispatch to its last answer (not the drain's idle after).
       const phaseEnd = Math.max(...calls.map(([at, ms]) => at + ms))
       const pauses = (await t.readPauses()).filter(([at, ms]) => at + ms >= phaseStart && at <= phaseEnd)
-      const sorted = Float64Array.from(calls.map((c) => c[1])).sort()
-      const p99 = rank(sorted, 0.99)
+      const { p50, p99, max } = r.latencyMs
       const slow = calls.filter((c) => c[1] >= p99)
       const long = pauses.filter((p) => p[1] >= minPause)
       const inPause = ([at, ms]: [number, number]) => long.some(([ps, pms]) => ps < at + ms && ps + pms > at)
       const slowInPause = slow.filter(inPause).length
       // The chance rate: the share of all calls that overlapped such a pause, slow or not.
       const anyInPause = calls.filter(inPause).length / calls.length
-      rows.push({ target: t.name, calls: r.ok, p50: rank(sorted, 0.5), p99, max: sorted[sorted.length - 1] ?? NaN, pauses, slow: slow.length, slowInPause, anyInPause })
+      rows.push({ target: t.name, calls: r.ok, p50, p99, max, pauses, slow: slow.length, slowInPause, anyInPause })
       process.stderr.write(
-        `round ${round} ${t.name}: ${r.ok} calls, p50 ${f2(rank(sorted, 0.5))} p99 ${f2(p99)} ms, ${pauses.length} GC pauses, ` +
+        `round ${round} ${t.name}: ${r.ok} calls, p50 ${f2(p50)} p99 ${f2(p99)} ms, ${pauses.length} GC pauses, ` +
           `${slowInPause}/${slow.length} calls ≥ p99 in a pause ≥ ${minPause} ms (all calls: ${f1(anyInPause * 100)}%)\n`
       )
     }

@@ -234,7 +234,7 @@ interface Measured extends PhaseResult {
   readonly mainCpuUsPerReq: number
   readonly mainCores: number
   /** CPU µs per successful request of the busiest other thread (a governed target's store worker) and of all the rest (GC helpers, libuv). */
-  readonly workerCpuUsPerReq: number
+  readonly busiestOtherCpuUsPerReq: number
   readonly restCpuUsPerReq: number
   /** The load generator's own CPU utilisation (this process), to show it was not the bottleneck. */
   readonly generatorCores: number
@@ -262,7 +262,7 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
     cpuCores: cpuMs / wallMs,
     mainCpuUsPerReq: perReq(split.main),
     mainCores: split.main / wallMs,
-    workerCpuUsPerReq: perReq(split.busiestOther),
+    busiestOtherCpuUsPerReq: perReq(split.busiestOther),
     restCpuUsPerReq: perReq(split.rest),
     generatorCores: (own.user + own.system) / 1000 / wallMs,
     loadavg: loadavg()[0]!
@@ -399,7 +399,7 @@ const main = async () => {
           `round ${round} ${s.id.padEnd(12)} ${t.name.padEnd(9)} ok ${String(m.ok).padStart(6)} err ${String(m.errors).padStart(4)} ` +
             `${f0(m.achievedRps).padStart(6)} rps  p50 ${f2(m.latencyMs.p50)} p90 ${f2(m.latencyMs.p90)} p99 ${f2(m.latencyMs.p99)} ms` +
             (m.ttfbMs ? `  ttfb p50 ${f2(m.ttfbMs.p50)}` : "") +
-            `  cpu ${f0(m.cpuUsPerReq)} µs/req (main ${f0(m.mainCpuUsPerReq)} at ${f2(m.mainCores)} cores, busiest other thread ${f0(m.workerCpuUsPerReq)}, rest ${f0(m.restCpuUsPerReq)}), gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
+            `  cpu ${f0(m.cpuUsPerReq)} µs/req (main ${f0(m.mainCpuUsPerReq)} at ${f2(m.mainCores)} cores, busiest other thread ${f0(m.busiestOtherCpuUsPerReq)}, rest ${f0(m.restCpuUsPerReq)}), gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
             (m.lagP99Ms !== undefined && m.lagP99Ms > 2 ? `  (generator lag p99 ${f1(m.lagP99Ms)} ms)` : "")
         )
         await pause(300)
@@ -574,7 +574,7 @@ const main = async () => {
         `| ${s.id} | ${t.name} | ${f0(med(t.name, s.id, (r) => r.achievedRps))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p50))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p90))} | ${f2(med(t.name, s.id, (r) => r.latencyMs.p99))} | ` +
           `${t.name === "baseline" ? "–" : signed(overhead(t.name, s.id, (r) => r.latencyMs.p50).median)} | ${t.name === "baseline" ? "–" : `${signed(p99.median)} [${f1(p99.spread[0])}, ${f1(p99.spread[1])}]`} | ` +
           `${s.stream === true ? f2(med(t.name, s.id, (r) => r.ttfbMs?.p50 ?? NaN)) : "–"} | ${rs.reduce((n, r) => n + r.errors, 0)} | ` +
-          `${f2(med(t.name, s.id, (r) => r.cpuCores))} (${f2(med(t.name, s.id, (r) => r.mainCores))}) | ${f0(med(t.name, s.id, (r) => r.cpuUsPerReq))} (${f0(med(t.name, s.id, (r) => r.mainCpuUsPerReq))}, ${f0(med(t.name, s.id, (r) => r.workerCpuUsPerReq))}, ${f0(med(t.name, s.id, (r) => r.restCpuUsPerReq))}) |`
+          `${f2(med(t.name, s.id, (r) => r.cpuCores))} (${f2(med(t.name, s.id, (r) => r.mainCores))}) | ${f0(med(t.name, s.id, (r) => r.cpuUsPerReq))} (${f0(med(t.name, s.id, (r) => r.mainCpuUsPerReq))}, ${f0(med(t.name, s.id, (r) => r.busiestOtherCpuUsPerReq))}, ${f0(med(t.name, s.id, (r) => r.restCpuUsPerReq))}) |`
       )
     }
   }

@@ -23,7 +23,7 @@ import type { Sealer } from "../src/store/ledgerStatements.ts"
 import type { TxOutcome } from "../src/store/syncTransactions.ts"
 import { arg, numArg } from "./lib/args.ts"
 import { callArgs, openStore, refuse } from "./lib/governedCalls.ts"
-import { median } from "./lib/stats.ts"
+import { median, spread } from "./lib/stats.ts"
 
 const CALLS = numArg("--calls", 2000)
 const ROUNDS = numArg("--rounds", 5)
@@ -167,12 +167,16 @@ for (let round = 0; round < ROUNDS; round++) {
   }
 }
 
-const spread = (xs: ReadonlyArray<number>) => `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(0)}–${Math.max(...xs).toFixed(0)})`
+/** Median (min–max) over the runs. */
+const cell = (xs: ReadonlyArray<number>) => {
+  const [lo, hi] = spread(xs)
+  return `${median(xs).toFixed(1)} (${lo.toFixed(0)}–${hi.toFixed(0)})`
+}
 console.log(`\n${CALLS} governed calls per round, ${ROUNDS} rounds, synchronous=${SYNC}, ${BATCH} call(s) per COMMIT (reservations unsynced); µs per call, median (min–max over rounds)\n`)
 console.log(`| | ${trees.map((t) => t.name).join(" | ")} |`)
 console.log(`| --- | ${trees.map(() => "---:").join(" | ")} |`)
 const row = (label: string, f: (r: Figures) => number | undefined) =>
-  console.log(`| ${label} | ${trees.map((t) => spread(results.get(t.name)!.map((r) => f(r) ?? 0))).join(" | ")} |`)
+  console.log(`| ${label} | ${trees.map((t) => cell(results.get(t.name)!.map((r) => f(r) ?? 0))).join(" | ")} |`)
 row("reserve CPU (BEGIN … COMMIT)", (r) => r.reserveCpu)
 row("settle CPU (BEGIN … COMMIT)", (r) => r.settleCpu)
 row("reserve + settle CPU", (r) => r.reserveCpu + r.settleCpu)

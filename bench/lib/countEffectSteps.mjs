@@ -7,7 +7,7 @@ import { writeFileSync } from "node:fs"
 
 const root = process.env.EFFECT_STEPS_ROOT
 const out = process.env.EFFECT_STEPS_OUT
-if (root !== undefined && out !== undefined && process.argv.some((a) => a.endsWith("targets/tollgate.ts"))) {
+if (root !== undefined && out !== undefined) {
   const Effect = await import(`${root}/node_modules/effect/dist/esm/Effect.js`)
   const proto = Object.getPrototypeOf(Effect.runFork(Effect.never))
   const counts = {}

@@ -12,7 +12,7 @@ import { newReceiptId, newRequestId, newReservationId } from "../../src/domain/i
 import type { ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
 import { type migrationSteps, runMigrations, runMigrationsUpTo } from "../../src/store/migrations.ts"
 
-export const projectId = "prj_bench"
+const projectId = "prj_bench"
 const scope = { projectId, environment: "production" as const }
 const model = "gpt-4o-mini"
 const reply = new TextEncoder().encode(JSON.stringify({ id: "chatcmpl-bench", object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: "x".repeat(900) } }] }))

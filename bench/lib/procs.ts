@@ -3,7 +3,7 @@
  * and none shares a loop with the load generator. Everything listens on 127.0.0.1 only.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import { appendFileSync, readdirSync, readFileSync } from "node:fs"
+import { appendFileSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 
 export interface Child<R> {
@@ -185,4 +185,22 @@ export const cpuSplit = (pid: number, before: ProcSample, after: ProcSample): { 
     if (tid !== pid) busiestOther = Math.max(busiestOther, ms - (before.threadCpuMs.get(tid) ?? 0))
   }
   return { main, busiestOther, rest: after.cpuMs - before.cpuMs - main - busiestOther }
+}
+
+/**
+ * A report a bench preload in a child writes to `file` when it gets SIGUSR2 (bench/lib/gcObserver.mjs,
+ * bench/lib/countEffectSteps.mjs): sent, then read as soon as the file holds whole JSON.
+ */
+export const signalForJson = async <T>(pid: number, file: string, timeoutMs = 10_000): Promise<T> => {
+  rmSync(file, { force: true })
+  process.kill(pid, "SIGUSR2")
+  for (let waited = 0; waited < timeoutMs; waited += 20) {
+    await new Promise((r) => setTimeout(r, 20))
+    try {
+      return JSON.parse(readFileSync(file, "utf8")) as T
+    } catch {
+      // not written yet, or not whole yet
+    }
+  }
+  throw new Error(`process ${pid} wrote no report to ${file} within ${timeoutMs} ms`)
 }

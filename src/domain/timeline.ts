@@ -11,6 +11,8 @@
 
 export interface StageFigures {
   readonly stage: string
+  /** Recorded by `span`: a duration inside other stages (the store worker's), not a step of the call's own sequence. */
+  readonly span: boolean
   readonly n: number
   readonly p50Ms: number
   readonly p90Ms: number
@@ -36,18 +38,18 @@ const quantile = (sorted: ReadonlyArray<number>, q: number): number =>
 
 /** A recording timeline on `now` (performance.now in production; a test's own clock). */
 export const makeTimeline = (now: () => number): Timeline => {
-  const samples = new Map<string, Array<number>>()
+  const samples = new Map<string, { readonly span: boolean; readonly xs: Array<number> }>()
   let last = 0
   let open = false
-  const push = (stage: string, ms: number) => {
-    const xs = samples.get(stage)
-    if (xs === undefined) samples.set(stage, [ms])
-    else xs.push(ms)
+  const push = (stage: string, ms: number, span: boolean) => {
+    const s = samples.get(stage)
+    if (s === undefined) samples.set(stage, { span, xs: [ms] })
+    else s.xs.push(ms)
   }
   const mark = (stage: string) => {
     if (!open) return
     const t = now()
-    push(stage, t - last)
+    push(stage, t - last, false)
     last = t
   }
   return {
@@ -58,16 +60,16 @@ export const makeTimeline = (now: () => number): Timeline => {
     },
     mark,
     span: (stage, ms) => {
-      if (open) push(stage, ms)
+      if (open) push(stage, ms, true)
     },
     end: (stage) => {
       mark(stage)
       open = false
     },
     report: () =>
-      Array.from(samples, ([stage, xs]) => {
+      Array.from(samples, ([stage, { span, xs }]) => {
         const sorted = [...xs].sort((a, b) => a - b)
-        return { stage, n: sorted.length, p50Ms: quantile(sorted, 0.5), p90Ms: quantile(sorted, 0.9) }
+        return { stage, span, n: sorted.length, p50Ms: quantile(sorted, 0.5), p90Ms: quantile(sorted, 0.9) }
       }),
     reset: () => samples.clear()
   }

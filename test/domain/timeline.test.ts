@@ -17,9 +17,9 @@ describe("timeline", () => {
       tl.mark("after the end")
     }
     expect(tl.report()).toEqual([
-      { stage: "auth", n: 3, p50Ms: 2, p90Ms: 3 },
-      { stage: "store (in worker)", n: 3, p50Ms: 10, p90Ms: 15 },
-      { stage: "store", n: 3, p50Ms: 20, p90Ms: 30 }
+      { stage: "auth", span: false, n: 3, p50Ms: 2, p90Ms: 3 },
+      { stage: "store (in worker)", span: true, n: 3, p50Ms: 10, p90Ms: 15 },
+      { stage: "store", span: false, n: 3, p50Ms: 20, p90Ms: 30 }
     ])
     tl.reset()
     expect(tl.report()).toEqual([])
