@@ -26,7 +26,7 @@ import { governanceOf, parseReceipt, receiptKeyId } from "./audit/receipts.ts"
 import { type BatchFacts, columnMismatches, Facts, FACTS_STRIDE, type SignedFields, signedColumns } from "./audit/facts.ts"
 import { makeChainChecks } from "./audit/chain.ts"
 import { makeWindowChecks } from "./audit/windows.ts"
-import { Seal, type SealCode, sealOf, type TrustedKey, type TrustedKeyData } from "./audit/seal.ts"
+import { Seal, type SealCode, sealOfStored, type TrustedKey, type TrustedKeyData } from "./audit/seal.ts"
 import type { AuditScope, AuditStats, AuditSummary, ChainHeadRow, IdempotencyRow, KeyRow, ProjectRow, RateCardRow, ReceiptRow, HeldReservationRow, UnreceiptedRow, WindowRow } from "./audit/rows.ts"
 
 export * from "./audit/facts.ts"
@@ -171,7 +171,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
       }
       case Seal.malformed:
         // A worker could not parse what this thread parsed: not possible with one parser; verify here.
-        return checkSeal(row, receipt, sealOf(receipt, trusted))
+        return checkSeal(row, receipt, sealOfStored(row.body, receipt, trusted))
     }
   }
 
@@ -285,7 +285,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
     if (columns.length > 0) {
       report("receipt_column_mismatch", row.id, row.project_id, `receipt ${row.id}: columns ${columns.join(", ")} disagree with the signed body`, { fields: columns })
     }
-    const intact = checkSeal(row, r, seal ?? sealOf(r, trusted))
+    const intact = checkSeal(row, r, seal ?? sealOfStored(row.body, r, trusted))
     ordered(row, r, r.seq, r.prev_hash, r.hash, intact)
   }
 

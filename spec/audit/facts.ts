@@ -12,7 +12,7 @@
 import type { Receipt } from "../receipt.ts"
 import type { ReceiptRow } from "./rows.ts"
 import { parseReceipt } from "./receipts.ts"
-import { Seal, sealOf, type TrustedKey } from "./seal.ts"
+import { Seal, sealOfStored, type TrustedKey } from "./seal.ts"
 
 /** The receipt columns a worker compares with the body, in the order of `signedColumns`. */
 export type SignedColumns = readonly [
@@ -115,7 +115,7 @@ export const batchFacts = (batch: ColumnBatch, trusted: ReadonlyMap<string, Trus
   for (let i = 0; i < batch.count; i++) {
     const c = unpackColumns(batch, i)
     const r = parseReceipt(c[8])
-    if (typeof r === "string" || columnMismatches(c, r).length > 0 || sealOf(r, trusted) !== Seal.intact) continue // parseHere (0)
+    if (typeof r === "string" || columnMismatches(c, r).length > 0 || sealOfStored(c[8], r, trusted) !== Seal.intact) continue // parseHere (0)
     let route = routeIndex.get(r.route)
     if (route === undefined) {
       route = routes.push(r.route) - 1

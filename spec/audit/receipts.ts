@@ -16,6 +16,13 @@ export const windowSubject = (project: string, period: string): string => `${pro
 const isCount = (n: unknown): n is number => typeof n === "number" && Number.isSafeInteger(n) && n >= 0
 const isString = (s: unknown): s is string => typeof s === "string"
 
+const STRING_FIELDS = [
+  "receipt_id", "request_id", "organization", "project_id", "environment", "model", "route", "rate_card_version",
+  "usage_source", "period", "created_at", "prev_hash", "signing_key_id", "hash", "signature"
+] as const
+const COUNT_FIELDS = ["credits_reserved", "credits_charged"] as const
+const TOKEN_FIELDS = ["input", "cached_input", "output", "reasoning"] as const
+
 /** The receipt in `body`, or why it is not one. Checks shape and types only, not hashes. */
 export const parseReceipt = (body: string): Receipt | string => {
   let v: unknown
@@ -26,18 +33,14 @@ export const parseReceipt = (body: string): Receipt | string => {
   }
   if (v === null || typeof v !== "object" || Array.isArray(v)) return "body is not a JSON object"
   const r = v as Record<string, unknown>
-  const strings = [
-    "receipt_id", "request_id", "organization", "project_id", "environment", "model", "route", "rate_card_version",
-    "usage_source", "period", "created_at", "prev_hash", "signing_key_id", "hash", "signature"
-  ] as const
-  for (const f of strings) if (!isString(r[f])) return `${f} is not a string`
+  for (const f of STRING_FIELDS) if (!isString(r[f])) return `${f} is not a string`
   if (r["object"] !== "receipt") return "object is not \"receipt\""
   if (r["status"] !== "completed") return "status is not \"completed\""
-  for (const f of ["credits_reserved", "credits_charged"] as const) if (!isCount(r[f])) return `${f} is not a non-negative integer`
+  for (const f of COUNT_FIELDS) if (!isCount(r[f])) return `${f} is not a non-negative integer`
   if (!(typeof r["seq"] === "number" && Number.isSafeInteger(r["seq"]) && r["seq"] >= 1)) return "seq is not a positive integer"
   const t = r["tokens"] as Record<string, unknown> | null | undefined
   if (t === null || typeof t !== "object") return "tokens is not an object"
-  for (const c of ["input", "cached_input", "output", "reasoning"] as const) if (!isCount(t[c])) return `tokens.${c} is not a non-negative integer`
+  for (const c of TOKEN_FIELDS) if (!isCount(t[c])) return `tokens.${c} is not a non-negative integer`
   if (!isPeriod(r["period"] as string)) return "period is not YYYY-MM"
   if (Number.isNaN(Date.parse(r["created_at"] as string))) return "created_at is not an instant"
   return v as Receipt

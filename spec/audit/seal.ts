@@ -37,6 +37,16 @@ export interface TrustedKey {
 export const trustedKeyMap = (keys: ReadonlyArray<TrustedKeyData>): Map<string, TrustedKey> =>
   new Map(keys.map((k) => [k.id, { key: createPublicKey(k.pem), retiredAt: k.retiredAt }]))
 
+const verifies = (bytes: Buffer, key: KeyObject, signature: string): boolean => {
+  try {
+    return verify(null, bytes, key, Buffer.from(signature, "base64url"))
+  } catch {
+    return false
+  }
+}
+
+const inService = (key: TrustedKey, receipt: Receipt): boolean => key.retiredAt === null || Date.parse(receipt.created_at) <= key.retiredAt
+
 /** The seal verdict of a parsed receipt under the trusted keys. */
 export const sealOf = (receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey>): SealCode => {
   const bytes = Buffer.from(signedText(receipt), "utf8")
@@ -44,19 +54,47 @@ export const sealOf = (receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey
   if (sha256Hex(bytes) !== receipt.hash) return Seal.hashMismatch
   const key = trusted.get(receipt.signing_key_id)
   if (key === undefined) return Seal.unknownKey
-  let ok = false
-  try {
-    ok = verify(null, bytes, key.key, Buffer.from(receipt.signature, "base64url"))
-  } catch {
-    ok = false
+  if (!verifies(bytes, key.key, receipt.signature)) return Seal.badSignature
+  return inService(key, receipt) ? Seal.intact : Seal.retiredKey
+}
+
+/**
+ * `body` without its first `,"hash":…` and the first `,"signature":…` after it (the order of a canonical
+ * body), or undefined when it has not both.
+ */
+const withoutSeal = (body: string, hash: string, signature: string): string | undefined => {
+  const h = `,"hash":${JSON.stringify(hash)}`
+  const a = body.indexOf(h)
+  if (a < 0) return undefined
+  const s = `,"signature":${JSON.stringify(signature)}`
+  const b = body.indexOf(s, a + h.length)
+  return b < 0 ? undefined : body.slice(0, a) + body.slice(a + h.length, b) + body.slice(b + s.length)
+}
+
+/**
+ * The seal verdict of a receipt parsed from `body`: `sealOf(receipt)`, reached without writing the
+ * signed text again when the body is stored in canonical form, as Tollgate stores it (spec/receipt.ts
+ * `SealedReceipt`). The signed text is then the body with its `hash` and `signature` members cut out.
+ * When that cut hashes to the receipt's hash and its signature verifies under a trusted key, the
+ * verdict is the same as `sealOf`'s: a trusted key signs nothing but the canonical text of an
+ * unsigned receipt, which has no `hash` or `signature` member at any depth, so the cut text is such a
+ * text, the two members cut were top-level ones of a body that holds nothing else, and
+ * `canonicalJson(unsignedPart(receipt))` is that same text. Every other case — a body stored in
+ * another form, an altered one, an unknown or retired key — gets `sealOf`'s own verdict, so the
+ * findings never depend on how a body was stored (test/audit/seal.test.ts).
+ */
+export const sealOfStored = (body: string, receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey>): SealCode => {
+  const text = withoutSeal(body, receipt.hash, receipt.signature)
+  const key = trusted.get(receipt.signing_key_id)
+  if (text !== undefined && key !== undefined && inService(key, receipt)) {
+    const bytes = Buffer.from(text, "utf8")
+    if (sha256Hex(bytes) === receipt.hash && verifies(bytes, key.key, receipt.signature)) return Seal.intact
   }
-  if (!ok) return Seal.badSignature
-  if (key.retiredAt !== null && Date.parse(receipt.created_at) > key.retiredAt) return Seal.retiredKey
-  return Seal.intact
+  return sealOf(receipt, trusted)
 }
 
 /** The seal verdict of a stored body (what a worker computes). */
 export const sealOfBody = (body: string, trusted: ReadonlyMap<string, TrustedKey>): SealCode => {
   const parsed = parseReceipt(body)
-  return typeof parsed === "string" ? Seal.malformed : sealOf(parsed, trusted)
+  return typeof parsed === "string" ? Seal.malformed : sealOfStored(body, parsed, trusted)
 }

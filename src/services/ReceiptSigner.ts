@@ -18,7 +18,7 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject 
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { dirname, join } from "node:path"
 import { receiptKeyId } from "../../spec/audit.ts"
-import { type Receipt, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { type SealedReceipt, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
 import { ReceiptKey } from "../store/ChatStore.ts"
 import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
@@ -76,7 +76,7 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
       yield* Effect.logInfo(`receipt signing key rotated: ${keyId} signs from now on; retired ${retired.map((r) => r.id).join(", ")}`)
     }
 
-    const seal = (unsigned: UnsignedReceipt): Receipt => sealReceipt(privateKey, unsigned)
+    const seal = (unsigned: UnsignedReceipt): SealedReceipt => sealReceipt(privateKey, unsigned)
 
     const publicKeys = Effect.map(
       sql<{ id: string; public_key: string; created_at: number; retired_at: number | null }>`

@@ -11,7 +11,7 @@
 import type BetterSqlite3 from "better-sqlite3"
 import type { WindowFacts } from "../../spec/ledger.ts"
 import type { TokenCounts } from "../../spec/pricing.ts"
-import { GENESIS_HASH, type Receipt, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { GENESIS_HASH, type Receipt, type SealedReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
 import type { Verification } from "./requestStatements.ts"
 
 /** What a store reads of one window for the rulebook's check, in one statement (both engines' columns). */
@@ -101,7 +101,7 @@ export const unsignedReceipt = (
 /** What signs a receipt: the service's key (ReceiptSigner) or the same key in the store worker. */
 export interface Sealer {
   readonly keyId: string
-  readonly seal: (unsigned: UnsignedReceipt) => Receipt
+  readonly seal: (unsigned: UnsignedReceipt) => SealedReceipt
 }
 
 /**
@@ -203,10 +203,10 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
     const head = selectHead.get(row.project_id)
     const seq = (head?.seq ?? 0) + 1
     const unsigned = unsignedReceipt(s, { ...row, charge }, { seq, prevHash: head?.hash ?? GENESIS_HASH, now, keyId: signer.keyId })
-    const receipt = signer.seal(unsigned)
+    const { receipt, body } = signer.seal(unsigned)
     insertReceipt.run(
       receipt.receipt_id, receipt.request_id, receipt.project_id, receipt.environment, receipt.period,
-      seq, charge, receipt.rate_card_version, JSON.stringify(receipt), receipt.prev_hash, receipt.hash,
+      seq, charge, receipt.rate_card_version, body, receipt.prev_hash, receipt.hash,
       receipt.signature, receipt.signing_key_id, now,
       s.route, s.tokens.input, s.tokens.cached_input, s.tokens.output, s.tokens.reasoning
     )

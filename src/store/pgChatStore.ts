@@ -204,13 +204,13 @@ export const makePgChatStore = Effect.gen(function* () {
         if (head === undefined) return yield* Effect.dieMessage(`no budget window ${row.period} for project ${row.project_id}`)
         const seq = head.seq + 1
         const unsigned = unsignedReceipt(s, { ...row, charge }, { seq, prevHash: head.hash, now: s.now, keyId: signer.keyId })
-        const receipt = sealReceipt(signer.signingKey, unsigned)
+        const { receipt, body } = sealReceipt(signer.signingKey, unsigned)
         yield* sql`WITH appended AS (
             INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
               body, prev_hash, hash, signature, signing_key_id, created_at,
               route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
             VALUES (${receipt.receipt_id}, ${receipt.request_id}, ${receipt.project_id}, ${receipt.environment}, ${receipt.period},
-              ${seq}, ${charge}, ${receipt.rate_card_version}, ${JSON.stringify(receipt)}, ${receipt.prev_hash}, ${receipt.hash},
+              ${seq}, ${charge}, ${receipt.rate_card_version}, ${body}, ${receipt.prev_hash}, ${receipt.hash},
               ${receipt.signature}, ${receipt.signing_key_id}, ${s.now},
               ${s.route}, ${s.tokens.input}, ${s.tokens.cached_input}, ${s.tokens.output}, ${s.tokens.reasoning}))
           UPDATE chain_heads SET seq = ${seq}, hash = ${receipt.hash} WHERE project_id = ${row.project_id}`

@@ -6,12 +6,12 @@
  */
 import Database from "better-sqlite3"
 import { Effect, Layer } from "effect"
-import { generateKeyPairSync, type KeyObject, sign } from "node:crypto"
+import { generateKeyPairSync, type KeyObject } from "node:crypto"
 import { receiptKeyId } from "../../spec/audit.ts"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { accountKey, periodBounds } from "../../spec/ledger.ts"
 import { type Prices, settledCharge, type TokenCounts, worstCase } from "../../spec/pricing.ts"
-import { GENESIS_HASH, receiptHash, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { GENESIS_HASH, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { makeSettings, Settings } from "../../src/domain/config.ts"
 import { DatabaseLive } from "../../src/store/Database.ts"
 
@@ -137,14 +137,12 @@ export const buildSyntheticStore = async (path: string, options: SyntheticOption
         prev_hash: head.hash,
         signing_key_id: keyId
       }
-      const bytes = Buffer.from(canonicalJson(unsigned), "utf8")
-      const hash = receiptHash(unsigned)
-      const signature = sign(null, bytes, privateKey).toString("base64url")
-      const receipt = { ...unsigned, hash, signature }
+      const { receipt, body } = sealReceipt(privateKey, unsigned)
+      const { hash, signature } = receipt
       const idempotencyKey = i % 10 === 0 ? `idem-${n}` : null
       insert.request.run(requestId, project, idempotencyKey, SYNTHETIC_CARD, reserved, charged, receiptId, startedAt, settledAt)
       insert.reservation.run(`res_synth${n}`, requestId, project, period, reserved, charged, startedAt + 900_000, startedAt, settledAt)
-      insert.receipt.run(receiptId, requestId, project, period, unsigned.seq, charged, SYNTHETIC_CARD, JSON.stringify(receipt), head.hash, hash, signature, keyId, settledAt)
+      insert.receipt.run(receiptId, requestId, project, period, unsigned.seq, charged, SYNTHETIC_CARD, body, head.hash, hash, signature, keyId, settledAt)
       if (idempotencyKey !== null) {
         const body = JSON.stringify({ id: `chatcmpl-${n}`, object: "chat.completion", governance: { request_id: requestId, status: "completed", credits_charged: charged, receipt_id: receiptId } })
         insert.idempotency.run(project, idempotencyKey, requestId, Buffer.from(body), startedAt, settledAt + 86_400_000)
