@@ -69,20 +69,23 @@ export type ReceiptCheck = "hash" | "signature"
 export interface SealedReceipt {
   readonly receipt: Receipt
   /**
-   * `canonicalJson(receipt)`: the whole receipt in canonical form, what a store keeps. Its signed
-   * text is itself without the top-level `hash` and `signature` members, which is what lets the
-   * audit cut the signed text out of the stored body instead of writing it again (spec/audit/seal.ts
-   * `sealOfStored`).
+   * `canonicalJson(receipt)`: the whole receipt in canonical form, what a store keeps (rows written
+   * before 8cf01f3 hold `JSON.stringify(receipt)` instead). Its signed text is itself without the
+   * top-level `hash` and `signature` members (`signedTextOfStored`).
    */
   readonly body: string
 }
 
 /**
- * Where `hash` and `signature` go in a receipt's canonical text: before the key that follows each in
- * code-unit order ("environment" < "hash" < "model"; "seq" < "signature" < "signing_key_id"). Every
- * key before them holds a string or a number, and a JSON string has no bare quote, so the first
- * `,"model":` and `,"signing_key_id":` of the signed text are its top-level members.
+ * The stored form's layout. In code-unit order `hash` comes right before `model` and `signature` right
+ * before `signing_key_id` among a receipt's top-level keys, and every key before either holds a string
+ * or a number, so the first `,"model":` and `,"signing_key_id":` of a canonical receipt are its
+ * top-level members (a JSON string has no bare quote). test/spec/receipt.test.ts pins the key set this
+ * rests on: a key added to `UnsignedReceipt` fails it until these places are looked at again.
  */
+export const STORED_HASH_BEFORE = "model"
+export const STORED_SIGNATURE_BEFORE = "signing_key_id"
+
 const insertMember = (text: string, before: string, member: string): string | undefined => {
   const at = text.indexOf(`,"${before}":`)
   return at < 0 ? undefined : `${text.slice(0, at + 1)}${member},${text.slice(at + 1)}`
@@ -90,17 +93,35 @@ const insertMember = (text: string, before: string, member: string): string | un
 
 /**
  * The stored body of a receipt whose signed text is `signed`: the signed text with its hash and
- * signature put in their places, equal to `canonicalJson` of the whole receipt (test/spec/receipt.test.ts
- * holds it so over arbitrary receipts) at a fraction of its cost. Should the receipt's keys ever
- * change so the places are not found, the canonical form is written in full.
+ * signature put in their places — `canonicalJson` of the whole receipt (a property in
+ * test/spec/receipt.test.ts) at a fraction of its cost. Written in full if a place is missing.
  */
 const storedBody = (signed: string, receipt: Receipt): string => {
-  const withHash = insertMember(signed, "model", `"hash":${JSON.stringify(receipt.hash)}`)
-  const body = withHash === undefined ? undefined : insertMember(withHash, "signing_key_id", `"signature":${JSON.stringify(receipt.signature)}`)
+  const withHash = insertMember(signed, STORED_HASH_BEFORE, `"hash":${JSON.stringify(receipt.hash)}`)
+  const body = withHash === undefined ? undefined : insertMember(withHash, STORED_SIGNATURE_BEFORE, `"signature":${JSON.stringify(receipt.signature)}`)
   return body ?? canonicalJson(receipt)
 }
 
-/** Hash and sign a receipt body (which already carries its prev_hash and key id) with an Ed25519 key. */
+/**
+ * The signed text of a body stored by `sealReceipt`: the body without its first `,"hash":…` and the
+ * first `,"signature":…` after it, or undefined when it has not both. On a body in any other form the
+ * result is some other text, which a caller must verify before trusting (spec/audit/seal.ts
+ * `sealOfStored` does, and says why a text that verifies is the receipt's signed text).
+ */
+export const signedTextOfStored = (body: string, hash: string, signature: string): string | undefined => {
+  const h = `,"hash":${JSON.stringify(hash)}`
+  const a = body.indexOf(h)
+  if (a < 0) return undefined
+  const s = `,"signature":${JSON.stringify(signature)}`
+  const b = body.indexOf(s, a + h.length)
+  return b < 0 ? undefined : body.slice(0, a) + body.slice(a + h.length, b) + body.slice(b + s.length)
+}
+
+/**
+ * Hash and sign a receipt body (which already carries its prev_hash and key id) with an Ed25519 key.
+ * A receipt key signs nothing else: only the canonical text of an unsigned receipt, the rule the
+ * audit's `sealOfStored` relies on.
+ */
 export const sealReceipt = (privateKey: nodeCrypto.KeyObject, unsigned: UnsignedReceipt): SealedReceipt => {
   const text = canonicalJson(unsigned)
   const bytes = Buffer.from(text, "utf8")

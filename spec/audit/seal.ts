@@ -6,7 +6,7 @@
  * stay lean.
  */
 import { createPublicKey, type KeyObject, verify } from "node:crypto"
-import { type Receipt, sha256Hex } from "../receipt.ts"
+import { type Receipt, sha256Hex, signedTextOfStored } from "../receipt.ts"
 import { parseReceipt } from "./receipts.ts"
 import { signedText } from "./signedText.ts"
 
@@ -59,22 +59,10 @@ export const sealOf = (receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey
 }
 
 /**
- * `body` without its first `,"hash":…` and the first `,"signature":…` after it (the order of a canonical
- * body), or undefined when it has not both.
- */
-const withoutSeal = (body: string, hash: string, signature: string): string | undefined => {
-  const h = `,"hash":${JSON.stringify(hash)}`
-  const a = body.indexOf(h)
-  if (a < 0) return undefined
-  const s = `,"signature":${JSON.stringify(signature)}`
-  const b = body.indexOf(s, a + h.length)
-  return b < 0 ? undefined : body.slice(0, a) + body.slice(a + h.length, b) + body.slice(b + s.length)
-}
-
-/**
  * The seal verdict of a receipt parsed from `body`: `sealOf(receipt)`, reached without writing the
  * signed text again when the body is stored in canonical form, as Tollgate stores it (spec/receipt.ts
- * `SealedReceipt`). The signed text is then the body with its `hash` and `signature` members cut out.
+ * `SealedReceipt`). The signed text is then the body with its `hash` and `signature` members cut out
+ * (spec/receipt.ts `signedTextOfStored`).
  * When that cut hashes to the receipt's hash and its signature verifies under a trusted key, the
  * verdict is the same as `sealOf`'s: a trusted key signs nothing but the canonical text of an
  * unsigned receipt, which has no `hash` or `signature` member at any depth, so the cut text is such a
@@ -84,11 +72,11 @@ const withoutSeal = (body: string, hash: string, signature: string): string | un
  * findings never depend on how a body was stored (test/audit/seal.test.ts).
  */
 export const sealOfStored = (body: string, receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey>): SealCode => {
-  const text = withoutSeal(body, receipt.hash, receipt.signature)
   const key = trusted.get(receipt.signing_key_id)
-  if (text !== undefined && key !== undefined && inService(key, receipt)) {
-    const bytes = Buffer.from(text, "utf8")
-    if (sha256Hex(bytes) === receipt.hash && verifies(bytes, key.key, receipt.signature)) return Seal.intact
+  if (key !== undefined && inService(key, receipt)) {
+    const text = signedTextOfStored(body, receipt.hash, receipt.signature)
+    const bytes = text === undefined ? undefined : Buffer.from(text, "utf8")
+    if (bytes !== undefined && sha256Hex(bytes) === receipt.hash && verifies(bytes, key.key, receipt.signature)) return Seal.intact
   }
   return sealOf(receipt, trusted)
 }

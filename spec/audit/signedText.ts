@@ -17,7 +17,7 @@ interface Shape {
   readonly sorted: ReadonlyArray<string>
 }
 
-/** Recent shapes, newest first; a handful at most (a store writes one, a tampered row may add one). */
+/** Recent shapes, newest first; a handful at most (a store writes one — two if it holds rows from before and after 8cf01f3 — and a tampered row may add one). */
 const shapes: Array<Shape> = []
 const SHAPES_MAX = 8
 

@@ -89,7 +89,8 @@ const init = Effect.gen(function* () {
     resolved_at INTEGER
   )`
   yield* ddl`CREATE INDEX reservations_held ON reservations(state, deadline)`
-  // Receipts: canonical JSON body plus a per-project hash chain (seq, prev_hash, hash) and signature.
+  // Receipts: JSON body (canonical JSON of the whole receipt since 8cf01f3; older rows in JSON.stringify
+  // order) plus a per-project hash chain (seq, prev_hash, hash) and signature.
   yield* ddl`CREATE TABLE receipts (
     id TEXT PRIMARY KEY,
     request_id TEXT NOT NULL UNIQUE,

@@ -5,10 +5,11 @@
  * `signature` members, an edited value, a forged signature, an unknown or retired key.
  */
 import fc from "fast-check"
-import { generateKeyPairSync } from "node:crypto"
+import { generateKeyPairSync, sign } from "node:crypto"
 import { describe, expect, it } from "vitest"
 import { parseReceipt, receiptKeyId, Seal, sealOf, sealOfStored, trustedKeyMap } from "../../spec/audit.ts"
-import { type Receipt, sealReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { canonicalJson } from "../../spec/canonicalJson.ts"
+import { type Receipt, sealReceipt, type UnsignedReceipt, unsignedPart } from "../../spec/receipt.ts"
 import { unsignedReceipt } from "../support/arbitraryReceipt.ts"
 
 const pair = () => {
@@ -25,6 +26,9 @@ const trusted = trustedKeyMap([
   { id: retiredSigner.id, pem: retiredSigner.pem, retiredAt: 0 }
 ])
 
+/** A signature by a key no store trusts, over the receipt's own signed text: it must not verify. */
+const forge = (r: Receipt) => sign(null, Buffer.from(canonicalJson(unsignedPart(r)), "utf8"), stranger.privateKey).toString("base64url")
+
 /** How a stored body may differ from the canonical form Tollgate writes. */
 const alterations: ReadonlyArray<readonly [string, (body: string, receipt: Receipt) => string]> = [
   ["as written", (body) => body],
@@ -34,6 +38,17 @@ const alterations: ReadonlyArray<readonly [string, (body: string, receipt: Recei
   ["hash repeated at the end", (body, r) => `${body.slice(0, -1)},"hash":${JSON.stringify(r.hash)}}`],
   ["a second hash nested in tokens", (body, r) => body.replace('"tokens":{', `"tokens":{"hash":${JSON.stringify(r.hash)},`)],
   ["signature repeated with another value", (body) => `${body.slice(0, -1)},"signature":"AAAA"}`],
+  ["signature forged in place by another key", (body, r) => body.replace(r.signature, forge(r))],
+  [
+    "hash also nested in tokens, before the top-level one",
+    (body, r) => {
+      const member = `,"hash":${JSON.stringify(r.hash)}`
+      const rest = body.replace(member, "")
+      const tokens = rest.indexOf('"tokens":{')
+      const firstEnd = rest.indexOf(",", tokens)
+      return `${rest.slice(0, firstEnd)}${member}${rest.slice(firstEnd, -1)}${member}}`
+    }
+  ],
   ["credits_charged edited", (_, r) => JSON.stringify({ ...r, credits_charged: r.credits_charged + 1 })],
   ["credits_charged edited in canonical form", (body, r) => body.replace(`"credits_charged":${r.credits_charged}`, `"credits_charged":${r.credits_charged + 1}`)],
   ["hash edited to match nothing", (body, r) => body.replace(r.hash, "0".repeat(64))]
@@ -69,7 +84,7 @@ describe("sealOfStored", () => {
     )
   })
 
-  it("each alteration gets its verdict: intact only as written or re-serialised, with the trusted key", () => {
+  it("each alteration gets its verdict: intact wherever the parsed receipt is unchanged, and only with the trusted key in service", () => {
     const unsigned: UnsignedReceipt = {
       object: "receipt", receipt_id: "rcpt_1", request_id: "req_1", organization: "org", project_id: "proj", environment: "production",
       status: "completed", verification: { state: "verified", checks: ["schema"], failed_checks: [] }, model: "auto", route: "demo",
@@ -94,6 +109,8 @@ describe("sealOfStored", () => {
       "hash repeated at the end": Seal.intact,
       "a second hash nested in tokens": Seal.hashMismatch,
       "signature repeated with another value": Seal.badSignature,
+      "signature forged in place by another key": Seal.badSignature,
+      "hash also nested in tokens, before the top-level one": Seal.hashMismatch,
       "credits_charged edited": Seal.hashMismatch,
       "credits_charged edited in canonical form": Seal.hashMismatch,
       "hash edited to match nothing": Seal.hashMismatch

@@ -7,7 +7,7 @@ import fc from "fast-check"
 import { generateKeyPairSync, verify } from "node:crypto"
 import { describe, expect, it } from "vitest"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
-import { sealReceipt } from "../../spec/receipt.ts"
+import { type Receipt, sealReceipt, signedTextOfStored, STORED_HASH_BEFORE, STORED_SIGNATURE_BEFORE, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { unsignedReceipt } from "../support/arbitraryReceipt.ts"
 
 const { privateKey, publicKey } = generateKeyPairSync("ed25519")
@@ -20,10 +20,26 @@ describe("sealReceipt", () => {
         expect(body).toBe(canonicalJson(receipt))
         const signed = canonicalJson(unsigned)
         expect(verify(null, Buffer.from(signed, "utf8"), publicKey, Buffer.from(receipt.signature, "base64url"))).toBe(true)
-        const cut = body.replace(`,"hash":"${receipt.hash}"`, "").replace(`,"signature":"${receipt.signature}"`, "")
-        expect(cut).toBe(signed)
+        expect(signedTextOfStored(body, receipt.hash, receipt.signature)).toBe(signed)
       }),
       { numRuns: 200 }
     )
+  })
+
+  it("the places the stored body puts hash and signature in rest on the receipt's key set, pinned here", () => {
+    // Every key of UnsignedReceipt, and whether its value is an object: a key added to the type fails
+    // to compile here until it is listed, and then this test says whether the places still hold.
+    const objectValued: Record<keyof UnsignedReceipt, boolean> = {
+      object: false, receipt_id: false, request_id: false, organization: false, project_id: false, environment: false,
+      status: false, verification: true, model: false, route: false, rate_card_version: false, tokens: true,
+      usage_source: false, credits_reserved: false, credits_charged: false, period: false, seq: false, created_at: false,
+      prev_hash: false, signing_key_id: false
+    }
+    const keys = [...Object.keys(objectValued), "hash", "signature"].sort() as Array<keyof Receipt>
+    expect(keys[keys.indexOf("hash") + 1]).toBe(STORED_HASH_BEFORE)
+    expect(keys[keys.indexOf("signature") + 1]).toBe(STORED_SIGNATURE_BEFORE)
+    // No object-valued member comes before either place, so the first `,"key":` found is top-level.
+    const before = keys.slice(0, keys.indexOf(STORED_SIGNATURE_BEFORE)).filter((k) => k !== "hash" && k !== "signature")
+    expect(before.filter((k) => objectValued[k as keyof UnsignedReceipt])).toEqual([])
   })
 })

@@ -2,10 +2,10 @@
 import fc from "fast-check"
 import type { UnsignedReceipt } from "../../spec/receipt.ts"
 
-/** Any text, quotes, backslashes, the members' own names and non-BMP characters included. */
+/** Any text, quotes, backslashes, the members' own names, lone surrogates and non-BMP characters included. */
 const text = fc.oneof(
   fc.string({ unit: "binary", maxLength: 12 }),
-  fc.constantFrom(',"model":"x"', ',"signing_key_id":', '"hash"', "\\", "\u2028", "😀")
+  fc.constantFrom(',"model":"x"', ',"signing_key_id":', '"hash"', "\\", "\u2028", "😀", "\ud800", "x\udc00")
 )
 
 export const unsignedReceipt: fc.Arbitrary<UnsignedReceipt> = fc.record({
