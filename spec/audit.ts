@@ -11,9 +11,7 @@
  *      for a partial walk, call `chainStart` before a project's first receipt; a receipt's seal
  *      verdict (spec/audit/seal.ts) or its facts (spec/audit/facts.ts, `receiptWithFacts`) may come
  *      computed elsewhere (the signature workers);
- *   3. `heldReservation`, `unreceipted`, `idempotency` (any order, and at any point after the context:
- *      they read nothing that step 2 builds, so src/store/auditReader.ts steps them between the
- *      walk's batches and reports their findings after it);
+ *   3. `heldReservation`, `unreceipted`, `idempotency` (any order);
  *   4. `finish()` — window sums, caps, chain heads and per-card tallies are settled here.
  *
  * It reuses the other models: charges are recomputed with spec/pricing.ts (`settledCharge`, BigInt,

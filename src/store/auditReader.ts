@@ -9,9 +9,7 @@
  * numbers the ordered checks need); the main thread feeds each batch to the checker in chain order
  * with its facts, so chain, charge and window checks stay ordered and the findings are the
  * same whatever `jobs` is. At most 2 × jobs batches are outstanding: reading waits for the workers,
- * and memory stays flat whatever the number of receipts. With workers, the checks that follow the walk
- * (held reservations, unreceipted requests, idempotency records) read their rows between its batches
- * on the same snapshot, and their findings are reported after the walk's.
+ * and memory stays flat whatever the number of receipts.
  */
 import { availableParallelism } from "node:os"
 import {
