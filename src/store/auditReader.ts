@@ -100,22 +100,16 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
   const batch = options.batch ?? 500
   const { source, engine } = await openAuditSource(options.database)
   let pool: SealPool | undefined
-  let tail: AsyncGenerator<void> | undefined
   try {
     const scope: AuditScope = { project: options.project, period: options.period }
     const limit = options.limit ?? 1000
     const kept: Array<Finding> = []
     let omitted = 0
-    const emit = (f: Finding) => {
+    const auditor = makeAuditor((f) => {
       options.onFinding?.(f)
       if (kept.length < limit) kept.push(f)
       else omitted++
-    }
-    // The checks after the walk run during it (below); what they find is held back until the walk is
-    // done, so findings come in the same order whatever the timing and the number of jobs.
-    let deferring = false
-    const deferred: Array<Finding> = []
-    const auditor = makeAuditor((f) => (deferring ? deferred.push(f) : emit(f)), scope)
+    }, scope)
     const Q = auditQueries(scope)
     const started = performance.now()
 
@@ -126,47 +120,14 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
         ? pinned.map((pem): KeyRow => ({ id: safeKeyId(pem), public_key: pem, retired_at: null }))
         : await allRows<KeyRow>(source, Q.keys)
     )
-    // The signature workers need only the keys: they start (≈ 80 ms of loading each) while the rest of
-    // the context is read.
-    const total = (await allRows<{ n: number }>(source, Q.receiptCount))[0]?.n ?? 0
-    if (jobs > 0 && total > 0) pool = startSealPool(Math.min(jobs, Math.ceil(total / batch)), auditor.trustedKeys(), await workerCode())
     auditor.rateCards(await allRows<RateCardRow>(source, Q.rateCards))
     auditor.projects(await allRows<ProjectRow>(source, Q.projects))
     for await (const w of rows<WindowRow>(source, Q.windows)) auditor.windows([w])
     if (scope.period === undefined) for await (const h of rows<ChainHeadRow>(source, Q.chainHeads)) auditor.chainHeads([h])
 
-    // ---- held reservations, requests settled without a receipt, idempotency records: checks that read
-    // nothing of the walk's, stepped a slice at a time between its batches on the same snapshot (a
-    // second cursor), so their SQL and checks use the main thread while the workers verify instead of
-    // after them with the workers idle; the rest runs after the walk.
-    const heldBack = (check: () => void) => {
-      deferring = true
-      try {
-        check()
-      } finally {
-        deferring = false
-      }
-    }
-    let checked = 0
-    const sliceDone = () => ++checked % TAIL_SLICE === 0
-    const tailSteps = async function* (): AsyncGenerator<void> {
-      for await (const row of rows<HeldReservationRow>(source, Q.held, TAIL_SLICE)) {
-        heldBack(() => auditor.heldReservation(row))
-        if (sliceDone()) yield
-      }
-      for await (const row of rows<UnreceiptedRow>(source, Q.unreceipted, TAIL_SLICE)) {
-        heldBack(() => auditor.unreceipted(row))
-        if (sliceDone()) yield
-      }
-      for await (const row of rows<IdempotencyRow>(source, Q.idempotency, TAIL_SLICE)) {
-        heldBack(() => auditor.idempotency(row))
-        if (sliceDone()) yield
-      }
-    }
-    tail = tailSteps()
-    const steps = tail
-
     // ---- receipts, in settlement order per project, their seals checked by the workers
+    const total = (await allRows<{ n: number }>(source, Q.receiptCount))[0]?.n ?? 0
+    if (jobs > 0 && total > 0) pool = startSealPool(Math.min(jobs, Math.ceil(total / batch)), auditor.trustedKeys(), await workerCode())
     const facts = pool?.facts
     let seen = 0
     let lastTick = started
@@ -200,7 +161,6 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
             ? Promise.resolve(() => feed(receiptRows, undefined))
             : facts(packColumns(receiptRows)).then((known) => () => feed(receiptRows, known))
         )
-        if (facts !== undefined) await steps.next()
       }
     }
     if (scope.period === undefined) {
@@ -214,9 +174,11 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
       }
     }
     while (queue.length > 0) await runNext()
-    // What the walk left of the checks after it, then their findings, in the order they were found.
-    while ((await steps.next()).done !== true) continue
-    for (const f of deferred) emit(f)
+
+    // ---- reservations still held, requests settled without a receipt, idempotency records
+    for await (const row of rows<HeldReservationRow>(source, Q.held)) auditor.heldReservation(row)
+    for await (const row of rows<UnreceiptedRow>(source, Q.unreceipted)) auditor.unreceipted(row)
+    for await (const row of rows<IdempotencyRow>(source, Q.idempotency)) auditor.idempotency(row)
 
     const summary = auditor.finish()
     const durationMs = performance.now() - started
@@ -233,15 +195,10 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
       jobs
     }
   } finally {
-    // A walk that failed leaves the checks after it suspended, their cursor open: closed before the source.
-    await tail?.return(undefined)
     await pool?.close()
     await source.close()
   }
 }
-
-/** Rows of the checks after the walk read and checked between two of its batches. */
-const TAIL_SLICE = 256
 
 /** A pinned key's id; an unreadable PEM gets an id the checker will reject as invalid. */
 const safeKeyId = (pem: string): string => {
