@@ -16,6 +16,9 @@ export interface StageFigures {
   readonly n: number
   readonly p50Ms: number
   readonly p90Ms: number
+  readonly p99Ms: number
+  /** Samples more than 1 ms above this stage's own median: which stage the slow calls were slow in. */
+  readonly over1Ms: number
 }
 
 export interface Timeline {
@@ -28,7 +31,7 @@ export interface Timeline {
   readonly span: (stage: string, ms: number) => void
   /** The call's last stage; marks after it are ignored until the next `begin`. */
   readonly end: (stage: string) => void
-  /** Per stage, in the order stages were first seen: median and p90 over the calls since the last `reset`. */
+  /** Per stage, in the order stages were first seen: median, p90, p99 and the count of samples more than 1 ms above the median, over the calls since the last `reset`. */
   readonly report: () => ReadonlyArray<StageFigures>
   readonly reset: () => void
 }
@@ -69,7 +72,9 @@ export const makeTimeline = (now: () => number): Timeline => {
     report: () =>
       Array.from(samples, ([stage, { span, xs }]) => {
         const sorted = [...xs].sort((a, b) => a - b)
-        return { stage, span, n: sorted.length, p50Ms: quantile(sorted, 0.5), p90Ms: quantile(sorted, 0.9) }
+        const p50Ms = quantile(sorted, 0.5)
+        const over1Ms = sorted.filter((x) => x > p50Ms + 1).length
+        return { stage, span, n: sorted.length, p50Ms, p90Ms: quantile(sorted, 0.9), p99Ms: quantile(sorted, 0.99), over1Ms }
       }),
     reset: () => samples.clear()
   }

@@ -3,10 +3,10 @@ import { describe, expect, it } from "vitest"
 import { makeTimeline, timeline } from "../../src/domain/timeline.ts"
 
 describe("timeline", () => {
-  it("records each stage as the time since the previous mark of the call, and medians over calls", () => {
+  it("records each stage as the time since the previous mark of the call; quantiles over calls and the samples over 1 ms above the median", () => {
     let t = 0
     const tl = makeTimeline(() => t)
-    for (const [auth, store] of [[1, 10], [3, 30], [2, 20]] as const) {
+    for (const [auth, store] of [[1, 10], [3, 30], [2, 20], [2, 21], [4, 22]] as const) {
       tl.begin()
       t += auth
       tl.mark("auth")
@@ -17,9 +17,10 @@ describe("timeline", () => {
       tl.mark("after the end")
     }
     expect(tl.report()).toEqual([
-      { stage: "auth", span: false, n: 3, p50Ms: 2, p90Ms: 3 },
-      { stage: "store (in worker)", span: true, n: 3, p50Ms: 10, p90Ms: 15 },
-      { stage: "store", span: false, n: 3, p50Ms: 20, p90Ms: 30 }
+      // auth 1 2 2 3 4: the median 2, one sample (4) more than 1 ms above it; 3 is exactly 1 ms above
+      { stage: "auth", span: false, n: 5, p50Ms: 2, p90Ms: 4, p99Ms: 4, over1Ms: 1 },
+      { stage: "store (in worker)", span: true, n: 5, p50Ms: 10.5, p90Ms: 15, p99Ms: 15, over1Ms: 1 },
+      { stage: "store", span: false, n: 5, p50Ms: 21, p90Ms: 30, p99Ms: 30, over1Ms: 1 }
     ])
     tl.reset()
     expect(tl.report()).toEqual([])
