@@ -83,6 +83,14 @@ export class StoreWorkerEntry extends Context.Reference<StoreWorkerEntry>()("tol
   defaultValue: () => new URL("./storeWorker.mjs", import.meta.url)
 }) {}
 
+/**
+ * How long the store worker waits without a message before it checkpoints a WAL that has filled
+ * (src/store/storeWorker.ts). A test may lengthen it to make the moment certain.
+ */
+export class CheckpointIdleMs extends Context.Reference<CheckpointIdleMs>()("tollgate/CheckpointIdleMs", {
+  defaultValue: (): number => 2
+}) {}
+
 /** Restart backoff after the worker dies: doubles from the first to the last, reset by a minute of life. */
 const RESTART_FIRST_MS = 100
 const RESTART_MAX_MS = 30_000
@@ -250,7 +258,8 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       let run: Run
       let health = (): StoreHealth => ({ ok: true })
       if (inWorker) {
-        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId, assertInvariants: settings.assertInvariants }))
+        const checkpointIdleMs = yield* CheckpointIdleMs
+        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId, assertInvariants: settings.assertInvariants, checkpointIdleMs }))
       } else {
         const ops = makeChatTransactions(
           store.db,
