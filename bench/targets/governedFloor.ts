@@ -41,7 +41,6 @@ import { periodOf } from "../../src/services/Ledger.ts"
 import { ReceiptSigner, sealReceipt } from "../../src/services/ReceiptSigner.ts"
 import { withGovernance } from "../../src/services/surfaces/Surface.ts"
 import { countChat } from "../../src/services/Tokenizer.ts"
-import { CheckpointIdleMs } from "../../src/store/ChatStore.ts"
 import { makeChatTransactions, mustSync, type Reserved, type ReserveArgs, type SettleArgs } from "../../src/store/chatTransactions.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
 import { makeGroupCommit, type TxOutcome } from "../../src/store/syncTransactions.ts"
@@ -102,7 +101,7 @@ if (inline) {
   const bundled = new URL("./storeWorker.mjs", import.meta.url)
   const entry = existsSync(fileURLToPath(bundled)) ? bundled : new URL("../../src/store/storeWorker.mjs", import.meta.url)
   const worker = new Worker(entry, {
-    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId, assertInvariants: false, checkpointIdleMs: CheckpointIdleMs.defaultValue() } satisfies StoreWorkerData,
+    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId, assertInvariants: false } satisfies StoreWorkerData,
     execArgv: []
   })
   await new Promise<void>((resolve, reject) => {

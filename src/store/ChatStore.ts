@@ -83,14 +83,6 @@ export class StoreWorkerEntry extends Context.Reference<StoreWorkerEntry>()("tol
   defaultValue: () => new URL("./storeWorker.mjs", import.meta.url)
 }) {}
 
-/**
- * How long the store worker waits without a message before it checkpoints a WAL that has filled
- * (src/store/storeWorker.ts). A test may lengthen it to make the moment certain.
- */
-export class CheckpointIdleMs extends Context.Reference<CheckpointIdleMs>()("tollgate/CheckpointIdleMs", {
-  defaultValue: (): number => 2
-}) {}
-
 /** Restart backoff after the worker dies: doubles from the first to the last, reset by a minute of life. */
 const RESTART_FIRST_MS = 100
 const RESTART_MAX_MS = 30_000
@@ -258,8 +250,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       let run: Run
       let health = (): StoreHealth => ({ ok: true })
       if (inWorker) {
-        const checkpointIdleMs = yield* CheckpointIdleMs
-        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId, assertInvariants: settings.assertInvariants, checkpointIdleMs }))
+        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId, assertInvariants: settings.assertInvariants }))
       } else {
         const ops = makeChatTransactions(
           store.db,

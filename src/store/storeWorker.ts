@@ -17,15 +17,12 @@ import { parentPort, receiveMessageOnPort, workerData } from "node:worker_thread
 import { sealReceipt } from "../../spec/receipt.ts"
 import { type ChatOp, makeChatTransactions, mustSync } from "./chatTransactions.ts"
 import { makeGroupCommit, type TxOutcome } from "./syncTransactions.ts"
-import { walIndexReader } from "./walIndex.ts"
 
 export interface StoreWorkerData {
   readonly filename: string
   readonly signingKey: KeyObject
   readonly signingKeyId: string
   readonly assertInvariants: boolean
-  /** How long without a message before a filled WAL is checkpointed (see `checkpointSoon`). */
-  readonly checkpointIdleMs: number
 }
 
 export interface Call {
@@ -50,19 +47,12 @@ export type FromWorker =
   | { readonly _tag: "Ready" }
   | { readonly _tag: "Done"; readonly replies: ReadonlyArray<{ readonly id: number; readonly outcome: TxOutcome; readonly timing?: WorkerTiming }> }
 
-/** WAL pages not yet copied into the database file at which the worker checkpoints: SQLite's default automatic limit. */
-const CHECKPOINT_PAGES = 1000
-
 const port = parentPort!
 const data = workerData as StoreWorkerData
 const db = new BetterSqlite3(data.filename, { timeout: 5000 })
 db.pragma("journal_mode = WAL")
 db.pragma("synchronous = FULL")
 db.pragma("foreign_keys = ON")
-// Checkpoints run between batches, after their replies (`checkpointSoon`), not inside a COMMIT: SQLite's
-// automatic one runs in the COMMIT that takes the WAL past 1,000 pages and held that batch's replies
-// ≈ 1–2 ms, in 1–3% of one caller's calls (docs/decisions/0029). Its limit stays, raised, as a backstop.
-db.pragma(`wal_autocheckpoint = ${8 * CHECKPOINT_PAGES}`)
 
 // TOLLGATE_TIMELINE=1: each reply says where its transaction's time went (timed only then).
 const timed = process.env.TOLLGATE_TIMELINE === "1"
@@ -75,40 +65,6 @@ const seal = (unsigned: Parameters<typeof sealReceipt>[1]) => {
   return sealed
 }
 const ops = makeChatTransactions(db, { keyId: data.signingKeyId, seal }, { assertInvariants: data.assertInvariants })
-/**
- * A PASSIVE checkpoint once the WAL holds CHECKPOINT_PAGES not yet copied back (its index says,
- * src/store/walIndex.ts), when the worker has been idle for `checkpointIdleMs` (2 ms; every message that arrives
- * restarts the wait): at one caller that is while the call waits for its upstream, not in the moment
- * between a settlement and the next call's reservation. If the worker is never idle that long, it
- * runs between batches once twice as many pages may be waiting. Either way after the batch's replies
- * are posted. It never waits for readers; what they still use stays in the WAL for the next one. A
- * failure leaves the WAL to the next checkpoint (or SQLite's own, at its limit).
- */
-const walIndex = walIndexReader(data.filename)
-let idleTimer: ReturnType<typeof setTimeout> | undefined
-let immediate: ReturnType<typeof setImmediate> | undefined
-const cancelCheckpoint = () => {
-  if (idleTimer !== undefined) clearTimeout(idleTimer)
-  if (immediate !== undefined) clearImmediate(immediate)
-  idleTimer = immediate = undefined
-}
-const checkpoint = () => {
-  cancelCheckpoint()
-  try {
-    db.pragma("wal_checkpoint(PASSIVE)")
-  } catch {
-    // The next COMMIT meets the same store and reports what is wrong to its caller.
-  }
-}
-const checkpointSoon = () => {
-  const { frames, backfilled } = walIndex()
-  const pages = frames - backfilled
-  if (pages >= 2 * CHECKPOINT_PAGES) immediate ??= setImmediate(checkpoint)
-  else if (pages >= CHECKPOINT_PAGES) idleTimer ??= setTimeout(checkpoint, data.checkpointIdleMs)
-}
-/** A message arrived: the worker is not idle, the idle checkpoint waits again. */
-const notIdle = () => void idleTimer?.refresh()
-
 // The replies of one batch are sent together, as soon as it committed: the callers of an unsynced
 // batch hear back before the synced batch of the same turn has its fsync.
 let replies: Array<{ id: number; outcome: TxOutcome; timing?: WorkerTiming }> = []
@@ -117,7 +73,6 @@ const flush = () => {
   const batch = replies
   replies = []
   port.postMessage({ _tag: "Done", replies: batch } satisfies FromWorker)
-  checkpointSoon()
 }
 const group = makeGroupCommit(db, { afterBatch: flush })
 
@@ -129,7 +84,6 @@ const portable = (outcome: TxOutcome): TxOutcome =>
 
 // Close after the transactions already received have committed (a close never cuts a batch).
 const close = () => {
-  cancelCheckpoint()
   db.close()
   port.close()
 }
@@ -198,7 +152,6 @@ const receive = (message: ToWorker) => {
 // batch is as large as a turn's would be, without waiting the turn (the caller of a lone call was
 // paying ≈ 0.1 ms for a setImmediate, bench/timeline.ts).
 port.on("message", (message: ToWorker) => {
-  notIdle()
   receive(message)
   for (let next = receiveMessageOnPort(port); next !== undefined; next = receiveMessageOnPort(port)) receive(next.message as ToWorker)
   group.flush()

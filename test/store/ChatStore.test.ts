@@ -16,9 +16,8 @@ import { verifyReceipt } from "../../spec/receipt.ts"
 import { Projects } from "../../src/services/Projects.ts"
 import { ReceiptKeyLive, ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { makeChatTransactions, type ReserveArgs } from "../../src/store/chatTransactions.ts"
-import { ChatStore, CheckpointIdleMs, StoreWorkerEntry } from "../../src/store/ChatStore.ts"
+import { ChatStore, StoreWorkerEntry } from "../../src/store/ChatStore.ts"
 import { DatabaseLive, Sqlite } from "../../src/store/Database.ts"
-import { walIndexReader } from "../../src/store/walIndex.ts"
 import { DEFAULT_NOW, reserveArgs as portReserveArgs, settleArgs as portSettleArgs } from "../support/portArgs.ts"
 import { newProject } from "../services/layers.ts"
 import { testRuntime } from "../support/runtime.ts"
@@ -290,27 +289,6 @@ describe("ChatStore", () => {
       // It waited for the lock (busy_timeout), then saw the raised cap: 1,500 fits under 2,000.
       expect(exit).toStrictEqual(Exit.succeed({ outputCap: 1, reservation: 1_500 }))
       expect(order).toEqual(["admin", "reserve"])
-    } finally {
-      await rt.dispose()
-    }
-  })
-
-  it("checkpoints the WAL itself once enough transactions committed and it fell idle, before SQLite's automatic limit of 1,000 pages", async () => {
-    const { url, file } = fileUrl()
-    // Idle for 300 ms, so the calls below, one after the other, never leave it idle that long.
-    const rt = testRuntime(chatStoreLayer.pipe(Layer.provide(Layer.succeed(CheckpointIdleMs, 300))), { databaseUrl: url })
-    try {
-      const { p, store } = await rt.runPromise(Effect.all({ p: newProject({ budget_credits: 1_000_000 }), store: ChatStore }))
-      const walIndex = walIndexReader(file)
-      // One at a time, ≈ 7.5 WAL pages each: past the worker's 1,000 pages, under twice that.
-      for (let i = 0; i < 180; i++) await rt.runPromise(store.reserve(reserveArgs(p.id, 1)))
-      const written = walIndex()
-      await new Promise((r) => setTimeout(r, 900))
-      // Past 1,000 pages (where SQLite alone would have checkpointed inside a COMMIT), nothing copied
-      // back while the calls came; once the worker fell idle, all of it.
-      expect(written.frames).toBeGreaterThan(1_000)
-      expect(written.backfilled).toBe(0)
-      expect(walIndex()).toEqual({ frames: written.frames, backfilled: written.frames })
     } finally {
       await rt.dispose()
     }
