@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/profile.ts [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory]`
+ * `npx tsx bench/profile.ts [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory] [--alloc]`
  *
  * Profiles Tollgate's chat path: starts the bench mock upstream and a Tollgate child, warms it up,
  * then records a V8 CPU profile (inspector, toggled by SIGUSR2 in bench/targets/tollgate.ts) over
@@ -7,6 +7,10 @@
  * (self time by function and by package). Open the .cpuprofile in Chrome DevTools or speedscope.
  * Effect's fibers run from its scheduler, so JS stacks do not show the logical caller: read self
  * time, and confirm a suspicion with an A/B run of `npm run bench`.
+ *
+ * `--alloc` records V8's sampling heap profile instead (every sampled allocation of the main thread,
+ * freed ones included) and prints the bytes allocated per request by function and by file: what feeds
+ * the young generation's scavenges and the GC helper threads' CPU (docs/decisions/0028).
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -45,7 +49,8 @@ process.once("exit", () => {
     // already gone
   }
 })
-const profileFile = join(out, `tollgate-${Date.now()}.cpuprofile`)
+const alloc = flag("--alloc")
+const profileFile = join(out, `tollgate-${Date.now()}.${alloc ? "heapprofile" : "cpuprofile"}`)
 const tollgate = await startChild<{ port: number; key: string }>(
   "tollgate",
   process.execPath,
@@ -55,7 +60,7 @@ const tollgate = await startChild<{ port: number; key: string }>(
     join(here, "targets/tollgate.ts"),
     "--upstream",
     `http://127.0.0.1:${mock.ready.port}`,
-    "--profile",
+    alloc ? "--alloc-profile" : "--profile",
     profileFile,
     ...(arg("--db") === undefined ? [] : ["--db", arg("--db")!])
   ],
@@ -89,6 +94,40 @@ console.log(
   `${r.ok} ok, ${r.errors} errors, ${r.achievedRps.toFixed(0)} RPS, p50 ${r.latencyMs.p50} ms p99 ${r.latencyMs.p99} ms, ` +
     `${(((after.cpuMs - before.cpuMs) * 1000) / Math.max(1, r.ok)).toFixed(0)} µs CPU per request`
 )
+
+if (alloc) {
+  interface AllocNode {
+    callFrame: { functionName: string; url: string; lineNumber: number }
+    selfSize: number
+    children: Array<AllocNode>
+  }
+  const { head } = JSON.parse(readFileSync(profileFile, "utf8")) as { head: AllocNode }
+  const byFn = new Map<string, number>()
+  const byFile = new Map<string, number>()
+  let total = 0
+  const walk = (n: AllocNode) => {
+    if (n.selfSize > 0) {
+      const { functionName, url, lineNumber } = n.callFrame
+      const short = url.replace(/^file:\/\//, "").replace(root + "/", "")
+      const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(short)?.[1] ?? (short === "" ? functionName : short)
+      const key = `${functionName || "(anonymous)"}  ${short}:${lineNumber + 1}`
+      byFn.set(key, (byFn.get(key) ?? 0) + n.selfSize)
+      byFile.set(pkg, (byFile.get(pkg) ?? 0) + n.selfSize)
+      total += n.selfSize
+    }
+    for (const c of n.children) walk(c)
+  }
+  walk(head)
+  const perReq = (bytes: number) => `${(bytes / Math.max(1, r.ok) / 1024).toFixed(2).padStart(7)} KiB/req`
+  const showBytes = (title: string, m: Map<string, number>, k: number) => {
+    console.log(`\n${title} (main thread, ${perReq(total).trim()} in all)`)
+    for (const [name, bytes] of [...m].sort((a, b) => b[1] - a[1]).slice(0, k)) console.log(`${perReq(bytes)}  ${((bytes / total) * 100).toFixed(1).padStart(5)}%  ${name}`)
+  }
+  showBytes("allocated bytes by package / file", byFile, 25)
+  showBytes("allocated bytes by function", byFn, 40)
+  console.log(`\nprofile: ${profileFile}`)
+  process.exit(0)
+}
 
 interface Node {
   id: number

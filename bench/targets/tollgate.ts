@@ -62,6 +62,39 @@ if (profileFile !== undefined) {
     })
   })
 }
+// `--alloc-profile FILE` (bench/profile.ts --alloc): the same toggle for V8's sampling heap profiler,
+// counting every sampled allocation, also those the garbage collector has since freed (what a call
+// costs the young generation, not what it keeps).
+const allocFile = arg("--alloc-profile")
+if (allocFile !== undefined) {
+  const { Session } = await import("node:inspector/promises")
+  const session = new Session()
+  session.connect()
+  await session.post("HeapProfiler.enable")
+  let running = false
+  process.on("SIGUSR2", () => {
+    running = !running
+    if (running) {
+      return void session.post("HeapProfiler.startSampling", {
+        samplingInterval: 1024,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true
+      })
+    }
+    void session.post("HeapProfiler.stopSampling").then(({ profile }) => {
+      // Point every frame back at its TypeScript line, as for the CPU profile.
+      const mapFrames = (node: (typeof profile)["head"]) => {
+        const { line, column } = sourcePosition(node.callFrame)
+        node.callFrame.lineNumber = line
+        node.callFrame.columnNumber = column
+        node.children.forEach(mapFrames)
+      }
+      mapFrames(profile.head)
+      writeFileSync(allocFile, JSON.stringify(profile))
+      process.stderr.write(`allocation profile written: ${allocFile}\n`)
+    })
+  })
+}
 // `--timeline FILE` with TOLLGATE_TIMELINE=1 (bench/timeline.ts): SIGUSR1 writes the per-stage figures
 // of the calls since the previous SIGUSR1 to FILE (src/domain/timeline.ts) and starts over.
 const timelineFile = arg("--timeline")
