@@ -18,7 +18,7 @@ import { tmpdir } from "node:os"
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { request } from "undici"
-import type { StageFigures } from "../src/domain/timeline.ts"
+import type { StageFigures, TailFigures } from "../src/domain/timeline.ts"
 import { arg, flag, numArg } from "./lib/args.ts"
 import { sampleProc, startChild } from "./lib/procs.ts"
 import { f0, f2, summarize } from "./lib/stats.ts"
@@ -60,12 +60,12 @@ const call = async (n: number) => {
 const latencies: Array<number> = []
 
 /** Ask the target for its figures since the last ask (SIGUSR1), and wait for the file. */
-const collect = async (): Promise<ReadonlyArray<StageFigures>> => {
+const collect = async (): Promise<{ readonly stages: ReadonlyArray<StageFigures>; readonly tail?: TailFigures }> => {
   rmSync(out, { force: true })
   process.kill(target.pid, "SIGUSR1")
   for (let waited = 0; waited < 10_000; waited += 50) {
     await new Promise((r) => setTimeout(r, 50))
-    if (existsSync(out)) return JSON.parse(readFileSync(out, "utf8")) as ReadonlyArray<StageFigures>
+    if (existsSync(out)) return JSON.parse(readFileSync(out, "utf8")) as { readonly stages: ReadonlyArray<StageFigures>; readonly tail?: TailFigures }
   }
   throw new Error("the target wrote no timeline")
 }
@@ -82,7 +82,7 @@ try {
   const cpuUs = ((sampleProc(target.pid).cpuMs - cpuBefore) * 1000) / calls
   const latency = summarize(Float64Array.from(latencies))
   process.stdout.write(`\n${dir}: ${calls} calls, target CPU ${f0(cpuUs)} µs per call (main thread and worker, /proc), latency p50 ${f2(latency.p50)} / p99 ${f2(latency.p99)} ms\n`)
-  const figures = timed ? await collect() : []
+  const { stages: figures, tail } = timed ? await collect() : { stages: [], tail: undefined }
   if (timed) {
     process.stdout.write(`\nOne governed call, ${stream ? "streamed" : "non-streamed"}: ${calls} sequential calls after ${warmup} warm-up, ms (TOLLGATE_TIMELINE=1)\n\n`)
     process.stdout.write("| stage | p50 ms | p90 ms | p99 ms | calls | > p50 + 1 ms |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
@@ -93,6 +93,17 @@ try {
       process.stdout.write(`| ${s.stage} | ${f2(s.p50Ms)} | ${f2(s.p90Ms)} | ${f2(s.p99Ms)} | ${s.n} | ${s.over1Ms} |\n`)
     }
     process.stdout.write(`| sum of the stages' medians (spans — hand-offs whole, worker rows — excluded) | ${f2(total)} | | | | |\n`)
+  }
+  if (tail !== undefined) {
+    // The slowest calls as the server saw them (its first mark to its last), stage by stage: the
+    // client's latency adds the sockets and the client itself, so compare the two p99s first.
+    process.stdout.write(
+      `\nThe slowest 1% of the calls in the server: ${tail.n} (first mark to last: p50 ${f2(tail.wholeP50Ms)}, p99 ${f2(tail.wholeP99Ms)} ms; ` +
+        `the client saw p50 ${f2(latency.p50)}, p99 ${f2(latency.p99)}). Those calls took ${f2(tail.excessMs)} ms over the median on average; ` +
+        `each stage's share, as its mean excess over its own median (stages above 0.05 ms; "(in worker)" rows and hand-offs lie inside others):\n\n`
+    )
+    process.stdout.write("| stage | mean excess ms |\n| --- | ---: |\n")
+    for (const s of tail.stages) if (s.excessMs > 0.05) process.stdout.write(`| ${s.stage}${s.span ? " (span)" : ""} | ${f2(s.excessMs)} |\n`)
   }
 } finally {
   await target.stop()

@@ -96,11 +96,12 @@ if (allocFile !== undefined) {
   })
 }
 // `--timeline FILE` with TOLLGATE_TIMELINE=1 (bench/timeline.ts): SIGUSR1 writes the per-stage figures
-// of the calls since the previous SIGUSR1 to FILE (src/domain/timeline.ts) and starts over.
+// and the slowest calls' attribution of the calls since the previous SIGUSR1 to FILE
+// (src/domain/timeline.ts) and starts over.
 const timelineFile = arg("--timeline")
 if (timelineFile !== undefined) {
   process.on("SIGUSR1", () => {
-    writeFileSync(timelineFile, JSON.stringify(timeline.report()))
+    writeFileSync(timelineFile, JSON.stringify({ stages: timeline.report(), tail: timeline.tail() }))
     timeline.reset()
   })
 }

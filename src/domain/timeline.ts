@@ -21,6 +21,19 @@ export interface StageFigures {
   readonly over1Ms: number
 }
 
+/** Where the slowest calls' extra time went: each stage's excess over its own median, averaged over those calls. */
+export interface TailFigures {
+  /** The slowest 1% of the calls (at least one), by the whole call. */
+  readonly n: number
+  /** Of the whole call, begin to end, over every call: its median and p99. */
+  readonly wholeP50Ms: number
+  readonly wholeP99Ms: number
+  /** Those calls' mean excess of the whole call over its median. */
+  readonly excessMs: number
+  /** Per stage (marks and spans), those calls' mean excess over the stage's own median, largest first. */
+  readonly stages: ReadonlyArray<{ readonly stage: string; readonly span: boolean; readonly excessMs: number }>
+}
+
 export interface Timeline {
   readonly on: boolean
   /** A call starts (the fast path received its request). */
@@ -33,6 +46,8 @@ export interface Timeline {
   readonly end: (stage: string) => void
   /** Per stage, in the order stages were first seen: median, p90, p99 and the count of samples more than 1 ms above the median, over the calls since the last `reset`. */
   readonly report: () => ReadonlyArray<StageFigures>
+  /** The slowest 1% of the calls since the last `reset` (first mark to last, in this process), stage by stage; undefined before a call ended. */
+  readonly tail: () => TailFigures | undefined
   readonly reset: () => void
 }
 
@@ -42,13 +57,19 @@ const quantile = (sorted: ReadonlyArray<number>, q: number): number =>
 /** A recording timeline on `now` (performance.now in production; a test's own clock). */
 export const makeTimeline = (now: () => number): Timeline => {
   const samples = new Map<string, { readonly span: boolean; readonly xs: Array<number> }>()
+  // Each ended call: its whole time and its own stages' times (a stage marked twice in a call adds up).
+  const calls: Array<{ readonly whole: number; readonly stages: Map<string, number> }> = []
+  let current = new Map<string, number>()
+  let began = 0
   let last = 0
   let open = false
   const push = (stage: string, ms: number, span: boolean) => {
     const s = samples.get(stage)
     if (s === undefined) samples.set(stage, { span, xs: [ms] })
     else s.xs.push(ms)
+    current.set(stage, (current.get(stage) ?? 0) + ms)
   }
+  const medians = () => new Map(Array.from(samples, ([stage, { xs }]) => [stage, quantile([...xs].sort((a, b) => a - b), 0.5)]))
   const mark = (stage: string) => {
     if (!open) return
     const t = now()
@@ -59,15 +80,18 @@ export const makeTimeline = (now: () => number): Timeline => {
     on: true,
     begin: () => {
       open = true
-      last = now()
+      current = new Map()
+      began = last = now()
     },
     mark,
     span: (stage, ms) => {
       if (open) push(stage, ms, true)
     },
     end: (stage) => {
+      if (!open) return
       mark(stage)
       open = false
+      calls.push({ whole: last - began, stages: current })
     },
     report: () =>
       Array.from(samples, ([stage, { span, xs }]) => {
@@ -76,12 +100,31 @@ export const makeTimeline = (now: () => number): Timeline => {
         const over1Ms = sorted.filter((x) => x > p50Ms + 1).length
         return { stage, span, n: sorted.length, p50Ms, p90Ms: quantile(sorted, 0.9), p99Ms: quantile(sorted, 0.99), over1Ms }
       }),
-    reset: () => samples.clear()
+    tail: () => {
+      if (calls.length === 0) return undefined
+      const wholes = calls.map((c) => c.whole).sort((a, b) => a - b)
+      const wholeP50Ms = quantile(wholes, 0.5)
+      const wholeP99Ms = quantile(wholes, 0.99)
+      const slow = [...calls].sort((a, b) => b.whole - a.whole).slice(0, Math.ceil(calls.length / 100))
+      const median = medians()
+      // A stage a slow call did not reach counts as 0 ms, so its excess is minus its median.
+      const stages = Array.from(samples, ([stage, { span }]) => {
+        let excess = 0
+        for (const c of slow) excess += (c.stages.get(stage) ?? 0) - median.get(stage)!
+        return { stage, span, excessMs: excess / slow.length }
+      }).sort((a, b) => b.excessMs - a.excessMs)
+      const excessMs = slow.reduce((sum, c) => sum + c.whole - wholeP50Ms, 0) / slow.length
+      return { n: slow.length, wholeP50Ms, wholeP99Ms, excessMs, stages }
+    },
+    reset: () => {
+      samples.clear()
+      calls.length = 0
+    }
   }
 }
 
 const noop = () => undefined
-const off: Timeline = { on: false, begin: noop, mark: noop, span: noop, end: noop, report: () => [], reset: noop }
+const off: Timeline = { on: false, begin: noop, mark: noop, span: noop, end: noop, report: () => [], tail: noop, reset: noop }
 
 /** This process's timeline: recording when TOLLGATE_TIMELINE=1, otherwise no-ops. */
 export const timeline: Timeline = process.env.TOLLGATE_TIMELINE === "1" ? makeTimeline(() => performance.now()) : off

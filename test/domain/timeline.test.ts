@@ -26,6 +26,38 @@ describe("timeline", () => {
     expect(tl.report()).toEqual([])
   })
 
+  it("attributes the slowest 1% of calls to the stages they were slow in: each stage's mean excess over its own median", () => {
+    let t = 0
+    const tl = makeTimeline(() => t)
+    expect(tl.tail()).toBeUndefined()
+    // 200 calls: auth 1 ms and store 10 ms; two of them slow, one in auth (+5) and one in store (+9),
+    // whose worker span is slow with it. A call begun and never ended is not counted.
+    for (let n = 0; n < 200; n++) {
+      tl.begin()
+      t += n === 50 ? 6 : 1
+      tl.mark("auth")
+      tl.span("store (in worker)", n === 120 ? 12 : 4)
+      t += n === 120 ? 19 : 10
+      tl.end("store")
+    }
+    tl.begin()
+    t += 500
+    tl.mark("auth")
+    const tail = tl.tail()!
+    // The whole call: 198 × 11, then 16 and 20; the slowest 1% of 200 are those two.
+    expect(tail.n).toBe(2)
+    expect(tail.wholeP50Ms).toBe(11)
+    expect(tail.wholeP99Ms).toBe(11)
+    expect(tail.excessMs).toBe((5 + 9) / 2)
+    expect(tail.stages).toEqual([
+      { stage: "store", span: false, excessMs: 9 / 2 },
+      { stage: "store (in worker)", span: true, excessMs: 8 / 2 },
+      { stage: "auth", span: false, excessMs: 5 / 2 }
+    ])
+    tl.reset()
+    expect(tl.tail()).toBeUndefined()
+  })
+
   it("is off unless TOLLGATE_TIMELINE=1: marks record nothing", () => {
     expect(process.env.TOLLGATE_TIMELINE).toBeUndefined()
     timeline.begin()
@@ -33,5 +65,6 @@ describe("timeline", () => {
     timeline.end("write")
     expect(timeline.on).toBe(false)
     expect(timeline.report()).toEqual([])
+    expect(timeline.tail()).toBeUndefined()
   })
 })
