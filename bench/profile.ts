@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/profile.ts [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory] [--alloc]`
+ * `npx tsx bench/profile.ts [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory] [--alloc | --survivors]`
  *
  * Profiles Tollgate's chat path: starts the bench mock upstream and a Tollgate child, warms it up,
  * then records a V8 CPU profile (inspector, toggled by SIGUSR2 in bench/targets/tollgate.ts) over
@@ -11,6 +11,8 @@
  * `--alloc` records V8's sampling heap profile instead (every sampled allocation of the main thread,
  * freed ones included) and prints the bytes allocated per request by function and by file: what feeds
  * the young generation's scavenges and the GC helper threads' CPU (docs/decisions/0028).
+ * `--survivors` (implies `--alloc`) keeps only the sampled objects that outlived a scavenge: what a
+ * scavenge has to copy or promote, and what fills the old generation between full GCs.
  */
 import { existsSync, mkdirSync, mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -49,7 +51,10 @@ process.once("exit", () => {
     // already gone
   }
 })
-const alloc = flag("--alloc")
+// `--survivors`: only the sampled objects that outlived a scavenge (promoted to the old generation,
+// freed by a later full GC or still alive): what makes a scavenge slow and feeds the old generation.
+const survivors = flag("--survivors")
+const alloc = flag("--alloc") || survivors
 const profileFile = join(out, `tollgate-${Date.now()}.${alloc ? "heapprofile" : "cpuprofile"}`)
 const tollgate = await startChild<{ port: number; key: string }>(
   "tollgate",
@@ -62,6 +67,7 @@ const tollgate = await startChild<{ port: number; key: string }>(
     `http://127.0.0.1:${mock.ready.port}`,
     alloc ? "--alloc-profile" : "--profile",
     profileFile,
+    ...(survivors ? ["--alloc-survivors"] : []),
     ...(arg("--db") === undefined ? [] : ["--db", arg("--db")!])
   ],
   { cwd: root, timeoutMs: 60_000 }
@@ -123,8 +129,9 @@ if (alloc) {
     console.log(`\n${title} (main thread, ${perReq(total).trim()} in all)`)
     for (const [name, bytes] of [...m].sort((a, b) => b[1] - a[1]).slice(0, k)) console.log(`${perReq(bytes)}  ${((bytes / total) * 100).toFixed(1).padStart(5)}%  ${name}`)
   }
-  showBytes("allocated bytes by package / file", byFile, 25)
-  showBytes("allocated bytes by function", byFn, 40)
+  const what = survivors ? "bytes that outlived a scavenge" : "allocated bytes"
+  showBytes(`${what} by package / file`, byFile, 25)
+  showBytes(`${what} by function`, byFn, 40)
   console.log(`\nprofile: ${profileFile}`)
   process.exit(0)
 }

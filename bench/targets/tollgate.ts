@@ -64,8 +64,10 @@ if (profileFile !== undefined) {
 }
 // `--alloc-profile FILE` (bench/profile.ts --alloc): the same toggle for V8's sampling heap profiler,
 // counting every sampled allocation, also those the garbage collector has since freed (what a call
-// costs the young generation, not what it keeps).
+// costs the young generation, not what it keeps); with `--alloc-survivors`, only those that outlived a
+// scavenge (what a scavenge copies or promotes), including those a full GC freed since.
 const allocFile = arg("--alloc-profile")
+const survivorsOnly = flag("--alloc-survivors")
 if (allocFile !== undefined) {
   const { Session } = await import("node:inspector/promises")
   const session = new Session()
@@ -78,7 +80,7 @@ if (allocFile !== undefined) {
       return void session.post("HeapProfiler.startSampling", {
         samplingInterval: 1024,
         includeObjectsCollectedByMajorGC: true,
-        includeObjectsCollectedByMinorGC: true
+        includeObjectsCollectedByMinorGC: !survivorsOnly
       })
     }
     void session.post("HeapProfiler.stopSampling").then(({ profile }) => {
