@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/timeline.ts [--calls N] [--warmup N] [--delay MS] [--stream]`: where the latency of
+ * `npx tsx bench/timeline.ts [--calls N] [--warmup N] [--delay MS] [--gap MS] [--stream]`: where the latency of
  * ONE governed call goes (issue 18). Tollgate (bench/targets/tollgate.ts, from sources, a file store)
  * runs with TOLLGATE_TIMELINE=1 in front of the bench mock; this process sends sequential calls, one
  * in flight, each with its own idempotency key, and prints the median and p90 of every stage the
@@ -10,6 +10,10 @@
  * It also prints the target's CPU per call (/proc) and the calls' latency p50 / p99. `--no-timeline`
  * runs the target without TOLLGATE_TIMELINE, and `--dir DIR` runs the target of another checkout
  * (which may not have the timeline: it implies `--no-timeline`), for an A/B of CPU and latency.
+ *
+ * `--gap MS` pauses between calls (0 by default): what the previous call still does after its
+ * response ends (its finalizers, the upstream's drain, the client's own work) then no longer lands
+ * on the next call's stages.
  *
  * The figures are wall time on a shared machine: compare a before and an after run back to back.
  */
@@ -28,6 +32,7 @@ const root = resolve(here, "..")
 const calls = numArg("--calls", 300)
 const warmup = numArg("--warmup", 100)
 const stream = flag("--stream")
+const gapMs = numArg("--gap", 0)
 const dir = resolve(arg("--dir") ?? root)
 const timed = !flag("--no-timeline") && arg("--dir") === undefined
 const model = "gpt-4o-mini"
@@ -78,10 +83,11 @@ try {
     const t0 = performance.now()
     await call(warmup + n)
     latencies.push(performance.now() - t0)
+    if (gapMs > 0) await new Promise((r) => setTimeout(r, gapMs))
   }
   const cpuUs = ((sampleProc(target.pid).cpuMs - cpuBefore) * 1000) / calls
   const latency = summarize(Float64Array.from(latencies))
-  process.stdout.write(`\n${dir}: ${calls} calls, target CPU ${f0(cpuUs)} µs per call (main thread and worker, /proc), latency p50 ${f2(latency.p50)} / p99 ${f2(latency.p99)} ms\n`)
+  process.stdout.write(`\n${dir}: ${calls} calls${gapMs > 0 ? ` ${gapMs} ms apart` : ""}, target CPU ${f0(cpuUs)} µs per call (main thread and worker, /proc), latency p50 ${f2(latency.p50)} / p99 ${f2(latency.p99)} ms\n`)
   const { stages: figures, tail } = timed ? await collect() : { stages: [], tail: undefined }
   if (timed) {
     process.stdout.write(`\nOne governed call, ${stream ? "streamed" : "non-streamed"}: ${calls} sequential calls after ${warmup} warm-up, ms (TOLLGATE_TIMELINE=1)\n\n`)
