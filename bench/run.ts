@@ -21,7 +21,9 @@
  *        of the commit before a change, interleaved with this one for an A/B in one run),
  *        --compare-node-flags "FLAGS" (node flags for tollgate-b only, e.g. "--max-semi-space-size=32";
  *        with --compare . the same tree is measured with and without them),
- *        --compare-args "ARGS" (arguments for tollgate-b's bench target only, e.g. "--access-log")
+ *        --compare-args "ARGS" (arguments for tollgate-b's bench target only, e.g. "--access-log"),
+ *        --only ID,ID (run only those phases: one-caller, one-caller-stream, callers-16, open-200,
+ *        stream-200, closed, …)
  */
 import { execSync } from "node:child_process"
 import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
@@ -171,7 +173,7 @@ interface Scenario {
   readonly run: (t: Target, round: number) => Promise<PhaseResult>
 }
 
-const scenarios: Array<Scenario> = [
+const allScenarios: Array<Scenario> = [
   {
     id: "one-caller",
     label: "non-streaming, one caller (sequential calls, one in flight)",
@@ -221,6 +223,11 @@ const scenarios: Array<Scenario> = [
         }
       ])
 ]
+
+/** `--only ID,ID` keeps those phases (e.g. `one-caller-stream,stream-200` for an A/B of streams). */
+const only = arg("--only")?.split(",")
+const scenarios = only === undefined ? allScenarios : allScenarios.filter((s) => only.includes(s.id))
+if (scenarios.length === 0) throw new Error(`--only ${only!.join(",")}: no such phase (${allScenarios.map((s) => s.id).join(", ")})`)
 
 interface Measured extends PhaseResult {
   readonly target: string
