@@ -12,7 +12,6 @@ import { toAnthropicRequest } from "./anthropic/request.ts"
 import { toOpenAICompletion } from "./anthropic/response.ts"
 import { makeStreamTranslator, startedEvents, translatedEvents } from "./anthropic/stream.ts"
 import { type ChatProvider, upstreamErrorDetail } from "./Provider.ts"
-import { sseEvents } from "./sse.ts"
 import { makeUpstream, parseJsonObject } from "./transport.ts"
 
 type AnthropicConfig = Extract<ProviderConfig, { type: "anthropic" }>
@@ -61,8 +60,10 @@ export const makeAnthropicProvider = (name: string, config: AnthropicConfig, def
       const payload = payloadOf(route, body, true)
       const translator = makeStreamTranslator(name, route.upstream_model, yield* Clock.currentTimeMillis)
       // Read up to the first chunk before handing the stream over, within the opening's deadline.
-      return yield* upstream.open(payload, (bytes) =>
-        startedEvents(translatedEvents(sseEvents(bytes, upstream.failureOf, () => translator.done), translator))
+      return yield* upstream.open(
+        payload,
+        (events) => startedEvents(translatedEvents(events, translator)),
+        () => translator.done
       )
     })
 

@@ -8,7 +8,6 @@ import { Effect, Redacted } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
 import type { ChatProvider } from "./Provider.ts"
-import { sseEvents } from "./sse.ts"
 import { makeUpstream, parseJsonObject } from "./transport.ts"
 
 type OpenAIConfig = Extract<ProviderConfig, { type: "openai" }>
@@ -48,7 +47,7 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
     )
 
   const stream: ChatProvider["stream"] = (route, body) =>
-    Effect.suspend(() => upstream.open(payloadOf(route, body), async (body) => sseEvents(body, upstream.failureOf)))
+    Effect.suspend(() => upstream.open(payloadOf(route, body), async (events) => events))
 
   return { type: "openai", complete, stream }
 }

@@ -44,61 +44,156 @@ export const makeSseParser = (): SseParser => {
   return { push }
 }
 
-/** After `[DONE]`, how long the rest of the body (normally just its end) may take before it is cut. */
-const AFTER_DONE_MS = 1_000
+/** After the end (`[DONE]`, or `ended()`), how long the rest of the body (normally just its end) may take before it is cut. */
+export const AFTER_END_MS = 1_000
+/** Batches read ahead of the reader before the body is paused, and the depth at which it resumes. */
+const PAUSE_AT = 16
+const RESUME_AT = 4
 
-/** Read an iterator to its end, for at most `ms`. True when it ended. */
-const drainFor = (it: AsyncIterator<unknown>, ms: number): Promise<boolean> => {
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const ended = (async () => {
-    while (!(await it.next()).done) {
-      // discard
-    }
-    return true
-  })().catch(() => true)
-  const late = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms)
-  })
-  return Promise.race([ended, late]).finally(() => clearTimeout(timer))
+/** What the feed asks of the body it is fed from. */
+export interface SseSource {
+  /** Stop reading the body for now (the reader is `PAUSE_AT` batches behind), and read again. */
+  readonly pause: () => void
+  readonly resume: () => void
+  /** Abort the body: the reader stopped before its end, or it stayed open after the end. */
+  readonly release: () => void
 }
 
 /**
- * The event data of an SSE byte stream, a batch per network read, up to `[DONE]` (not included), or
- * up to the batch after which `ended()` turns true (a reader that knows the end of its protocol, e.g.
- * Anthropic's `message_stop`, says so there). After the end the body is read to its end (an upstream
- * closes right after it) rather than cut: destroying an unfinished HTTP body costs an error object and
- * the pooled connection. An upstream that keeps sending after the end is cut after a second. A failure
- * of the byte stream before the end is thrown as `toFailure(error)`.
+ * The event data of an SSE body pushed in as it arrives, read as DataEvents: a batch per network
+ * chunk, up to `[DONE]` (not included), or up to the batch after which `ended()` turns true (a reader
+ * that knows the end of its protocol, e.g. Anthropic's `message_stop`, says so there). The body is
+ * pushed, not pulled: the transport's dispatch handler calls `data`, `end` and `fail`, so a chunk
+ * reaches its reader without a Readable stream and its async iterator in between (≈ 0.1 ms of a
+ * stream's time to first byte on the bench box, docs/decisions/0029).
+ *
+ * After the end the rest of the body is left to arrive (an upstream closes right after it) and is
+ * ignored: aborting an unfinished HTTP body costs the pooled connection; an upstream that keeps it
+ * open is cut `AFTER_END_MS` later. A failure of the body before the end is thrown to the reader as
+ * `toFailure(error)`; after the end it is none of the reader's business. A reader that stops early
+ * (`return`, or `stop` when its scope closes) aborts a body still open before its end.
  */
-export const sseEvents = (
-  bytes: AsyncIterable<Uint8Array>,
-  toFailure: (e: unknown) => UpstreamFailure,
-  ended?: () => boolean
-): DataEvents => ({
-  async *[Symbol.asyncIterator]() {
-    const parser = makeSseParser()
-    const it = bytes[Symbol.asyncIterator]()
-    try {
-      for (;;) {
-        let next: IteratorResult<Uint8Array>
-        try {
-          next = await it.next()
-        } catch (e) {
-          throw toFailure(e)
-        }
-        if (next.done === true) return
-        const events = parser.push(next.value)
-        const end = events.indexOf("[DONE]")
-        if (end < 0) {
-          if (events.length > 0) yield events
-          if (ended === undefined || !ended()) continue
-        } else if (end > 0) yield events.slice(0, end)
-        if (await drainFor(it, AFTER_DONE_MS)) return
-        break
-      }
-    } finally {
-      // Stopped early (cancelled, or a late upstream after [DONE]): release the body.
-      await it.return?.()
+export interface SseFeed {
+  readonly data: (chunk: Uint8Array) => void
+  readonly end: () => void
+  readonly fail: (error: unknown) => void
+  /** The reader is gone (its scope closed): abort the body if it is still open before its end. */
+  readonly stop: () => void
+  readonly events: DataEvents
+}
+
+export const makeSseFeed = (source: SseSource, toFailure: (e: unknown) => UpstreamFailure, ended?: () => boolean): SseFeed => {
+  const parser = makeSseParser()
+  const queue: Array<ReadonlyArray<string>> = []
+  /** open: reading; over: the protocol ended ([DONE], `ended()`) or the reader stopped; failed: the body broke before. */
+  let phase: "open" | "over" | "failed" = "open"
+  let failure: UpstreamFailure | undefined
+  let bodyDone = false
+  let paused = false
+  let waiter: { readonly resolve: (r: IteratorResult<ReadonlyArray<string>>) => void; readonly reject: (e: unknown) => void } | undefined
+  let cutTimer: ReturnType<typeof setTimeout> | undefined
+
+  const DONE: IteratorResult<ReadonlyArray<string>> = { done: true, value: undefined }
+  /** Answer a reader that waits: the next batch, the failure, or the end. */
+  const wake = () => {
+    const w = waiter
+    if (w === undefined) return
+    if (queue.length > 0) w.resolve({ done: false, value: queue.shift()! })
+    else if (phase === "failed") {
+      phase = "over"
+      w.reject(failure)
+    } else if (phase === "over" || bodyDone) w.resolve(DONE)
+    else return
+    waiter = undefined
+  }
+  const bodyEnded = () => {
+    bodyDone = true
+    if (cutTimer !== undefined) clearTimeout(cutTimer)
+    cutTimer = undefined
+  }
+  const release = () => {
+    if (bodyDone) return
+    bodyEnded()
+    source.release()
+  }
+  /** Nothing more is read: the body is aborted (`now`), or given AFTER_END_MS to end by itself. */
+  const over = (now: boolean) => {
+    if (phase !== "open") return
+    phase = "over"
+    if (now) return release()
+    if (paused) {
+      paused = false
+      source.resume()
+    }
+    if (!bodyDone) {
+      cutTimer = setTimeout(release, AFTER_END_MS)
+      cutTimer.unref?.()
     }
   }
-})
+
+  const data = (chunk: Uint8Array) => {
+    if (phase !== "open") return
+    const events = parser.push(chunk)
+    const end = events.indexOf("[DONE]")
+    const batch = end < 0 ? events : events.slice(0, end)
+    if (batch.length > 0) queue.push(batch)
+    // The batch before [DONE] is still read; the end follows it.
+    if (end >= 0) over(false)
+    else if (queue.length >= PAUSE_AT && !paused) {
+      paused = true
+      source.pause()
+    }
+    wake()
+  }
+  const end = () => {
+    bodyEnded()
+    wake()
+  }
+  const fail = (error: unknown) => {
+    if (bodyDone) return
+    bodyEnded()
+    if (phase === "open") {
+      phase = "failed"
+      failure = toFailure(error)
+    }
+    wake()
+  }
+  const stop = () => {
+    queue.length = 0
+    over(true)
+    waiter?.resolve(DONE)
+    waiter = undefined
+  }
+
+  const iterator: AsyncIterator<ReadonlyArray<string>> = {
+    next: () => {
+      // Asked for more after the batch at which the reader's protocol ended: what follows is not read.
+      if (phase === "open" && ended !== undefined && ended()) {
+        queue.length = 0
+        over(false)
+      }
+      if (queue.length > 0) {
+        const value = queue.shift()!
+        if (paused && queue.length <= RESUME_AT) {
+          paused = false
+          source.resume()
+        }
+        return Promise.resolve({ done: false, value })
+      }
+      if (phase === "failed") {
+        // Thrown once; a reader that asks again is told the stream is over.
+        phase = "over"
+        return Promise.reject(failure)
+      }
+      if (phase === "over" || bodyDone) return Promise.resolve(DONE)
+      return new Promise((resolve, reject) => {
+        waiter = { resolve, reject }
+      })
+    },
+    return: () => {
+      stop()
+      return Promise.resolve(DONE)
+    }
+  }
+  return { data, end, fail, stop, events: { [Symbol.asyncIterator]: () => iterator } }
+}

@@ -11,7 +11,8 @@ import { Effect, type Scope } from "effect"
 import { EventEmitter } from "node:events"
 import { type Dispatcher, errors as undiciErrors, Pool } from "undici"
 import { timeline } from "../domain/timeline.ts"
-import { statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
+import { type DataEvents, statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
+import { makeSseFeed, type SseFeed } from "./sse.ts"
 
 export interface UpstreamOptions {
   /** The provider's name, for failure messages. */
@@ -24,9 +25,6 @@ export interface UpstreamOptions {
   readonly streamHeaders?: Readonly<Record<string, string>>
 }
 
-/** A streaming response body, as undici gives it. */
-export type UpstreamBody = Dispatcher.ResponseData["body"]
-
 export interface Upstream {
   /** A protocol failure of this provider (`provider <name> <message>`), retryable. */
   readonly protocol: (message: string) => UpstreamFailure
@@ -38,17 +36,12 @@ export interface Upstream {
    */
   readonly post: (payload: string) => Effect.Effect<string, UpstreamFailure>
   /**
-   * POST `payload` for a streaming body; `start` then reads ahead on it (e.g. up to the first
-   * token) within the same deadline and signal. A status ≥ 400 is a status failure. The body lives
-   * until `Scope` closes, which destroys it if unfinished.
+   * POST `payload` for an SSE body, read as its events' data (sse.ts `makeSseFeed`: up to `[DONE]`,
+   * or up to the batch after which `ended()` turns true); `start` then reads ahead on them (e.g. up
+   * to the first token) within the same deadline and signal. A status ≥ 400 is a status failure. The
+   * body lives until `Scope` closes, which aborts it if it is still open before its end.
    */
-  readonly open: <A>(payload: string, start: (body: UpstreamBody) => Promise<A>) => Effect.Effect<A, UpstreamFailure, Scope.Scope>
-}
-
-/** Destroying an unfinished undici body emits 'error' (RequestAbortedError): absorb it, or a client
- * that hangs up mid-stream would crash the process with an unhandled 'error' event. */
-const discard = (body: UpstreamBody): void => {
-  body.on("error", () => {}).destroy()
+  readonly open: <A>(payload: string, start: (events: DataEvents) => Promise<A>, ended?: () => boolean) => Effect.Effect<A, UpstreamFailure, Scope.Scope>
 }
 
 /**
@@ -114,18 +107,6 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
       })
     })
 
-  const send = (payload: string, headers: Readonly<Record<string, string>>, signal: AttemptSignal) => {
-    const sent = pool.request({ method: "POST", path, signal, headers, body: payload })
-    timeline.mark("upstream: request dispatched")
-    return sent
-  }
-
-  /** A status ≥ 400 as a failure, with the upstream's error message (its body, read best-effort). */
-  const rejected = async (res: Dispatcher.ResponseData): Promise<never> => {
-    const text = await res.body.text().catch(() => "")
-    throw statusFailure(res.statusCode, upstreamErrorDetail(text))
-  }
-
   /**
    * A whole completion is gathered by a dispatch handler rather than request() + body.text(): that
    * wraps every answer in a Readable stream and reads it through events, a nextTick and a chain of
@@ -170,25 +151,71 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
         })
     )
 
-  // Interruptible while it opens (a client that hangs up then aborts the request, as with `post`);
-  // from the moment it is open, the body's release is in the scope.
-  const open: Upstream["open"] = (payload, start) =>
+  /**
+   * A stream is read by a dispatch handler too: its chunks are pushed into the SSE feed as they
+   * arrive, rather than through a Readable and its async iterator (docs/decisions/0029). Until it is
+   * open (headers, then `start`) the attempt's signal aborts it; from then on the scope does.
+   * Interruptible while it opens (a client that hangs up then aborts the request, as with `post`).
+   */
+  const open: Upstream["open"] = <A>(payload: string, start: (events: DataEvents) => Promise<A>, ended?: () => boolean) =>
     Effect.uninterruptibleMask((restore) =>
       restore(
-        attempt(async (signal) => {
-          const res = await send(payload, streamHeaders, signal)
-          timeline.mark("upstream: headers received")
-          if (res.statusCode >= 400) return rejected(res)
-          res.body.on("error", () => {}) // a reader sees the error; an unread one must not crash the process
-          try {
-            return { body: res.body, value: await start(res.body) }
-          } catch (e) {
-            discard(res.body)
-            throw e
-          }
-        })
+        attempt(
+          (signal) =>
+            new Promise<{ readonly feed: SseFeed; readonly value: A }>((resolve, reject) => {
+              let controller: Dispatcher.DispatchController | undefined
+              let status = 0
+              let feed: SseFeed | undefined
+              // A status ≥ 400: its body, the upstream's error message (read best-effort).
+              let refusal: Array<Buffer> | undefined
+              signal.once("abort", () => controller?.abort(new undiciErrors.RequestAbortedError()))
+              pool.dispatch(
+                { method: "POST", path, headers: streamHeaders, body: payload },
+                {
+                  onRequestStart: (c) => {
+                    controller = c
+                    if (signal.aborted) c.abort(new undiciErrors.RequestAbortedError())
+                  },
+                  onResponseStart: (c, statusCode) => {
+                    timeline.mark("upstream: headers received")
+                    status = statusCode
+                    if (statusCode >= 400) {
+                      refusal = []
+                      return
+                    }
+                    const opened = makeSseFeed(
+                      { pause: () => c.pause(), resume: () => c.resume(), release: () => c.aborted || c.abort(new undiciErrors.RequestAbortedError()) },
+                      failureOf,
+                      ended
+                    )
+                    feed = opened
+                    start(opened.events).then(
+                      (value) => resolve({ feed: opened, value }),
+                      (e: unknown) => {
+                        opened.stop()
+                        reject(e)
+                      }
+                    )
+                  },
+                  onResponseData: (_, chunk) => {
+                    if (refusal !== undefined) refusal.push(chunk)
+                    else feed?.data(chunk)
+                  },
+                  onResponseEnd: () => {
+                    if (refusal !== undefined) reject(statusFailure(status, upstreamErrorDetail(Buffer.concat(refusal).toString("utf8"))))
+                    else feed?.end()
+                  },
+                  onResponseError: (_, e) => {
+                    if (feed !== undefined) feed.fail(e)
+                    else reject(status >= 400 ? statusFailure(status, "") : e)
+                  }
+                }
+              )
+              timeline.mark("upstream: request dispatched")
+            })
+        )
       ).pipe(
-        Effect.tap(({ body }) => Effect.addFinalizer(() => Effect.sync(() => discard(body)))),
+        Effect.tap(({ feed }) => Effect.addFinalizer(() => Effect.sync(() => feed.stop()))),
         Effect.map(({ value }) => value)
       )
     )

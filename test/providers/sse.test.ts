@@ -5,7 +5,7 @@
 import fc from "fast-check"
 import { describe, expect, it, vi } from "vitest"
 import { UpstreamFailure } from "../../src/providers/Provider.ts"
-import { makeSseParser, sseEvents } from "../../src/providers/sse.ts"
+import { AFTER_END_MS, makeSseFeed, makeSseParser } from "../../src/providers/sse.ts"
 
 const encoder = new TextEncoder()
 
@@ -71,80 +71,146 @@ describe("the SSE parser", () => {
   })
 })
 
-describe("sseEvents (the upstream reader)", () => {
-  /** Bytes that arrive as given, then either end or hang (an upstream that keeps the body open). */
-  const source = (parts: ReadonlyArray<string>, then: "end" | "hang" | "fail") => {
-    const state = { returned: false }
-    const iterator: AsyncIterator<Uint8Array> = {
-      next: () => {
-        const part = parts[0]
-        if (part !== undefined) {
-          parts = parts.slice(1)
-          return Promise.resolve({ done: false, value: encoder.encode(part) })
-        }
-        if (then === "end") return Promise.resolve({ done: true, value: undefined })
-        if (then === "fail") return Promise.reject(new Error("socket reset"))
-        return new Promise(() => {})
-      },
-      return: () => {
-        state.returned = true
-        return Promise.resolve({ done: true, value: undefined })
-      }
+describe("makeSseFeed (the upstream reader: the body pushed in, its events' data read out)", () => {
+  /** A feed over a source that counts what was asked of it. */
+  const feedOf = (ended?: () => boolean) => {
+    const asked = { pause: 0, resume: 0, release: 0 }
+    const feed = makeSseFeed(
+      { pause: () => asked.pause++, resume: () => asked.resume++, release: () => asked.release++ },
+      (e) => new UpstreamFailure({ reason: "connect", message: String(e), retryable: true }),
+      ended
+    )
+    const push = (...parts: ReadonlyArray<string>) => {
+      for (const p of parts) feed.data(encoder.encode(p))
     }
-    return { bytes: { [Symbol.asyncIterator]: () => iterator }, state }
+    return { feed, asked, push }
   }
-  const toFailure = (e: unknown) => new UpstreamFailure({ reason: "connect", message: String(e), retryable: true })
   const collect = async (events: AsyncIterable<ReadonlyArray<string>>) => {
     const got: Array<string> = []
     for await (const batch of events) got.push(...batch)
     return got
   }
 
-  it("stops at [DONE] and reads the body to its end", async () => {
-    const { bytes } = source(["data: a\n\ndata: b\n\n", "data: [DONE]\n\n"], "end")
-    expect(await collect(sseEvents(bytes, toFailure))).toEqual(["a", "b"])
+  it("stops at [DONE]: the events before it are read, what follows is not, and a body that then ends is not aborted", async () => {
+    const { feed, asked, push } = feedOf()
+    push("data: a\n\ndata: b\n\n", "data: c\n\ndata: [DONE]\n\ndata: late\n\n", "data: later\n\n")
+    expect(await collect(feed.events)).toEqual(["a", "b", "c"])
+    feed.end()
+    feed.stop()
+    expect(asked.release).toBe(0)
   })
 
-  it("cuts an upstream that keeps the body open after [DONE], a second later", async () => {
+  it("a reader waiting for the next batch is answered by the data, the end or the failure that comes next", async () => {
+    const { feed, push } = feedOf()
+    const it = feed.events[Symbol.asyncIterator]()
+    const first = it.next()
+    push("data: a\n\n")
+    expect(await first).toEqual({ done: false, value: ["a"] })
+    const second = it.next()
+    feed.end()
+    expect(await second).toEqual({ done: true, value: undefined })
+
+    const broken = feedOf()
+    const waiting = broken.feed.events[Symbol.asyncIterator]().next()
+    broken.feed.fail(new Error("socket reset"))
+    await expect(waiting).rejects.toMatchObject({ _tag: "UpstreamFailure", message: "Error: socket reset" })
+  })
+
+  it("cuts a body that stays open after [DONE], a second later, without holding the reader", async () => {
     vi.useFakeTimers()
     try {
-      const { bytes, state } = source(["data: a\n\n", "data: [DONE]\n\n"], "hang")
-      let result: Array<string> | undefined
-      const done = collect(sseEvents(bytes, toFailure)).then((r) => (result = r))
-      await vi.advanceTimersByTimeAsync(900)
-      expect(result).toBeUndefined()
+      const { feed, asked, push } = feedOf()
+      push("data: a\n\n", "data: [DONE]\n\n")
+      expect(await collect(feed.events)).toEqual(["a"])
+      feed.stop() // the reader's scope closes: the body still gets its second
+      await vi.advanceTimersByTimeAsync(AFTER_END_MS - 100)
+      expect(asked.release).toBe(0)
       await vi.advanceTimersByTimeAsync(200)
-      await done
-      expect(result).toEqual(["a"])
-      expect(state.returned).toBe(true)
+      expect(asked.release).toBe(1)
+      feed.fail(new Error("aborted")) // the abort's own error, after the end: nobody's business
     } finally {
       vi.useRealTimers()
     }
   })
 
-  it("with ended(): stops after the batch at which the reader says the protocol ended, and reads the body to its end", async () => {
-    const { bytes, state } = source(["data: a\n\n", "data: stop\n\n", "data: late\n\n"], "end")
+  it("with ended(): stops after the batch at which the reader says the protocol ended; batches already read ahead after it are dropped", async () => {
     let seen: Array<string> = []
-    const got = await collect({
-      async *[Symbol.asyncIterator]() {
-        for await (const batch of sseEvents(bytes, toFailure, () => seen.includes("stop"))) {
-          seen = [...seen, ...batch]
-          yield batch
-        }
-      }
-    })
-    expect(got).toEqual(["a", "stop"]) // "late" was read (drained), not yielded
-    expect(state.returned).toBe(true)
+    const { feed, asked, push } = feedOf(() => seen.includes("stop"))
+    push("data: a\n\n", "data: stop\n\n", "data: late\n\n")
+    const got: Array<string> = []
+    for await (const batch of feed.events) {
+      seen = [...seen, ...batch]
+      got.push(...batch)
+    }
+    expect(got).toEqual(["a", "stop"])
+    feed.end()
+    expect(asked.release).toBe(0)
   })
 
-  it("a body that breaks before [DONE] throws the mapped UpstreamFailure", async () => {
-    const { bytes } = source(["data: a\n\n"], "fail")
+  it("a body that breaks before [DONE] throws the mapped UpstreamFailure once, after the batches that came before it", async () => {
+    const { feed, push } = feedOf()
+    push("data: a\n\n")
+    feed.fail(new Error("socket reset"))
     const got: Array<string> = []
     await expect(
       (async () => {
-        for await (const batch of sseEvents(bytes, toFailure)) got.push(...batch)
+        for await (const batch of feed.events) got.push(...batch)
       })()
     ).rejects.toMatchObject({ _tag: "UpstreamFailure", message: "Error: socket reset" })
     expect(got).toEqual(["a"])
+    expect(await feed.events[Symbol.asyncIterator]().next()).toEqual({ done: true, value: undefined })
+  })
+
+  it("a failure after [DONE] is not the reader's: it gets the events and a clean end", async () => {
+    const { feed, push } = feedOf()
+    push("data: a\n\ndata: [DONE]\n\n")
+    feed.fail(new Error("socket reset"))
+    expect(await collect(feed.events)).toEqual(["a"])
+  })
+
+  it("a reader that stops early aborts the body once; stopping after the body ended aborts nothing", async () => {
+    const { feed, asked, push } = feedOf()
+    push("data: a\n\n", "data: b\n\n")
+    for await (const batch of feed.events) {
+      expect(batch).toEqual(["a"])
+      break
+    }
+    feed.stop()
+    expect(asked.release).toBe(1)
+    push("data: c\n\n")
+    expect(await feed.events[Symbol.asyncIterator]().next()).toEqual({ done: true, value: undefined })
+
+    const ended = feedOf()
+    ended.push("data: a\n\n")
+    ended.feed.end()
+    ended.feed.stop()
+    expect(ended.asked.release).toBe(0)
+  })
+
+  it("(invariant: the reader gets every event up to [DONE] in order, whatever it reads ahead of) pauses the body 16 batches behind, resumes it at 4", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 80 }), async (reads) => {
+        const { feed, asked, push } = feedOf()
+        const it = feed.events[Symbol.asyncIterator]()
+        const got: Array<string> = []
+        let pushed = 0
+        // Before each batch pushed, the reader takes 0–3 of those waiting (never more than are there).
+        for (const r of reads) {
+          for (let k = 0; k < r && got.length < pushed; k++) got.push(...((await it.next()).value as ReadonlyArray<string>))
+          push(`data: e${pushed}\n\n`)
+          pushed++
+          const behind = pushed - got.length
+          // Paused exactly while 16 or more are waiting since the last resume; never paused twice in a row.
+          expect(asked.pause - asked.resume).toBe(asked.pause > asked.resume ? 1 : 0)
+          if (behind >= 16) expect(asked.pause).toBeGreaterThan(asked.resume)
+        }
+        push("data: [DONE]\n\n")
+        for (let r = await it.next(); r.done !== true; r = await it.next()) got.push(...r.value)
+        expect(got).toEqual(Array.from({ length: pushed }, (_, i) => `e${i}`))
+        // Resumed when the reader caught up, or when [DONE] let the rest of the body drain.
+        expect(asked.resume).toBe(asked.pause)
+      }),
+      { numRuns: 200 }
+    )
   })
 })

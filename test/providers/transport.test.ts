@@ -76,9 +76,79 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
     await interrupted
   })
 
+  /** Open a stream and read its events to the end (or the failure). */
+  const readStream = (provider: ChatProvider) =>
+    Effect.scoped(
+      Effect.flatMap(provider.stream(route, { messages: [{ role: "user", content: "x" }], stream: true }), (events) =>
+        Effect.tryPromise({
+          try: async () => {
+            const got: Array<string> = []
+            for await (const batch of events) got.push(...batch)
+            return got
+          },
+          catch: (e) => e
+        })
+      )
+    )
+
+  it("a stream answered with an error status fails its opening with that status and the upstream's message", async () => {
+    mock.pushBehavior({ status: 503, reply: "overloaded right now" })
+    const failure = await Effect.runPromise(Effect.flip(readStream(make())))
+    expect(failure).toMatchObject({ _tag: "UpstreamFailure", status: 503, retryable: true })
+    expect(String((failure as { message: string }).message)).toContain("overloaded right now")
+  })
+
+  it("a stream whose connection is reset mid-body fails with an UpstreamFailure after the events before it", async () => {
+    mock.pushBehavior({ reply: "a b c d e f g h", chunks: 8, resetAfterChunks: 2, chunkDelayMs: 5 })
+    const failure = await Effect.runPromise(Effect.flip(readStream(make())))
+    expect(failure).toMatchObject({ _tag: "UpstreamFailure", retryable: true })
+  })
+
   it("a slow upstream is a retryable timeout failure", async () => {
     mock.pushBehavior({ delayMs: 400 })
     const failure = await Effect.runPromise(Effect.flip(make(100).complete(route, { messages: [{ role: "user", content: "x" }] })))
     expect(failure).toMatchObject({ reason: "timeout", retryable: true })
   })
+})
+
+const streamAdapters: ReadonlyArray<[string, (url: string) => ChatProvider]> = [
+  ["openai", (url) => makeOpenAIProvider("p", { type: "openai", base_url: url }, 5_000)],
+  ["anthropic", (url) => makeAnthropicProvider("p", { type: "anthropic", base_url: url }, 5_000)]
+]
+
+describe.each(streamAdapters)("the %s adapter's stream, read to its end", (_, make) => {
+  const readStream = (provider: ChatProvider) =>
+    Effect.scoped(
+      Effect.flatMap(provider.stream(route, { messages: [{ role: "user", content: "x" }], stream: true }), (events) =>
+        Effect.promise(async () => {
+          const got: Array<string> = []
+          for await (const batch of events) got.push(...batch)
+          return got
+        })
+      )
+    )
+
+  it("every event's data in order, nothing abandoned, and the next stream on the same kept-alive connection", async () => {
+    // A mock of its own: the other tests' aborted responses may still be closing on the shared one.
+    const own = await startMockUpstream()
+    try {
+    const provider = make(own.url)
+    own.pushBehavior({ reply: "one two three four five", chunks: 5 })
+    own.pushBehavior({ reply: "six seven", chunks: 2 })
+    const first = await Effect.runPromise(readStream(provider))
+    await new Promise((r) => setTimeout(r, 50))
+    const second = await Effect.runPromise(readStream(provider))
+    // Each event is a JSON object; the text they carry is the reply (OpenAI: the deltas; Anthropic: translated into them).
+    const text = (events: ReadonlyArray<string>) =>
+      events.map((e) => (JSON.parse(e) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content ?? "").join("")
+    expect(text(first as ReadonlyArray<string>).trim()).toBe("one two three four five")
+    expect(text(second as ReadonlyArray<string>).trim()).toBe("six seven")
+    expect(own.abandoned).toBe(0)
+    // The second request came on the connection the first left in the pool (ended, not aborted).
+    expect(own.connections).toBe(1)
+    } finally {
+      await own.close()
+    }
+  })
+
 })

@@ -117,7 +117,8 @@ export type StreamTranslator = ReturnType<typeof makeStreamTranslator>
 /**
  * The OpenAI chunk payloads of an Anthropic event stream, a batch per batch of events (an empty
  * batch is not yielded). Events after `message_stop` are ignored; the events themselves must end
- * there (sseEvents is given `() => translator.done`, so it reads the body to its end and stops). A
+ * there (the transport's SSE feed is given `() => translator.done`, so it stops reading there and
+ * leaves the rest of the body to end by itself). A
  * stream that ends before `message_stop` throws the translator's `truncated()` failure; an `error`
  * event throws its failure, after the chunks of the events before it in its batch.
  */

@@ -20,6 +20,7 @@ class MockUpstreamImpl implements MockUpstream {
   port = 0
   calls = 0
   abandoned = 0
+  connections = 0
   requests: RecordedRequest[] = []
   behaviorsByModel = new Map<string, MockBehavior>()
   private defaultBehavior: MockBehavior
@@ -43,6 +44,7 @@ class MockUpstreamImpl implements MockUpstream {
         }
       })
     })
+    this.server.on("connection", () => this.connections++)
     this.server.keepAliveTimeout = 65_000
     this.server.headersTimeout = 66_000
     this.server.requestTimeout = 0
@@ -59,6 +61,7 @@ class MockUpstreamImpl implements MockUpstream {
   reset(): void {
     this.calls = 0
     this.abandoned = 0
+    this.connections = 0
     this.requests.length = 0
     this.queue.length = 0
     this.behaviorsByModel.clear()

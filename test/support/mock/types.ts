@@ -41,6 +41,8 @@ export interface MockUpstream {
   calls: number
   /** Responses the client left before their end (a hang-up; the mock's own resets do not count). */
   abandoned: number
+  /** TCP connections accepted (a client that keeps its connection alive opens one for many requests). */
+  connections: number
   /** Every request, in order (last 1000 only). Empty when started with `record: false`. */
   requests: RecordedRequest[]
   /** Default behaviour for all requests. */
@@ -49,7 +51,7 @@ export interface MockUpstream {
   pushBehavior(b: MockBehavior): void
   /** Per `model` in the request body; takes precedence over the default (the one-shot queue still comes first). */
   behaviorsByModel: Map<string, MockBehavior>
-  /** Clears calls, abandoned, requests, the one-shot queue, behaviorsByModel and the default behaviour. */
+  /** Clears calls, abandoned, connections, requests, the one-shot queue, behaviorsByModel and the default behaviour. */
   reset(): void
   close(): Promise<void>
 }
