@@ -107,6 +107,16 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
       })
     })
 
+  /** A handler's start wired to the attempt's signal: the request is aborted whether the signal fires before or after undici starts it. */
+  const abortedBy = (signal: AttemptSignal) => {
+    let controller: Dispatcher.DispatchController | undefined
+    signal.once("abort", () => controller?.abort(new undiciErrors.RequestAbortedError()))
+    return (c: Dispatcher.DispatchController): void => {
+      controller = c
+      if (signal.aborted) c.abort(new undiciErrors.RequestAbortedError())
+    }
+  }
+
   /**
    * A whole completion is gathered by a dispatch handler rather than request() + body.text(): that
    * wraps every answer in a Readable stream and reads it through events, a nextTick and a chain of
@@ -119,16 +129,11 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
         new Promise<string>((resolve, reject) => {
           const chunks: Array<Buffer> = []
           let status = 0
-          let controller: Dispatcher.DispatchController | undefined
-          signal.once("abort", () => controller?.abort(new undiciErrors.RequestAbortedError()))
           timeline.mark("upstream: attempt set up (signal, timer)")
           pool.dispatch(
             { method: "POST", path, headers: options.headers, body: payload },
             {
-              onRequestStart: (c) => {
-                controller = c
-                if (signal.aborted) c.abort(new undiciErrors.RequestAbortedError())
-              },
+              onRequestStart: abortedBy(signal),
               onResponseStart: (_, statusCode) => {
                 timeline.mark("upstream: headers received")
                 status = statusCode
@@ -163,19 +168,14 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
         attempt(
           (signal) =>
             new Promise<{ readonly feed: SseFeed; readonly value: A }>((resolve, reject) => {
-              let controller: Dispatcher.DispatchController | undefined
               let status = 0
               let feed: SseFeed | undefined
               // A status ≥ 400: its body, the upstream's error message (read best-effort).
               let refusal: Array<Buffer> | undefined
-              signal.once("abort", () => controller?.abort(new undiciErrors.RequestAbortedError()))
               pool.dispatch(
                 { method: "POST", path, headers: streamHeaders, body: payload },
                 {
-                  onRequestStart: (c) => {
-                    controller = c
-                    if (signal.aborted) c.abort(new undiciErrors.RequestAbortedError())
-                  },
+                  onRequestStart: abortedBy(signal),
                   onResponseStart: (c, statusCode) => {
                     timeline.mark("upstream: headers received")
                     status = statusCode
