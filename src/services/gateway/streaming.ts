@@ -39,13 +39,18 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       )
       timeline.mark("upstream stream open (headers)")
       if (durable !== undefined) {
-        yield* Fiber.join(durable).pipe(
-          Effect.tapDefect(() =>
-            Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", served.attempts))
-          ),
-          // Shutdown while it waits: the upstream connection closes here (the hold is voided by `handle`).
-          Effect.onInterrupt(() => Scope.close(connection, Exit.void))
-        )
+        // Usually the sync is long done when the headers come (its fsync ran while the upstream
+        // opened): then there is nothing to wait for, and `Fiber.join`'s steps are skipped.
+        const synced = durable.unsafePoll()
+        if (synced === null || !Exit.isSuccess(synced)) {
+          yield* Fiber.join(durable).pipe(
+            Effect.tapDefect(() =>
+              Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", served.attempts))
+            ),
+            // Shutdown while it waits: the upstream connection closes here (the hold is voided by `handle`).
+            Effect.onInterrupt(() => Scope.close(connection, Exit.void))
+          )
+        }
         timeline.mark("reservation on disk (after the upstream opened)")
       }
       // Kept alive by `keepCallsAlive`, and its progress marked by the heartbeat, until its connection closes.
