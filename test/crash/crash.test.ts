@@ -17,7 +17,8 @@
  * or replayed), never a 409.
  */
 import { describe, expect, it } from "vitest"
-import { type Answer, audit, type CallSpec, callSpec, governedCall, type Proc, prng, spawnGateway, storeState, useHarness } from "./support.ts"
+import { type Answer, audit, type CallSpec, callSpec, governedCall, type Proc, prng, spawnGateway, storeState } from "./support.ts"
+import { useHarness } from "./harness.ts"
 
 const DEEP = process.env.TOLLGATE_DEEP === "1"
 const RUNS = Number(process.env.TOLLGATE_CRASH_RUNS ?? (DEEP ? 100 : 20))

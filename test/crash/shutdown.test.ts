@@ -6,7 +6,8 @@
  * `tollgate audit` clean.
  */
 import { describe, expect, it } from "vitest"
-import { type Answer, audit, callSpec, governedCall, spawnGateway, storeState, useHarness } from "./support.ts"
+import { type Answer, audit, callSpec, governedCall, spawnGateway, storeState } from "./support.ts"
+import { useHarness } from "./harness.ts"
 
 const GRACE_MS = 1_500
 

@@ -11,10 +11,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
 import { tmpdir } from "node:os"
 import { fileURLToPath } from "node:url"
-import { afterAll, beforeAll } from "vitest"
 import { auditStore } from "../../src/cli/audit.ts"
 import { mockGatewayFile } from "../support/gateway.ts"
-import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 export const ADMIN_TOKEN = "crash-admin-token"
@@ -51,49 +49,6 @@ export const newStore = (upstreamUrl: string): Store => {
     })
   )
   return { dir, dbPath: join(dir, "tollgate.db"), configPath, dispose: () => rmSync(dir, { recursive: true, force: true }) }
-}
-
-/** A harness test file's world: the bundled server, a mock upstream, a fresh store routed to it. */
-export interface Harness {
-  /** The bundled server's entry (buildServer). */
-  readonly main: string
-  readonly upstream: MockUpstream
-  readonly store: Store
-}
-
-/**
- * Sets up a test file's Harness before its tests and disposes of it after them (vitest hooks of the
- * calling file). Its fields are there from the first test on.
- */
-export const useHarness = (): Harness => {
-  let server: { readonly main: string; readonly dispose: () => void } | undefined
-  let upstream: MockUpstream | undefined
-  let store: Store | undefined
-  beforeAll(async () => {
-    server = await buildServer()
-    upstream = await startMockUpstream({ record: false })
-    store = newStore(upstream.url)
-  })
-  afterAll(async () => {
-    await upstream?.close()
-    server?.dispose()
-    store?.dispose()
-  })
-  const ready = <A>(a: A | undefined): A => {
-    if (a === undefined) throw new Error("the harness is read before its beforeAll ran")
-    return a
-  }
-  return {
-    get main() {
-      return ready(server).main
-    },
-    get upstream() {
-      return ready(upstream)
-    },
-    get store() {
-      return ready(store)
-    }
-  }
 }
 
 export interface Proc {
