@@ -13,8 +13,8 @@ const loads = (modules: ReadonlyArray<string>) => {
 }
 
 describe("the bench's imports outside vitest", () => {
-  it("the soak's support modules load under plain Node", () => {
-    const child = loads(["./test/crash/support.ts", "./test/support/mockUpstream.ts", "./bench/lib/procs.ts", "./bench/lib/load.ts"])
+  it("the test modules the soak, the mock target and the PostgreSQL bench import load under plain Node", () => {
+    const child = loads(["./test/crash/support.ts", "./test/support/mockUpstream.ts", "./test/support/pg.ts", "./test/support/portArgs.ts", "./bench/lib/procs.ts", "./bench/lib/load.ts"])
     expect({ status: child.status, out: child.stdout.trim(), err: child.stderr.includes("Vitest") ? child.stderr : "" }).toEqual({ status: 0, out: "loaded", err: "" })
   })
 
