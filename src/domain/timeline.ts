@@ -54,6 +54,8 @@ export interface Timeline {
 const quantile = (sorted: ReadonlyArray<number>, q: number): number =>
   sorted.length === 0 ? Number.NaN : sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!
 
+const ascending = (xs: ReadonlyArray<number>): Array<number> => [...xs].sort((a, b) => a - b)
+
 /** A recording timeline on `now` (performance.now in production; a test's own clock). */
 export const makeTimeline = (now: () => number): Timeline => {
   const samples = new Map<string, { readonly span: boolean; readonly xs: Array<number> }>()
@@ -69,7 +71,6 @@ export const makeTimeline = (now: () => number): Timeline => {
     else s.xs.push(ms)
     current.set(stage, (current.get(stage) ?? 0) + ms)
   }
-  const medians = () => new Map(Array.from(samples, ([stage, { xs }]) => [stage, quantile([...xs].sort((a, b) => a - b), 0.5)]))
   const mark = (stage: string) => {
     if (!open) return
     const t = now()
@@ -95,22 +96,22 @@ export const makeTimeline = (now: () => number): Timeline => {
     },
     report: () =>
       Array.from(samples, ([stage, { span, xs }]) => {
-        const sorted = [...xs].sort((a, b) => a - b)
+        const sorted = ascending(xs)
         const p50Ms = quantile(sorted, 0.5)
         const over1Ms = sorted.filter((x) => x > p50Ms + 1).length
         return { stage, span, n: sorted.length, p50Ms, p90Ms: quantile(sorted, 0.9), p99Ms: quantile(sorted, 0.99), over1Ms }
       }),
     tail: () => {
       if (calls.length === 0) return undefined
-      const wholes = calls.map((c) => c.whole).sort((a, b) => a - b)
+      const wholes = ascending(calls.map((c) => c.whole))
       const wholeP50Ms = quantile(wholes, 0.5)
       const wholeP99Ms = quantile(wholes, 0.99)
       const slow = [...calls].sort((a, b) => b.whole - a.whole).slice(0, Math.ceil(calls.length / 100))
-      const median = medians()
       // A stage a slow call did not reach counts as 0 ms, so its excess is minus its median.
-      const stages = Array.from(samples, ([stage, { span }]) => {
+      const stages = Array.from(samples, ([stage, { span, xs }]) => {
+        const median = quantile(ascending(xs), 0.5)
         let excess = 0
-        for (const c of slow) excess += (c.stages.get(stage) ?? 0) - median.get(stage)!
+        for (const c of slow) excess += (c.stages.get(stage) ?? 0) - median
         return { stage, span, excessMs: excess / slow.length }
       }).sort((a, b) => b.excessMs - a.excessMs)
       const excessMs = slow.reduce((sum, c) => sum + c.whole - wholeP50Ms, 0) / slow.length

@@ -64,8 +64,8 @@ export interface SseSource {
  * chunk, up to `[DONE]` (not included), or up to the batch after which `ended()` turns true (a reader
  * that knows the end of its protocol, e.g. Anthropic's `message_stop`, says so there). The body is
  * pushed, not pulled: the transport's dispatch handler calls `data`, `end` and `fail`, so a chunk
- * reaches its reader without a Readable stream and its async iterator in between (≈ 0.1 ms of a
- * stream's time to first byte on the bench box, docs/decisions/0029).
+ * reaches its reader without a Readable stream and its async iterator in between (what that saves
+ * is at the edge of what the bench resolves, docs/decisions/0029).
  *
  * After the end the rest of the body is left to arrive (an upstream closes right after it) and is
  * ignored: aborting an unfinished HTTP body costs the pooled connection; an upstream that keeps it

@@ -58,6 +58,16 @@ class AttemptSignal extends EventEmitter {
   }
 }
 
+/** A body's chunks as text (one chunk, the usual case, without a copy). */
+const textOf = (chunks: ReadonlyArray<Buffer>): string => (chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8"))
+
+/**
+ * A status ≥ 400 as a failure, with the upstream's error message read from its body; a body that
+ * broke is still that status, its detail then empty.
+ */
+const refused = (status: number, body: ReadonlyArray<Buffer> | "broken"): UpstreamFailure =>
+  statusFailure(status, body === "broken" ? "" : upstreamErrorDetail(textOf(body)))
+
 export const makeUpstream = (options: UpstreamOptions): Upstream => {
   const { name, url, timeoutMs } = options
   // One origin per provider: its Pool directly, the path parsed once. `request(url, { dispatcher })`
@@ -144,12 +154,10 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
               onResponseEnd: () => {
                 // Here, not in `attempt`: a stream's attempt ends when it opens, long before its body.
                 timeline.mark("upstream: body read")
-                const text = chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")
-                if (status >= 400) reject(statusFailure(status, upstreamErrorDetail(text)))
-                else resolve(text)
+                if (status >= 400) reject(refused(status, chunks))
+                else resolve(textOf(chunks))
               },
-              // An error status whose body broke is still that status (its detail read best-effort).
-              onResponseError: (_, e) => reject(status >= 400 ? statusFailure(status, "") : e)
+              onResponseError: (_, e) => reject(status >= 400 ? refused(status, "broken") : e)
             }
           )
           timeline.mark("upstream: request dispatched")
@@ -170,7 +178,7 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
             new Promise<{ readonly feed: SseFeed; readonly value: A }>((resolve, reject) => {
               let status = 0
               let feed: SseFeed | undefined
-              // A status ≥ 400: its body, the upstream's error message (read best-effort).
+              // A status ≥ 400: its body, for the upstream's error message.
               let refusal: Array<Buffer> | undefined
               pool.dispatch(
                 { method: "POST", path, headers: streamHeaders, body: payload },
@@ -202,12 +210,12 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
                     else feed?.data(chunk)
                   },
                   onResponseEnd: () => {
-                    if (refusal !== undefined) reject(statusFailure(status, upstreamErrorDetail(Buffer.concat(refusal).toString("utf8"))))
+                    if (refusal !== undefined) reject(refused(status, refusal))
                     else feed?.end()
                   },
                   onResponseError: (_, e) => {
                     if (feed !== undefined) feed.fail(e)
-                    else reject(status >= 400 ? statusFailure(status, "") : e)
+                    else reject(status >= 400 ? refused(status, "broken") : e)
                   }
                 }
               )
