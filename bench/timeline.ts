@@ -64,13 +64,16 @@ const call = async (n: number) => {
 }
 const latencies: Array<number> = []
 
+/** What bench/targets/tollgate.ts writes on SIGUSR1. */
+type Figures = { readonly stages: ReadonlyArray<StageFigures>; readonly tail?: TailFigures }
+
 /** Ask the target for its figures since the last ask (SIGUSR1), and wait for the file. */
-const collect = async (): Promise<{ readonly stages: ReadonlyArray<StageFigures>; readonly tail?: TailFigures }> => {
+const collect = async (): Promise<Figures> => {
   rmSync(out, { force: true })
   process.kill(target.pid, "SIGUSR1")
   for (let waited = 0; waited < 10_000; waited += 50) {
     await new Promise((r) => setTimeout(r, 50))
-    if (existsSync(out)) return JSON.parse(readFileSync(out, "utf8")) as { readonly stages: ReadonlyArray<StageFigures>; readonly tail?: TailFigures }
+    if (existsSync(out)) return JSON.parse(readFileSync(out, "utf8")) as Figures
   }
   throw new Error("the target wrote no timeline")
 }
