@@ -112,8 +112,6 @@ interface Target {
   readonly child: Child<unknown>
   readonly endpoint: TargetEndpoint
   readonly idleRssMb: number
-  /** False for a target that serves only non-streaming calls (the governed floor): stream phases skip it. */
-  readonly streams?: boolean
 }
 
 const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, nodeFlags: ReadonlyArray<string> = []) =>
@@ -148,8 +146,8 @@ const machine = () => {
   }
 }
 
-const checkTarget = async (t: TargetEndpoint, streams = true) => {
-  for (const stream of streams ? [false, true] : [false]) {
+const checkTarget = async (t: TargetEndpoint) => {
+  for (const stream of [false, true]) {
     const res = await request(`${t.origin}${t.path}`, {
       method: "POST",
       headers: { ...t.headers, "content-type": "application/json" },
@@ -168,7 +166,7 @@ const checkTarget = async (t: TargetEndpoint, streams = true) => {
 interface Scenario {
   readonly id: string
   readonly label: string
-  /** A streaming phase: targets that serve no streams (the floor) skip it. */
+  /** A streaming phase (time to first byte measured too). */
   readonly stream?: boolean
   readonly run: (t: Target, round: number) => Promise<PhaseResult>
 }
@@ -308,14 +306,14 @@ const main = async () => {
 
   /**
    * A governed target: `script` under `dir`/bench (its own sources), keyed by the development key it
-   * prints when ready. `streams: false` for the governed floor, which serves non-streaming calls only.
+   * prints when ready.
    */
   /** `--from-sources` runs a governed target through tsx instead of bundled (bench/lib/bundle.ts). */
   const fromSources = flag("--from-sources")
   const startGoverned = async (
     name: string,
     script: string,
-    o: { readonly dir?: string; readonly nodeFlags?: ReadonlyArray<string>; readonly extra?: ReadonlyArray<string>; readonly streams?: boolean } = {}
+    o: { readonly dir?: string; readonly nodeFlags?: ReadonlyArray<string>; readonly extra?: ReadonlyArray<string> } = {}
   ): Promise<Target> => {
     const dir = o.dir ?? root
     const targetArgs = ["--upstream", upstream, "--model", config.model, ...(o.extra ?? [])]
@@ -328,8 +326,7 @@ const main = async () => {
       name,
       child,
       endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
-      idleRssMb: sampleProc(child.pid).rssMb,
-      ...(o.streams === false ? { streams: false } : {})
+      idleRssMb: sampleProc(child.pid).rssMb
     }
   }
 
@@ -342,8 +339,8 @@ const main = async () => {
     }),
     bare: () => startProxy("bare", "targets/bareProxy.ts"),
     effect: () => startProxy("effect", "targets/effectProxy.ts"),
-    floor: () => startGoverned("floor", "targets/governedFloor.ts", { streams: false }),
-    "floor-inline": () => startGoverned("floor-inline", "targets/governedFloor.ts", { extra: ["--inline"], streams: false }),
+    floor: () => startGoverned("floor", "targets/governedFloor.ts"),
+    "floor-inline": () => startGoverned("floor-inline", "targets/governedFloor.ts", { extra: ["--inline"] }),
     tollgate: () => startGoverned("tollgate", "targets/tollgate.ts"),
     // PostgreSQL + Redis (scripts/services.sh), one instance and two (bench/targets/tollgatePg.ts).
     "tollgate-pg": () => startGoverned("tollgate-pg", "targets/tollgatePg.ts"),
@@ -384,7 +381,7 @@ const main = async () => {
   }
 
   const targets = await Promise.all(config.targets.map((name) => starters[name]!()))
-  for (const t of targets) await checkTarget(t.endpoint, t.streams !== false)
+  for (const t of targets) await checkTarget(t.endpoint)
   log(`targets up: ${targets.map((t) => `${t.name} (pid ${t.child.pid}, ${t.endpoint.origin})`).join(", ")}`)
 
   // Warm-up (JIT, connection pools, SQLite page cache): closed loop, not recorded.
@@ -399,7 +396,6 @@ const main = async () => {
       // Rotate the order each round so no target always runs first (or last) after a scenario change.
       const order = targets.map((_, i) => targets[(i + round - 1) % targets.length]!)
       for (const t of order) {
-        if (s.stream && t.streams === false) continue
         const m = await measure(t, s, round)
         results.push(m)
         log(
@@ -504,8 +500,8 @@ const main = async () => {
     baseline: "baseline (direct to mock)",
     bare: "bare proxy (node:http + undici)",
     effect: "Effect HttpRouter + HttpClient pass-through",
-    floor: "governed floor (Tollgate's store worker, no pipeline; non-streaming only)",
-    "floor-inline": "governed floor, transactions on the event loop (non-streaming only)",
+    floor: "governed floor (Tollgate's store worker, no pipeline)",
+    "floor-inline": "governed floor, transactions on the event loop",
     tollgate: "Tollgate (full governance, SQLite FULL)",
     "tollgate-pg": "Tollgate on PostgreSQL + Redis, 1 instance",
     "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (threads of one process, TCP round robin)",

@@ -57,7 +57,7 @@ const judged = (x: number, ok: (x: number) => boolean): boolean | undefined => (
 /**
  * The checks, for each governed target present (Tollgate, the floor). A latency check needs the bare
  * proxy's same phase; the throughput share needs both governed targets; a check whose reference or
- * phase was not run is left out. The floor serves no streams, so it has no TTFB check.
+ * phase was not run is left out.
  */
 export const judgeTargets = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<Verdict> => {
   const byName = new Map(rows.map((r) => [r.target, r]))

@@ -15,7 +15,7 @@
  *
  * The database is prepared by Tollgate's own layers (migrations, bootstrap project and key, receipt
  * key), with the same gateway file as bench/targets/tollgate.ts. Prints `{"ready":true,"port":N,"key":…}`.
- * Not a product: it answers only POST /v1/chat/completions, non-streaming. `--inline` runs the same
+ * Not a product: it answers only POST /v1/chat/completions, streamed or not. `--inline` runs the same
  * transactions and group commit on the event loop instead of the worker (the latency floor without
  * the thread hand-offs).
  */
@@ -29,7 +29,7 @@ import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
 import { Agent, request } from "undici"
-import { settledCharge, tokensFromUsage, chargeWithinReservation } from "../../spec/pricing.ts"
+import { chargeWithinReservation, settledCharge, type TokenCounts, tokensFromUsage, type UsageReport } from "../../spec/pricing.ts"
 import { type GatewayFile, makeSettings, Settings } from "../../src/domain/config.ts"
 import { newReceiptId, newRequestId, newReservationId } from "../../src/domain/ids.ts"
 import { ServicesLive } from "../../src/server.ts"
@@ -39,7 +39,8 @@ import { fingerprintOf } from "../../src/services/IdempotencyStore.ts"
 import { KeyRegistry, type Principal } from "../../src/services/KeyRegistry.ts"
 import { periodOf } from "../../src/services/Ledger.ts"
 import { ReceiptSigner, sealReceipt } from "../../src/services/ReceiptSigner.ts"
-import { withGovernance } from "../../src/services/surfaces/Surface.ts"
+import { chatCompletionsSurface } from "../../src/services/surfaces/chatCompletions.ts"
+import { type Governance, withGovernance } from "../../src/services/surfaces/Surface.ts"
 import { countChat } from "../../src/services/Tokenizer.ts"
 import { makeChatTransactions, mustSync, type Reserved, type ReserveArgs, type SettleArgs } from "../../src/store/chatTransactions.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
@@ -80,7 +81,8 @@ const principals = new Map<string, Principal>([[`Bearer ${setup.key}`, setup.pri
 
 // ---- The store: Tollgate's own worker on the same file, or (`--inline`) the same transactions and
 // group commit on the event loop, as TOLLGATE_STORE_WORKER=false runs them ----
-type Run = (op: "reserve" | "settle", args: ReserveArgs | SettleArgs, done: (outcome: TxOutcome) => void) => void
+/** `sync`: a stream's reservation, committed unsynced, put on disk while its upstream opens (as Tollgate's `store.sync`). */
+type Run = (op: "reserve" | "settle" | "sync", args: ReserveArgs | SettleArgs | undefined, done: (outcome: TxOutcome) => void) => void
 const inline = flag("--inline")
 let closeStore: (then: () => void) => void
 let run: Run
@@ -91,7 +93,11 @@ if (inline) {
   db.pragma("foreign_keys = ON")
   const ops = makeChatTransactions(db, { keyId: setup.signingKeyId, seal: (unsigned) => sealReceipt(setup.signingKey, unsigned) })
   const group = makeGroupCommit(db)
-  run = (op, args, done) => group.submit((abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => unknown)(args, abort), done, mustSync(op, args))
+  // Inline, a stream's reservation is synced by its own COMMIT (`mustSync`): nothing is left for `sync`.
+  run = (op, args, done) =>
+    op === "sync"
+      ? done({ _tag: "Committed", value: undefined })
+      : group.submit((abort) => (ops[op] as (a: unknown, abort: (e: unknown) => never) => unknown)(args, abort), done, mustSync(op, args))
   closeStore = (then) => group.submit(() => undefined, () => {
     db.close()
     then()
@@ -167,6 +173,7 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
   }
   const now = Date.now()
   if (!admit(now)) return fail(res, 429, "rate limited")
+  const stream = body.stream === true
   const messages = body.messages as ReadonlyArray<{ role: string; content: string }>
   const key = (body.metadata as { idempotency_key?: string } | undefined)?.idempotency_key
   const scope = { projectId: principal.projectId, environment: principal.environment }
@@ -187,7 +194,7 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
       endpoint: "/v1/chat/completions",
       model,
       route: model,
-      stream: false,
+      stream,
       idempotencyKey: key ?? null,
       rateCardVersion: "rc_2020-01",
       createdAt: now
@@ -202,40 +209,49 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
       period
     }
   }
+  /** The charge of `tokens`, its governance, and the settlement that stores `reply(governance)` as the idempotent result. */
+  const settlement = (tokens: TokenCounts, reservation: number, t0: number, contentType: string, reply: (governance: Governance) => Uint8Array) => {
+    const settledAt = Date.now()
+    const charge = settledCharge(tokens, prices, reservation)
+    const receiptId = newReceiptId(settledAt)
+    const verification = verificationOf({ route: true, schema: true, budget: chargeWithinReservation(tokens, prices, reservation) })
+    const governance: Governance = { request_id: requestId, status: "completed", verification, credits_charged: charge, rate_card_version: "rc_2020-01", receipt_id: receiptId }
+    const stored = reply(governance)
+    const settle: SettleArgs = {
+      now: settledAt,
+      hold: { ...hold, amount: reservation },
+      receiptId,
+      organization: principal.organization,
+      environment: principal.environment,
+      model,
+      route: model,
+      rateCardVersion: "rc_2020-01",
+      tokens,
+      usageSource: "reported",
+      charge,
+      verification,
+      attempts: [{ route: model, provider: "mock", outcome: "ok", duration_ms: settledAt - t0 }],
+      idempotent: key === undefined ? undefined : { scope, key, ttlMs: settings.idempotencyTtlMs, result: { status: 200, contentType, body: stored } }
+    }
+    return { governance, settle }
+  }
   run("reserve", reserve, (reserved) => {
     if (reserved._tag !== "Committed") return fail(res, 402, "refused")
     const { outputCap, reservation } = reserved.value as Reserved
     const out: Record<string, unknown> = { ...body, model, max_tokens: outputCap }
     delete out.metadata
     const t0 = Date.now()
+    if (stream) {
+      out.stream_options = { include_usage: true }
+      return streamed(res, requestId, body, JSON.stringify(out), (tokens, contentType, reply) => settlement(tokens, reservation, t0, contentType, reply))
+    }
     request(url, { method: "POST", dispatcher, headers: { "content-type": "application/json" }, body: JSON.stringify(out) })
       .then(async (up) => ({ status: up.statusCode, raw: await up.body.text() }))
       .then(({ status, raw }) => {
         if (status !== 200) return fail(res, 503, "upstream failed")
-        const json = JSON.parse(raw) as { usage: Parameters<typeof tokensFromUsage>[0] }
-        const tokens = tokensFromUsage(json.usage)
-        const settledAt = Date.now()
-        const charge = settledCharge(tokens, prices, reservation)
-        const receiptId = newReceiptId(settledAt)
-        const verification = verificationOf({ route: true, schema: true, budget: chargeWithinReservation(tokens, prices, reservation) })
-        const governance = { request_id: requestId, status: "completed" as const, verification, credits_charged: charge, rate_card_version: "rc_2020-01", receipt_id: receiptId }
-        const reply = Buffer.from(withGovernance(raw, governance), "utf8")
-        const settle: SettleArgs = {
-          now: settledAt,
-          hold: { ...hold, amount: reservation },
-          receiptId,
-          organization: principal.organization,
-          environment: principal.environment,
-          model,
-          route: model,
-          rateCardVersion: "rc_2020-01",
-          tokens,
-          usageSource: "reported",
-          charge,
-          verification,
-          attempts: [{ route: model, provider: "mock", outcome: "ok", duration_ms: settledAt - t0 }],
-          idempotent: key === undefined ? undefined : { scope, key, ttlMs: settings.idempotencyTtlMs, result: { status: 200, contentType: "application/json", body: reply } }
-        }
+        const json = JSON.parse(raw) as { usage: UsageReport }
+        let reply = new Uint8Array()
+        const { settle } = settlement(tokensFromUsage(json.usage), reservation, t0, "application/json", (governance) => (reply = Buffer.from(withGovernance(raw, governance), "utf8")))
         run("settle", settle, (settled) => {
           if (settled._tag !== "Committed") return fail(res, 500, "settlement failed")
           res.writeHead(200, { "content-type": "application/json", "content-length": String(reply.byteLength), "x-request-id": requestId })
@@ -244,6 +260,70 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
       })
       .catch(() => fail(res, 503, "upstream failed"))
   })
+}
+
+type Settlement = (tokens: TokenCounts, contentType: string, reply: (governance: Governance) => Uint8Array) => { governance: Governance; settle: SettleArgs }
+
+/**
+ * A streamed call, with Tollgate's guarantees and none of its pipeline: the reservation's fsync runs
+ * while the upstream opens and the headers wait for it (docs/decisions/0013); each upstream event is
+ * forwarded as it arrives through Tollgate's own chat-completions renderer; at [DONE] the reported
+ * usage is settled (signed receipt, the frames stored for replay) before the governance event and
+ * [DONE] go out. What it leaves out: cuts, disconnects and counted usage (the bench's streams end).
+ */
+const streamed = (res: ServerResponse, requestId: string, body: Record<string, unknown>, payload: string, settlement: Settlement) => {
+  let synced = false
+  let opened: (() => void) | undefined
+  run("sync", undefined, (outcome) => {
+    if (outcome._tag !== "Committed") return fail(res, 500, "the reservation could not be made durable")
+    synced = true
+    opened?.()
+  })
+  const includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true
+  request(url, { method: "POST", dispatcher, headers: { "content-type": "application/json" }, body: payload })
+    .then((up) => {
+      if (up.statusCode !== 200) {
+        up.body.resume()
+        return fail(res, 503, "upstream failed")
+      }
+      const forward = async () => {
+        res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", "x-request-id": requestId })
+        const renderer = chatCompletionsSurface.streamRenderer({ includeUsage, requestId, nowMs: Date.now() })
+        const sent: Array<Uint8Array> = []
+        let usage: UsageReport | undefined
+        let pending = ""
+        up.body.setEncoding("utf8")
+        reading: for await (const chunk of up.body as AsyncIterable<string>) {
+          pending += chunk
+          for (let cut = pending.indexOf("\n\n"); cut >= 0; cut = pending.indexOf("\n\n")) {
+            const event = pending.slice(0, cut)
+            pending = pending.slice(cut + 2)
+            if (!event.startsWith("data: ")) continue
+            const data = event.slice(6)
+            if (data === "[DONE]") break reading
+            const json = JSON.parse(data) as Record<string, unknown>
+            if (json.usage !== null && typeof json.usage === "object") usage = json.usage as UsageReport
+            for (const frame of renderer.onChunk(data, json)) {
+              sent.push(frame)
+              res.write(frame)
+            }
+          }
+        }
+        if (usage === undefined) return void res.destroy()
+        const tokens = tokensFromUsage(usage)
+        let tail: ReadonlyArray<Uint8Array> = []
+        const { settle } = settlement(tokens, "text/event-stream", (governance) => Buffer.concat([...sent, ...(tail = renderer.complete(governance, tokens))]))
+        run("settle", settle, (settled) => {
+          if (settled._tag !== "Committed") return void res.destroy()
+          for (const frame of tail) res.write(frame)
+          res.end()
+        })
+      }
+      const go = () => void forward().catch(() => res.destroy())
+      if (synced) go()
+      else opened = go
+    })
+    .catch(() => fail(res, 503, "upstream failed"))
 }
 
 const server = createServer({ keepAlive: true }, (req, res) => {

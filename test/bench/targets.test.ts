@@ -53,7 +53,7 @@ describe("bench target verdicts (issue 18)", () => {
   })
 
   it("leaves out a check whose reference or phase did not run, does not judge a figure that was not measured, and keeps no withdrawn target", () => {
-    // No bare proxy: no latency check. No floor: no throughput share. A floor row has no stream TTFB.
+    // No bare proxy: no latency check. No floor: no throughput share. A row without a stream phase: no TTFB check.
     const alone = judgeTargets([row("tollgate", { cpuUsPerCall: Number.NaN })])
     expect(alone.map((x) => [x.check, x.met])).toEqual([
       ["CPU µs per call (closed loop)", undefined],
@@ -65,5 +65,13 @@ describe("bench target verdicts (issue 18)", () => {
     expect(Object.keys(metOf(v, "tollgate")).some((c) => c.startsWith("200 RPS"))).toBe(false)
     expect(Object.keys(metOf(v, "floor")).some((c) => c.includes("TTFB"))).toBe(false)
     expect(v.some((x) => /bare proxy's|Portkey|1000 RPS/.test(x.check))).toBe(false)
+  })
+
+  it("judges the floor's stream time to first byte like Tollgate's, against the same bare proxy", () => {
+    const bare = row("bare", { oneCallerTtfb: added(0.5, 1) })
+    const v = judgeTargets([bare, row("tollgate", { oneCallerTtfb: added(1.625, 3) }), row("floor", { oneCallerTtfb: added(1.5, 2) })])
+    expect(metOf(v, "floor")["one caller, stream TTFB added p50 ≤ bare + 1 ms"]).toBe(true)
+    expect(metOf(v, "tollgate")["one caller, stream TTFB added p50 ≤ bare + 1 ms"]).toBe(false)
+    expect(v.find((x) => x.target === "floor" && x.check.includes("TTFB"))?.value).toBe("+1.00 ms over bare")
   })
 })
