@@ -39,6 +39,7 @@ import { fingerprintOf } from "../../src/services/IdempotencyStore.ts"
 import { KeyRegistry, type Principal } from "../../src/services/KeyRegistry.ts"
 import { periodOf } from "../../src/services/Ledger.ts"
 import { ReceiptSigner, sealReceipt } from "../../src/services/ReceiptSigner.ts"
+import { makeSseParser } from "../../src/providers/sse.ts"
 import { chatCompletionsSurface } from "../../src/services/surfaces/chatCompletions.ts"
 import { type Governance, withGovernance } from "../../src/services/surfaces/Surface.ts"
 import { countChat } from "../../src/services/Tokenizer.ts"
@@ -209,7 +210,7 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
       period
     }
   }
-  /** The charge of `tokens`, its governance, and the settlement that stores `reply(governance)` as the idempotent result. */
+  /** The charge of `tokens` and its settlement; `stored`, the reply rendered with the governance, is the idempotent result. */
   const settlement = (tokens: TokenCounts, reservation: number, t0: number, contentType: string, reply: (governance: Governance) => Uint8Array) => {
     const settledAt = Date.now()
     const charge = settledCharge(tokens, prices, reservation)
@@ -233,7 +234,7 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
       attempts: [{ route: model, provider: "mock", outcome: "ok", duration_ms: settledAt - t0 }],
       idempotent: key === undefined ? undefined : { scope, key, ttlMs: settings.idempotencyTtlMs, result: { status: 200, contentType, body: stored } }
     }
-    return { governance, settle }
+    return { settle, stored }
   }
   run("reserve", reserve, (reserved) => {
     if (reserved._tag !== "Committed") return fail(res, 402, "refused")
@@ -250,19 +251,18 @@ const governed = (req: IncomingMessage, res: ServerResponse, text: string) => {
       .then(({ status, raw }) => {
         if (status !== 200) return fail(res, 503, "upstream failed")
         const json = JSON.parse(raw) as { usage: UsageReport }
-        let reply = new Uint8Array()
-        const { settle } = settlement(tokensFromUsage(json.usage), reservation, t0, "application/json", (governance) => (reply = Buffer.from(withGovernance(raw, governance), "utf8")))
+        const { settle, stored } = settlement(tokensFromUsage(json.usage), reservation, t0, "application/json", (governance) => Buffer.from(withGovernance(raw, governance), "utf8"))
         run("settle", settle, (settled) => {
           if (settled._tag !== "Committed") return fail(res, 500, "settlement failed")
-          res.writeHead(200, { "content-type": "application/json", "content-length": String(reply.byteLength), "x-request-id": requestId })
-          res.end(reply)
+          res.writeHead(200, { "content-type": "application/json", "content-length": String(stored.byteLength), "x-request-id": requestId })
+          res.end(stored)
         })
       })
       .catch(() => fail(res, 503, "upstream failed"))
   })
 }
 
-type Settlement = (tokens: TokenCounts, contentType: string, reply: (governance: Governance) => Uint8Array) => { governance: Governance; settle: SettleArgs }
+type Settlement = (tokens: TokenCounts, contentType: string, reply: (governance: Governance) => Uint8Array) => { settle: SettleArgs; stored: Uint8Array }
 
 /**
  * A streamed call, with Tollgate's guarantees and none of its pipeline: the reservation's fsync runs
@@ -291,15 +291,9 @@ const streamed = (res: ServerResponse, requestId: string, body: Record<string, u
         const renderer = chatCompletionsSurface.streamRenderer({ includeUsage, requestId, nowMs: Date.now() })
         const sent: Array<Uint8Array> = []
         let usage: UsageReport | undefined
-        let pending = ""
-        up.body.setEncoding("utf8")
-        reading: for await (const chunk of up.body as AsyncIterable<string>) {
-          pending += chunk
-          for (let cut = pending.indexOf("\n\n"); cut >= 0; cut = pending.indexOf("\n\n")) {
-            const event = pending.slice(0, cut)
-            pending = pending.slice(cut + 2)
-            if (!event.startsWith("data: ")) continue
-            const data = event.slice(6)
+        const parser = makeSseParser()
+        reading: for await (const chunk of up.body as AsyncIterable<Buffer>) {
+          for (const data of parser.push(chunk)) {
             if (data === "[DONE]") break reading
             const json = JSON.parse(data) as Record<string, unknown>
             if (json.usage !== null && typeof json.usage === "object") usage = json.usage as UsageReport
@@ -311,12 +305,11 @@ const streamed = (res: ServerResponse, requestId: string, body: Record<string, u
         }
         if (usage === undefined) return void res.destroy()
         const tokens = tokensFromUsage(usage)
-        let tail: ReadonlyArray<Uint8Array> = []
-        const { settle } = settlement(tokens, "text/event-stream", (governance) => Buffer.concat([...sent, ...(tail = renderer.complete(governance, tokens))]))
+        const { settle, stored } = settlement(tokens, "text/event-stream", (governance) => Buffer.concat([...sent, ...renderer.complete(governance, tokens)]))
         run("settle", settle, (settled) => {
           if (settled._tag !== "Committed") return void res.destroy()
-          for (const frame of tail) res.write(frame)
-          res.end()
+          // The stored replay is every frame sent, then the governance event and [DONE]: the rest of it is what is left to send.
+          res.end(stored.subarray(sent.reduce((n, f) => n + f.byteLength, 0)))
         })
       }
       const go = () => void forward().catch(() => res.destroy())
