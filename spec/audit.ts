@@ -26,9 +26,11 @@ import { governanceOf, parseReceipt, receiptKeyId } from "./audit/receipts.ts"
 import { type BatchFacts, columnMismatches, Facts, FACTS_STRIDE, type SignedFields, signedColumns } from "./audit/facts.ts"
 import { makeChainChecks } from "./audit/chain.ts"
 import { makeWindowChecks } from "./audit/windows.ts"
-import { Seal, type SealCode, sealOfStored, type TrustedKey, type TrustedKeyData } from "./audit/seal.ts"
+import { type Ed25519, nodeEd25519 } from "./audit/ed25519.ts"
+import { Seal, type SealCode, sealOfStored, type TrustedKey, trustedKey, type TrustedKeyData } from "./audit/seal.ts"
 import type { AuditScope, AuditStats, AuditSummary, ChainHeadRow, IdempotencyRow, KeyRow, ProjectRow, RateCardRow, ReceiptRow, HeldReservationRow, UnreceiptedRow, WindowRow } from "./audit/rows.ts"
 
+export * from "./audit/ed25519.ts"
 export * from "./audit/facts.ts"
 export * from "./audit/findings.ts"
 export * from "./audit/receipts.ts"
@@ -79,7 +81,8 @@ export interface Auditor {
   readonly stats: AuditStats
 }
 
-export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditScope = {}): Auditor => {
+/** `ed25519`: the implementation that checks signatures here (spec/audit/ed25519.ts); the findings do not depend on it. */
+export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditScope = {}, ed25519: Ed25519 = nodeEd25519): Auditor => {
   const byKind: Partial<Record<FindingKind, number>> = {}
   let total = 0
   const report: Report = (kind, subject, project, message, detail) => {
@@ -122,7 +125,7 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
         report("signing_key_invalid", row.id, undefined, `public key ${row.id} hashes to ${derived}: its id was not derived from it`, { derived_id: derived })
         continue
       }
-      trusted.set(row.id, { key, retiredAt: row.retired_at })
+      trusted.set(row.id, trustedKey(key, row.retired_at, ed25519))
       trustedData.push({ id: row.id, pem: row.public_key, retiredAt: row.retired_at })
     }
   }

@@ -2,11 +2,13 @@
  * The seal of one receipt (spec/receipt.ts): does its body hash to its recorded hash, is its signer a
  * trusted key, does the Ed25519 signature verify, was the key still in service? A pure verdict, the
  * same in the audit's main thread and in its signature workers (src/store/auditWorker.ts), so the
- * findings do not depend on where it was computed. Imports node:crypto and spec only: the workers
- * stay lean.
+ * findings do not depend on where it was computed. Imports node: modules and spec only: the workers
+ * stay lean. The signature check itself is the trusted key's (spec/audit/ed25519.ts: libsodium where
+ * it loads, else node:crypto).
  */
-import { createPublicKey, type KeyObject, verify } from "node:crypto"
+import { createPublicKey, type KeyObject } from "node:crypto"
 import { type Receipt, sha256Hex, signedTextOfStored } from "../receipt.ts"
+import { type Ed25519, nodeEd25519, type SignatureCheck } from "./ed25519.ts"
 import { parseReceipt } from "./receipts.ts"
 import { signedText } from "./signedText.ts"
 
@@ -30,20 +32,17 @@ export interface TrustedKeyData {
 }
 
 export interface TrustedKey {
-  readonly key: KeyObject
+  /** Checks a signature under this key. */
+  readonly check: SignatureCheck
   readonly retiredAt: number | null
 }
 
-export const trustedKeyMap = (keys: ReadonlyArray<TrustedKeyData>): Map<string, TrustedKey> =>
-  new Map(keys.map((k) => [k.id, { key: createPublicKey(k.pem), retiredAt: k.retiredAt }]))
+export const trustedKey = (key: KeyObject, retiredAt: number | null, ed25519: Ed25519 = nodeEd25519): TrustedKey => ({ check: ed25519.checkFor(key), retiredAt })
 
-const verifies = (bytes: Buffer, key: KeyObject, signature: string): boolean => {
-  try {
-    return verify(null, bytes, key, Buffer.from(signature, "base64url"))
-  } catch {
-    return false
-  }
-}
+export const trustedKeyMap = (keys: ReadonlyArray<TrustedKeyData>, ed25519: Ed25519 = nodeEd25519): Map<string, TrustedKey> =>
+  new Map(keys.map((k) => [k.id, trustedKey(createPublicKey(k.pem), k.retiredAt, ed25519)]))
+
+const verifies = (bytes: Buffer, key: TrustedKey, signature: string): boolean => key.check(bytes, Buffer.from(signature, "base64url"))
 
 const inService = (key: TrustedKey, receipt: Receipt): boolean => key.retiredAt === null || Date.parse(receipt.created_at) <= key.retiredAt
 
@@ -54,7 +53,7 @@ export const sealOf = (receipt: Receipt, trusted: ReadonlyMap<string, TrustedKey
   if (sha256Hex(bytes) !== receipt.hash) return Seal.hashMismatch
   const key = trusted.get(receipt.signing_key_id)
   if (key === undefined) return Seal.unknownKey
-  if (!verifies(bytes, key.key, receipt.signature)) return Seal.badSignature
+  if (!verifies(bytes, key, receipt.signature)) return Seal.badSignature
   return inService(key, receipt) ? Seal.intact : Seal.retiredKey
 }
 
@@ -76,7 +75,7 @@ export const sealOfStored = (body: string, receipt: Receipt, trusted: ReadonlyMa
   if (key !== undefined && inService(key, receipt)) {
     const text = signedTextOfStored(body, receipt.hash, receipt.signature)
     const bytes = text === undefined ? undefined : Buffer.from(text, "utf8")
-    if (bytes !== undefined && sha256Hex(bytes) === receipt.hash && verifies(bytes, key.key, receipt.signature)) return Seal.intact
+    if (bytes !== undefined && sha256Hex(bytes) === receipt.hash && verifies(bytes, key, receipt.signature)) return Seal.intact
   }
   return sealOf(receipt, trusted)
 }

@@ -40,7 +40,7 @@ export const renderHuman = (r: AuditResult): string => {
       `${s.stats.heldReservations} held reservation(s), ${s.stats.idempotencyRecords} idempotency record(s), ` +
       `${s.stats.rateCards} rate card(s), ${s.stats.keys} public key(s) (${r.keySource === "pinned" ? "pinned" : "from the store"})`
   )
-  lines.push(`  time:    ${(r.durationMs / 1000).toFixed(2)} s (${r.receiptsPerSecond} receipts/s, ${r.jobs} signature worker(s))`)
+  lines.push(`  time:    ${(r.durationMs / 1000).toFixed(2)} s (${r.receiptsPerSecond} receipts/s, ${r.jobs} signature worker(s), Ed25519 by ${r.ed25519})`)
   if (s.clean) {
     lines.push("", "CLEAN: no findings.")
     return lines.join("\n")

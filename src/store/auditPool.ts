@@ -12,9 +12,10 @@
  * loads them through tsx as the store worker does.
  */
 import { existsSync } from "node:fs"
+import { createRequire } from "node:module"
 import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
-import type { BatchFacts, ColumnBatch, TrustedKeyData } from "../../spec/audit.ts"
+import type { BatchFacts, ColumnBatch } from "../../spec/audit.ts"
 import type { AuditWorkerData, SealCodes, SealReply, SealRequest } from "./auditWorker.ts"
 
 export interface SealPool {
@@ -56,10 +57,22 @@ export const workerCode = (): Promise<WorkerCode> =>
     }
   })())
 
-export const startSealPool = (jobs: number, keys: ReadonlyArray<TrustedKeyData>, code: WorkerCode): SealPool => {
+/**
+ * The resolved entry of `sodium-native` (libsodium's Ed25519, spec/audit/ed25519.ts), or undefined
+ * when it is not installed. Resolved here, by the main thread: a worker's bundled code cannot resolve
+ * packages, so it is given the path.
+ */
+export const sodiumModule = (): string | undefined => {
+  try {
+    return createRequire(import.meta.url).resolve("sodium-native")
+  } catch {
+    return undefined
+  }
+}
+
+export const startSealPool = (jobs: number, workerData: AuditWorkerData, code: WorkerCode): SealPool => {
   let nextId = 0
   const lives: Array<Live> = []
-  const workerData = { keys } satisfies AuditWorkerData
   for (let i = 0; i < jobs; i++) {
     const worker =
       "eval" in code ? new Worker(code.eval, { eval: true, workerData, execArgv: [] }) : new Worker(code.url, { workerData, execArgv: [] })

@@ -19,7 +19,9 @@ import {
   type Finding,
   type KeyRow,
   makeAuditor,
+  nodeEd25519,
   type ReceiptRow,
+  sodiumEd25519,
   receiptKeyId,
   packColumns
 } from "../../spec/audit.ts"
@@ -27,7 +29,7 @@ import { isPeriod } from "../../spec/ledger.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
 import { openPgAudit } from "./auditPg.ts"
-import { startSealPool, type SealPool, workerCode } from "./auditPool.ts"
+import { sodiumModule, startSealPool, type SealPool, workerCode } from "./auditPool.ts"
 import {
   allRows,
   auditQueries,
@@ -57,6 +59,11 @@ export interface AuditOptions {
   readonly limit?: number | undefined
   /** Signature worker threads; 0 verifies in this thread. Default: the available parallelism. */
   readonly jobs?: number | undefined
+  /**
+   * Which Ed25519 implementation checks the signatures (spec/audit/ed25519.ts): libsodium where its
+   * binding loads (the default), or node:crypto. The findings are the same either way.
+   */
+  readonly ed25519?: "libsodium" | "node:crypto" | undefined
   /** Receipts per batch read and sent to a worker. Default 500. */
   readonly batch?: number | undefined
   readonly onFinding?: ((finding: Finding) => void) | undefined
@@ -76,6 +83,8 @@ export interface AuditResult {
   readonly receiptsPerSecond: number
   readonly keySource: "store" | "pinned"
   readonly jobs: number
+  /** The Ed25519 implementation that checked the signatures. */
+  readonly ed25519: string
 }
 
 /** The SQLite file to audit: a DATABASE_URL (`sqlite:<path>`) or a plain path. */
@@ -98,6 +107,8 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
   const jobs = options.jobs ?? availableParallelism()
   if (!Number.isSafeInteger(jobs) || jobs < 0) throw new Error(`--jobs must be a non-negative integer (got ${jobs})`)
   const batch = options.batch ?? 500
+  const sodium = options.ed25519 === "node:crypto" ? undefined : sodiumModule()
+  const ed25519 = (sodium === undefined ? undefined : sodiumEd25519(sodium)) ?? nodeEd25519
   const { source, engine } = await openAuditSource(options.database)
   let pool: SealPool | undefined
   try {
@@ -109,7 +120,7 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
       options.onFinding?.(f)
       if (kept.length < limit) kept.push(f)
       else omitted++
-    }, scope)
+    }, scope, ed25519)
     const Q = auditQueries(scope)
     const started = performance.now()
 
@@ -127,7 +138,7 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
 
     // ---- receipts, in settlement order per project, their seals checked by the workers
     const total = (await allRows<{ n: number }>(source, Q.receiptCount))[0]?.n ?? 0
-    if (jobs > 0 && total > 0) pool = startSealPool(Math.min(jobs, Math.ceil(total / batch)), auditor.trustedKeys(), await workerCode())
+    if (jobs > 0 && total > 0) pool = startSealPool(Math.min(jobs, Math.ceil(total / batch)), { keys: auditor.trustedKeys(), sodium: ed25519 === nodeEd25519 ? undefined : sodium }, await workerCode())
     const facts = pool?.facts
     let seen = 0
     let lastTick = started
@@ -192,7 +203,8 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
       durationMs,
       receiptsPerSecond: durationMs > 0 ? Math.round((summary.stats.receipts * 1000) / durationMs) : 0,
       keySource: pinned !== undefined && pinned.length > 0 ? "pinned" : "store",
-      jobs
+      jobs,
+      ed25519: ed25519.name
     }
   } finally {
     await pool?.close()

@@ -6,15 +6,19 @@
  * the few signed numbers the ordered checks need) as a transferred Float64Array. Pure work, no store,
  * no findings of its own: the main thread keeps the chain and window checks, in order.
  *
- * Lean on purpose: it imports node:crypto, node:worker_threads and spec/ only, never Effect or the
- * app (test/audit/worker.test.ts checks its import graph).
+ * Lean on purpose: it imports node: modules and spec/ only, never Effect or the app
+ * (test/audit/jobs.test.ts checks its import graph); libsodium's binding is loaded by the path the
+ * main thread resolved.
  */
 import { parentPort, workerData } from "node:worker_threads"
 import { batchFacts, type BatchFacts, type ColumnBatch } from "../../spec/audit/facts.ts"
+import { nodeEd25519, sodiumEd25519 } from "../../spec/audit/ed25519.ts"
 import { type SealCode, sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit/seal.ts"
 
 export interface AuditWorkerData {
   readonly keys: ReadonlyArray<TrustedKeyData>
+  /** The resolved `sodium-native` entry when the main thread checks with libsodium (spec/audit/ed25519.ts). */
+  readonly sodium: string | undefined
 }
 
 export type SealRequest =
@@ -26,7 +30,9 @@ export type SealCodes = Uint8Array<ArrayBuffer> & ArrayLike<SealCode>
 
 export type SealReply = { readonly id: number; readonly codes: SealCodes } | { readonly id: number; readonly facts: BatchFacts }
 
-const trusted = trustedKeyMap((workerData as AuditWorkerData).keys)
+const { keys, sodium } = workerData as AuditWorkerData
+// The main thread's implementation; should the binding fail to load here, node:crypto gives the same verdicts.
+const trusted = trustedKeyMap(keys, (sodium === undefined ? undefined : sodiumEd25519(sodium)) ?? nodeEd25519)
 
 parentPort?.on("message", (req: SealRequest) => {
   if ("rows" in req) {

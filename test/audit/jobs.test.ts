@@ -16,7 +16,7 @@ import { beforeAll, describe, expect, it } from "vitest"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { type Receipt, unsignedPart } from "../../spec/receipt.ts"
 import { Seal, sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit.ts"
-import { startSealPool, type WorkerCode, workerCode } from "../../src/store/auditPool.ts"
+import { sodiumModule, startSealPool, type WorkerCode, workerCode } from "../../src/store/auditPool.ts"
 import { audit, tampered } from "./fixture.ts"
 import { buildSyntheticStore } from "./synthetic.ts"
 
@@ -47,15 +47,17 @@ beforeAll(async () => {
 })
 
 describe("tollgate audit --jobs", () => {
-  it("names the same findings, in the same order, with 0, 1 and 3 signature workers", async () => {
+  it("names the same findings, in the same order, with 0, 1 and 3 signature workers, checking with libsodium or node:crypto", async () => {
     const inline = await audit(path, { jobs: 0 })
+    expect(inline.ed25519).toBe("libsodium")
     expect(inline.summary.stats.receipts).toBe(2399)
     expect(inline.summary.byKind.signature_invalid).toBeGreaterThanOrEqual(Math.floor(planted / 2) - 1)
     expect(inline.summary.byKind.receipt_hash_mismatch).toBeGreaterThanOrEqual(Math.floor(planted / 2) - 1)
     expect(inline.summary.byKind.chain_gap).toBe(1)
-    for (const jobs of [1, 3]) {
-      const r = await audit(path, { jobs, batch: 50 })
+    for (const [jobs, ed25519] of [[0, "node:crypto"], [1, "libsodium"], [3, "libsodium"], [3, "node:crypto"]] as const) {
+      const r = await audit(path, { jobs, batch: 50, ed25519 })
       expect(r.jobs).toBe(jobs)
+      expect(r.ed25519).toBe(ed25519)
       expect(r.findings).toEqual(inline.findings)
       expect(r.summary).toEqual(inline.summary)
     }
@@ -82,7 +84,7 @@ describe("tollgate audit --jobs", () => {
 })
 
 describe("the signature workers' two ways to start", () => {
-  it("the bundled code and the tsx entry (auditWorker.mjs, for builds without the sources) answer the same verdicts", async () => {
+  it("the bundled code and the tsx entry (auditWorker.mjs, for builds without the sources), checking with libsodium or node:crypto, answer the same verdicts", async () => {
     const db = new Database(path, { readonly: true })
     const bodies = (db.prepare(`SELECT body FROM receipts ORDER BY id LIMIT 300`).all() as Array<{ body: string }>).map((r) => r.body)
     const keys = (db.prepare(`SELECT id, public_key AS pem, retired_at AS retiredAt FROM receipt_keys`).all() as Array<TrustedKeyData>)
@@ -90,8 +92,10 @@ describe("the signature workers' two ways to start", () => {
     bodies.push("not json")
     const code = await workerCode()
     expect("eval" in code).toBe(true)
-    const verdicts = async (c: WorkerCode) => {
-      const pool = startSealPool(2, keys, c)
+    const sodium = sodiumModule()
+    expect(sodium).toBeDefined()
+    const verdicts = async (c: WorkerCode, withSodium = true) => {
+      const pool = startSealPool(2, { keys, sodium: withSodium ? sodium : undefined }, c)
       try {
         return [...(await pool.seal(bodies))]
       } finally {
@@ -103,6 +107,7 @@ describe("the signature workers' two ways to start", () => {
     expect(here).toContain(Seal.badSignature) // the planted forgeries among the first 300
     expect(here.at(-1)).toBe(Seal.malformed)
     expect(await verdicts(code)).toEqual(here)
+    expect(await verdicts(code, false)).toEqual(here)
     expect(await verdicts({ url: new URL("../../src/store/auditWorker.mjs", import.meta.url) })).toEqual(here)
   })
 })
