@@ -8,7 +8,7 @@
  *
  *   1. the bare verifier: one thread calling `crypto.verify` (Ed25519) over the receipts' signed
  *      bytes, nothing else — receipts verified per second; then the same with libsodium's verify
- *      (spec/audit/ed25519.ts), which the audit uses where it loads (`--ed25519` picks one);
+ *      (spec/ed25519.ts), which the audit uses where it loads (`--ed25519` picks one);
  *   2. for each `--jobs` count N, side by side: the bare verifier on N worker threads at once (the
  *      same bytes, in a fresh child process: verifies per second and per CPU-second, a reference the
  *      shared box's load inflates as it inflates the audit), then the audit with `--jobs N`, in a
@@ -31,8 +31,8 @@ import { mkdtempSync, rmSync, statSync } from "node:fs"
 import { availableParallelism, cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
 import Database from "better-sqlite3"
-import { sodiumEd25519 } from "../spec/audit/ed25519.ts"
-import { sodiumModule } from "../src/store/auditPool.ts"
+import { sodiumEd25519 } from "../spec/ed25519.ts"
+import { sodiumModule } from "../src/store/sodium.ts"
 import { auditStore } from "../src/store/auditReader.ts"
 import { receiptBytes, unsignedPart, type Receipt } from "../spec/receipt.ts"
 import { arg, flag, numArg } from "./lib/args.ts"

@@ -15,6 +15,7 @@ import { Worker } from "node:worker_threads"
 import { makeSettings, Settings } from "../src/domain/config.ts"
 import { ServicesLive } from "../src/server.ts"
 import { ReceiptSigner } from "../src/services/ReceiptSigner.ts"
+import { sodiumModule } from "../src/store/sodium.ts"
 import type { FromWorker, ToWorker, WorkerTiming } from "../src/store/storeWorker.ts"
 import { arg, numArg } from "./lib/args.ts"
 import { f0, rank } from "./lib/stats.ts"
@@ -35,7 +36,7 @@ interface Side {
 
 const start = async (name: string, dir: string): Promise<Side> => {
   const worker = new Worker(new URL(`file://${resolve(dir, "src/store/storeWorker.mjs")}`), {
-    workerData: { filename: dbPath, signingKey: signer.signingKey, signingKeyId: signer.keyId, assertInvariants: false }
+    workerData: { filename: dbPath, signingKey: signer.signingKey, signingKeyId: signer.keyId, sodium: sodiumModule(), assertInvariants: false }
   })
   await new Promise((ok) => worker.once("message", ok))
   let answer: (timing: WorkerTiming) => void = () => undefined

@@ -26,11 +26,11 @@ import { governanceOf, parseReceipt, receiptKeyId } from "./audit/receipts.ts"
 import { type BatchFacts, columnMismatches, Facts, FACTS_STRIDE, type SignedFields, signedColumns } from "./audit/facts.ts"
 import { makeChainChecks } from "./audit/chain.ts"
 import { makeWindowChecks } from "./audit/windows.ts"
-import { type Ed25519, nodeEd25519 } from "./audit/ed25519.ts"
+import { type Ed25519, nodeEd25519 } from "./ed25519.ts"
 import { Seal, type SealCode, sealOfStored, type TrustedKey, trustedKey, type TrustedKeyData } from "./audit/seal.ts"
 import type { AuditScope, AuditStats, AuditSummary, ChainHeadRow, IdempotencyRow, KeyRow, ProjectRow, RateCardRow, ReceiptRow, HeldReservationRow, UnreceiptedRow, WindowRow } from "./audit/rows.ts"
 
-export * from "./audit/ed25519.ts"
+export * from "./ed25519.ts"
 export * from "./audit/facts.ts"
 export * from "./audit/findings.ts"
 export * from "./audit/receipts.ts"
@@ -81,7 +81,7 @@ export interface Auditor {
   readonly stats: AuditStats
 }
 
-/** `ed25519`: the implementation that checks signatures here (spec/audit/ed25519.ts); the findings do not depend on it. */
+/** `ed25519`: the implementation that checks signatures here (spec/ed25519.ts); the findings do not depend on it. */
 export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditScope = {}, ed25519: Ed25519 = nodeEd25519): Auditor => {
   const byKind: Partial<Record<FindingKind, number>> = {}
   let total = 0

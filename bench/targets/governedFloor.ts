@@ -44,6 +44,7 @@ import { chatCompletionsSurface } from "../../src/services/surfaces/chatCompleti
 import { type Governance, withGovernance } from "../../src/services/surfaces/Surface.ts"
 import { countChat } from "../../src/services/Tokenizer.ts"
 import { makeChatTransactions, mustSync, type Reserved, type ReserveArgs, type SettleArgs } from "../../src/store/chatTransactions.ts"
+import { fastestEd25519, sodiumModule } from "../../src/store/sodium.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
 import { makeGroupCommit, type TxOutcome } from "../../src/store/syncTransactions.ts"
 import { arg, flag } from "../lib/args.ts"
@@ -92,7 +93,8 @@ if (inline) {
   db.pragma("journal_mode = WAL")
   db.pragma("synchronous = FULL")
   db.pragma("foreign_keys = ON")
-  const ops = makeChatTransactions(db, { keyId: setup.signingKeyId, seal: (unsigned) => sealReceipt(setup.signingKey, unsigned) })
+  const sign = fastestEd25519().signerFor(setup.signingKey)
+  const ops = makeChatTransactions(db, { keyId: setup.signingKeyId, seal: (unsigned) => sealReceipt(sign, unsigned) })
   const group = makeGroupCommit(db)
   // Inline, a stream's reservation is synced by its own COMMIT (`mustSync`): nothing is left for `sync`.
   run = (op, args, done) =>
@@ -108,7 +110,7 @@ if (inline) {
   const bundled = new URL("./storeWorker.mjs", import.meta.url)
   const entry = existsSync(fileURLToPath(bundled)) ? bundled : new URL("../../src/store/storeWorker.mjs", import.meta.url)
   const worker = new Worker(entry, {
-    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId, assertInvariants: false } satisfies StoreWorkerData,
+    workerData: { filename: dbPath, signingKey: setup.signingKey, signingKeyId: setup.signingKeyId, sodium: sodiumModule(), assertInvariants: false } satisfies StoreWorkerData,
     execArgv: []
   })
   await new Promise<void>((resolve, reject) => {

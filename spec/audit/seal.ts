@@ -3,12 +3,12 @@
  * trusted key, does the Ed25519 signature verify, was the key still in service? A pure verdict, the
  * same in the audit's main thread and in its signature workers (src/store/auditWorker.ts), so the
  * findings do not depend on where it was computed. Imports node: modules and spec only: the workers
- * stay lean. The signature check itself is the trusted key's (spec/audit/ed25519.ts: libsodium where
+ * stay lean. The signature check itself is the trusted key's (spec/ed25519.ts: libsodium where
  * it loads, else node:crypto).
  */
 import { createPublicKey, type KeyObject } from "node:crypto"
 import { type Receipt, sha256Hex, signedTextOfStored } from "../receipt.ts"
-import { type Ed25519, nodeEd25519, type SignatureCheck } from "./ed25519.ts"
+import { type Ed25519, nodeEd25519, type SignatureCheck } from "../ed25519.ts"
 import { parseReceipt } from "./receipts.ts"
 import { signedText } from "./signedText.ts"
 

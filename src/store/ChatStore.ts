@@ -30,6 +30,7 @@ import {
   type SettleArgs
 } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
+import { fastestEd25519, sodiumModule } from "./sodium.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker, WorkerTiming } from "./storeWorker.ts"
 import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
@@ -250,11 +251,18 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       let run: Run
       let health = (): StoreHealth => ({ ok: true })
       if (inWorker) {
-        ;({ run, health } = yield* startWorker({ filename, signingKey: signer.signingKey, signingKeyId: signer.keyId, assertInvariants: settings.assertInvariants }))
+        ;({ run, health } = yield* startWorker({
+          filename,
+          signingKey: signer.signingKey,
+          signingKeyId: signer.keyId,
+          sodium: sodiumModule(),
+          assertInvariants: settings.assertInvariants
+        }))
       } else {
+        const sign = fastestEd25519().signerFor(signer.signingKey)
         const ops = makeChatTransactions(
           store.db,
-          { keyId: signer.keyId, seal: (unsigned) => sealReceipt(signer.signingKey, unsigned) },
+          { keyId: signer.keyId, seal: (unsigned) => sealReceipt(sign, unsigned) },
           { assertInvariants: settings.assertInvariants }
         )
         run = <E>(op: ChatOp | "sync", args: unknown) =>

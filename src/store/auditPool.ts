@@ -12,7 +12,6 @@
  * loads them through tsx as the store worker does.
  */
 import { existsSync } from "node:fs"
-import { createRequire } from "node:module"
 import { fileURLToPath } from "node:url"
 import { Worker } from "node:worker_threads"
 import type { BatchFacts, ColumnBatch } from "../../spec/audit.ts"
@@ -56,19 +55,6 @@ export const workerCode = (): Promise<WorkerCode> =>
       return fallback
     }
   })())
-
-/**
- * The resolved entry of `sodium-native` (libsodium's Ed25519, spec/audit/ed25519.ts), or undefined
- * when it is not installed. Resolved here, by the main thread: a worker's bundled code cannot resolve
- * packages, so it is given the path.
- */
-export const sodiumModule = (): string | undefined => {
-  try {
-    return createRequire(import.meta.url).resolve("sodium-native")
-  } catch {
-    return undefined
-  }
-}
 
 export const startSealPool = (jobs: number, workerData: AuditWorkerData, code: WorkerCode): SealPool => {
   let nextId = 0

@@ -29,7 +29,8 @@ import { isPeriod } from "../../spec/ledger.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
 import { openPgAudit } from "./auditPg.ts"
-import { sodiumModule, startSealPool, type SealPool, workerCode } from "./auditPool.ts"
+import { startSealPool, type SealPool, workerCode } from "./auditPool.ts"
+import { sodiumModule } from "./sodium.ts"
 import {
   allRows,
   auditQueries,
@@ -60,7 +61,7 @@ export interface AuditOptions {
   /** Signature worker threads; 0 verifies in this thread. Default: the available parallelism. */
   readonly jobs?: number | undefined
   /**
-   * Which Ed25519 implementation checks the signatures (spec/audit/ed25519.ts): libsodium where its
+   * Which Ed25519 implementation checks the signatures (spec/ed25519.ts): libsodium where its
    * binding loads (the default), or node:crypto. The findings are the same either way.
    */
   readonly ed25519?: "libsodium" | "node:crypto" | undefined

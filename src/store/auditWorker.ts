@@ -12,12 +12,12 @@
  */
 import { parentPort, workerData } from "node:worker_threads"
 import { batchFacts, type BatchFacts, type ColumnBatch } from "../../spec/audit/facts.ts"
-import { nodeEd25519, sodiumEd25519 } from "../../spec/audit/ed25519.ts"
+import { nodeEd25519, sodiumEd25519 } from "../../spec/ed25519.ts"
 import { type SealCode, sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit/seal.ts"
 
 export interface AuditWorkerData {
   readonly keys: ReadonlyArray<TrustedKeyData>
-  /** The resolved `sodium-native` entry when the main thread checks with libsodium (spec/audit/ed25519.ts). */
+  /** The resolved `sodium-native` entry when the main thread checks with libsodium (spec/ed25519.ts). */
   readonly sodium: string | undefined
 }
 

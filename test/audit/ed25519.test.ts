@@ -1,13 +1,14 @@
 /**
- * The two Ed25519 implementations the audit may check signatures with (spec/audit/ed25519.ts) give
- * the same verdict on every signature an honest key makes and on every alteration of one: the
- * findings of `tollgate audit` cannot depend on which one loaded.
+ * The two Ed25519 implementations Tollgate may sign receipts and check their signatures with
+ * (spec/ed25519.ts) make the same signatures, and give the same verdict on every signature an honest
+ * key makes and on every alteration of one: neither a receipt nor the findings of `tollgate audit`
+ * can depend on which one loaded.
  */
 import fc from "fast-check"
 import { generateKeyPairSync, type KeyObject, sign } from "node:crypto"
 import { describe, expect, it } from "vitest"
-import { type Ed25519, nodeEd25519, sodiumEd25519 } from "../../spec/audit/ed25519.ts"
-import { sodiumModule } from "../../src/store/auditPool.ts"
+import { type Ed25519, nodeEd25519, sodiumEd25519 } from "../../spec/ed25519.ts"
+import { sodiumModule } from "../../src/store/sodium.ts"
 
 const keys: ReadonlyArray<{ readonly privateKey: KeyObject; readonly publicKey: KeyObject }> = Array.from({ length: 4 }, () => generateKeyPairSync("ed25519"))
 
@@ -27,7 +28,7 @@ const flipped = (bytes: Buffer, bit: number): Buffer => {
   return copy
 }
 
-describe("Ed25519 for the audit: libsodium and node:crypto", () => {
+describe("Ed25519 for receipts and the audit: libsodium and node:crypto", () => {
   const sodium = loaded()
   const verdicts = (checker: number, message: Buffer, signature: Buffer) => {
     const key = keys[checker]!.publicKey
@@ -61,6 +62,19 @@ describe("Ed25519 for the audit: libsodium and node:crypto", () => {
         const [viaNode, viaSodium] = verdicts(checker, Buffer.from(message), Buffer.from(signature))
         expect(viaSodium).toBe(viaNode)
         expect(viaNode).toBe(false)
+      }),
+      { numRuns: 300 }
+    )
+  })
+
+  it("invariant: both sign every message with the same 64 bytes (Ed25519 is deterministic), which both accept", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 600 }), fc.nat(3), (bytes, signer) => {
+        const message = Buffer.from(bytes)
+        const { privateKey, publicKey } = keys[signer]!
+        const viaSodium = sodium.signerFor(privateKey)(message)
+        expect(viaSodium.equals(nodeEd25519.signerFor(privateKey)(message))).toBe(true)
+        expect(sodium.checkFor(publicKey)(message, viaSodium)).toBe(true)
       }),
       { numRuns: 300 }
     )

@@ -1,10 +1,15 @@
 /**
- * Which Ed25519 implementation checks the receipts' signatures. The rule is RFC 8032's; two
- * implementations carry it out:
+ * Which Ed25519 implementation signs the receipts and checks their signatures. The rule is RFC
+ * 8032's; two implementations carry it out:
  * - node:crypto (OpenSSL), always at hand;
- * - libsodium's `crypto_sign_verify_detached` through the `sodium-native` binding, where that loads.
- *   On the bench box it checks a receipt's signature in ≈ 39 µs of CPU against OpenSSL's ≈ 85
- *   (docs/decisions/0030), so the audit, whose cost is almost all signature checks, uses it when it can.
+ * - libsodium (`crypto_sign_detached`, `crypto_sign_verify_detached`) through the `sodium-native`
+ *   binding, where that loads. On the bench box it checks a signature in ≈ 39 µs of CPU against
+ *   OpenSSL's ≈ 85, and makes one in ≈ 15 against ≈ 30 (docs/decisions/0030), so the audit, whose
+ *   cost is almost all signature checks, and the settlement, which signs every receipt, use it when
+ *   they can.
+ *
+ * Ed25519 signatures are deterministic: both make the same 64 bytes for the same key and message
+ * (test/audit/ed25519.test.ts), so a receipt does not depend on which one signed it.
  *
  * libsodium is the stricter of the two: besides what OpenSSL rejects, it rejects public keys and
  * signature points of small order and non-canonical encodings. An honest signer never produces those
@@ -13,20 +18,25 @@
  * (test/audit/ed25519.test.ts); a crafted signature that only OpenSSL accepts would at worst be
  * reported as a bad signature, never the other way round.
  *
- * The binding is loaded from a resolved file path, not by package name: the audit's workers run
- * bundled code (src/store/auditPool.ts) that cannot resolve packages on its own.
+ * The binding is loaded from a resolved file path, not by package name: the audit's workers and the
+ * store worker run bundled code that cannot resolve packages on its own (src/store/sodium.ts resolves it).
  */
-import { type KeyObject, verify } from "node:crypto"
+import { type KeyObject, sign, verify } from "node:crypto"
 import { createRequire } from "node:module"
 
 /** Does `signature` sign `message` under the key this check was made for? Never throws. */
 export type SignatureCheck = (message: Buffer, signature: Buffer) => boolean
+
+/** The 64-byte signature of `message` under the private key this signer was made for. */
+export type Sign = (message: Buffer) => Buffer
 
 export interface Ed25519 {
   /** For reports and benches: which implementation this is. */
   readonly name: string
   /** The check of one Ed25519 public key. */
   readonly checkFor: (key: KeyObject) => SignatureCheck
+  /** The signer of one Ed25519 private key. */
+  readonly signerFor: (key: KeyObject) => Sign
 }
 
 export const nodeEd25519: Ed25519 = {
@@ -37,13 +47,16 @@ export const nodeEd25519: Ed25519 = {
     } catch {
       return false
     }
-  }
+  },
+  signerFor: (key) => (message) => sign(null, message, key)
 }
 
 interface Sodium {
   readonly crypto_sign_verify_detached: (signature: Uint8Array, message: Uint8Array, publicKey: Uint8Array) => boolean
+  readonly crypto_sign_detached: (signature: Uint8Array, message: Uint8Array, secretKey: Uint8Array) => void
   readonly crypto_sign_BYTES: number
   readonly crypto_sign_PUBLICKEYBYTES: number
+  readonly crypto_sign_SECRETKEYBYTES: number
 }
 
 /** The 32 bytes of an Ed25519 public key (its JWK `x`), or undefined for any other key. */
@@ -51,6 +64,13 @@ const rawPublicKey = (key: KeyObject): Buffer | undefined => {
   if (key.asymmetricKeyType !== "ed25519") return undefined
   const { x } = key.export({ format: "jwk" })
   return x === undefined ? undefined : Buffer.from(x, "base64url")
+}
+
+/** libsodium's 64-byte secret key of an Ed25519 private key: its seed (JWK `d`), then its public key (`x`). */
+const rawSecretKey = (key: KeyObject): Buffer | undefined => {
+  if (key.type !== "private" || key.asymmetricKeyType !== "ed25519") return undefined
+  const { d, x } = key.export({ format: "jwk" })
+  return d === undefined || x === undefined ? undefined : Buffer.concat([Buffer.from(d, "base64url"), Buffer.from(x, "base64url")])
 }
 
 /**
@@ -64,7 +84,7 @@ export const sodiumEd25519 = (modulePath: string): Ed25519 | undefined => {
   } catch {
     return undefined
   }
-  if (typeof sodium.crypto_sign_verify_detached !== "function") return undefined
+  if (typeof sodium.crypto_sign_verify_detached !== "function" || typeof sodium.crypto_sign_detached !== "function") return undefined
   const signatureBytes = sodium.crypto_sign_BYTES
   return {
     name: "libsodium",
@@ -74,6 +94,15 @@ export const sodiumEd25519 = (modulePath: string): Ed25519 | undefined => {
       if (raw === undefined || raw.byteLength !== sodium.crypto_sign_PUBLICKEYBYTES) return nodeEd25519.checkFor(key)
       // The binding asserts its arguments' lengths: a signature of any other length is simply not one.
       return (message, signature) => signature.byteLength === signatureBytes && sodium.crypto_sign_verify_detached(signature, message, raw)
+    },
+    signerFor: (key) => {
+      const secret = rawSecretKey(key)
+      if (secret === undefined || secret.byteLength !== sodium.crypto_sign_SECRETKEYBYTES) return nodeEd25519.signerFor(key)
+      return (message) => {
+        const signature = Buffer.allocUnsafe(signatureBytes)
+        sodium.crypto_sign_detached(signature, message, secret)
+        return signature
+      }
     }
   }
 }

@@ -1,0 +1,23 @@
+/**
+ * libsodium's Ed25519 (spec/ed25519.ts), found from here: the resolved entry of `sodium-native`,
+ * which the threads that run bundled code (the store worker, the audit's workers) are given, since
+ * they cannot resolve a package themselves; and the implementation this thread signs and checks with.
+ */
+import { createRequire } from "node:module"
+import { type Ed25519, nodeEd25519, sodiumEd25519 } from "../../spec/ed25519.ts"
+
+/** The resolved entry of `sodium-native`, or undefined when it is not installed. */
+export const sodiumModule = (): string | undefined => {
+  try {
+    return createRequire(import.meta.url).resolve("sodium-native")
+  } catch {
+    return undefined
+  }
+}
+
+/** libsodium where its binding loads (`path`: from `sodiumModule`, here or in the thread that started this one), node:crypto otherwise. */
+export const ed25519At = (path: string | undefined): Ed25519 => (path === undefined ? undefined : sodiumEd25519(path)) ?? nodeEd25519
+
+let here: Ed25519 | undefined
+/** This thread's implementation, loaded once. */
+export const fastestEd25519 = (): Ed25519 => (here ??= ed25519At(sodiumModule()))
