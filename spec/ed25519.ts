@@ -70,7 +70,12 @@ const rawPublicKey = (key: KeyObject): Buffer | undefined => {
 const rawSecretKey = (key: KeyObject): Buffer | undefined => {
   if (key.type !== "private" || key.asymmetricKeyType !== "ed25519") return undefined
   const { d, x } = key.export({ format: "jwk" })
-  return d === undefined || x === undefined ? undefined : Buffer.concat([Buffer.from(d, "base64url"), Buffer.from(x, "base64url")])
+  if (d === undefined || x === undefined) return undefined
+  // Its own memory (`alloc` never takes from the shared pool of small buffers), as a KeyObject keeps its key.
+  const secret = Buffer.alloc(64)
+  secret.write(d, 0, "base64url")
+  secret.write(x, 32, "base64url")
+  return secret
 }
 
 /**
