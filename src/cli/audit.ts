@@ -129,6 +129,7 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
           database: result.database,
           engine: result.engine,
           jobs: result.jobs,
+          ed25519: result.ed25519,
           scope: { project: result.scope.project ?? null, period: result.scope.period ?? null },
           key_source: result.keySource,
           stats: result.summary.stats,

@@ -225,7 +225,7 @@ describe("the tollgate CLI", () => {
   it("audit: exit 0 and clean on the untouched store, exit 1 naming the finding on a tampered one (the real binary)", async () => {
     const clean = await captured(() => auditCommand(["--database", `sqlite:${tampered(store.snapshot)}`, "--json"]))
     expect(clean.code).toBe(0)
-    expect(JSON.parse(clean.stdout)).toMatchObject({ clean: true, findings_total: 0, stats: { receipts: 21 } })
+    expect(JSON.parse(clean.stdout)).toMatchObject({ clean: true, findings_total: 0, stats: { receipts: 21 }, ed25519: "libsodium" })
 
     let target!: ChainRow
     const path = tampered(store.snapshot, (db) => {
