@@ -15,7 +15,7 @@
  */
 import type BetterSqlite3 from "better-sqlite3"
 import { generateKeyPairSync } from "node:crypto"
-import { mkdtempSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { pathToFileURL } from "node:url"
@@ -35,21 +35,28 @@ const compare = arg("--compare")
 type ChatTransactionsModule = typeof import("../src/store/chatTransactions.ts")
 type SealModule = typeof import("../spec/receipt.ts")
 type SyncModule = typeof import("../src/store/syncTransactions.ts")
+type SodiumModule = typeof import("../src/store/sodium.ts")
 interface Tree {
   readonly name: string
   readonly tx: ChatTransactionsModule
   readonly seal: SealModule
   readonly sync: SyncModule
+  /** What the tree's store worker signs with: libsodium's signer where the tree has one (0030), else the key itself. */
+  readonly signer: Parameters<SealModule["sealReceipt"]>[0]
 }
-const load = async (name: string, root: string): Promise<Tree> => ({
-  name,
-  tx: (await import(pathToFileURL(join(root, "src/store/chatTransactions.ts")).href)) as ChatTransactionsModule,
-  seal: (await import(pathToFileURL(join(root, "spec/receipt.ts")).href)) as SealModule,
-  sync: (await import(pathToFileURL(join(root, "src/store/syncTransactions.ts")).href)) as SyncModule
-})
+const privateKey = generateKeyPairSync("ed25519").privateKey
+const load = async (name: string, root: string): Promise<Tree> => {
+  const sodium = join(root, "src/store/sodium.ts")
+  return {
+    name,
+    tx: (await import(pathToFileURL(join(root, "src/store/chatTransactions.ts")).href)) as ChatTransactionsModule,
+    seal: (await import(pathToFileURL(join(root, "spec/receipt.ts")).href)) as SealModule,
+    sync: (await import(pathToFileURL(join(root, "src/store/syncTransactions.ts")).href)) as SyncModule,
+    signer: existsSync(sodium) ? ((await import(pathToFileURL(sodium).href)) as SodiumModule).fastestEd25519().signerFor(privateKey) : privateKey
+  }
+}
 const trees = [await load("this", resolve(".")), ...(compare === undefined ? [] : [await load("compare", resolve(compare))])]
 
-const { privateKey } = generateKeyPairSync("ed25519")
 
 /** Milliseconds spent per label, summed while `on`. */
 class Tally {
@@ -109,7 +116,7 @@ const measure = async (tree: Tree): Promise<Figures> => {
   timeStatements(db, tally)
   const seal: Sealer["seal"] = (unsigned) => {
     const t0 = performance.now()
-    const sealed = tree.seal.sealReceipt(privateKey, unsigned)
+    const sealed = tree.seal.sealReceipt(tree.signer, unsigned)
     tally.add("seal (canonical JSON, SHA-256, Ed25519)", t0)
     return sealed
   }
