@@ -181,7 +181,8 @@ const bareCpuRate = Math.round(signed.length / ((bareCpu.user + bareCpu.system) 
 process.stdout.write(`bare crypto.verify, one thread: ${bareRate} verifies/s wall (${bareCpuRate}/s per CPU-second) over ${signed.length} receipts\n`)
 
 // ---- 1b. libsodium's verify, one thread, on the same bytes: the implementation the audit uses where it loads
-const sodium = sodiumEd25519(sodiumModule() ?? "sodium-native")
+const sodiumPath = sodiumModule()
+const sodium = sodiumPath === undefined ? undefined : sodiumEd25519(sodiumPath)
 if (sodium === undefined && ed25519 === "libsodium") throw new Error("sodium-native does not load here: run with --ed25519 node:crypto")
 const sodiumRate = (() => {
   if (sodium === undefined) return undefined

@@ -78,6 +78,9 @@ const rawSecretKey = (key: KeyObject): Buffer | undefined => {
   return secret
 }
 
+/** libsodium through the binding at `modulePath` where it loads, node:crypto otherwise (no path: node:crypto). */
+export const ed25519At = (modulePath: string | undefined): Ed25519 => (modulePath === undefined ? undefined : sodiumEd25519(modulePath)) ?? nodeEd25519
+
 /**
  * libsodium's Ed25519 through the binding at `modulePath` (the resolved entry of `sodium-native`), or
  * undefined when it does not load (no prebuilt binary for this platform and no compiler at install).

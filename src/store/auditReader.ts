@@ -18,10 +18,10 @@ import {
   type BatchFacts,
   type Finding,
   type KeyRow,
+  ed25519At,
   makeAuditor,
   nodeEd25519,
   type ReceiptRow,
-  sodiumEd25519,
   receiptKeyId,
   packColumns
 } from "../../spec/audit.ts"
@@ -109,7 +109,7 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
   if (!Number.isSafeInteger(jobs) || jobs < 0) throw new Error(`--jobs must be a non-negative integer (got ${jobs})`)
   const batch = options.batch ?? 500
   const sodium = options.ed25519 === "node:crypto" ? undefined : sodiumModule()
-  const ed25519 = (sodium === undefined ? undefined : sodiumEd25519(sodium)) ?? nodeEd25519
+  const ed25519 = ed25519At(sodium)
   const { source, engine } = await openAuditSource(options.database)
   let pool: SealPool | undefined
   try {

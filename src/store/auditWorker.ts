@@ -12,7 +12,7 @@
  */
 import { parentPort, workerData } from "node:worker_threads"
 import { batchFacts, type BatchFacts, type ColumnBatch } from "../../spec/audit/facts.ts"
-import { nodeEd25519, sodiumEd25519 } from "../../spec/ed25519.ts"
+import { ed25519At } from "../../spec/ed25519.ts"
 import { type SealCode, sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit/seal.ts"
 
 export interface AuditWorkerData {
@@ -32,7 +32,7 @@ export type SealReply = { readonly id: number; readonly codes: SealCodes } | { r
 
 const { keys, sodium } = workerData as AuditWorkerData
 // The main thread's implementation; should the binding fail to load here, node:crypto gives the same verdicts.
-const trusted = trustedKeyMap(keys, (sodium === undefined ? undefined : sodiumEd25519(sodium)) ?? nodeEd25519)
+const trusted = trustedKeyMap(keys, ed25519At(sodium))
 
 parentPort?.on("message", (req: SealRequest) => {
   if ("rows" in req) {

@@ -4,7 +4,7 @@
  * they cannot resolve a package themselves; and the implementation this thread signs and checks with.
  */
 import { createRequire } from "node:module"
-import { type Ed25519, nodeEd25519, sodiumEd25519 } from "../../spec/ed25519.ts"
+import { type Ed25519, ed25519At } from "../../spec/ed25519.ts"
 
 /** The resolved entry of `sodium-native`, or undefined when it is not installed. */
 export const sodiumModule = (): string | undefined => {
@@ -14,9 +14,6 @@ export const sodiumModule = (): string | undefined => {
     return undefined
   }
 }
-
-/** libsodium where its binding loads (`path`: from `sodiumModule`, here or in the thread that started this one), node:crypto otherwise. */
-export const ed25519At = (path: string | undefined): Ed25519 => (path === undefined ? undefined : sodiumEd25519(path)) ?? nodeEd25519
 
 let here: Ed25519 | undefined
 /** This thread's implementation, loaded once. */

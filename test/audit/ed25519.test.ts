@@ -7,7 +7,7 @@
 import fc from "fast-check"
 import { generateKeyPairSync, type KeyObject, sign } from "node:crypto"
 import { describe, expect, it } from "vitest"
-import { type Ed25519, nodeEd25519, sodiumEd25519 } from "../../spec/ed25519.ts"
+import { type Ed25519, ed25519At, nodeEd25519, sodiumEd25519 } from "../../spec/ed25519.ts"
 import { sodiumModule } from "../../src/store/sodium.ts"
 
 const keys: ReadonlyArray<{ readonly privateKey: KeyObject; readonly publicKey: KeyObject }> = Array.from({ length: 4 }, () => generateKeyPairSync("ed25519"))
@@ -82,5 +82,8 @@ describe("Ed25519 for receipts and the audit: libsodium and node:crypto", () => 
 
   it("a binding that does not load is no implementation (the audit falls back to node:crypto)", () => {
     expect(sodiumEd25519("/nonexistent/sodium-native/index.js")).toBeUndefined()
+    expect(ed25519At("/nonexistent/sodium-native/index.js").name).toBe("node:crypto")
+    expect(ed25519At(undefined).name).toBe("node:crypto")
+    expect(ed25519At(sodiumModule()).name).toBe("libsodium")
   })
 })

@@ -20,6 +20,27 @@ afterAll(async () => {
 })
 afterEach(() => mock.reset())
 
+/**
+ * Open a stream of `provider` and read its events' data into `got`: to the end, or until it holds
+ * `until` of them (then stop reading mid-body; the scope closes the connection). A failure of the
+ * opening or the body is the Effect's failure.
+ */
+const readStream = (provider: ChatProvider, got: Array<string> = [], until = Number.POSITIVE_INFINITY) =>
+  Effect.scoped(
+    Effect.flatMap(provider.stream(route, { messages: [{ role: "user", content: "x" }], stream: true }), (events) =>
+      Effect.tryPromise({
+        try: async () => {
+          for await (const batch of events) {
+            got.push(...batch)
+            if (got.length >= until) break
+          }
+          return got
+        },
+        catch: (e) => e
+      })
+    )
+  )
+
 const adapters: ReadonlyArray<[string, (timeoutMs?: number) => ChatProvider]> = [
   ["openai", (timeout_ms) => makeOpenAIProvider("p", { type: "openai", base_url: mock.url, timeout_ms }, 5_000)],
   ["anthropic", (timeout_ms) => makeAnthropicProvider("p", { type: "anthropic", base_url: mock.url, timeout_ms }, 5_000)]
@@ -33,20 +54,8 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
     process.prependListener("uncaughtException", onUncaught)
     try {
       mock.pushBehavior({ reply: "one two three four five six seven eight nine ten eleven twelve", chunkDelayMs: 40 })
-      const firstTwo = await Effect.runPromise(
-        Effect.scoped(
-          Effect.flatMap(provider.stream(route, { messages: [{ role: "user", content: "x" }], stream: true }), (events) =>
-            Effect.promise(async () => {
-              const got: Array<string> = []
-              for await (const batch of events) {
-                got.push(...batch)
-                if (got.length >= 2) break // stops reading mid-body; the scope then closes the connection
-              }
-              return got
-            })
-          )
-        )
-      )
+      // Stops reading mid-body after two events; the scope then closes the connection.
+      const firstTwo = await Effect.runPromise(readStream(provider, [], 2))
       expect(firstTwo.length).toBeGreaterThanOrEqual(2)
       // The upstream saw its client go before the end; the client's 'error' (emitted on the next
       // tick of the destroy) would have come before that.
@@ -75,20 +84,6 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
     await expect.poll(() => mock.abandoned, { timeout: 5_000 }).toBe(1)
     await interrupted
   })
-
-  /** Open a stream and read its events into `got` to the end (or the failure). */
-  const readStream = (provider: ChatProvider, got: Array<string> = []) =>
-    Effect.scoped(
-      Effect.flatMap(provider.stream(route, { messages: [{ role: "user", content: "x" }], stream: true }), (events) =>
-        Effect.tryPromise({
-          try: async () => {
-            for await (const batch of events) got.push(...batch)
-            return got
-          },
-          catch: (e) => e
-        })
-      )
-    )
 
   it("a stream answered with an error status fails its opening with that status and the upstream's message", async () => {
     mock.pushBehavior({ status: 503, reply: "overloaded right now" })
@@ -119,17 +114,6 @@ const streamAdapters: ReadonlyArray<[string, (url: string) => ChatProvider]> = [
 ]
 
 describe.each(streamAdapters)("the %s adapter's stream, read to its end", (_, make) => {
-  const readStream = (provider: ChatProvider) =>
-    Effect.scoped(
-      Effect.flatMap(provider.stream(route, { messages: [{ role: "user", content: "x" }], stream: true }), (events) =>
-        Effect.promise(async () => {
-          const got: Array<string> = []
-          for await (const batch of events) got.push(...batch)
-          return got
-        })
-      )
-    )
-
   it("every event's data in order, nothing abandoned, and the next stream on the same kept-alive connection", async () => {
     // A mock of its own: the other tests' aborted responses may still be closing on the shared one.
     const own = await startMockUpstream()
@@ -143,8 +127,8 @@ describe.each(streamAdapters)("the %s adapter's stream, read to its end", (_, ma
     // Each event is a JSON object; the text they carry is the reply (OpenAI: the deltas; Anthropic: translated into them).
     const text = (events: ReadonlyArray<string>) =>
       events.map((e) => (JSON.parse(e) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content ?? "").join("")
-    expect(text(first as ReadonlyArray<string>).trim()).toBe("one two three four five")
-    expect(text(second as ReadonlyArray<string>).trim()).toBe("six seven")
+    expect(text(first).trim()).toBe("one two three four five")
+    expect(text(second).trim()).toBe("six seven")
     expect(own.abandoned).toBe(0)
     // The second request came on the connection the first left in the pool (ended, not aborted).
     expect(own.connections).toBe(1)
