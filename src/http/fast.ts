@@ -19,7 +19,7 @@ import type { IncomingMessage, ServerResponse } from "node:http"
 import { Settings } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
 import { type GovernanceError, InvalidApiKey, RouteUnavailable } from "../domain/errors.ts"
-import { Gateway, type GatewayReply } from "../services/Gateway.ts"
+import { Gateway, type GatewayReply, type SseReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
 import { governedCalls, handleGoverned, logAccess } from "./app.ts"
@@ -74,7 +74,7 @@ const drainedOrClosed = (res: ServerResponse) =>
  * hangs up cancels the reply (the Gateway stops reading the upstream and settles for what was
  * delivered); the frames are then read to their end unwritten, so the settlement completes.
  */
-const pipeFrames = async (reply: Extract<GatewayReply, { _tag: "Sse" }>, res: ServerResponse): Promise<void> => {
+const pipeFrames = async (reply: SseReply, res: ServerResponse): Promise<void> => {
   const hangUp = () => {
     if (!res.writableEnded) reply.cancel()
   }
@@ -104,6 +104,8 @@ interface FastCall {
   /** The reply's headers, gathered along the pipeline (request id, rate limit). */
   readonly headers: Record<string, string>
   caller: Principal | undefined
+  /** A stream's head is written: the stream answers for itself from here, whatever the call's fiber does. */
+  streaming: boolean
 }
 
 /**
@@ -135,8 +137,43 @@ export const makeFastHandler = Effect.gen(function* () {
     if (settings.accessLog) logAccess("POST", c.path, status, seconds, requestId, c.caller)
   }
 
+  /** Write a stream's head and pipe its frames: from `deliver` (its upstream just opened) or at the call's end. */
+  const stream = (c: FastCall, reply: SseReply): void => {
+    const { res, headers } = c
+    c.streaming = true
+    record(c, 200, headers["x-request-id"])
+    headers["cache-control"] = "no-cache"
+    headers["x-accel-buffering"] = "no"
+    headers["content-type"] = "text/event-stream"
+    res.writeHead(200, headers)
+    timeline.mark("stream: headers written")
+    pipeFrames(reply, res).catch((error: unknown) => runFork(logDefect(Cause.die(error))))
+  }
+
+  /**
+   * `ChatCall.deliver`: the stream is written from its upstream's callback. Never throws: a head that
+   * cannot be written is answered as `settle` answers it, and the stream is cancelled (nothing was
+   * delivered, so its hold is voided).
+   */
+  const deliverTo =
+    (c: FastCall) =>
+    (reply: SseReply): void => {
+      try {
+        stream(c, reply)
+      } catch (error) {
+        writeFailed(c, error)
+        reply.cancel()
+      }
+    }
+
   const respond = (c: FastCall, exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
     const { res, headers } = c
+    if (c.streaming) {
+      // Delivered when its upstream opened: the stream answers for itself and settles its own hold;
+      // only a defect of the call's last steps is worth a line.
+      if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) runFork(logDefect(exit.cause))
+      return
+    }
     timeline.mark("the call's fiber ends")
     if (Exit.isSuccess(exit)) {
       const reply = exit.value
@@ -145,14 +182,7 @@ export const makeFastHandler = Effect.gen(function* () {
         writeBody(res, reply, headers)
         return timeline.end("write the response")
       }
-      record(c, 200, headers["x-request-id"])
-      headers["cache-control"] = "no-cache"
-      headers["x-accel-buffering"] = "no"
-      headers["content-type"] = "text/event-stream"
-      res.writeHead(200, headers)
-      timeline.mark("stream: headers written")
-      pipeFrames(reply, res).catch((error: unknown) => runFork(logDefect(Cause.die(error))))
-      return
+      return stream(c, reply)
     }
     const failure = Cause.failureOption(exit.cause)
     if (Option.isSome(failure)) return fail(c, failure.value)
@@ -173,15 +203,19 @@ export const makeFastHandler = Effect.gen(function* () {
     writeResponse(c.res, response)
   }
 
+  /** Writing an answer failed (a header node rejects, say): a defect of ours, answered 500 while the head is unsent. */
+  const writeFailed = (c: FastCall, error: unknown): void => {
+    runFork(logDefect(Cause.die(error)))
+    if (!c.res.headersSent) writeResponse(c.res, internalError)
+    else c.res.destroy()
+  }
+
   /** Answer, and never throw: a write that fails is a defect of ours, not a crash of the process. */
   const settle = (c: FastCall, exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
     try {
       respond(c, exit)
     } catch (error) {
-      // Writing failed (a header node rejects, say).
-      runFork(logDefect(Cause.die(error)))
-      if (!c.res.headersSent) writeResponse(c.res, internalError)
-      else c.res.destroy()
+      writeFailed(c, error)
     }
   }
 
@@ -196,7 +230,7 @@ export const makeFastHandler = Effect.gen(function* () {
   }
 
   const governed = (c: FastCall, principal: Principal, clientBody: unknown) =>
-    handleGoverned(gateway, governedCalls[c.path], principal, clientBody, c.req.headers, c.headers)
+    handleGoverned(gateway, governedCalls[c.path], principal, clientBody, c.req.headers, c.headers, deliverTo(c))
 
   /** The call's first steps, up to its fiber. */
   const enter = (c: FastCall): void => {
@@ -222,7 +256,7 @@ export const makeFastHandler = Effect.gen(function* () {
   }
 
   return (req: IncomingMessage, res: ServerResponse, path: FastPath): void => {
-    const c: FastCall = { req, res, path, start: performance.now(), headers: {}, caller: undefined }
+    const c: FastCall = { req, res, path, start: performance.now(), headers: {}, caller: undefined, streaming: false }
     timeline.begin()
     try {
       enter(c)

@@ -6,7 +6,7 @@
  */
 import { Effect } from "effect"
 import type { GovernanceError } from "../domain/errors.ts"
-import type { Gateway } from "../services/Gateway.ts"
+import type { Gateway, SseReply } from "../services/Gateway.ts"
 import type { Principal } from "../services/KeyRegistry.ts"
 import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
 import { responsesSurface, responsesToChat } from "../services/surfaces/responses.ts"
@@ -25,6 +25,7 @@ export const governedCalls: Readonly<Record<"/v1/chat/completions" | "/v1/respon
 /**
  * Hand an authenticated caller's body to the Gateway on the endpoint's surface, with the request's
  * Idempotency-Key and X-Max-Credits headers: the one place both HTTP paths build a governed call.
+ * `deliver`: where a stream may be written as soon as its upstream opens (ChatCall.deliver).
  */
 export const handleGoverned = (
   gateway: Gateway,
@@ -32,7 +33,8 @@ export const handleGoverned = (
   principal: Principal,
   clientBody: unknown,
   requestHeaders: Readonly<Record<string, unknown>>,
-  headers: Record<string, string>
+  headers: Record<string, string>,
+  deliver?: (reply: SseReply) => void
 ) =>
   Effect.flatMap(toCall(clientBody), ({ body, surface }) => {
     const text = (name: string) => (typeof requestHeaders[name] === "string" ? (requestHeaders[name] as string) : undefined)
@@ -43,6 +45,7 @@ export const handleGoverned = (
       clientBody,
       idempotencyKeyHeader: text("idempotency-key"),
       maxCreditsHeader: text("x-max-credits"),
-      headers
+      headers,
+      deliver
     })
   })

@@ -32,8 +32,19 @@ export interface ChatProvider {
    * Streaming chat completion. The effect connects and checks the status (a failure here is before
    * any token); the events then yield the `data:` payload of each SSE event as received, without
    * the final `[DONE]`. The connection lives as long as `Scope`.
+   *
+   * `opened`, when given, may be called once with the same events, synchronously, the moment the
+   * stream opened (before the effect resumes the fiber that waits for it): a caller that can deliver
+   * from there saves the fiber's resumption on the way to its first byte (docs/decisions/0031). It
+   * answers whether it took the stream; if it did, the effect resumes a turn later, once what the
+   * caller started from its callback ran. Never called for an attempt that was aborted or failed.
+   * It must not throw.
    */
-  readonly stream: (route: RouteConfig, body: Record<string, unknown>) => Effect.Effect<DataEvents, UpstreamFailure, Scope.Scope>
+  readonly stream: (
+    route: RouteConfig,
+    body: Record<string, unknown>,
+    opened?: (events: DataEvents) => boolean
+  ) => Effect.Effect<DataEvents, UpstreamFailure, Scope.Scope>
 }
 
 /**

@@ -55,7 +55,7 @@ export const makeAnthropicProvider = (name: string, config: AnthropicConfig, def
       return { raw: JSON.stringify(completion), json: completion }
     })
 
-  const stream: ChatProvider["stream"] = (route, body) =>
+  const stream: ChatProvider["stream"] = (route, body, opened) =>
     Effect.gen(function* () {
       const payload = payloadOf(route, body, true)
       const translator = makeStreamTranslator(name, route.upstream_model, yield* Clock.currentTimeMillis)
@@ -63,7 +63,8 @@ export const makeAnthropicProvider = (name: string, config: AnthropicConfig, def
       return yield* upstream.open(
         payload,
         (events) => startedEvents(translatedEvents(events, translator)),
-        () => translator.done
+        () => translator.done,
+        opened
       )
     })
 

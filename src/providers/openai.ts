@@ -46,8 +46,8 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
       })
     )
 
-  const stream: ChatProvider["stream"] = (route, body) =>
-    Effect.suspend(() => upstream.open(payloadOf(route, body), async (events) => events))
+  const stream: ChatProvider["stream"] = (route, body, opened) =>
+    Effect.suspend(() => upstream.open(payloadOf(route, body), async (events) => events, undefined, opened))
 
   return { type: "openai", complete, stream }
 }

@@ -40,8 +40,17 @@ export interface Upstream {
    * or up to the batch after which `ended()` turns true); `start` then reads ahead on them (e.g. up
    * to the first token) within the same deadline and signal. A status ≥ 400 is a status failure. The
    * body lives until `Scope` closes, which aborts it if it is still open before its end.
+   * `opened` gets what `start` answered at once, in the callback that has it, unless the attempt
+   * was aborted by then; when it takes the stream, the effect resumes at the loop's next check phase
+   * (a `setImmediate`, before any timer), after the microtasks it started — its first write — ran
+   * (ChatProvider.stream).
    */
-  readonly open: <A>(payload: string, start: (events: DataEvents) => Promise<A>, ended?: () => boolean) => Effect.Effect<A, UpstreamFailure, Scope.Scope>
+  readonly open: <A>(
+    payload: string,
+    start: (events: DataEvents) => Promise<A>,
+    ended?: () => boolean,
+    opened?: (value: A) => boolean
+  ) => Effect.Effect<A, UpstreamFailure, Scope.Scope>
 }
 
 /**
@@ -170,7 +179,7 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
    * open (headers, then `start`) the attempt's signal aborts it; from then on the scope does.
    * Interruptible while it opens (a client that hangs up then aborts the request, as with `post`).
    */
-  const open: Upstream["open"] = <A>(payload: string, start: (events: DataEvents) => Promise<A>, ended?: () => boolean) =>
+  const open: Upstream["open"] = <A>(payload: string, start: (events: DataEvents) => Promise<A>, ended?: () => boolean, opened?: (value: A) => boolean) =>
     Effect.uninterruptibleMask((restore) =>
       restore(
         attempt(
@@ -191,16 +200,19 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
                       refusal = []
                       return
                     }
-                    const opened = makeSseFeed(
+                    const fed = makeSseFeed(
                       { pause: () => c.pause(), resume: () => c.resume(), release: () => c.aborted || c.abort(new undiciErrors.RequestAbortedError()) },
                       failureOf,
                       ended
                     )
-                    feed = opened
-                    start(opened.events).then(
-                      (value) => resolve({ feed: opened, value }),
+                    feed = fed
+                    start(fed.events).then(
+                      (value) => {
+                        if (opened !== undefined && !signal.aborted && opened(value)) setImmediate(() => resolve({ feed: fed, value }))
+                        else resolve({ feed: fed, value })
+                      },
                       (e: unknown) => {
-                        opened.stop()
+                        fed.stop()
                         reject(e)
                       }
                     )

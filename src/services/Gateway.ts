@@ -31,7 +31,7 @@ import { Router } from "./Router.ts"
 
 export type { Evaluation } from "./gateway/evaluate.ts"
 export { verificationOf } from "./gateway/settlement.ts"
-export type { ChatCall, GatewayReply, Quote, ReplyHeaders } from "./gateway/types.ts"
+export type { ChatCall, GatewayReply, Quote, ReplyHeaders, SseReply } from "./gateway/types.ts"
 export type { Governance } from "./surfaces/Surface.ts"
 
 export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
@@ -97,7 +97,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       yield* store.heartbeat({ epoch: instance.epoch, now, marks })
     })
     yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("heartbeat")(beat), Duration.millis(settings.heartbeatMs)), Schedule.forever))
-    const ctx: GatewayContext = { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, metrics, instance, liveCalls, streamMarks, streamCancels }
+    const delivering = new WeakSet<Plan>()
+    const ctx: GatewayContext = { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, metrics, instance, liveCalls, streamMarks, streamCancels, delivering }
     const planning = makePlanning(ctx)
     const { plan } = planning
     const settlement = makeSettlement(ctx)
@@ -124,7 +125,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           return Effect.catchAllCause(
             Effect.flatMap(restore(plan(call, (p) => (reserved = p))), (planned) => {
               if ("_tag" in planned) return Effect.succeed(planned)
-              if (planned.request.stream) return restore(completeStreaming(planned, call.principal))
+              if (planned.request.stream) return restore(completeStreaming(planned, call.principal, call.deliver))
               // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
               // The caller's own, when the service adopted it; otherwise one forked for the purpose.
               return Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) =>

@@ -96,10 +96,11 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
      * Try the chain in order: each route up to 1 + upstreamRetries times, within one deadline.
      * Written as a loop of plain steps (`attemptAt` calls itself for the next attempt) rather than a
      * generator: the common call is one attempt, and it pays the Effect runtime only for the call itself.
+     * `call` also gets `servedNow`: what this attempt would have served, were it to succeed now.
      */
     const attemptsOf = <A, R>(
       chain: ReadonlyArray<Route>,
-      call: (provider: ChatProvider, route: Route) => Effect.Effect<A, UpstreamFailure, R>
+      call: (provider: ChatProvider, route: Route, servedNow: (value: A) => Served<A>) => Effect.Effect<A, UpstreamFailure, R>
     ): Effect.Effect<Served<A>, RouteFailed, R> =>
       Effect.clockWith((clock) => {
         const attempts: Array<Attempt> = []
@@ -133,7 +134,12 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
           // count against the route. A defect is the gateway's own failure (a body it cannot serialize,
           // a bug): it says nothing about the route, so like an interruption it only frees a probe.
           // `either` leaves only a defect or an interruption in a failed exit: one finalizer for both.
-          return Effect.either(call(providers.get(route.provider)!, route)).pipe(
+          const servedNow = (value: A): Served<A> => ({
+            route,
+            value,
+            attempts: [...attempts, { route: route.name, provider: route.provider, outcome: "ok", duration_ms: clock.unsafeCurrentTimeMillis() - t0 }]
+          })
+          return Effect.either(call(providers.get(route.provider)!, route, servedNow)).pipe(
             Effect.onExit((exit) =>
               Exit.isFailure(exit) ? Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))) : Effect.void
             ),
@@ -170,8 +176,15 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
     const complete = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>) =>
       attemptsOf<UpstreamReply, never>(chain, (provider, route) => provider.complete(route, bodyFor(route)))
 
-    const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>) =>
-      attemptsOf<DataEvents, Scope.Scope>(chain, (provider, route) => provider.stream(route, bodyFor(route)))
+    /**
+     * Open a stream on the first route of the chain that answers. `opened`, when given, is told the
+     * stream the moment it opened, as it will be served, and answers whether it took it
+     * (ChatProvider.stream): before this effect resumes, and before the route's health and metrics are updated.
+     */
+    const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>, opened?: (served: Served<DataEvents>) => boolean) =>
+      attemptsOf<DataEvents, Scope.Scope>(chain, (provider, route, servedNow) =>
+        provider.stream(route, bodyFor(route), opened === undefined ? undefined : (events) => opened(servedNow(events)))
+      )
 
     /** The breaker state of a route now: closed, open or half_open (for operators and tests). */
     const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)

@@ -39,7 +39,7 @@ export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>)
 export type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
 export const makeSettlement = (ctx: GatewayContext) => {
-  const { settings, span, store, router, metrics, liveCalls } = ctx
+  const { settings, span, store, router, metrics, liveCalls, delivering } = ctx
 
   /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
   const abandon = (p: Plan, code: string, message: string, attempts: ReadonlyArray<Attempt>) =>
@@ -113,9 +113,13 @@ export const makeSettlement = (ctx: GatewayContext) => {
       )
     }).pipe(Effect.uninterruptible)
 
-  /** Shutdown interrupted a call that holds a reservation: void it (a no-op if it was already resolved), then end as interrupted. */
+  /**
+   * Shutdown interrupted a call that holds a reservation: void it (a no-op if it was already resolved),
+   * then end as interrupted — unless it is a stream already delivering (`delivering`): that stream
+   * settles its own hold, charged for what it delivered.
+   */
   const abandonInterrupted = <E>(p: Plan, cause: Cause.Cause<E>): Effect.Effect<never, E> =>
-    Effect.zipRight(abandon(p, "interrupted", "The gateway shut down before the upstream answered.", []), Effect.failCause(cause))
+    delivering.has(p) ? Effect.failCause(cause) : Effect.zipRight(abandon(p, "interrupted", "The gateway shut down before the upstream answered.", []), Effect.failCause(cause))
 
   const fromRouteFailure = (p: Plan, failed: RouteFailed) =>
     Effect.zipRight(

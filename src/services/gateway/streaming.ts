@@ -6,16 +6,17 @@ import { Clock, Effect, Exit, Fiber, Runtime, Scope } from "effect"
 import { chargedTokens, countedTokens, type UsageReport } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
-import { UpstreamFailure } from "../../providers/Provider.ts"
+import { type DataEvents, UpstreamFailure } from "../../providers/Provider.ts"
 import { timeline } from "../../domain/timeline.ts"
 import type { Principal } from "../KeyRegistry.ts"
+import type { Served } from "../Router.ts"
 import { deliveredText } from "../surfaces/Surface.ts"
 import { countBounded } from "../Tokenizer.ts"
 import type { Settlement } from "./settlement.ts"
-import type { GatewayContext, GatewayReply, Plan } from "./types.ts"
+import type { GatewayContext, GatewayReply, Plan, SseReply } from "./types.ts"
 
 export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
-  const { span, store, router, liveCalls, streamMarks, streamCancels } = ctx
+  const { span, store, router, liveCalls, streamMarks, streamCancels, delivering } = ctx
   const { abandon, settle, fromRouteFailure } = settlement
 
   /**
@@ -23,40 +24,27 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
    * the governance on the last event once the charge settles. A stream cut by the upstream or by
    * the client is charged for what was delivered (counted), never zero once a token went out; a
    * failure before any token charges nothing.
+   *
+   * `deliver` (the fast path's): the reply is handed to it the moment the upstream stream opens, from
+   * the transport's callback, when the reservation is already on disk — the client's first byte then
+   * does not wait for this fiber to resume and return (docs/decisions/0031). Everything the reply
+   * needs is set up before the upstream is called. Without `deliver`, or when the reservation's fsync
+   * is still running, the fiber returns the reply as before.
    */
-  const completeStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
+  const completeStreaming = (p: Plan, principal: Principal, deliver?: (reply: SseReply) => void): Effect.Effect<GatewayReply, GovernanceError> =>
     Effect.gen(function* () {
       // The reservation is committed, durable against a crash of the process; its fsync runs while
       // the upstream opens, and the stream's headers wait for it (docs/decisions/0013).
       const durable = store.sync === undefined ? undefined : yield* Effect.fork(store.sync())
       const connection = yield* Scope.make()
-      const served = yield* router.openStream(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
-        span("tollgate.upstream_open", { kind: "client", attributes: { "tollgate.request_id": p.requestId } }),
-        Scope.extend(connection),
-        Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Scope.close(connection, Exit.void))),
-        Effect.tapDefect(() => abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", [])),
-        Effect.catchAll((failed) => fromRouteFailure(p, failed))
-      )
-      timeline.mark("upstream stream open (headers)")
-      if (durable !== undefined) {
-        // Usually the sync is long done when the headers come (its fsync ran while the upstream
-        // opened): then there is nothing to wait for, and `Fiber.join`'s steps are skipped.
-        const synced = durable.unsafePoll()
-        if (synced === null || !Exit.isSuccess(synced)) {
-          yield* Fiber.join(durable).pipe(
-            Effect.tapDefect(() =>
-              Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", served.attempts))
-            ),
-            // Shutdown while it waits: the upstream connection closes here (the hold is voided by `handle`).
-            Effect.onInterrupt(() => Scope.close(connection, Exit.void))
-          )
-        }
-        timeline.mark("reservation on disk (after the upstream opened)")
-      }
-      // Kept alive by `keepCallsAlive`, and its progress marked by the heartbeat, until its connection closes.
-      liveCalls.add(p)
-      yield* Scope.addFinalizer(connection, Effect.sync(() => (liveCalls.delete(p), streamMarks.delete(p))))
+      // Set up while the upstream opens, not after: from the open on, every step is on the way to the first byte.
       const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: yield* Clock.currentTimeMillis })
+      const run = Runtime.runPromise(yield* Effect.runtime<never>())
+      // However the connection closes (a failed open, the stream's end, a cancel), the stream is no longer in flight.
+      yield* Scope.addFinalizer(connection, Effect.sync(() => (liveCalls.delete(p), streamMarks.delete(p), streamCancels.delete(p))))
+      /** The route that serves the stream and its attempts (the open's callback's, then the Router's own), and its events. */
+      let served: Served<DataEvents> | undefined
+      let events: AsyncIterator<ReadonlyArray<string>> | undefined
       // Every frame sent, kept only when an idempotency key will store the stream for replay.
       const keep = p.idempotency !== undefined
       const sent: Array<Uint8Array> = []
@@ -68,15 +56,14 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       let usage: UsageReport | undefined
       let schemaOk = true
       let settled = false
-      const rateCardVersion = p.prices.get(served.route.name)!.version
       let markedLength = 0
-      streamMarks.set(p, () => {
-        if (settled || delivered.length === markedLength) return undefined
+      const progress = () => {
+        if (settled || delivered.length === markedLength || served === undefined) return undefined
         markedLength = delivered.length
         // Uncached: a stream's prefix never repeats, and caching one per beat would push out the prompts the cache is for.
         const tokens = countedTokens(p.inputTokens, countBounded(delivered))
-        return { route: served.route.name, rateCardVersion, tokens, at: 0 }
-      })
+        return { route: served.route.name, rateCardVersion: p.prices.get(served.route.name)!.version, tokens, at: 0 }
+      }
 
       const onEvent = (data: string): ReadonlyArray<Uint8Array> => {
         let json: Record<string, unknown> | undefined
@@ -112,11 +99,13 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         Effect.suspend(() => {
           if (settled) return Effect.succeed([])
           settled = true
+          // Set before any frame is read (`begin`): frames are only read once the stream was served.
+          const { route, attempts } = served!
           const { tokens, source } = chargedTokens(how === "complete" ? usage : undefined, p.inputTokens, () => countBounded(delivered))
           if (delivered.length === 0 && how !== "complete") {
             const message = failure?.message ?? "the client disconnected before any token was delivered"
             return Effect.as(
-              abandon(p, how === "cut" ? "route_unavailable" : "client_disconnected", message, served.attempts),
+              abandon(p, how === "cut" ? "route_unavailable" : "client_disconnected", message, attempts),
               renderer.broken(`The upstream stream failed before any token: ${message}. Nothing was charged.`, undefined)
             )
           }
@@ -124,7 +113,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
           return settle(
             p,
             principal,
-            served,
+            { route, attempts },
             tokens,
             source,
             schemaOk && how === "complete",
@@ -141,7 +130,6 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
 
       // The per-event path is plain JavaScript over an async iterable: an Effect Stream would cost
       // ≈ 50–100 µs of CPU per element pulled (bench/README.md). Effects run only to settle.
-      const run = Runtime.runPromise(yield* Effect.runtime<never>())
       const close = () => run(Effect.zipRight(finish("disconnect"), Scope.close(connection, Exit.void)))
       let started = false
       let cancelled = false
@@ -151,6 +139,9 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         // Never iterated: settle here. Iterating: closing the connection ends the upstream read
         // below, which then settles as a disconnect.
         void (started ? run(Scope.close(connection, Exit.void)) : close())
+        // The upstream read ends now, also when the open's own finalizer is not in the scope yet (a
+        // stream delivered from the open's callback before its fiber resumed).
+        void events?.return?.()
       }
       // Shutdown past its grace ends the stream as an upstream cut does: the client gets the broken
       // stream's last event, with the charge for what it was delivered (nothing delivered: voided).
@@ -160,9 +151,8 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         if (!started) return cancel()
         stopping = true
         void run(Scope.close(connection, Exit.void))
+        void events?.return?.()
       }
-      streamCancels.set(p, stop)
-      yield* Scope.addFinalizer(connection, Effect.sync(() => streamCancels.delete(p)))
       const frames: AsyncIterable<Uint8Array> = {
         async *[Symbol.asyncIterator]() {
           started = true
@@ -170,7 +160,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
             let ended: "complete" | "cut" = "complete"
             let failure: UpstreamFailure | undefined
             try {
-              for await (const batch of served.value) {
+              for await (const batch of { [Symbol.asyncIterator]: () => events! }) {
                 if (cancelled) break
                 const out: Array<Uint8Array> = []
                 for (const data of batch) for (const frame of onEvent(data)) out.push(frame)
@@ -192,7 +182,64 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
           }
         }
       }
-      return { _tag: "Sse", frames, cancel } satisfies GatewayReply
+      const reply: SseReply = { _tag: "Sse", frames, cancel }
+
+      /** The stream is the client's from here: kept alive by `keepCallsAlive`, marked by the heartbeat, ended by shutdown. */
+      const begin = (s: Served<DataEvents>) => {
+        served = s
+        events = s.value[Symbol.asyncIterator]()
+        liveCalls.add(p)
+        streamMarks.set(p, progress)
+        streamCancels.set(p, stop)
+      }
+      // The open's callback: deliver at once if the reservation is on disk (usually, its fsync ran
+      // while the upstream opened). From here the hold is the stream's to settle, whatever this fiber
+      // meets before it resumes (`delivering`: Gateway.handle then leaves the hold alone).
+      let early = false
+      const opened =
+        deliver === undefined
+          ? undefined
+          : (s: Served<DataEvents>): boolean => {
+              const synced = durable?.unsafePoll()
+              if (durable !== undefined && (synced === null || synced === undefined || !Exit.isSuccess(synced))) return false
+              early = true
+              delivering.add(p)
+              begin(s)
+              timeline.mark("upstream stream open (headers)")
+              deliver(reply)
+              return true
+            }
+
+      const opening = yield* router.openStream(p.chain, () => upstreamBody(p.body, p.request, p.outputCap), opened).pipe(
+        span("tollgate.upstream_open", { kind: "client", attributes: { "tollgate.request_id": p.requestId } }),
+        Scope.extend(connection),
+        Effect.onExit((exit) => (Exit.isSuccess(exit) || early ? Effect.void : Scope.close(connection, Exit.void))),
+        Effect.tapDefect(() => (early ? Effect.void : abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", []))),
+        Effect.catchAll((failed) => fromRouteFailure(p, failed))
+      )
+      if (early) {
+        // Already delivering: the Router's own record of the attempts replaces the callback's.
+        served = opening
+        return reply
+      }
+      timeline.mark("upstream stream open (headers)")
+      if (durable !== undefined) {
+        // Usually the sync is long done when the headers come (its fsync ran while the upstream
+        // opened): then there is nothing to wait for, and `Fiber.join`'s steps are skipped.
+        const synced = durable.unsafePoll()
+        if (synced === null || !Exit.isSuccess(synced)) {
+          yield* Fiber.join(durable).pipe(
+            Effect.tapDefect(() =>
+              Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", opening.attempts))
+            ),
+            // Shutdown while it waits: the upstream connection closes here (the hold is voided by `handle`).
+            Effect.onInterrupt(() => Scope.close(connection, Exit.void))
+          )
+        }
+        timeline.mark("reservation on disk (after the upstream opened)")
+      }
+      begin(opening)
+      return reply
     })
 
   return completeStreaming

@@ -20,15 +20,16 @@ import type { RateLimiterApi } from "../RateLimiter.ts"
 import type { Route, Router } from "../Router.ts"
 import type { Surface } from "../surfaces/Surface.ts"
 
-export type GatewayReply =
-  | { readonly _tag: "Body"; readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
-  | {
-      readonly _tag: "Sse"
-      /** The frames to send, in order, a batch per upstream read. Stop when `cancel` was called. */
-      readonly frames: AsyncIterable<Uint8Array>
-      /** The client went away: stop reading the upstream; the Gateway settles for what was delivered. */
-      readonly cancel: () => void
-    }
+/** A streamed reply. */
+export interface SseReply {
+  readonly _tag: "Sse"
+  /** The frames to send, in order, a batch per upstream read. Stop when `cancel` was called. */
+  readonly frames: AsyncIterable<Uint8Array>
+  /** The client went away: stop reading the upstream; the Gateway settles for what was delivered. */
+  readonly cancel: () => void
+}
+
+export type GatewayReply = { readonly _tag: "Body"; readonly status: number; readonly contentType: string; readonly body: Uint8Array | string } | SseReply
 
 /** Headers gathered along the pipeline (rate limit, request id, replay flag), sent with success or error. */
 export type ReplyHeaders = Record<string, string>
@@ -44,6 +45,12 @@ export interface ChatCall {
   readonly maxCreditsHeader: string | undefined
   /** Filled as the pipeline proceeds. */
   readonly headers: ReplyHeaders
+  /**
+   * Where a stream's reply may be sent before the call's effect ends: the moment its upstream opened
+   * (src/services/gateway/streaming.ts). Once it was given the reply, the caller writes the stream
+   * and leaves the call's own end aside. Called at most once, synchronously; must not throw.
+   */
+  readonly deliver?: ((reply: SseReply) => void) | undefined
 }
 /** Where a request would go and what it would cost per token: routing and pricing, before any budget question. */
 export interface Routed {
@@ -104,4 +111,9 @@ export interface GatewayContext {
   readonly streamMarks: Map<Plan, () => ProgressMark | undefined>
   /** How to end each open stream (shutdown past its grace). */
   readonly streamCancels: Map<Plan, () => void>
+  /**
+   * Streams delivered from their upstream's callback (ChatCall.deliver): their hold is settled by the
+   * stream however the call's fiber ends, so an interruption of that fiber never voids it.
+   */
+  readonly delivering: WeakSet<Plan>
 }

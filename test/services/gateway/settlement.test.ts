@@ -5,7 +5,7 @@
  * (the real store's writes are covered by the e2e and crash suites).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Fiber } from "effect"
+import { Cause, Effect, Exit, Fiber, FiberId } from "effect"
 import { RouteUnavailable } from "../../../src/domain/errors.ts"
 import type { AbandonArgs } from "../../../src/store/ChatStore.ts"
 import { makeSettlement } from "../../../src/services/gateway/settlement.ts"
@@ -19,13 +19,15 @@ const principal = {} as Parameters<ReturnType<typeof makeSettlement>["completeNo
 const withLeg = (leg: Effect.Effect<never, RouteFailed>) => {
   const abandoned: Array<{ code: string; live: boolean }> = []
   const liveCalls = new Set<Plan>()
+  const delivering = new WeakSet<Plan>()
   const ctx = {
     span: () => (self: unknown) => self,
     liveCalls,
+    delivering,
     router: { complete: () => leg },
     store: { abandon: (args: AbandonArgs) => Effect.sync(() => void abandoned.push({ code: args.code, live: liveCalls.has(plan) })) }
   } as unknown as GatewayContext
-  return { settlement: makeSettlement(ctx), abandoned, liveCalls }
+  return { settlement: makeSettlement(ctx), abandoned, liveCalls, delivering }
 }
 
 describe("the non-streamed leg's exits", () => {
@@ -58,5 +60,14 @@ describe("the non-streamed leg's exits", () => {
       expect(Exit.isInterrupted(exit)).toBe(true)
       expect(abandoned).toEqual([{ code: "interrupted", live: true }])
       expect(liveCalls.size).toBe(0)
+    }))
+
+  it.effect("shutdown interrupting a stream already delivering (ChatCall.deliver) leaves its hold to the stream: nothing is voided", () =>
+    Effect.gen(function* () {
+      const { settlement, abandoned, delivering } = withLeg(Effect.never)
+      delivering.add(plan)
+      const exit = yield* Effect.exit(settlement.abandonInterrupted(plan, Cause.interrupt(FiberId.none)))
+      expect(Exit.isInterrupted(exit)).toBe(true)
+      expect(abandoned).toEqual([])
     }))
 })

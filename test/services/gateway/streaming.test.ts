@@ -1,16 +1,20 @@
 /**
  * A stream's headers wait for its reservation's sync (src/services/gateway/streaming.ts, docs/decisions
  * 0013): when the upstream opens first, the reply waits for the disk; when the sync fails, the hold is
- * voided once and the upstream connection closed, and no reply goes out. The store, the router and
- * the settlement are stand-ins: the ordering of the stream's opening is under test (the real store's
- * sync is covered by test/store/ChatStore.test.ts, the streams end to end by test/e2e/streaming.test.ts).
+ * voided once and the upstream connection closed, and no reply goes out. A stream whose reservation is
+ * on disk when its upstream opens is delivered from the open's callback (0031), before the call's
+ * fiber resumes; from then on the stream settles its own hold, whatever that fiber meets. The store,
+ * the router and the settlement are stand-ins: the ordering of the stream's opening is under test (the
+ * real store's sync is covered by test/store/ChatStore.test.ts, the streams end to end by
+ * test/e2e/streaming.test.ts).
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, Fiber } from "effect"
 import type { DataEvents } from "../../../src/providers/Provider.ts"
 import type { Settlement } from "../../../src/services/gateway/settlement.ts"
 import { makeStreaming } from "../../../src/services/gateway/streaming.ts"
-import type { GatewayContext, Plan } from "../../../src/services/gateway/types.ts"
+import type { GatewayContext, Plan, SseReply } from "../../../src/services/gateway/types.ts"
+import type { Served } from "../../../src/services/Router.ts"
 
 const route = { name: "r", provider: "p" }
 const plan = {
@@ -18,51 +22,105 @@ const plan = {
   hold: { reservationId: "res_1" },
   scope: { projectId: "prj_1", environment: "development" },
   prices: new Map([["r", { version: "v1" }]]),
-  surface: { streamRenderer: () => ({}) },
+  surface: {
+    streamRenderer: () => ({
+      onChunk: (data: string) => [utf8.encode(`data: ${data}\n\n`)],
+      complete: () => [utf8.encode("data: [DONE]\n\n")],
+      broken: () => [utf8.encode("data: broken\n\n")]
+    })
+  },
   request: { includeUsage: false },
   idempotency: undefined,
   inputTokens: 1
 } as unknown as Plan
 const principal = {} as Parameters<ReturnType<typeof makeStreaming>>[1]
+const utf8 = new TextEncoder()
+const hello = JSON.stringify({ choices: [{ index: 0, delta: { content: "hello" } }] })
 
-/** A stream whose sync is `sync`; the abandons written, and whether the upstream connection was released. */
-const withSync = (sync: Effect.Effect<void>) => {
+/**
+ * A stream whose sync is `sync`; the abandons and settlements written, and whether the upstream
+ * connection was released. Its upstream sends one event, the token "hello". The router tells the open's
+ * callback (ChatCall.deliver's way in) before it answers; when the callback takes the stream, the
+ * router answers only once `resume` completes (the real transport resumes the fiber a turn later).
+ */
+const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effect.void) => {
   const opened = Effect.runSync(Deferred.make<void>())
   const abandoned: Array<string> = []
+  const settled: Array<{ route: string; output: number }> = []
   let released = false
-  const events: DataEvents = { [Symbol.asyncIterator]: () => ({ next: () => Promise.resolve({ done: true, value: undefined }) }) }
+  const batches: Array<ReadonlyArray<string>> = [[hello]]
+  const events: DataEvents = {
+    [Symbol.asyncIterator]: () => ({
+      next: () => Promise.resolve(batches.length > 0 ? { done: false, value: batches.shift()! } : { done: true, value: undefined }),
+      return: () => Promise.resolve({ done: true, value: undefined })
+    })
+  }
+  const served: Served<DataEvents> = { route: route as Served<DataEvents>["route"], value: events, attempts: [] }
+  const delivering = new WeakSet<Plan>()
   const ctx = {
     span: () => (self: unknown) => self,
     liveCalls: new Set<Plan>(),
     streamMarks: new Map(),
     streamCancels: new Map(),
+    delivering,
     router: {
       // The upstream takes a few turns to open, so a sync that needs none has ended by then.
-      openStream: () =>
-        Effect.as(
-          Effect.zipRight(
-            Effect.repeatN(Effect.yieldNow(), 10),
-            Effect.zipRight(Effect.addFinalizer(() => Effect.sync(() => (released = true))), Deferred.succeed(opened, undefined))
-          ),
-          { route, value: events, attempts: [] }
-        )
+      openStream: (_chain: unknown, _bodyFor: unknown, tell?: (s: Served<DataEvents>) => boolean) =>
+        Effect.gen(function* () {
+          yield* Effect.repeatN(Effect.yieldNow(), 10)
+          yield* Effect.addFinalizer(() => Effect.sync(() => (released = true)))
+          const took = tell?.(served) ?? false
+          yield* Deferred.succeed(opened, undefined)
+          if (took) yield* resume
+          return served
+        })
     },
     store: { sync: () => sync }
   } as unknown as GatewayContext
   const settlement = {
     abandon: (_: Plan, code: string) => Effect.sync(() => void abandoned.push(code)),
-    settle: () => Effect.die("not settled in these tests"),
+    settle: (
+      _p: Plan,
+      _principal: unknown,
+      s: Served<DataEvents>,
+      tokens: { output: number },
+      _source: unknown,
+      _ok: unknown,
+      render: (g: unknown, now: number) => unknown,
+      then: (stored: unknown) => unknown
+    ) =>
+      Effect.sync(() => {
+        settled.push({ route: s.route.name, output: tokens.output })
+        render({}, 0)
+        return then({})
+      }),
     fromRouteFailure: () => Effect.die("no route failure in these tests")
   } as unknown as Settlement
-  return { completeStreaming: makeStreaming(ctx, settlement), abandoned, released: () => released, opened: Deferred.await(opened) }
+  return {
+    completeStreaming: makeStreaming(ctx, settlement),
+    abandoned,
+    settled,
+    delivering,
+    released: () => released,
+    opened: Deferred.await(opened)
+  }
 }
 
+/** Every frame of a reply, as text. */
+const readAll = (reply: SseReply) =>
+  Effect.promise(async () => {
+    const out: Array<string> = []
+    for await (const frame of reply.frames) out.push(new TextDecoder().decode(frame))
+    return out
+  })
+
 describe("a stream's opening and its reservation's sync", () => {
-  it.effect("the upstream opens before the sync answers: the reply waits for the disk", () =>
+  it.effect("the upstream opens before the sync answers: nothing is delivered from the open, and the call's own reply waits for the disk", () =>
     Effect.gen(function* () {
       const disk = yield* Deferred.make<void>()
-      const { completeStreaming, abandoned, opened } = withSync(Deferred.await(disk))
-      const opening = yield* Effect.fork(completeStreaming(plan, principal))
+      const { completeStreaming, abandoned, delivering, opened } = withSync(Deferred.await(disk))
+      const delivered: Array<SseReply> = []
+      const opening = yield* Effect.fork(completeStreaming(plan, principal, (reply) => void delivered.push(reply)))
       yield* opened
       // Long enough for the rest of the opening to run, were it not waiting.
       for (let i = 0; i < 200; i++) yield* Effect.yieldNow()
@@ -70,6 +128,8 @@ describe("a stream's opening and its reservation's sync", () => {
       yield* Deferred.succeed(disk, undefined)
       const reply = yield* Fiber.join(opening)
       expect(reply._tag).toBe("Sse")
+      expect(delivered).toEqual([])
+      expect(delivering.has(plan)).toBe(false)
       expect(abandoned).toEqual([])
     }))
 
@@ -91,6 +151,40 @@ describe("a stream's opening and its reservation's sync", () => {
       const exit = yield* Fiber.await(opening)
       expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
       expect(abandoned).toEqual(["internal_error"])
+      expect(released()).toBe(true)
+    }))
+
+  it.effect("the reservation is on disk when the upstream opens: the stream is delivered from the open's callback, before the call's fiber resumes", () =>
+    Effect.gen(function* () {
+      const gate = yield* Deferred.make<void>()
+      const { completeStreaming, abandoned, settled, delivering, opened } = withSync(Effect.void, Deferred.await(gate))
+      const delivered: Array<SseReply> = []
+      const opening = yield* Effect.fork(completeStreaming(plan, principal, (reply) => void delivered.push(reply)))
+      yield* opened
+      expect(delivered.length).toBe(1)
+      expect(delivering.has(plan)).toBe(true)
+      expect(opening.unsafePoll()).toBeNull()
+      yield* Deferred.succeed(gate, undefined)
+      // The fiber ends with the same reply; the caller that was given it ignores that end.
+      expect(yield* Fiber.join(opening)).toBe(delivered[0])
+      expect(yield* readAll(delivered[0]!)).toEqual([`data: ${hello}\n\n`, "data: [DONE]\n\n"])
+      expect(settled).toEqual([{ route: "r", output: 1 }])
+      expect(abandoned).toEqual([])
+    }))
+
+  it.effect("interrupted after it was delivered (shutdown): the hold is neither voided nor its connection closed by the fiber; the stream settles what it delivered", () =>
+    Effect.gen(function* () {
+      const { completeStreaming, abandoned, settled, delivering, released, opened } = withSync(Effect.void, Effect.never)
+      const delivered: Array<SseReply> = []
+      const opening = yield* Effect.fork(completeStreaming(plan, principal, (reply) => void delivered.push(reply)))
+      yield* opened
+      yield* Fiber.interrupt(opening)
+      expect(delivering.has(plan)).toBe(true)
+      expect(abandoned).toEqual([])
+      expect(released()).toBe(false)
+      expect(yield* readAll(delivered[0]!)).toEqual([`data: ${hello}\n\n`, "data: [DONE]\n\n"])
+      expect(settled).toEqual([{ route: "r", output: 1 }])
+      // The stream's own end closed the connection.
       expect(released()).toBe(true)
     }))
 

@@ -1,0 +1,110 @@
+/**
+ * `npx tsx bench/ttfbPairs.ts --compare DIR [--calls N] [--delay MS]`: one caller's stream time to
+ * first byte, this tree against another checkout, paired call by call.
+ *
+ * `npm run bench` interleaves its targets phase by phase (seconds apart), so a change of 0.1–0.2 ms
+ * in a one-caller p50 drowns in the box's drift (docs/decisions/0023: an A/A difference of ≈ 1 ms).
+ * Here both Tollgates (bundled and started as `npm start` runs them, bench/lib/bundle.ts) and the
+ * mock upstream run side by side, and each round sends one stream to this tree, one to the other
+ * (alternating which goes first) and one straight to the mock: the paired differences cancel the
+ * drift, and their median resolves a fraction of a millisecond. Streams as the bench sends them
+ * (an idempotency key each, usage included); the time to first byte is from the request's dispatch
+ * to the first body chunk, as `npm run bench` reads it (bench/lib/load.ts). A benchmark: it prints,
+ * it asserts nothing.
+ */
+import { dirname, join, resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import { Pool } from "undici"
+import { arg, numArg } from "./lib/args.ts"
+import { bundleTarget, startFlags } from "./lib/bundle.ts"
+import { startChild } from "./lib/procs.ts"
+import { median } from "./lib/stats.ts"
+
+const here = dirname(fileURLToPath(import.meta.url))
+const root = resolve(here, "..")
+const compare = arg("--compare")
+if (compare === undefined) throw new Error("--compare DIR: the checkout to pair this tree with (e.g. a git worktree of the commit before a change)")
+const other = resolve(compare)
+const calls = numArg("--calls", 1000)
+const delayMs = numArg("--delay", 20)
+const model = "gpt-4o-mini"
+
+interface Target {
+  readonly pool: Pool
+  readonly headers: Record<string, string>
+}
+
+const mock = await startChild<{ port: number }>("mock", process.execPath, ["--import", "tsx", join(here, "targets/mock.ts"), "--delay", String(delayMs)], { cwd: root })
+const upstream = `http://127.0.0.1:${mock.ready.port}`
+const children = [mock]
+const stopAll = async () => void (await Promise.allSettled(children.map((c) => c.stop())))
+process.once("SIGINT", () => void stopAll().then(() => process.exit(130)))
+
+const tollgate = async (dir: string, name: string): Promise<Target> => {
+  const child = await startChild<{ port: number; key: string }>(
+    name,
+    process.execPath,
+    [...startFlags(dir), bundleTarget(dir, "targets/tollgate.ts", name), "--upstream", upstream, "--model", model],
+    { cwd: dir, timeoutMs: 60_000 }
+  )
+  children.push(child)
+  return { pool: new Pool(`http://127.0.0.1:${child.ready.port}`, { connections: 1 }), headers: { authorization: `Bearer ${child.ready.key}`, "content-type": "application/json" } }
+}
+
+let n = 0
+/** One stream to its end; its time to first byte, ms. */
+const ttfb = async (t: Target): Promise<number> => {
+  const body = JSON.stringify({
+    model,
+    stream: true,
+    stream_options: { include_usage: true },
+    messages: [{ role: "user", content: `Where is my order 48213-CX? (${n})` }],
+    max_tokens: 400,
+    metadata: { idempotency_key: `ttfb-${process.pid}-${n++}` }
+  })
+  const t0 = performance.now()
+  const res = await t.pool.request({ method: "POST", path: "/v1/chat/completions", headers: t.headers, body })
+  let first = -1
+  for await (const _chunk of res.body) if (first < 0) first = performance.now()
+  if (res.statusCode !== 200) throw new Error(`a stream answered ${res.statusCode}`)
+  return first - t0
+}
+
+try {
+  const a = await tollgate(root, "ttfb-this")
+  const b = await tollgate(other, "ttfb-other")
+  const direct: Target = { pool: new Pool(upstream, { connections: 1 }), headers: { authorization: "Bearer sk-bench", "content-type": "application/json" } }
+  for (let i = 0; i < 100; i++) await Promise.all([ttfb(a), ttfb(b)]).catch(() => undefined) // warm-up (JIT, pools, the store's first pages)
+  const mine: Array<number> = []
+  const theirs: Array<number> = []
+  const mockOnly: Array<number> = []
+  const diff: Array<number> = []
+  for (let i = 0; i < calls; i++) {
+    // Alternate which target goes first, so neither always follows the other's settlement.
+    let x: number
+    let y: number
+    if (i % 2 === 0) {
+      x = await ttfb(a)
+      y = await ttfb(b)
+    } else {
+      y = await ttfb(b)
+      x = await ttfb(a)
+    }
+    mine.push(x)
+    theirs.push(y)
+    diff.push(x - y)
+    mockOnly.push(await ttfb(direct))
+  }
+  const sorted = [...diff].sort((p, q) => p - q)
+  const q = (f: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * f))]!
+  const f = (v: number) => v.toFixed(3)
+  console.log(`\n${calls} rounds (one stream to each Tollgate and one to the mock), mock ${delayMs} ms before headers, stream TTFB p50 ms\n`)
+  console.log("| this tree | other | mock alone | this − other, paired: p25 / p50 / p75 | rounds this was faster |")
+  console.log("| ---: | ---: | ---: | ---: | ---: |")
+  console.log(
+    `| ${f(median(mine))} | ${f(median(theirs))} | ${f(median(mockOnly))} | ${f(q(0.25))} / ${f(q(0.5))} / ${f(q(0.75))} | ${diff.filter((d) => d < 0).length} of ${calls} |`
+  )
+  await Promise.all([a.pool.close(), b.pool.close(), direct.pool.close()])
+} finally {
+  await stopAll()
+}
