@@ -6,7 +6,7 @@
  * to a hand-written handler — draining an oversized upload, counting and logging its requests, and
  * settling a stream whose client hangs up.
  */
-import { Effect, Layer, Logger, ManagedRuntime, Option, Schema, SchemaAST, Supervisor } from "effect"
+import { Deferred, Effect, Layer, Logger, ManagedRuntime, Option, Schema, SchemaAST, Supervisor } from "effect"
 import Database from "better-sqlite3"
 import { mkdtempSync, rmSync } from "node:fs"
 import { Agent, createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
@@ -249,6 +249,97 @@ describe("a defect on the fast path", () => {
       await close(viaFast)
       await runtime.dispose()
       await upstream.close()
+    }
+  })
+})
+
+describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisions/0031)", () => {
+  const utf8 = new TextEncoder()
+  /**
+   * A server whose Gateway delivers a two-frame stream the moment its call starts, then waits until
+   * the test says the client has read it, and ends as `end` says; and the log lines written meanwhile.
+   */
+  const deliveringServer = async (end: (reply: GatewayReply) => Effect.Effect<GatewayReply>) => {
+    const upstream = await startMockUpstream()
+    const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
+    const read = Effect.runSync(Deferred.make<void>())
+    const reply: GatewayReply = {
+      _tag: "Sse",
+      frames: (async function* () {
+        yield utf8.encode('data: {"n":1}\n\n')
+        yield utf8.encode("data: [DONE]\n\n")
+      })(),
+      cancel: () => undefined
+    }
+    const gateway = Layer.succeed(
+      Gateway,
+      Gateway.make({
+        handle: (call) =>
+          Effect.suspend(() => {
+            call.deliver!(reply as Extract<GatewayReply, { _tag: "Sse" }>)
+            return Effect.zipRight(Deferred.await(read), end(reply))
+          }),
+        adopt: () => undefined,
+        evaluate: () => Effect.die("unused"),
+        inFlight: Effect.succeed(0),
+        stopCalls: Effect.void
+      })
+    )
+    const runtime = ManagedRuntime.make(Layer.merge(ServicesLive, gateway).pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json)))
+    const server = createServer(await runtime.runPromise(Effect.flatMap(makeApp, makeRequestListener)))
+    const origin = await listen(server)
+    const key = (await runtime.runPromise(Bootstrap)).firstStart!.developmentKey
+    const lines: Array<string> = []
+    const original = console.log
+    console.log = (...args: Array<unknown>) => void lines.push(args.map(String).join(" "))
+    return {
+      lines,
+      /** The stream, read whole while the call is still waiting (it fails after 2 s otherwise). */
+      stream: () =>
+        Promise.race([
+          send(origin, "/v1/chat/completions", {
+            headers: { authorization: `Bearer ${key}` },
+            body: JSON.stringify({ model: "auto", stream: true, messages: [{ role: "user", content: "hi" }] })
+          }),
+          new Promise<never>((_, reject) => setTimeout(() => reject(new Error("the stream did not arrive before the call ended")), 2_000))
+        ]),
+      /** Let the call end, and give its end a moment to do whatever it does. */
+      endCall: async () => {
+        Effect.runSync(Deferred.succeed(read, undefined))
+        await new Promise((r) => setTimeout(r, 50))
+      },
+      close: async () => {
+        console.log = original
+        await close(server)
+        await runtime.dispose()
+        await upstream.close()
+      }
+    }
+  }
+
+  it("the client reads the whole stream while the call still runs; the call's end then writes nothing more", async () => {
+    const t = await deliveringServer((reply) => Effect.succeed(reply))
+    try {
+      const got = await t.stream()
+      expect(got.status).toBe(200)
+      expect(got.headers["content-type"]).toMatch(/^text\/event-stream/)
+      expect(got.body).toBe('data: {"n":1}\n\ndata: [DONE]\n\n')
+      await t.endCall()
+      expect(t.lines.filter((l) => l.includes("unhandled failure"))).toEqual([])
+    } finally {
+      await t.close()
+    }
+  })
+
+  it("a defect of the call after it delivered is logged once, and the stream the client read stays whole", async () => {
+    const t = await deliveringServer(() => Effect.die(new Error("a late defect")))
+    try {
+      const got = await t.stream()
+      expect(got.body).toBe('data: {"n":1}\n\ndata: [DONE]\n\n')
+      await t.endCall()
+      expect(t.lines.filter((l) => l.includes("unhandled failure") && l.includes("a late defect"))).toHaveLength(1)
+    } finally {
+      await t.close()
     }
   })
 })
