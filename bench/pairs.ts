@@ -1,6 +1,7 @@
 /**
- * `npx tsx bench/ttfbPairs.ts --compare DIR [--calls N] [--delay MS]`: one caller's stream time to
- * first byte, this tree against another checkout, paired call by call.
+ * `npx tsx bench/pairs.ts --compare DIR [--calls N] [--delay MS] [--non-stream]`: one caller's stream
+ * time to first byte (or, with `--non-stream`, a non-streamed call's whole latency), this tree against
+ * another checkout, paired call by call.
  *
  * `npm run bench` interleaves its targets phase by phase (seconds apart), so a change of 0.1–0.2 ms
  * in a one-caller p50 drowns in the box's drift (docs/decisions/0023: an A/A difference of ≈ 1 ms).
@@ -9,13 +10,13 @@
  * (alternating which goes first) and one straight to the mock: the paired differences cancel the
  * drift, and their median resolves a fraction of a millisecond. Streams as the bench sends them
  * (an idempotency key each, usage included); the time to first byte is from the request's dispatch
- * to the first body chunk, as `npm run bench` reads it (bench/lib/load.ts). A benchmark: it prints,
- * it asserts nothing.
+ * to the first body chunk, a whole call's latency to its last, as `npm run bench` reads them
+ * (bench/lib/load.ts). A benchmark: it prints, it asserts nothing.
  */
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { Pool } from "undici"
-import { arg, numArg } from "./lib/args.ts"
+import { arg, flag, numArg } from "./lib/args.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { startChild } from "./lib/procs.ts"
 import { median } from "./lib/stats.ts"
@@ -27,6 +28,8 @@ if (compare === undefined) throw new Error("--compare DIR: the checkout to pair 
 const other = resolve(compare)
 const calls = numArg("--calls", 1000)
 const delayMs = numArg("--delay", 20)
+const stream = !flag("--non-stream")
+const what = stream ? "stream TTFB" : "non-streamed latency"
 const model = "gpt-4o-mini"
 
 interface Target {
@@ -52,29 +55,29 @@ const tollgate = async (dir: string, name: string): Promise<Target> => {
 }
 
 let n = 0
-/** One stream to its end; its time to first byte, ms. */
-const ttfb = async (t: Target): Promise<number> => {
+/** One call to its end; a stream's time to first byte, or a non-streamed call's latency, ms. */
+const timed = async (t: Target): Promise<number> => {
   const body = JSON.stringify({
     model,
-    stream: true,
-    stream_options: { include_usage: true },
+    ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
     messages: [{ role: "user", content: `Where is my order 48213-CX? (${n})` }],
     max_tokens: 400,
-    metadata: { idempotency_key: `ttfb-${process.pid}-${n++}` }
+    metadata: { idempotency_key: `pairs-${process.pid}-${n++}` }
   })
   const t0 = performance.now()
   const res = await t.pool.request({ method: "POST", path: "/v1/chat/completions", headers: t.headers, body })
   let first = -1
   for await (const _chunk of res.body) if (first < 0) first = performance.now()
-  if (res.statusCode !== 200) throw new Error(`a stream answered ${res.statusCode}`)
-  return first - t0
+  const last = performance.now()
+  if (res.statusCode !== 200) throw new Error(`a call answered ${res.statusCode}`)
+  return (stream ? first : last) - t0
 }
 
 try {
-  const a = await tollgate(root, "ttfb-this")
-  const b = await tollgate(other, "ttfb-other")
+  const a = await tollgate(root, "pairs-this")
+  const b = await tollgate(other, "pairs-other")
   const direct: Target = { pool: new Pool(upstream, { connections: 1 }), headers: { authorization: "Bearer sk-bench", "content-type": "application/json" } }
-  for (let i = 0; i < 100; i++) await Promise.all([ttfb(a), ttfb(b)]).catch(() => undefined) // warm-up (JIT, pools, the store's first pages)
+  for (let i = 0; i < 100; i++) await Promise.all([timed(a), timed(b)]).catch(() => undefined) // warm-up (JIT, pools, the store's first pages)
   const mine: Array<number> = []
   const theirs: Array<number> = []
   const mockOnly: Array<number> = []
@@ -84,21 +87,21 @@ try {
     let x: number
     let y: number
     if (i % 2 === 0) {
-      x = await ttfb(a)
-      y = await ttfb(b)
+      x = await timed(a)
+      y = await timed(b)
     } else {
-      y = await ttfb(b)
-      x = await ttfb(a)
+      y = await timed(b)
+      x = await timed(a)
     }
     mine.push(x)
     theirs.push(y)
     diff.push(x - y)
-    mockOnly.push(await ttfb(direct))
+    mockOnly.push(await timed(direct))
   }
   const sorted = [...diff].sort((p, q) => p - q)
   const q = (f: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * f))]!
   const f = (v: number) => v.toFixed(3)
-  console.log(`\n${calls} rounds (one stream to each Tollgate and one to the mock), mock ${delayMs} ms before headers, stream TTFB p50 ms\n`)
+  console.log(`\n${calls} rounds (one call to each Tollgate and one to the mock), mock ${delayMs} ms before headers, ${what} p50 ms\n`)
   console.log("| this tree | other | mock alone | this − other, paired: p25 / p50 / p75 | rounds this was faster |")
   console.log("| ---: | ---: | ---: | ---: | ---: |")
   console.log(
