@@ -210,12 +210,16 @@ export const makeFastHandler = Effect.gen(function* () {
     else c.res.destroy()
   }
 
-  /** Answer, and never throw: a write that fails is a defect of ours, not a crash of the process. */
+  /**
+   * Answer, and never throw: a write that fails is a defect of ours, not a crash of the process. A
+   * stream whose head could not be written is cancelled, so its hold is resolved.
+   */
   const settle = (c: FastCall, exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
     try {
       respond(c, exit)
     } catch (error) {
       writeFailed(c, error)
+      if (Exit.isSuccess(exit) && exit.value._tag === "Sse") exit.value.cancel()
     }
   }
 

@@ -40,8 +40,10 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       // Set up while the upstream opens, not after: from the open on, every step is on the way to the first byte.
       const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: yield* Clock.currentTimeMillis })
       const run = Runtime.runPromise(yield* Effect.runtime<never>())
-      // However the connection closes (a failed open, the stream's end, a cancel), the stream is no longer in flight.
-      yield* Scope.addFinalizer(connection, Effect.sync(() => (liveCalls.delete(p), streamMarks.delete(p), streamCancels.delete(p))))
+      // However the connection closes (a failed open, the stream's end, a cancel, shutdown), there is no
+      // more progress to mark and nothing to cancel. The call stays in flight (`liveCalls`) until it is
+      // settled: `close` below.
+      yield* Scope.addFinalizer(connection, Effect.sync(() => (streamMarks.delete(p), streamCancels.delete(p))))
       /** The route that serves the stream and its attempts (the open's callback's, then the Router's own), and its events. */
       let served: Served<DataEvents> | undefined
       let events: AsyncIterator<ReadonlyArray<string>> | undefined
@@ -130,7 +132,10 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
 
       // The per-event path is plain JavaScript over an async iterable: an Effect Stream would cost
       // ≈ 50–100 µs of CPU per element pulled (bench/README.md). Effects run only to settle.
-      const close = () => run(Effect.zipRight(finish("disconnect"), Scope.close(connection, Exit.void)))
+      // Every stream that began ends here, settled (or voided) once: only then is it out of `liveCalls`,
+      // which shutdown waits to empty (Gateway.stopCalls) — a stream it stopped is still being settled
+      // after its connection closed.
+      const close = () => run(Effect.zipRight(finish("disconnect"), Scope.close(connection, Exit.void))).finally(() => liveCalls.delete(p))
       let started = false
       let cancelled = false
       const cancel = () => {
@@ -184,7 +189,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       }
       const reply: SseReply = { _tag: "Sse", frames, cancel }
 
-      /** The stream is the client's from here: kept alive by `keepCallsAlive`, marked by the heartbeat, ended by shutdown. */
+      /** The stream is the client's from here: kept alive by `keepCallsAlive` until settled, marked by the heartbeat, ended by shutdown. */
       const begin = (s: Served<DataEvents>) => {
         served = s
         events = s.value[Symbol.asyncIterator]()

@@ -42,26 +42,40 @@ const hello = JSON.stringify({ choices: [{ index: 0, delta: { content: "hello" }
  * connection was released. Its upstream sends one event, the token "hello". The router tells the open's
  * callback (ChatCall.deliver's way in) before it answers; when the callback takes the stream, the
  * router answers only once `resume` completes (the real transport resumes the fiber a turn later).
+ * `open`: after its event the upstream stays open (until the stream stops reading it); `settling`:
+ * what each settlement waits for before it is written.
  */
-const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effect.void) => {
+const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effect.void, o: { readonly open?: boolean; readonly settling?: Effect.Effect<void> } = {}) => {
   const opened = Effect.runSync(Deferred.make<void>())
   const abandoned: Array<string> = []
   const settled: Array<{ route: string; output: number }> = []
   let released = false
   const batches: Array<ReadonlyArray<string>> = [[hello]]
+  const done = { done: true, value: undefined } as const
+  let stopReading: ((end: typeof done) => void) | undefined
   const events: DataEvents = {
     [Symbol.asyncIterator]: () => ({
-      next: () => Promise.resolve(batches.length > 0 ? { done: false, value: batches.shift()! } : { done: true, value: undefined }),
-      return: () => Promise.resolve({ done: true, value: undefined })
+      next: () =>
+        batches.length > 0
+          ? Promise.resolve({ done: false, value: batches.shift()! })
+          : o.open === true
+            ? new Promise((resolve) => (stopReading = resolve))
+            : Promise.resolve(done),
+      return: () => {
+        stopReading?.(done)
+        return Promise.resolve(done)
+      }
     })
   }
   const served: Served<DataEvents> = { route: route as Served<DataEvents>["route"], value: events, attempts: [] }
   const delivering = new WeakSet<Plan>()
+  const liveCalls = new Set<Plan>()
+  const streamCancels = new Map<Plan, () => void>()
   const ctx = {
     span: () => (self: unknown) => self,
-    liveCalls: new Set<Plan>(),
+    liveCalls,
     streamMarks: new Map(),
-    streamCancels: new Map(),
+    streamCancels,
     delivering,
     router: {
       // The upstream takes a few turns to open, so a sync that needs none has ended by then.
@@ -89,11 +103,14 @@ const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effec
       render: (g: unknown, now: number) => unknown,
       then: (stored: unknown) => unknown
     ) =>
-      Effect.sync(() => {
-        settled.push({ route: s.route.name, output: tokens.output })
-        render({}, 0)
-        return then({})
-      }),
+      Effect.zipRight(
+        o.settling ?? Effect.void,
+        Effect.sync(() => {
+          settled.push({ route: s.route.name, output: tokens.output })
+          render({}, 0)
+          return then({})
+        })
+      ),
     fromRouteFailure: () => Effect.die("no route failure in these tests")
   } as unknown as Settlement
   return {
@@ -101,6 +118,8 @@ const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effec
     abandoned,
     settled,
     delivering,
+    liveCalls,
+    streamCancels,
     released: () => released,
     opened: Deferred.await(opened)
   }
@@ -195,5 +214,30 @@ describe("a stream's opening and its reservation's sync", () => {
       expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
       expect(abandoned).toEqual(["internal_error"])
       expect(released()).toBe(true)
+    }))
+
+  it.effect("shutdown stops a stream it already read from: the call stays in flight until its settlement is written, then leaves", () =>
+    Effect.gen(function* () {
+      const written = yield* Deferred.make<void>()
+      const { completeStreaming, settled, liveCalls, streamCancels } = withSync(Effect.void, Effect.void, { open: true, settling: Deferred.await(written) })
+      const reply = yield* completeStreaming(plan, principal)
+      if (reply._tag !== "Sse") throw new Error("not a stream")
+      const frames = reply.frames[Symbol.asyncIterator]()
+      expect(new TextDecoder().decode((yield* Effect.promise(() => frames.next())).value)).toBe(`data: ${hello}\n\n`)
+      const rest = Effect.runPromise(Effect.promise(async () => {
+        const out: Array<string> = []
+        for (let f = await frames.next(); f.done !== true; f = await frames.next()) out.push(new TextDecoder().decode(f.value))
+        return out
+      }))
+      expect(liveCalls.has(plan)).toBe(true)
+      // Gateway.stopCalls: each open stream's stop, then a wait for `liveCalls` to empty.
+      streamCancels.get(plan)!()
+      yield* Effect.promise(() => new Promise((r) => setTimeout(r, 20)))
+      expect(settled).toEqual([])
+      expect(liveCalls.has(plan)).toBe(true)
+      yield* Deferred.succeed(written, undefined)
+      expect(yield* Effect.promise(() => rest)).toEqual(["data: broken\n\n"])
+      expect(settled).toEqual([{ route: "r", output: 1 }])
+      expect(liveCalls.has(plan)).toBe(false)
     }))
 })
