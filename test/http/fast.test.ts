@@ -258,8 +258,12 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
   /**
    * A server whose Gateway delivers a two-frame stream the moment its call starts, then waits until
    * the test says the client has read it, and ends as `end` says; and the log lines written meanwhile.
+   * `early: false` leaves the stream to the call's end; `badHeader` gathers a header node refuses.
    */
-  const deliveringServer = async (end: (reply: GatewayReply) => Effect.Effect<GatewayReply>) => {
+  const deliveringServer = async (
+    end: (reply: GatewayReply) => Effect.Effect<GatewayReply>,
+    o: { readonly early?: boolean; readonly badHeader?: boolean } = {}
+  ) => {
     const upstream = await startMockUpstream()
     const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
     const read = Effect.runSync(Deferred.make<void>())
@@ -269,14 +273,16 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
         yield utf8.encode('data: {"n":1}\n\n')
         yield utf8.encode("data: [DONE]\n\n")
       })(),
-      cancel: () => undefined
+      cancel: () => void (cancelled = true)
     }
+    let cancelled = false
     const gateway = Layer.succeed(
       Gateway,
       Gateway.make({
         handle: (call) =>
           Effect.suspend(() => {
-            call.deliver!(reply as Extract<GatewayReply, { _tag: "Sse" }>)
+            if (o.badHeader === true) call.headers["x-gathered"] = "line\nbreak"
+            if (o.early !== false) call.deliver!(reply as Extract<GatewayReply, { _tag: "Sse" }>)
             return Effect.zipRight(Deferred.await(read), end(reply))
           }),
         adopt: () => undefined,
@@ -294,6 +300,7 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
     console.log = (...args: Array<unknown>) => void lines.push(args.map(String).join(" "))
     return {
       lines,
+      cancelled: () => cancelled,
       /** The stream, read whole while the call is still waiting (it fails after 2 s otherwise). */
       stream: () =>
         Promise.race([
@@ -328,6 +335,22 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
       expect(t.lines.filter((l) => l.includes("unhandled failure"))).toEqual([])
     } finally {
       await t.close()
+    }
+  })
+
+  it("a stream whose head cannot be written is answered 500 and cancelled, so its hold is resolved (early or at the call's end)", async () => {
+    for (const early of [true, false]) {
+      const t = await deliveringServer((reply) => Effect.succeed(reply), { early, badHeader: true })
+      try {
+        const answer = t.stream()
+        await t.endCall()
+        const got = await answer
+        expect(got.status).toBe(500)
+        expect(t.cancelled()).toBe(true)
+        expect(t.lines.filter((l) => l.includes("unhandled failure"))).toHaveLength(1)
+      } finally {
+        await t.close()
+      }
     }
   })
 
