@@ -43,7 +43,7 @@ export interface Upstream {
    * `opened` gets what `start` answered at once, in the callback that has it, unless the attempt
    * was aborted by then; when it takes the stream, the effect resumes at the loop's next check phase
    * (a `setImmediate`, before any timer), after the microtasks it started — its first write — ran
-   * (ChatProvider.stream).
+   * (ChatProvider.stream). If it throws, the opening dies with that defect and the request is released.
    */
   readonly open: <A>(
     payload: string,
@@ -65,6 +65,11 @@ class AttemptSignal extends EventEmitter {
     this.aborted = true
     this.emit("abort")
   }
+}
+
+/** A throw of a caller's `opened` callback: a bug of ours, so the attempt dies with it (never the upstream's failure). */
+class CallerDefect {
+  constructor(readonly defect: unknown) {}
 }
 
 /** A body's chunks as text (one chunk, the usual case, without a copy). */
@@ -117,7 +122,7 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
         },
         (e: unknown) => {
           clearTimeout(timer)
-          resume(Effect.fail(timedOutNow ? timedOut() : failureOf(e)))
+          resume(e instanceof CallerDefect ? Effect.die(e.defect) : Effect.fail(timedOutNow ? timedOut() : failureOf(e)))
         }
       )
       return Effect.sync(() => {
@@ -208,7 +213,17 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
                     feed = fed
                     start(fed.events).then(
                       (value) => {
-                        if (opened !== undefined && !signal.aborted && opened(value)) setImmediate(() => resolve({ feed: fed, value }))
+                        let took = false
+                        if (opened !== undefined && !signal.aborted) {
+                          try {
+                            took = opened(value)
+                          } catch (defect) {
+                            // Not an unhandled rejection in undici's callback: the attempt dies, the request is released.
+                            fed.stop()
+                            return reject(new CallerDefect(defect))
+                          }
+                        }
+                        if (took) setImmediate(() => resolve({ feed: fed, value }))
                         else resolve({ feed: fed, value })
                       },
                       (e: unknown) => {

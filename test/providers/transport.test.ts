@@ -1,7 +1,7 @@
 /**
  * The one upstream transport (transport.ts) as both HTTP adapters use it, against the real-HTTP mock.
  */
-import { Effect, Fiber } from "effect"
+import { Cause, Effect, Exit, Fiber, Option } from "effect"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import type { RouteConfig } from "../../src/domain/config.ts"
 import { makeAnthropicProvider } from "../../src/providers/anthropic.ts"
@@ -41,6 +41,21 @@ const readStream = (provider: ChatProvider, got: Array<string> = [], until = Num
     )
   )
 
+/** What the process emitted as `event` while `run` ran (listened to first, so nothing else handles it). */
+const heard = async (event: "uncaughtException" | "unhandledRejection", run: () => Promise<void>): Promise<Array<unknown>> => {
+  const seen: Array<unknown> = []
+  const listener = (e: unknown) => void seen.push(e)
+  // Both events through EventEmitter's own signature (process's overloads take one event name each).
+  const emitter: NodeJS.EventEmitter = process
+  emitter.prependListener(event, listener)
+  try {
+    await run()
+  } finally {
+    emitter.removeListener(event, listener)
+  }
+  return seen
+}
+
 const adapters: ReadonlyArray<[string, (timeoutMs?: number) => ChatProvider]> = [
   ["openai", (timeout_ms) => makeOpenAIProvider("p", { type: "openai", base_url: mock.url, timeout_ms }, 5_000)],
   ["anthropic", (timeout_ms) => makeAnthropicProvider("p", { type: "anthropic", base_url: mock.url, timeout_ms }, 5_000)]
@@ -49,10 +64,7 @@ const adapters: ReadonlyArray<[string, (timeoutMs?: number) => ChatProvider]> = 
 describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
   it("closing a stream mid-body (client hung up) aborts the upstream request without an unhandled 'error' event", async () => {
     const provider = make()
-    const uncaught: Array<unknown> = []
-    const onUncaught = (e: unknown) => uncaught.push(e)
-    process.prependListener("uncaughtException", onUncaught)
-    try {
+    const uncaught = await heard("uncaughtException", async () => {
       mock.pushBehavior({ reply: "one two three four five six seven eight nine ten eleven twelve", chunkDelayMs: 40 })
       // Stops reading mid-body after two events; the scope then closes the connection.
       const firstTwo = await Effect.runPromise(readStream(provider, [], 2))
@@ -60,10 +72,26 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
       // The upstream saw its client go before the end; the client's 'error' (emitted on the next
       // tick of the destroy) would have come before that.
       await expect.poll(() => mock.abandoned).toBe(1)
-      expect(uncaught).toEqual([])
-    } finally {
-      process.removeListener("uncaughtException", onUncaught)
-    }
+    })
+    expect(uncaught).toEqual([])
+  })
+
+  it("an `opened` callback that throws (a bug of ours) fails the opening with that defect, never an upstream failure or an unhandled rejection, and releases the request", async () => {
+    const provider = make()
+    const unhandled = await heard("unhandledRejection", async () => {
+      mock.pushBehavior({ reply: "one two three four five six seven eight nine ten eleven twelve", chunkDelayMs: 40 })
+      const bug = new Error("a bug in the opened callback")
+      const exit = await Effect.runPromiseExit(
+        Effect.scoped(
+          provider.stream(route, { messages: [{ role: "user", content: "x" }], stream: true }, () => {
+            throw bug
+          })
+        )
+      )
+      expect(Exit.isFailure(exit) && Cause.isDie(exit.cause) && Option.getOrUndefined(Cause.dieOption(exit.cause))).toBe(bug)
+      await expect.poll(() => mock.abandoned).toBe(1)
+    })
+    expect(unhandled).toEqual([])
   })
 
   it("a client that hangs up while the stream is still opening aborts the upstream request", async () => {

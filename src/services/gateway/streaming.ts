@@ -191,8 +191,9 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
 
       /** The stream is the client's from here: kept alive by `keepCallsAlive` until settled, marked by the heartbeat, ended by shutdown. */
       const begin = (s: Served<DataEvents>) => {
-        served = s
+        // The one step that could throw first; then only registrations.
         events = s.value[Symbol.asyncIterator]()
+        served = s
         liveCalls.add(p)
         streamMarks.set(p, progress)
         streamCancels.set(p, stop)
@@ -207,9 +208,10 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
           : (s: Served<DataEvents>): boolean => {
               const synced = durable?.unsafePoll()
               if (durable !== undefined && (synced === null || synced === undefined || !Exit.isSuccess(synced))) return false
+              begin(s)
+              // From here the stream is delivered (`deliver` never throws): the hold is the stream's.
               early = true
               delivering.add(p)
-              begin(s)
               timeline.mark("upstream stream open (headers)")
               deliver(reply)
               return true
