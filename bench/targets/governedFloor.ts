@@ -38,13 +38,13 @@ import { verificationOf } from "../../src/services/Gateway.ts"
 import { fingerprintOf } from "../../src/services/IdempotencyStore.ts"
 import { KeyRegistry, type Principal } from "../../src/services/KeyRegistry.ts"
 import { periodOf } from "../../src/services/Ledger.ts"
-import { ReceiptSigner, sealReceipt } from "../../src/services/ReceiptSigner.ts"
+import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { makeSseParser } from "../../src/providers/sse.ts"
 import { chatCompletionsSurface } from "../../src/services/surfaces/chatCompletions.ts"
 import { type Governance, withGovernance } from "../../src/services/surfaces/Surface.ts"
 import { countChat } from "../../src/services/Tokenizer.ts"
 import { makeChatTransactions, mustSync, type Reserved, type ReserveArgs, type SettleArgs } from "../../src/store/chatTransactions.ts"
-import { fastestEd25519, sodiumModule } from "../../src/store/sodium.ts"
+import { fastestSealer, sodiumModule } from "../../src/store/sodium.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
 import { makeGroupCommit, type TxOutcome } from "../../src/store/syncTransactions.ts"
 import { arg, flag } from "../lib/args.ts"
@@ -93,8 +93,7 @@ if (inline) {
   db.pragma("journal_mode = WAL")
   db.pragma("synchronous = FULL")
   db.pragma("foreign_keys = ON")
-  const sign = fastestEd25519().signerFor(setup.signingKey)
-  const ops = makeChatTransactions(db, { keyId: setup.signingKeyId, seal: (unsigned) => sealReceipt(sign, unsigned) })
+  const ops = makeChatTransactions(db, { keyId: setup.signingKeyId, seal: fastestSealer(setup.signingKey) })
   const group = makeGroupCommit(db)
   // Inline, a stream's reservation is synced by its own COMMIT (`mustSync`): nothing is left for `sync`.
   run = (op, args, done) =>

@@ -6,7 +6,7 @@
  */
 import { Effect } from "effect"
 import type { GovernanceError } from "../domain/errors.ts"
-import type { Gateway, SseReply } from "../services/Gateway.ts"
+import type { ChatCall, Gateway } from "../services/Gateway.ts"
 import type { Principal } from "../services/KeyRegistry.ts"
 import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
 import { responsesSurface, responsesToChat } from "../services/surfaces/responses.ts"
@@ -34,7 +34,7 @@ export const handleGoverned = (
   clientBody: unknown,
   requestHeaders: Readonly<Record<string, unknown>>,
   headers: Record<string, string>,
-  deliver?: (reply: SseReply) => void
+  deliver?: ChatCall["deliver"]
 ) =>
   Effect.flatMap(toCall(clientBody), ({ body, surface }) => {
     const text = (name: string) => (typeof requestHeaders[name] === "string" ? (requestHeaders[name] as string) : undefined)

@@ -22,7 +22,7 @@ import { type SealedReceipt, sealReceipt, type UnsignedReceipt } from "../../spe
 import { Settings } from "../domain/config.ts"
 import { ReceiptKey } from "../store/ChatStore.ts"
 import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
-import { fastestEd25519 } from "../store/sodium.ts"
+import { fastestSealer } from "../store/sodium.ts"
 
 export interface PublicReceiptKey {
   readonly id: string
@@ -77,8 +77,7 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
       yield* Effect.logInfo(`receipt signing key rotated: ${keyId} signs from now on; retired ${retired.map((r) => r.id).join(", ")}`)
     }
 
-    const sign = fastestEd25519().signerFor(privateKey)
-    const seal = (unsigned: UnsignedReceipt): SealedReceipt => sealReceipt(sign, unsigned)
+    const seal: (unsigned: UnsignedReceipt) => SealedReceipt = fastestSealer(privateKey)
 
     const publicKeys = Effect.map(
       sql<{ id: string; public_key: string; created_at: number; retired_at: number | null }>`

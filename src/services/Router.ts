@@ -28,6 +28,9 @@ export interface Served<A> {
   readonly attempts: ReadonlyArray<Attempt>
 }
 
+/** The record of an attempt of `route`, started at `t0`, that answered at `t1`. */
+const succeeded = (route: Route, t0: number, t1: number): Attempt => ({ route: route.name, provider: route.provider, outcome: "ok", duration_ms: t1 - t0 })
+
 export class RouteFailed {
   readonly _tag = "RouteFailed"
   constructor(readonly error: RouteUnavailable | InvalidRequest, readonly attempts: ReadonlyArray<Attempt>) {}
@@ -96,11 +99,13 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
      * Try the chain in order: each route up to 1 + upstreamRetries times, within one deadline.
      * Written as a loop of plain steps (`attemptAt` calls itself for the next attempt) rather than a
      * generator: the common call is one attempt, and it pays the Effect runtime only for the call itself.
-     * `call` also gets `servedNow`: what this attempt would have served, were it to succeed now.
+     * `opened` (a stream's, ChatProvider.stream): told what an attempt serves the moment it opens,
+     * before the attempt's effect resumes; `call` then gets `tell`, this attempt's way to say so.
      */
     const attemptsOf = <A, R>(
       chain: ReadonlyArray<Route>,
-      call: (provider: ChatProvider, route: Route, servedNow: (value: A) => Served<A>) => Effect.Effect<A, UpstreamFailure, R>
+      call: (provider: ChatProvider, route: Route, tell: ((value: A) => boolean) | undefined) => Effect.Effect<A, UpstreamFailure, R>,
+      opened?: (served: Served<A>) => boolean
     ): Effect.Effect<Served<A>, RouteFailed, R> =>
       Effect.clockWith((clock) => {
         const attempts: Array<Attempt> = []
@@ -134,12 +139,11 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
           // count against the route. A defect is the gateway's own failure (a body it cannot serialize,
           // a bug): it says nothing about the route, so like an interruption it only frees a probe.
           // `either` leaves only a defect or an interruption in a failed exit: one finalizer for both.
-          const servedNow = (value: A): Served<A> => ({
-            route,
-            value,
-            attempts: [...attempts, { route: route.name, provider: route.provider, outcome: "ok", duration_ms: clock.unsafeCurrentTimeMillis() - t0 }]
-          })
-          return Effect.either(call(providers.get(route.provider)!, route, servedNow)).pipe(
+          const tell =
+            opened === undefined
+              ? undefined
+              : (value: A) => opened({ route, value, attempts: [...attempts, succeeded(route, t0, clock.unsafeCurrentTimeMillis())] })
+          return Effect.either(call(providers.get(route.provider)!, route, tell)).pipe(
             Effect.onExit((exit) =>
               Exit.isFailure(exit) ? Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))) : Effect.void
             ),
@@ -148,7 +152,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
               metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")
               if (result._tag === "Right") {
                 health.set(route.name, Health.onSuccess(stateOf(route.name)))
-                attempts.push({ route: route.name, provider: route.provider, outcome: "ok", duration_ms: t1 - t0 })
+                attempts.push(succeeded(route, t0, t1))
                 return Effect.succeed({ route, value: result.right, attempts })
               }
               const failure = result.left
@@ -182,9 +186,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
      * (ChatProvider.stream): before this effect resumes, and before the route's health and metrics are updated.
      */
     const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>, opened?: (served: Served<DataEvents>) => boolean) =>
-      attemptsOf<DataEvents, Scope.Scope>(chain, (provider, route, servedNow) =>
-        provider.stream(route, bodyFor(route), opened === undefined ? undefined : (events) => opened(servedNow(events)))
-      )
+      attemptsOf<DataEvents, Scope.Scope>(chain, (provider, route, tell) => provider.stream(route, bodyFor(route), tell), opened)
 
     /** The breaker state of a route now: closed, open or half_open (for operators and tests). */
     const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)

@@ -13,7 +13,6 @@
 import { Clock, Context, Effect, Layer, Runtime } from "effect"
 import type { KeyObject } from "node:crypto"
 import { Worker } from "node:worker_threads"
-import { sealReceipt } from "../../spec/receipt.ts"
 import { Settings } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
 import {
@@ -30,7 +29,7 @@ import {
   type SettleArgs
 } from "./chatTransactions.ts"
 import { Sqlite } from "./Database.ts"
-import { fastestEd25519, sodiumModule } from "./sodium.ts"
+import { fastestSealer, sodiumModule } from "./sodium.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker, WorkerTiming } from "./storeWorker.ts"
 import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
@@ -259,10 +258,9 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
           assertInvariants: settings.assertInvariants
         }))
       } else {
-        const sign = fastestEd25519().signerFor(signer.signingKey)
         const ops = makeChatTransactions(
           store.db,
-          { keyId: signer.keyId, seal: (unsigned) => sealReceipt(sign, unsigned) },
+          { keyId: signer.keyId, seal: fastestSealer(signer.signingKey) },
           { assertInvariants: settings.assertInvariants }
         )
         run = <E>(op: ChatOp | "sync", args: unknown) =>

@@ -25,13 +25,13 @@
  */
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Duration, Effect, Layer } from "effect"
-import { GENESIS_HASH, sealReceipt } from "../../spec/receipt.ts"
+import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { available, checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
-import { fastestEd25519 } from "./sodium.ts"
+import { fastestSealer } from "./sodium.ts"
 import { asBuffer, type ClaimOutcome, type IdempotencyRow, outcomeOf } from "./idempotencyStatements.ts"
 import { unsignedReceipt, type WindowFactsRow, windowFactsOf } from "./ledgerStatements.ts"
 
@@ -53,7 +53,7 @@ const SWEEP_BATCH = 500
 export const makePgChatStore = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   const signer = yield* ReceiptKey
-  const sign = fastestEd25519().signerFor(signer.signingKey)
+  const seal = fastestSealer(signer.signingKey)
   const { assertInvariants } = yield* Settings
 
   /** Assertion mode (TOLLGATE_ASSERT): the window's rules (spec/ledger.ts `checkWindow`) on the rows this transaction wrote. */
@@ -206,7 +206,7 @@ export const makePgChatStore = Effect.gen(function* () {
         if (head === undefined) return yield* Effect.dieMessage(`no budget window ${row.period} for project ${row.project_id}`)
         const seq = head.seq + 1
         const unsigned = unsignedReceipt(s, { ...row, charge }, { seq, prevHash: head.hash, now: s.now, keyId: signer.keyId })
-        const { receipt, body } = sealReceipt(sign, unsigned)
+        const { receipt, body } = seal(unsigned)
         yield* sql`WITH appended AS (
             INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
               body, prev_hash, hash, signature, signing_key_id, created_at,

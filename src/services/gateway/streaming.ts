@@ -36,17 +36,23 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       // The reservation is committed, durable against a crash of the process; its fsync runs while
       // the upstream opens, and the stream's headers wait for it (docs/decisions/0013).
       const durable = store.sync === undefined ? undefined : yield* Effect.fork(store.sync())
+      /** The reservation is on disk: no sync to wait for, or it already answered. */
+      const onDisk = (): boolean => {
+        const synced = durable?.unsafePoll()
+        return synced === undefined || (synced !== null && Exit.isSuccess(synced))
+      }
       const connection = yield* Scope.make()
       // Set up while the upstream opens, not after: from the open on, every step is on the way to the first byte.
       const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: yield* Clock.currentTimeMillis })
       const run = Runtime.runPromise(yield* Effect.runtime<never>())
-      // However the connection closes (a failed open, the stream's end, a cancel, shutdown), there is no
-      // more progress to mark and nothing to cancel. The call stays in flight (`liveCalls`) until it is
-      // settled: `close` below.
-      yield* Scope.addFinalizer(connection, Effect.sync(() => (streamMarks.delete(p), streamCancels.delete(p))))
       /** The route that serves the stream and its attempts (the open's callback's, then the Router's own), and its events. */
       let served: Served<DataEvents> | undefined
       let events: AsyncIterator<ReadonlyArray<string>> | undefined
+      // However the connection closes (a failed open, the stream's end, a cancel, shutdown), there is no
+      // more progress to mark and nothing to cancel, and the upstream read ends — also when the
+      // transport's own finalizer is not in the scope yet (a stream delivered from the open's callback
+      // before its fiber resumed). The call stays in flight (`liveCalls`) until it is settled: `close`.
+      yield* Scope.addFinalizer(connection, Effect.sync(() => (streamMarks.delete(p), streamCancels.delete(p), void events?.return?.())))
       // Every frame sent, kept only when an idempotency key will store the stream for replay.
       const keep = p.idempotency !== undefined
       const sent: Array<Uint8Array> = []
@@ -144,9 +150,6 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         // Never iterated: settle here. Iterating: closing the connection ends the upstream read
         // below, which then settles as a disconnect.
         void (started ? run(Scope.close(connection, Exit.void)) : close())
-        // The upstream read ends now, also when the open's own finalizer is not in the scope yet (a
-        // stream delivered from the open's callback before its fiber resumed).
-        void events?.return?.()
       }
       // Shutdown past its grace ends the stream as an upstream cut does: the client gets the broken
       // stream's last event, with the charge for what it was delivered (nothing delivered: voided).
@@ -156,7 +159,6 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         if (!started) return cancel()
         stopping = true
         void run(Scope.close(connection, Exit.void))
-        void events?.return?.()
       }
       const frames: AsyncIterable<Uint8Array> = {
         async *[Symbol.asyncIterator]() {
@@ -199,32 +201,30 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         streamCancels.set(p, stop)
       }
       // The open's callback: deliver at once if the reservation is on disk (usually, its fsync ran
-      // while the upstream opened). From here the hold is the stream's to settle, whatever this fiber
-      // meets before it resumes (`delivering`: Gateway.handle then leaves the hold alone).
-      let early = false
+      // while the upstream opened). From then on the hold is the stream's to settle, whatever this
+      // fiber meets before it resumes (`delivering`: `abandonInterrupted` leaves the hold alone).
       const opened =
         deliver === undefined
           ? undefined
           : (s: Served<DataEvents>): boolean => {
-              const synced = durable?.unsafePoll()
-              if (durable !== undefined && (synced === null || synced === undefined || !Exit.isSuccess(synced))) return false
+              if (!onDisk()) return false
               begin(s)
-              // From here the stream is delivered (`deliver` never throws): the hold is the stream's.
-              early = true
+              // Delivered from here (`deliver` never throws).
               delivering.add(p)
               timeline.mark("upstream stream open (headers)")
               deliver(reply)
               return true
             }
+      const early = () => delivering.has(p)
 
       const opening = yield* router.openStream(p.chain, () => upstreamBody(p.body, p.request, p.outputCap), opened).pipe(
         span("tollgate.upstream_open", { kind: "client", attributes: { "tollgate.request_id": p.requestId } }),
         Scope.extend(connection),
-        Effect.onExit((exit) => (Exit.isSuccess(exit) || early ? Effect.void : Scope.close(connection, Exit.void))),
-        Effect.tapDefect(() => (early ? Effect.void : abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", []))),
+        Effect.onExit((exit) => (Exit.isSuccess(exit) || early() ? Effect.void : Scope.close(connection, Exit.void))),
+        Effect.tapDefect(() => (early() ? Effect.void : abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", []))),
         Effect.catchAll((failed) => fromRouteFailure(p, failed))
       )
-      if (early) {
+      if (early()) {
         // Already delivering: the Router's own record of the attempts replaces the callback's.
         served = opening
         return reply
@@ -233,8 +233,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       if (durable !== undefined) {
         // Usually the sync is long done when the headers come (its fsync ran while the upstream
         // opened): then there is nothing to wait for, and `Fiber.join`'s steps are skipped.
-        const synced = durable.unsafePoll()
-        if (synced === null || !Exit.isSuccess(synced)) {
+        if (!onDisk()) {
           yield* Fiber.join(durable).pipe(
             Effect.tapDefect(() =>
               Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", opening.attempts))
