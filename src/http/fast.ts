@@ -104,8 +104,8 @@ interface FastCall {
   /** The reply's headers, gathered along the pipeline (request id, rate limit). */
   readonly headers: Record<string, string>
   caller: Principal | undefined
-  /** A stream's head is written: the stream answers for itself from here, whatever the call's fiber does. */
-  streaming: boolean
+  /** An answer came through `deliver` (ChatCall.deliver): the call's fiber ending answers nothing more. */
+  delivered: boolean
 }
 
 /**
@@ -137,10 +137,9 @@ export const makeFastHandler = Effect.gen(function* () {
     if (settings.accessLog) logAccess("POST", c.path, status, seconds, requestId, c.caller)
   }
 
-  /** Write a stream's head and pipe its frames: from `deliver` (its upstream just opened) or at the call's end. */
+  /** Write a stream's head and pipe its frames: delivered (its upstream just opened) or at the call's end. */
   const stream = (c: FastCall, reply: SseReply): void => {
     const { res, headers } = c
-    c.streaming = true
     record(c, 200, headers["x-request-id"])
     headers["cache-control"] = "no-cache"
     headers["x-accel-buffering"] = "no"
@@ -151,30 +150,32 @@ export const makeFastHandler = Effect.gen(function* () {
   }
 
   /**
-   * `ChatCall.deliver`: the stream is written from its upstream's callback. Never throws: a head that
-   * cannot be written is answered as `settle` answers it, and the stream is cancelled (nothing was
-   * delivered, so its hold is voided).
+   * `ChatCall.deliver`: the answer handed over apart from the call's fiber — a stream from its
+   * upstream's callback, a non-streamed reply (or failure) once its settlement is written. From here
+   * the fiber's own end answers nothing (`ended`). Never throws: `settle` does not.
    */
   const deliverTo =
     (c: FastCall) =>
-    (reply: SseReply): void => {
-      try {
-        stream(c, reply)
-      } catch (error) {
-        writeFailed(c, error)
-        reply.cancel()
-      }
+    (answer: Exit.Exit<GatewayReply, GovernanceError>): void => {
+      c.delivered = true
+      settle(c, answer)
     }
 
-  const respond = (c: FastCall, exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
-    const { res, headers } = c
-    if (c.streaming) {
-      // Delivered when its upstream opened: the stream answers for itself and settles its own hold;
+  /** The call's fiber ended: answer with its exit, unless the answer was, or will be, delivered. */
+  const ended = (c: FastCall, exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
+    if (c.delivered) {
+      // A stream delivered when its upstream opened answers for itself and settles its own hold;
       // only a defect of the call's last steps is worth a line.
       if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) runFork(logDefect(exit.cause))
       return
     }
+    if (Exit.isSuccess(exit) && exit.value._tag === "Delivered") return
     timeline.mark("the call's fiber ends")
+    settle(c, exit)
+  }
+
+  const respond = (c: FastCall, exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
+    const { res, headers } = c
     if (Exit.isSuccess(exit)) {
       const reply = exit.value
       if (reply._tag === "Body") {
@@ -182,6 +183,8 @@ export const makeFastHandler = Effect.gen(function* () {
         writeBody(res, reply, headers)
         return timeline.end("write the response")
       }
+      // Never handed to `respond`: `ended` leaves it to the delivery.
+      if (reply._tag === "Delivered") return
       return stream(c, reply)
     }
     const failure = Cause.failureOption(exit.cause)
@@ -225,12 +228,13 @@ export const makeFastHandler = Effect.gen(function* () {
 
   /**
    * Run the governed call in a fiber the Gateway owns: no client hang-up interrupts it, shutdown does
-   * (and voids its hold), and the upstream call runs in it without a fiber of its own (≈ 20 KiB, bench/README).
+   * (and voids its hold). A non-streamed call's fiber ends once its upstream is called; its answer
+   * comes through `deliver` (docs/decisions/0033).
    */
   const run = (c: FastCall, call: Effect.Effect<GatewayReply, GovernanceError>): void => {
     const fiber = runFork(call)
     gateway.adopt(fiber)
-    fiber.addObserver((exit) => settle(c, exit))
+    fiber.addObserver((exit) => ended(c, exit))
   }
 
   const governed = (c: FastCall, principal: Principal, clientBody: unknown) =>
@@ -260,7 +264,7 @@ export const makeFastHandler = Effect.gen(function* () {
   }
 
   return (req: IncomingMessage, res: ServerResponse, path: FastPath): void => {
-    const c: FastCall = { req, res, path, start: performance.now(), headers: {}, caller: undefined, streaming: false }
+    const c: FastCall = { req, res, path, start: performance.now(), headers: {}, caller: undefined, delivered: false }
     timeline.begin()
     try {
       enter(c)

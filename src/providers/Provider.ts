@@ -2,7 +2,7 @@
  * What every upstream adapter offers: an OpenAI-shaped chat completion, whole or streamed.
  * Adapters translate their provider's wire format to OpenAI's; the Gateway only speaks OpenAI.
  */
-import { Data, type Effect, type Scope } from "effect"
+import { Data, Effect, type Either, type Scope } from "effect"
 import type { RouteConfig } from "../domain/config.ts"
 
 export class UpstreamFailure extends Data.TaggedError("UpstreamFailure")<{
@@ -24,10 +24,28 @@ export interface UpstreamReply {
   readonly json: Record<string, unknown>
 }
 
+/**
+ * A non-streamed completion held by callbacks: `done` gets the reply or the failure once, after
+ * `send` returned; the returned function aborts it (then `done` is never called). `now` reads the
+ * caller's Clock. A throw of `send` is a bug of ours (a body it cannot serialize), not the upstream's.
+ */
+export type Send = (
+  route: RouteConfig,
+  body: Record<string, unknown>,
+  now: () => number,
+  done: (result: Either.Either<UpstreamReply, UpstreamFailure>) => void
+) => () => void
+
 export interface ChatProvider {
   readonly type: string
   /** Non-streaming chat completion. */
   readonly complete: (route: RouteConfig, body: Record<string, unknown>) => Effect.Effect<UpstreamReply, UpstreamFailure>
+  /**
+   * The same completion held by callbacks rather than a fiber (the Router's hot path,
+   * docs/decisions/0033); `complete` is then `completeBy(send)`. An adapter without it is run
+   * through `complete`.
+   */
+  readonly send?: Send
   /**
    * Streaming chat completion. The effect connects and checks the status (a failure here is before
    * any token); the events then yield the `data:` payload of each SSE event as received, without
@@ -46,6 +64,19 @@ export interface ChatProvider {
     opened?: (events: DataEvents) => boolean
   ) => Effect.Effect<DataEvents, UpstreamFailure, Scope.Scope>
 }
+
+/** `complete` as an effect of `send`: interrupting it aborts the request. */
+export const completeBy =
+  (send: Send): ChatProvider["complete"] =>
+  (route, body) =>
+    Effect.clockWith((clock) =>
+      Effect.async<UpstreamReply, UpstreamFailure>((resume) => {
+        const abort = send(route, body, () => clock.unsafeCurrentTimeMillis(), (result) =>
+          resume(result._tag === "Right" ? Effect.succeed(result.right) : Effect.fail(result.left))
+        )
+        return Effect.sync(abort)
+      })
+    )
 
 /**
  * The `data:` payloads of a stream's SSE events, in batches as they arrive (one per network read).

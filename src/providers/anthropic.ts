@@ -5,13 +5,13 @@
  * chunk payloads (anthropic/stream.ts). The transport is the one OpenAI uses (transport.ts: undici,
  * the same timeouts, pooling, aborts and failures); the stream is read by the one SSE reader (sse.ts).
  */
-import { Clock, Effect, Redacted } from "effect"
+import { Clock, Effect, Either, Redacted } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
 import type { Json } from "./anthropic/json.ts"
 import { toAnthropicRequest } from "./anthropic/request.ts"
 import { toOpenAICompletion } from "./anthropic/response.ts"
 import { makeStreamTranslator, startedEvents, translatedEvents } from "./anthropic/stream.ts"
-import { type ChatProvider, upstreamErrorDetail } from "./Provider.ts"
+import { type ChatProvider, completeBy, type Send, type UpstreamFailure, type UpstreamReply, upstreamErrorDetail } from "./Provider.ts"
 import { makeUpstream, parseJsonObject } from "./transport.ts"
 
 type AnthropicConfig = Extract<ProviderConfig, { type: "anthropic" }>
@@ -45,15 +45,17 @@ export const makeAnthropicProvider = (name: string, config: AnthropicConfig, def
     return JSON.stringify(payload)
   }
 
-  const complete: ChatProvider["complete"] = (route, body) =>
-    Effect.gen(function* () {
-      const text = yield* upstream.post(payloadOf(route, body, false))
-      const json = yield* parseJsonObject(upstream, text)
-      if (json.type === "error") return yield* upstream.protocol(`answered with an error: ${upstreamErrorDetail(text)}`)
-      if (!Array.isArray(json.content)) return yield* upstream.protocol("sent a body that is not an Anthropic message")
-      const completion = toOpenAICompletion(json, route.upstream_model, yield* Clock.currentTimeMillis)
-      return { raw: JSON.stringify(completion), json: completion }
+  /** The Message answered, as an OpenAI chat completion dated `now`. */
+  const completionOf = (route: RouteConfig, text: string, now: number): Either.Either<UpstreamReply, UpstreamFailure> =>
+    Either.flatMap(parseJsonObject(upstream, text), (json) => {
+      if (json.type === "error") return Either.left(upstream.protocol(`answered with an error: ${upstreamErrorDetail(text)}`))
+      if (!Array.isArray(json.content)) return Either.left(upstream.protocol("sent a body that is not an Anthropic message"))
+      const completion = toOpenAICompletion(json, route.upstream_model, now)
+      return Either.right({ raw: JSON.stringify(completion), json: completion })
     })
+
+  const send: Send = (route, body, now, done) =>
+    upstream.send(payloadOf(route, body, false), (result) => done(Either.flatMap(result, (text) => completionOf(route, text, now()))))
 
   const stream: ChatProvider["stream"] = (route, body, opened) =>
     Effect.gen(function* () {
@@ -68,5 +70,5 @@ export const makeAnthropicProvider = (name: string, config: AnthropicConfig, def
       )
     })
 
-  return { type: "anthropic", complete, stream }
+  return { type: "anthropic", complete: completeBy(send), send, stream }
 }

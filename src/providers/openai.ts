@@ -4,10 +4,10 @@
  * this adapter only sets the route's model; the transport (undici, timeouts, aborts, failures) is the
  * shared one of transport.ts.
  */
-import { Effect, Redacted } from "effect"
+import { Effect, Either, Redacted } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
-import type { ChatProvider } from "./Provider.ts"
+import { type ChatProvider, completeBy, type Send } from "./Provider.ts"
 import { makeUpstream, parseJsonObject } from "./transport.ts"
 
 type OpenAIConfig = Extract<ProviderConfig, { type: "openai" }>
@@ -35,19 +35,19 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
     return payload
   }
 
-  const complete: ChatProvider["complete"] = (route, body) =>
-    Effect.suspend(() => upstream.post(payloadOf(route, body))).pipe(
-      Effect.flatMap((text) => {
-        timeline.mark("upstream: resumed the fiber")
-        return Effect.map(parseJsonObject(upstream, text), (json) => {
+  const send: Send = (route, body, _now, done) =>
+    upstream.send(payloadOf(route, body), (result) =>
+      done(
+        Either.flatMap(result, (text) => {
+          const json = parseJsonObject(upstream, text)
           timeline.mark("upstream: JSON parsed")
-          return { raw: text, json }
+          return Either.map(json, (object) => ({ raw: text, json: object }))
         })
-      })
+      )
     )
 
   const stream: ChatProvider["stream"] = (route, body, opened) =>
     Effect.suspend(() => upstream.open(payloadOf(route, body), async (events) => events, undefined, opened))
 
-  return { type: "openai", complete, stream }
+  return { type: "openai", complete: completeBy(send), send, stream }
 }

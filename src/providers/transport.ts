@@ -7,7 +7,7 @@
  * undici directly rather than Effect's HttpClient: on the hot path that measured ≈ 1.5 ms → well
  * under 1 ms of CPU per call on the bench box (docs/decisions/0019).
  */
-import { Effect, type Scope } from "effect"
+import { Effect, Either, type Scope } from "effect"
 import { EventEmitter } from "node:events"
 import { type Dispatcher, errors as undiciErrors, Pool } from "undici"
 import { timeline } from "../domain/timeline.ts"
@@ -31,10 +31,13 @@ export interface Upstream {
   /** The failure of a body read that broke (a reset, an idle timeout). */
   readonly failureOf: (e: unknown) => UpstreamFailure
   /**
-   * POST `payload` and read the whole body within the timeout: its text, or a status failure
-   * (carrying the upstream's error message) for a status ≥ 400.
+   * POST `payload` and read the whole body within the timeout: `done` gets its text, or a status
+   * failure (carrying the upstream's error message) for a status ≥ 400, once, from undici's callbacks.
+   * Held by those callbacks, not by a fiber: a call waiting for its upstream keeps no fiber's stack
+   * alive (docs/decisions/0033). Returns the abort (a no-op once `done` was called); aborted,
+   * `done` is never called.
    */
-  readonly post: (payload: string) => Effect.Effect<string, UpstreamFailure>
+  readonly send: (payload: string, done: (result: Either.Either<string, UpstreamFailure>) => void) => () => void
   /**
    * POST `payload` for an SSE body, read as its events' data (sse.ts `makeSseFeed`: up to `[DONE]`,
    * or up to the batch after which `ended()` turns true); `start` then reads ahead on them (e.g. up
@@ -145,44 +148,64 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
    * A whole completion is gathered by a dispatch handler rather than request() + body.text(): that
    * wraps every answer in a Readable stream and reads it through events, a nextTick and a chain of
    * promises (≈ 7 µs CPU a call in a loopback microbench, more on a cold call; docs/decisions/0026).
-   * The signal aborts the request whether it fires before or after undici starts it.
+   * One signal aborts it on the provider's timeout or the caller's abort, whether it fires before or
+   * after undici starts the request.
    */
-  const post: Upstream["post"] = (payload) =>
-    attempt(
-      (signal) =>
-        new Promise<string>((resolve, reject) => {
-          const chunks: Array<Buffer> = []
-          let status = 0
-          timeline.mark("upstream: attempt set up (signal, timer)")
-          pool.dispatch(
-            { method: "POST", path, headers: options.headers, body: payload },
-            {
-              onRequestStart: abortedBy(signal),
-              onResponseStart: (_, statusCode) => {
-                timeline.mark("upstream: headers received")
-                status = statusCode
-              },
-              onResponseData: (_, chunk) => {
-                chunks.push(chunk)
-              },
-              onResponseEnd: () => {
-                // Here, not in `attempt`: a stream's attempt ends when it opens, long before its body.
-                timeline.mark("upstream: body read")
-                if (status >= 400) reject(refused(status, chunks))
-                else resolve(textOf(chunks))
-              },
-              onResponseError: (_, e) => reject(status >= 400 ? refused(status, "broken") : e)
-            }
-          )
-          timeline.mark("upstream: request dispatched")
-        })
-    )
+  const send: Upstream["send"] = (payload, done) => {
+    const signal = new AttemptSignal()
+    let settled = false
+    const finish = (result: Either.Either<string, UpstreamFailure>) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      done(result)
+    }
+    const timer = setTimeout(() => {
+      // The timeout is the answer: the abort's own error, which undici may report at once, comes too late.
+      finish(Either.left(timedOut()))
+      signal.abort()
+    }, timeoutMs)
+    const chunks: Array<Buffer> = []
+    let status = 0
+    timeline.mark("upstream: attempt set up (signal, timer)")
+    try {
+      pool.dispatch(
+        { method: "POST", path, headers: options.headers, body: payload },
+        {
+          onRequestStart: abortedBy(signal),
+          onResponseStart: (_, statusCode) => {
+            timeline.mark("upstream: headers received")
+            status = statusCode
+          },
+          onResponseData: (_, chunk) => {
+            chunks.push(chunk)
+          },
+          onResponseEnd: () => {
+            timeline.mark("upstream: body read")
+            finish(status >= 400 ? Either.left(refused(status, chunks)) : Either.right(textOf(chunks)))
+          },
+          onResponseError: (_, e) => finish(Either.left(status >= 400 ? refused(status, "broken") : failureOf(e)))
+        }
+      )
+    } catch (e) {
+      // undici reports a request it refuses through onResponseError; should dispatch throw instead, it
+      // is the same failure, told after `send` returned, as every answer is.
+      queueMicrotask(() => finish(Either.left(failureOf(e))))
+    }
+    timeline.mark("upstream: request dispatched")
+    return () => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      signal.abort()
+    }
+  }
 
   /**
    * A stream is read by a dispatch handler too: its chunks are pushed into the SSE feed as they
    * arrive, rather than through a Readable and its async iterator (docs/decisions/0029). Until it is
    * open (headers, then `start`) the attempt's signal aborts it; from then on the scope does.
-   * Interruptible while it opens (a client that hangs up then aborts the request, as with `post`).
+   * Interruptible while it opens (a client that hangs up then aborts the request).
    */
   const open: Upstream["open"] = <A>(payload: string, start: (events: DataEvents) => Promise<A>, ended?: () => boolean, opened?: (value: A) => boolean) =>
     Effect.uninterruptibleMask((restore) =>
@@ -257,18 +280,18 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
 
   const protocol = (message: string) => new UpstreamFailure({ reason: "protocol", message: `provider ${name} ${message}`, retryable: true })
 
-  return { protocol, failureOf, post, open }
+  return { protocol, failureOf, send, open }
 }
 
 /** A body that must be a JSON object, or a protocol failure. */
-export const parseJsonObject = (upstream: Upstream, text: string): Effect.Effect<Record<string, unknown>, UpstreamFailure> => {
+export const parseJsonObject = (upstream: Upstream, text: string): Either.Either<Record<string, unknown>, UpstreamFailure> => {
   let json: unknown
   try {
     json = JSON.parse(text)
   } catch {
-    return Effect.fail(upstream.protocol("sent a body that is not JSON"))
+    return Either.left(upstream.protocol("sent a body that is not JSON"))
   }
   return json !== null && typeof json === "object" && !Array.isArray(json)
-    ? Effect.succeed(json as Record<string, unknown>)
-    : Effect.fail(upstream.protocol("sent a body that is not a JSON object"))
+    ? Either.right(json as Record<string, unknown>)
+    : Either.left(upstream.protocol("sent a body that is not a JSON object"))
 }

@@ -34,6 +34,9 @@ export { verificationOf } from "./gateway/settlement.ts"
 export type { ChatCall, GatewayReply, Quote, ReplyHeaders, SseReply } from "./gateway/types.ts"
 export type { Governance } from "./surfaces/Surface.ts"
 
+/** A call whose answer goes to its `deliver` (ChatCall.deliver). */
+const delivered: GatewayReply = { _tag: "Delivered" }
+
 export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
   scoped: Effect.gen(function* () {
     const settings = yield* Settings
@@ -53,8 +56,6 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     // Upstream calls run in fibers owned by the service, so a client that hangs up does not abandon
     // a call whose charge must still be settled; shutdown interrupts them and their holds are voided.
     const inflight = yield* FiberSet.make<unknown, unknown>()
-    /** Callers' fibers the service owns (`adopt`): a call running in one needs no fiber of its own. */
-    const adopted = new WeakSet<Fiber.RuntimeFiber<unknown, unknown>>()
 
     const instance = yield* Instance
 
@@ -98,11 +99,37 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     })
     yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("heartbeat")(beat), Duration.millis(settings.heartbeatMs)), Schedule.forever))
     const delivering = new WeakSet<Plan>()
-    const ctx: GatewayContext = { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, metrics, instance, liveCalls, streamMarks, streamCancels, delivering }
+    const legs = new Map<Plan, () => void>()
+    /** Stop every non-streamed call's upstream leg and wait (bounded) until each voided its hold. */
+    const stopLegs = Effect.gen(function* () {
+      for (const stop of Array.from(legs.values())) stop()
+      for (let i = 0; i < 200 && legs.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
+    })
+    // No fiber holds a leg, so closing the service stops them itself, as closing `inflight` interrupts
+    // its fibers: before those (a traced call waits for its leg) and before the store closes.
+    yield* Effect.addFinalizer(() => stopLegs)
+    const ctx: GatewayContext = {
+      settings,
+      span,
+      traced: Option.isSome(settings.otlpTracesUrl),
+      store,
+      rateLimiter,
+      idempotency,
+      router,
+      pricing,
+      ledger,
+      metrics,
+      instance,
+      liveCalls,
+      legs,
+      streamMarks,
+      streamCancels,
+      delivering
+    }
     const planning = makePlanning(ctx)
     const { plan } = planning
     const settlement = makeSettlement(ctx)
-    const { abandonInterrupted, completeNonStreaming, completeNonStreamingMasked } = settlement
+    const { abandonInterrupted, leg } = settlement
     const completeStreaming = makeStreaming(ctx, settlement)
     const evaluate = makeEvaluate(planning)
 
@@ -126,13 +153,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
             Effect.flatMap(restore(plan(call, (p) => (reserved = p))), (planned) => {
               if ("_tag" in planned) return Effect.succeed(planned)
               if (planned.request.stream) return restore(completeStreaming(planned, call.principal, call.deliver))
-              // Upstream + settlement run in a service-owned fiber: a client hang-up must not strand the hold.
-              // The caller's own, when the service adopted it; otherwise one forked for the purpose.
-              return Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) =>
-                adopted.has(fiber)
-                  ? completeNonStreamingMasked(restore, planned, call.principal)
-                  : restore(Effect.flatMap(FiberSet.run(inflight, completeNonStreaming(planned, call.principal)), Fiber.join))
-              )
+              // The leg owns the hold from here: it settles or voids it however this fiber ends.
+              reserved = undefined
+              const deliver = call.deliver
+              // The fast path's call ends here; its answer comes from the leg. A traced call, or a caller
+              // without `deliver`, waits for it (uninterruptibly: shutdown stops the leg, not the wait).
+              if (deliver !== undefined && !ctx.traced) return Effect.as(leg(planned, call.principal, deliver), delivered)
+              return Effect.asyncEffect<GatewayReply, GovernanceError, never, never, never, never>((resume) => leg(planned, call.principal, resume))
             }),
             (cause) =>
               reserved !== undefined && Cause.isInterruptedOnly(cause)
@@ -148,12 +175,11 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
      * calls the upstream without forking.
      */
     const adopt = (fiber: Fiber.RuntimeFiber<unknown, unknown>): void => {
-      adopted.add(fiber)
       FiberSet.unsafeAdd(inflight, fiber)
     }
 
     /** Governed calls running now: upstream calls the service owns, and open streams. */
-    const inFlight = Effect.map(FiberSet.size(inflight), (n) => n + streamCancels.size)
+    const inFlight = Effect.map(FiberSet.size(inflight), (n) => n + streamCancels.size + legs.size)
 
     /**
      * Shutdown past its grace (src/server.ts): end every call still in flight now. A non-streamed
@@ -163,6 +189,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
      */
     const stopCalls = Effect.gen(function* () {
       for (const cancel of Array.from(streamCancels.values())) cancel()
+      // Before the fibers: a call waiting for its leg (traced) ends once the leg is stopped.
+      yield* stopLegs
       yield* FiberSet.clear(inflight)
       for (let i = 0; i < 200 && liveCalls.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
     })

@@ -6,7 +6,7 @@
  * `route_unavailable`; an upstream 4xx caused by the request itself is a 400 and is not retried.
  * Every attempt is recorded for GET /v1/requests/{id}.
  */
-import { Clock, Duration, Effect, Either, Exit, Random, type Scope } from "effect"
+import { Clock, Duration, Effect, Either, Exit, FiberId, Random, Runtime, type Scope } from "effect"
 import { Metrics } from "./Metrics.ts"
 import * as Health from "./RouteHealth.ts"
 import { countChatInput, countText } from "./Tokenizer.ts"
@@ -95,90 +95,198 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
       Effect.map(Clock.currentTimeMillis, (now) => routes.filter((r) => allowedFor(r, projectId) && isAvailable(r, now)))
 
 
+    /** Where one call's attempts stand: what they recorded, why the last one failed, and their deadline. */
+    interface Tries {
+      readonly attempts: Array<Attempt>
+      lastError: string
+      readonly deadline: number
+    }
+    const triesFrom = (start: number): Tries => ({ attempts: [], lastError: "no route was tried", deadline: start + settings.upstreamDeadlineMs })
+
+    /** Whether `route` takes an attempt at `now`; a route whose circuit is open is recorded as skipped. */
+    const admit = (route: Route, now: number, tries: Tries): boolean => {
+      const admitted = Health.admission(stateOf(route.name), now, settings.breakerOpenMs)
+      if (admitted === "open") {
+        tries.attempts.push({ route: route.name, provider: route.provider, outcome: "skipped", error: "circuit open", duration_ms: 0 })
+        // Keep the failure that opened the circuit in the message; it is what the client needs.
+        tries.lastError = tries.attempts.length > 1 ? `${tries.lastError}; circuit now open` : `${route.name}: circuit open`
+        return false
+      }
+      health.set(route.name, Health.onAdmit(stateOf(route.name), admitted))
+      return true
+    }
+
     /**
-     * Try the chain in order: each route up to 1 + upstreamRetries times, within one deadline.
-     * Written as a loop of plain steps (`attemptAt` calls itself for the next attempt) rather than a
-     * generator: the common call is one attempt, and it pays the Effect runtime only for the call itself.
+     * An attempt that ended without an outcome (interrupted, or a defect: the gateway's own failure,
+     * a body it cannot serialize, a bug) says nothing about the route: it only frees a probe.
+     */
+    const abandoned = (route: Route): void => void health.set(route.name, Health.onAbandon(stateOf(route.name)))
+
+    /** What follows an attempt's outcome. */
+    type Next<A> =
+      | { readonly _tag: "Served"; readonly served: Served<A> }
+      | { readonly _tag: "Failed"; readonly failed: RouteFailed }
+      | { readonly _tag: "NextRoute"; readonly i: number; readonly at: number }
+      | { readonly _tag: "Retry"; readonly i: number; readonly n: number; readonly at: number }
+
+    /**
+     * Book attempt `n` of route `i` (started at `t0`, ended at `t1`): its metric, record and the route's
+     * health; then what comes next. Only the upstream's own failures (UpstreamFailure: a status, a
+     * timeout, a refused connection) count against the route.
+     */
+    const booked = <A>(chain: ReadonlyArray<Route>, i: number, n: number, t0: number, t1: number, result: Either.Either<A, UpstreamFailure>, tries: Tries): Next<A> => {
+      const route = chain[i]!
+      metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")
+      if (result._tag === "Right") {
+        health.set(route.name, Health.onSuccess(stateOf(route.name)))
+        tries.attempts.push(succeeded(route, t0, t1))
+        return { _tag: "Served", served: { route, value: result.right, attempts: tries.attempts } }
+      }
+      const failure = result.left
+      tries.attempts.push({ route: route.name, provider: route.provider, outcome: "error", status: failure.status, error: failure.message, duration_ms: t1 - t0 })
+      health.set(route.name, failure.isClientError ? Health.onSuccess(stateOf(route.name)) : Health.onFailure(stateOf(route.name), t1, settings.breakerFailures))
+      if (failure.isClientError) {
+        return { _tag: "Failed", failed: new RouteFailed(new InvalidRequest({ message: `The upstream model rejected the request: ${failure.message}`, param: null }), tries.attempts) }
+      }
+      tries.lastError = `${route.name}: ${failure.message}`
+      if (!failure.retryable || n >= settings.upstreamRetries) return { _tag: "NextRoute", i: i + 1, at: t1 }
+      return { _tag: "Retry", i, n, at: t1 }
+    }
+
+    /**
+     * The chain tried in order as an effect: each route up to 1 + upstreamRetries times, within one
+     * deadline. Written as a loop of plain steps (`attemptAt` calls itself for the next attempt)
+     * rather than a generator: the common call is one attempt, and it pays the Effect runtime only
+     * for the call itself. `continueAfter` resumes the loop after an attempt booked elsewhere (`start`).
      * `opened` (a stream's, ChatProvider.stream): told what an attempt serves the moment it opens,
      * before the attempt's effect resumes; `call` then gets `tell`, this attempt's way to say so.
      */
-    const attemptsOf = <A, R>(
+    const loopOf = <A, R>(
       chain: ReadonlyArray<Route>,
+      clock: Clock.Clock,
+      tries: Tries,
       call: (provider: ChatProvider, route: Route, tell: ((value: A) => boolean) | undefined) => Effect.Effect<A, UpstreamFailure, R>,
       opened?: (served: Served<A>) => boolean
-    ): Effect.Effect<Served<A>, RouteFailed, R> =>
-      Effect.clockWith((clock) => {
-        const attempts: Array<Attempt> = []
-        const start = clock.unsafeCurrentTimeMillis()
-        const deadline = start + settings.upstreamDeadlineMs
-        let lastError = "no route was tried"
+    ) => {
+      const exhausted = (): Effect.Effect<never, RouteFailed> => {
+        const hint = chain.length === 1 && chain[0]!.name !== "auto" ? " Retry with model 'auto' so the router can pick an available route." : ""
+        return Effect.fail(new RouteFailed(new RouteUnavailable({ message: `No route could serve the request (${tries.lastError}).${hint}`, retryable: true }), tries.attempts))
+      }
 
-        const exhausted = (): Effect.Effect<never, RouteFailed> => {
-          const hint = chain.length === 1 && chain[0]!.name !== "auto" ? " Retry with model 'auto' so the router can pick an available route." : ""
-          return Effect.fail(new RouteFailed(new RouteUnavailable({ message: `No route could serve the request (${lastError}).${hint}`, retryable: true }), attempts))
-        }
+      /**
+       * Attempt `n` of route `i`, starting at `t0`: the end of the previous attempt (or the start).
+       * No time passes between an attempt's end and the next one's start but a backoff sleep, after
+       * which the Clock is read again.
+       */
+      const attemptAt = (i: number, n: number, t0: number): Effect.Effect<Served<A>, RouteFailed, R> => {
+        const route = chain[i]
+        if (route === undefined) return exhausted()
+        if (n > settings.upstreamRetries || t0 >= tries.deadline) return attemptAt(i + 1, 0, t0)
+        if (!admit(route, t0, tries)) return attemptAt(i + 1, 0, t0)
+        const tell =
+          opened === undefined
+            ? undefined
+            : (value: A) => opened({ route, value, attempts: [...tries.attempts, succeeded(route, t0, clock.unsafeCurrentTimeMillis())] })
+        // `either` leaves only a defect or an interruption in a failed exit: one finalizer for both.
+        return Effect.either(call(providers.get(route.provider)!, route, tell)).pipe(
+          Effect.onExit((exit) => (Exit.isFailure(exit) ? Effect.sync(() => abandoned(route)) : Effect.void)),
+          Effect.flatMap((result) => continueAfter(booked(chain, i, n, t0, clock.unsafeCurrentTimeMillis(), result, tries)))
+        )
+      }
 
-        /**
-         * Attempt `n` of route `i`, starting at `t0`: the end of the previous attempt (or the start).
-         * No time passes between an attempt's end and the next one's start but a backoff sleep, after
-         * which the Clock is read again.
-         */
-        const attemptAt = (i: number, n: number, t0: number): Effect.Effect<Served<A>, RouteFailed, R> => {
-          const route = chain[i]
-          if (route === undefined) return exhausted()
-          if (n > settings.upstreamRetries || t0 >= deadline) return attemptAt(i + 1, 0, t0)
-          const admitted = Health.admission(stateOf(route.name), t0, settings.breakerOpenMs)
-          if (admitted === "open") {
-            attempts.push({ route: route.name, provider: route.provider, outcome: "skipped", error: "circuit open", duration_ms: 0 })
-            // Keep the failure that opened the circuit in the message; it is what the client needs.
-            lastError = attempts.length > 1 ? `${lastError}; circuit now open` : `${route.name}: circuit open`
-            return attemptAt(i + 1, 0, t0)
-          }
-          health.set(route.name, Health.onAdmit(stateOf(route.name), admitted))
-          // Only the upstream's own failures (UpstreamFailure: a status, a timeout, a refused connection)
-          // count against the route. A defect is the gateway's own failure (a body it cannot serialize,
-          // a bug): it says nothing about the route, so like an interruption it only frees a probe.
-          // `either` leaves only a defect or an interruption in a failed exit: one finalizer for both.
-          const tell =
-            opened === undefined
-              ? undefined
-              : (value: A) => opened({ route, value, attempts: [...attempts, succeeded(route, t0, clock.unsafeCurrentTimeMillis())] })
-          return Effect.either(call(providers.get(route.provider)!, route, tell)).pipe(
-            Effect.onExit((exit) =>
-              Exit.isFailure(exit) ? Effect.sync(() => health.set(route.name, Health.onAbandon(stateOf(route.name)))) : Effect.void
-            ),
-            Effect.flatMap((result): Effect.Effect<Served<A>, RouteFailed, R> => {
-              const t1 = clock.unsafeCurrentTimeMillis()
-              metrics.attempt(route.name, result._tag === "Right" ? "ok" : "error")
-              if (result._tag === "Right") {
-                health.set(route.name, Health.onSuccess(stateOf(route.name)))
-                attempts.push(succeeded(route, t0, t1))
-                return Effect.succeed({ route, value: result.right, attempts })
-              }
-              const failure = result.left
-              attempts.push({ route: route.name, provider: route.provider, outcome: "error", status: failure.status, error: failure.message, duration_ms: t1 - t0 })
-              health.set(route.name, failure.isClientError ? Health.onSuccess(stateOf(route.name)) : Health.onFailure(stateOf(route.name), t1, settings.breakerFailures))
-              if (failure.isClientError) {
-                return Effect.fail(new RouteFailed(new InvalidRequest({ message: `The upstream model rejected the request: ${failure.message}`, param: null }), attempts))
-              }
-              lastError = `${route.name}: ${failure.message}`
-              if (!failure.retryable || n >= settings.upstreamRetries) return attemptAt(i + 1, 0, t1)
-              return Effect.flatMap(Random.nextIntBetween(0, 50), (jitter) => {
-                const backoff = Math.min(2000, 100 * 2 ** n) + jitter
-                if (t1 + backoff >= deadline) return attemptAt(i + 1, 0, t1)
-                return Effect.zipRight(
-                  Effect.sleep(Duration.millis(backoff)),
-                  Effect.suspend(() => attemptAt(i, n + 1, clock.unsafeCurrentTimeMillis()))
-                )
-              })
+      const continueAfter = (next: Next<A>): Effect.Effect<Served<A>, RouteFailed, R> => {
+        switch (next._tag) {
+          case "Served":
+            return Effect.succeed(next.served)
+          case "Failed":
+            return Effect.fail(next.failed)
+          case "NextRoute":
+            return attemptAt(next.i, 0, next.at)
+          case "Retry":
+            return Effect.flatMap(Random.nextIntBetween(0, 50), (jitter) => {
+              const backoff = Math.min(2000, 100 * 2 ** next.n) + jitter
+              if (next.at + backoff >= tries.deadline) return attemptAt(next.i + 1, 0, next.at)
+              return Effect.zipRight(
+                Effect.sleep(Duration.millis(backoff)),
+                Effect.suspend(() => attemptAt(next.i, next.n + 1, clock.unsafeCurrentTimeMillis()))
+              )
             })
-          )
         }
-        return attemptAt(0, 0, start)
-      })
+      }
+      return { attemptAt, continueAfter }
+    }
 
-    const complete = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>) =>
-      attemptsOf<UpstreamReply, never>(chain, (provider, route) => provider.complete(route, bodyFor(route)))
+    const completeLoop = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>, clock: Clock.Clock, tries: Tries) =>
+      loopOf<UpstreamReply, never>(chain, clock, tries, (provider, route) => provider.complete(route, bodyFor(route)))
+
+    /**
+     * Complete on the chain, held by callbacks (docs/decisions/0033): `done` is told the outcome once.
+     * The first attempt, when its route takes it and its provider can `send`, waits for the upstream
+     * in undici's callbacks, with no fiber alive; whatever follows it — a backoff and a retry, a
+     * fallback, a provider without `send` — runs as the effect loop in a fiber of the caller's runtime.
+     * The effect returns at once with the abort (shutdown): the attempt is aborted, or that fiber
+     * interrupted, and `done` is told an interruption.
+     */
+    const start = (
+      chain: ReadonlyArray<Route>,
+      bodyFor: (route: Route) => Record<string, unknown>,
+      done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void
+    ): Effect.Effect<() => void> =>
+      Effect.clockWith((clock) =>
+        Effect.map(Effect.runtime<never>(), (runtime) => {
+          const t0 = clock.unsafeCurrentTimeMillis()
+          const tries = triesFrom(t0)
+          let over = false
+          const finish = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
+            if (over) return
+            over = true
+            done(exit)
+          }
+          let abort = (): void => {}
+          const inFiber = (effect: Effect.Effect<Served<UpstreamReply>, RouteFailed>) => {
+            const fiber = Runtime.runFork(runtime)(effect)
+            fiber.addObserver(finish)
+            abort = () => fiber.unsafeInterruptAsFork(FiberId.none)
+          }
+          const loop = completeLoop(chain, bodyFor, clock, tries)
+          const route = chain[0]
+          const send = route === undefined ? undefined : providers.get(route.provider)!.send
+          if (route === undefined || send === undefined || t0 >= tries.deadline) {
+            inFiber(loop.attemptAt(0, 0, t0))
+            return () => abort()
+          }
+          if (!admit(route, t0, tries)) {
+            inFiber(loop.attemptAt(1, 0, t0))
+            return () => abort()
+          }
+          try {
+            abort = send(route, bodyFor(route), () => clock.unsafeCurrentTimeMillis(), (result) => {
+              const next = booked(chain, 0, 0, t0, clock.unsafeCurrentTimeMillis(), result, tries)
+              if (next._tag === "Served") return finish(Exit.succeed(next.served))
+              if (next._tag === "Failed") return finish(Exit.fail(next.failed))
+              inFiber(loop.continueAfter(next))
+            })
+          } catch (defect) {
+            abandoned(route)
+            finish(Exit.die(defect))
+            return () => {}
+          }
+          const aborted = abort
+          abort = () => {
+            if (over) return
+            aborted()
+            abandoned(route)
+            finish(Exit.interrupt(FiberId.none))
+          }
+          return () => abort()
+        })
+      )
+
+    /** `start` as an effect: interrupting it aborts the attempts. */
+    const complete = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>): Effect.Effect<Served<UpstreamReply>, RouteFailed> =>
+      Effect.asyncEffect<Served<UpstreamReply>, RouteFailed, never, never, never, never>((resume) =>
+        Effect.map(start(chain, bodyFor, (exit) => resume(exit)), (abort) => Effect.sync(abort))
+      )
 
     /**
      * Open a stream on the first route of the chain that answers. `opened`, when given, is told the
@@ -186,12 +294,15 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
      * (ChatProvider.stream): before this effect resumes, and before the route's health and metrics are updated.
      */
     const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>, opened?: (served: Served<DataEvents>) => boolean) =>
-      attemptsOf<DataEvents, Scope.Scope>(chain, (provider, route, tell) => provider.stream(route, bodyFor(route), tell), opened)
+      Effect.clockWith((clock) => {
+        const t0 = clock.unsafeCurrentTimeMillis()
+        return loopOf<DataEvents, Scope.Scope>(chain, clock, triesFrom(t0), (provider, route, tell) => provider.stream(route, bodyFor(route), tell), opened).attemptAt(0, 0, t0)
+      })
 
     /** The breaker state of a route now: closed, open or half_open (for operators and tests). */
     const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)
 
-    return { candidates, candidatesAt, available, breakerStatus, complete, openStream, routes } as const
+    return { candidates, candidatesAt, available, breakerStatus, start, complete, openStream, routes } as const
   }),
   dependencies: [Metrics.Default]
 }) {}

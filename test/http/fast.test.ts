@@ -6,7 +6,7 @@
  * to a hand-written handler — draining an oversized upload, counting and logging its requests, and
  * settling a stream whose client hangs up.
  */
-import { Deferred, Effect, Layer, Logger, ManagedRuntime, Option, Schema, SchemaAST, Supervisor } from "effect"
+import { Deferred, Effect, Exit, Layer, Logger, ManagedRuntime, Option, Schema, SchemaAST, Supervisor } from "effect"
 import Database from "better-sqlite3"
 import { mkdtempSync, rmSync } from "node:fs"
 import { Agent, createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
@@ -282,7 +282,7 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
         handle: (call) =>
           Effect.suspend(() => {
             if (o.badHeader === true) call.headers["x-gathered"] = "line\nbreak"
-            if (o.early !== false) call.deliver!(reply as Extract<GatewayReply, { _tag: "Sse" }>)
+            if (o.early !== false) call.deliver!(Exit.succeed(reply))
             return Effect.zipRight(Deferred.await(read), end(reply))
           }),
         adopt: () => undefined,
@@ -593,7 +593,7 @@ describe("a stream that outlives the reservation TTL", () => {
   })
 })
 
-describe("a governed call in a fiber the Gateway adopted", () => {
+describe("a non-streamed call with `deliver` (the fast path's)", () => {
   /** Counts the fibers started under it. */
   class Forks extends Supervisor.AbstractSupervisor<void> {
     started = 0
@@ -603,33 +603,42 @@ describe("a governed call in a fiber the Gateway adopted", () => {
     }
   }
 
-  it("runs its upstream call in that fiber; a call in a fiber it did not adopt gets one forked for it", async () => {
+  it("ends its effect once the upstream is called: no fiber waits for the upstream, shutdown sees the call in flight, and the settled reply comes through deliver", async () => {
     const upstream = await startMockUpstream()
+    upstream.setBehavior({ delayMs: 1_000 })
     const runtime = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ gateway: mockGatewayFile(upstream.url) })))))
     try {
-      const forksOf = (adopt: boolean) =>
-        runtime.runPromise(
-          Effect.gen(function* () {
-            const gateway = yield* Gateway
-            const key = (yield* Bootstrap).firstStart!.developmentKey
-            const principal = yield* Effect.orDie((yield* KeyRegistry).authenticate(`Bearer ${key}`))
-            const forks = new Forks()
-            const reply = yield* Effect.withFiberRuntime<GatewayReply, GovernanceError>((fiber) => {
-              if (adopt) gateway.adopt(fiber)
-              return gateway.handle({
-                principal,
-                surface: chatCompletionsSurface,
-                body: { model: "auto", messages: [{ role: "user", content: `adopted: ${adopt}` }] },
-                idempotencyKeyHeader: undefined,
-                maxCreditsHeader: undefined,
-                headers: {}
-              })
-            }).pipe(Effect.supervised(forks), Effect.orDie)
-            return { tag: reply._tag, forks: forks.started }
-          })
-        )
-      expect(await forksOf(true)).toEqual({ tag: "Body", forks: 0 })
-      expect(await forksOf(false)).toEqual({ tag: "Body", forks: 1 })
+      const result = await runtime.runPromise(
+        Effect.gen(function* () {
+          const gateway = yield* Gateway
+          const key = (yield* Bootstrap).firstStart!.developmentKey
+          const principal = yield* Effect.orDie((yield* KeyRegistry).authenticate(`Bearer ${key}`))
+          const forks = new Forks()
+          const answered = yield* Deferred.make<Exit.Exit<GatewayReply, GovernanceError>>()
+          const reply = yield* gateway
+            .handle({
+              principal,
+              surface: chatCompletionsSurface,
+              body: { model: "auto", messages: [{ role: "user", content: "held by callbacks" }] },
+              idempotencyKeyHeader: undefined,
+              maxCreditsHeader: undefined,
+              headers: {},
+              deliver: (answer) => Deferred.unsafeDone(answered, Exit.succeed(answer))
+            })
+            .pipe(Effect.supervised(forks), Effect.orDie)
+          const waiting = { tag: reply._tag, forks: forks.started, inFlight: yield* gateway.inFlight, answered: yield* Deferred.isDone(answered) }
+          const answer = yield* Deferred.await(answered)
+          return { waiting, answer, inFlightAfter: yield* gateway.inFlight }
+        })
+      )
+      expect(result.waiting).toEqual({ tag: "Delivered", forks: 0, inFlight: 1, answered: false })
+      const answer = result.answer
+      if (!Exit.isSuccess(answer) || answer.value._tag !== "Body") throw new Error(`expected a settled body, got ${String(answer)}`)
+      expect(answer.value.status).toBe(200)
+      const body = JSON.parse(new TextDecoder().decode(answer.value.body as Uint8Array)) as { governance: { status: string; credits_charged: number } }
+      expect(body.governance.status).toBe("completed")
+      expect(body.governance.credits_charged).toBeGreaterThan(0)
+      expect(result.inFlightAfter).toBe(0)
     } finally {
       await runtime.dispose()
       await upstream.close()

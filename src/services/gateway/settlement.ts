@@ -3,7 +3,7 @@
  * ONE transaction; or, when nothing was charged, the hold voided and the key freed in one. And the
  * non-streamed call's upstream leg, which ends in one of the two.
  */
-import { Cause, Clock, Effect, Option } from "effect"
+import { Cause, Clock, Effect, Exit, Option, Runtime } from "effect"
 import { chargedTokens, chargeWithinReservation, settledCharge, type TokenCounts } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
@@ -39,7 +39,7 @@ export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>)
 export type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
 export const makeSettlement = (ctx: GatewayContext) => {
-  const { settings, span, store, router, metrics, liveCalls, delivering } = ctx
+  const { settings, span, traced, store, router, metrics, liveCalls, legs, delivering } = ctx
 
   /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
   const abandon = (p: Plan, code: string, message: string, attempts: ReadonlyArray<Attempt>) =>
@@ -128,35 +128,40 @@ export const makeSettlement = (ctx: GatewayContext) => {
     )
 
   /**
-   * The upstream leg and its settlement. The leg alone is interruptible; what follows it is not: an
-   * answer is settled, and a leg that ended otherwise — interrupted (shutdown), a defect, no route
-   * answered — voids the hold once and frees the key. The call is kept alive (`keepCallsAlive`) until
-   * then. One mask and one match, not suspend + ensuring + onInterrupt + tapDefect + catchAll: each
-   * of those is several fiber steps (docs/decisions/0027).
+   * The upstream leg and its settlement, held by callbacks rather than a fiber (docs/decisions/0033):
+   * this effect starts it and returns; `done` is told the call's reply once its settlement is
+   * written, or its hold voided. While the upstream answers, nothing of the call's fiber is alive —
+   * only the plan and the request's own callbacks — so the calls in flight cost the young generation
+   * a fraction of what suspended fibers did (0032).
+   *
+   * Until `done`, the call is kept alive (`liveCalls`: its hold and claim pushed ahead) and can be
+   * stopped (`legs`: shutdown aborts the upstream). What follows the upstream runs uninterruptibly in
+   * a fiber of the caller's runtime: an answer is settled, and a leg that ended otherwise —
+   * stopped (shutdown), a defect, no route answered — voids the hold once and frees the key. A
+   * client that hangs up stops nothing: the call is settled all the same.
    */
-  const completeNonStreaming = (p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> =>
-    Effect.uninterruptibleMask((restore) => completeNonStreamingMasked(restore, p, principal))
-
-  /**
-   * `completeNonStreaming` for a fiber already inside a mask (Gateway.handle's): `restore` makes the
-   * leg interruptible. Called only while that fiber runs, never to build an effect for later: it
-   * registers the call in the keep-alive set at once.
-   */
-  const completeNonStreamingMasked = (restore: Restore, p: Plan, principal: Principal): Effect.Effect<GatewayReply, GovernanceError> => {
-    liveCalls.add(p)
-    return Effect.matchCauseEffect(
-      Effect.matchCauseEffect(restore(upstream(p)), { onFailure: (cause) => upstreamFailed(p, cause), onSuccess: (served) => settleServed(p, principal, served) }),
-      {
-        onFailure: (cause) => (liveCalls.delete(p), Effect.failCause(cause)),
-        onSuccess: (reply) => (liveCalls.delete(p), Effect.succeed(reply))
+  const leg = (p: Plan, principal: Principal, done: (exit: Exit.Exit<GatewayReply, GovernanceError>) => void): Effect.Effect<void> =>
+    Effect.flatMap(Effect.runtime<never>(), (runtime) => {
+      let stop = (): void => {}
+      liveCalls.add(p)
+      legs.set(p, () => stop())
+      // Traced, the upstream's span is opened here and ended by the answer (no fiber spans the wait).
+      const traceSpan = traced ? Runtime.runSync(runtime)(Effect.makeSpan("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } })) : undefined
+      const answered = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
+        if (traceSpan !== undefined) traceSpan.end(Runtime.runSync(runtime)(Clock.currentTimeNanos), exit)
+        timeline.mark("upstream: router bookkeeping, back in the call")
+        const next = Exit.isSuccess(exit) ? settleServed(p, principal, exit.value) : upstreamFailed(p, exit.cause)
+        Runtime.runFork(runtime)(Effect.uninterruptible(next)).addObserver((end) => {
+          liveCalls.delete(p)
+          legs.delete(p)
+          done(end)
+        })
       }
-    )
-  }
-
-  const upstream = (p: Plan) =>
-    router.complete(p.chain, () => upstreamBody(p.body, p.request, p.outputCap)).pipe(
-      span("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } })
-    )
+      return Effect.map(
+        router.start(p.chain, () => upstreamBody(p.body, p.request, p.outputCap), answered),
+        (abort) => void (stop = abort)
+      )
+    })
 
   /** A leg that ended without an answer: nothing was charged, so the hold is voided, with the reason. */
   const upstreamFailed = (p: Plan, cause: Cause.Cause<RouteFailed>): Effect.Effect<never, GovernanceError> => {
@@ -172,7 +177,6 @@ export const makeSettlement = (ctx: GatewayContext) => {
   }
 
   const settleServed = (p: Plan, principal: Principal, served: Served<UpstreamReply>): Effect.Effect<GatewayReply, GovernanceError> => {
-    timeline.mark("upstream: router bookkeeping, back in the call")
     const json = served.value.json
     const choices = json.choices
     const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
@@ -191,7 +195,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
     )
   }
 
-  return { abandon, abandonInterrupted, settle, fromRouteFailure, completeNonStreaming, completeNonStreamingMasked } as const
+  return { abandon, abandonInterrupted, settle, fromRouteFailure, leg } as const
 }
 
 export type Settlement = ReturnType<typeof makeSettlement>

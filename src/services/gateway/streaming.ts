@@ -13,7 +13,7 @@ import type { Served } from "../Router.ts"
 import { deliveredText } from "../surfaces/Surface.ts"
 import { countBounded } from "../Tokenizer.ts"
 import type { Settlement } from "./settlement.ts"
-import type { GatewayContext, GatewayReply, Plan, SseReply } from "./types.ts"
+import type { ChatCall, GatewayContext, GatewayReply, Plan, SseReply } from "./types.ts"
 
 export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
   const { span, store, router, liveCalls, streamMarks, streamCancels, delivering } = ctx
@@ -31,7 +31,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
    * needs is set up before the upstream is called. Without `deliver`, or when the reservation's fsync
    * is still running, the fiber returns the reply as before.
    */
-  const completeStreaming = (p: Plan, principal: Principal, deliver?: (reply: SseReply) => void): Effect.Effect<GatewayReply, GovernanceError> =>
+  const completeStreaming = (p: Plan, principal: Principal, deliver?: ChatCall["deliver"]): Effect.Effect<GatewayReply, GovernanceError> =>
     Effect.gen(function* () {
       // The reservation is committed, durable against a crash of the process; its fsync runs while
       // the upstream opens, and the stream's headers wait for it (docs/decisions/0013).
@@ -212,7 +212,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
               // Delivered from here (`deliver` never throws).
               delivering.add(p)
               timeline.mark("upstream stream open (headers)")
-              deliver(reply)
+              deliver(Exit.succeed(reply))
               return true
             }
       const early = () => delivering.has(p)

@@ -2,11 +2,11 @@
  * What the governed call's parts share (src/services/Gateway.ts assembles them): the reply, the call,
  * a call's plan once reserved, and the services and bookkeeping each part reads.
  */
-import type { Effect } from "effect"
+import type { Effect, Exit } from "effect"
 import type { Prices } from "../../../spec/pricing.ts"
 import type { ChatRequest } from "../../domain/chat.ts"
 import type { GatewaySettings } from "../../domain/config.ts"
-import type { BudgetExceeded } from "../../domain/errors.ts"
+import type { BudgetExceeded, GovernanceError } from "../../domain/errors.ts"
 import type { ChatStoreApi } from "../../store/ChatStore.ts"
 import type { ProgressMark } from "../../store/epochs.ts"
 import type { SizingRequest } from "../../domain/budgetSizing.ts"
@@ -29,7 +29,11 @@ export interface SseReply {
   readonly cancel: () => void
 }
 
-export type GatewayReply = { readonly _tag: "Body"; readonly status: number; readonly contentType: string; readonly body: Uint8Array | string } | SseReply
+export type GatewayReply =
+  | { readonly _tag: "Body"; readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
+  | SseReply
+  /** The answer is, or will be, handed to the call's `deliver` (ChatCall.deliver): nothing more to answer. */
+  | { readonly _tag: "Delivered" }
 
 /** Headers gathered along the pipeline (rate limit, request id, replay flag), sent with success or error. */
 export type ReplyHeaders = Record<string, string>
@@ -46,11 +50,14 @@ export interface ChatCall {
   /** Filled as the pipeline proceeds. */
   readonly headers: ReplyHeaders
   /**
-   * Where a stream's reply may be sent before the call's effect ends: the moment its upstream opened
-   * (src/services/gateway/streaming.ts). Once it was given the reply, the caller writes the stream
-   * and leaves the call's own end aside. Called at most once, synchronously; must not throw.
+   * Where the call's answer may be sent apart from the call's effect: a stream's reply the moment its
+   * upstream opened, before the effect ends (src/services/gateway/streaming.ts); a non-streamed
+   * call's reply, or its failure, once its settlement is written, after the effect ended with
+   * `Delivered` (the leg held by callbacks, src/services/gateway/settlement.ts). Once it was given an
+   * answer, the caller answers with it and leaves the effect's own end aside. Called at most once;
+   * must not throw.
    */
-  readonly deliver?: ((reply: SseReply) => void) | undefined
+  readonly deliver?: ((answer: Exit.Exit<GatewayReply, GovernanceError>) => void) | undefined
 }
 /** Where a request would go and what it would cost per token: routing and pricing, before any budget question. */
 export interface Routed {
@@ -97,6 +104,8 @@ export type SpanOf = (
 export interface GatewayContext {
   readonly settings: GatewaySettings
   readonly span: SpanOf
+  /** Spans are exported (OTEL_EXPORTER_OTLP_ENDPOINT): the governed call's span then lasts until its answer. */
+  readonly traced: boolean
   readonly store: ChatStoreApi
   readonly rateLimiter: RateLimiterApi
   readonly idempotency: IdempotencyStore
@@ -107,6 +116,8 @@ export interface GatewayContext {
   readonly instance: Instance
   /** Calls whose hold and claim the keep-alive pushes ahead, for their lifetime. */
   readonly liveCalls: Set<Plan>
+  /** How to stop each non-streamed call's upstream leg (shutdown past its grace), until it is settled or voided. */
+  readonly legs: Map<Plan, () => void>
   /** Each open stream's progress mark, written by the heartbeat. */
   readonly streamMarks: Map<Plan, () => ProgressMark | undefined>
   /** How to end each open stream (shutdown past its grace). */

@@ -1,70 +1,101 @@
 /**
  * The non-streamed upstream leg's exits (src/services/gateway/settlement.ts): every way the leg ends
  * without an answer voids the hold exactly once, with its reason, and the call leaves the keep-alive
- * set only after that. The store and the router are stand-ins: the leg's own handling is under test
+ * set (and shutdown's list of legs) only after that. The store and the router are stand-ins: the leg's own handling is under test
  * (the real store's writes are covered by the e2e and crash suites).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Fiber, FiberId } from "effect"
-import { RouteUnavailable } from "../../../src/domain/errors.ts"
+import { Cause, Deferred, Effect, Exit, FiberId } from "effect"
+import { type GovernanceError, RouteUnavailable } from "../../../src/domain/errors.ts"
+import type { UpstreamReply } from "../../../src/providers/Provider.ts"
 import type { AbandonArgs } from "../../../src/store/ChatStore.ts"
 import { makeSettlement } from "../../../src/services/gateway/settlement.ts"
-import type { GatewayContext, Plan } from "../../../src/services/gateway/types.ts"
-import { RouteFailed } from "../../../src/services/Router.ts"
+import type { GatewayContext, GatewayReply, Plan } from "../../../src/services/gateway/types.ts"
+import { RouteFailed, type Served } from "../../../src/services/Router.ts"
 
 const plan = { requestId: "req_1", hold: { reservationId: "res_1" }, scope: { projectId: "prj_1", environment: "development" } } as unknown as Plan
-const principal = {} as Parameters<ReturnType<typeof makeSettlement>["completeNonStreaming"]>[1]
+const principal = {} as Parameters<ReturnType<typeof makeSettlement>["leg"]>[1]
 
-/** A settlement whose router answers with `leg`; the abandons it writes, and the keep-alive set as each was written. */
-const withLeg = (leg: Effect.Effect<never, RouteFailed>) => {
+/** How the stand-in router answers a leg: it gets `done`, and returns the abort. */
+type Answer = (done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void) => () => void
+
+/** A settlement whose router answers with `answer`; the abandons it writes, and the keep-alive set as each was written. */
+const withLeg = (answer: Answer) => {
   const abandoned: Array<{ code: string; live: boolean }> = []
   const liveCalls = new Set<Plan>()
+  const legs = new Map<Plan, () => void>()
   const delivering = new WeakSet<Plan>()
   const ctx = {
     span: () => (self: unknown) => self,
+    traced: false,
     liveCalls,
+    legs,
     delivering,
-    router: { complete: () => leg },
+    router: { start: (_chain: unknown, _body: unknown, done: Parameters<Answer>[0]) => Effect.sync(() => answer(done)) },
     store: { abandon: (args: AbandonArgs) => Effect.sync(() => void abandoned.push({ code: args.code, live: liveCalls.has(plan) })) }
   } as unknown as GatewayContext
-  return { settlement: makeSettlement(ctx), abandoned, liveCalls, delivering }
+  const settlement = makeSettlement(ctx)
+  /** Start the leg; the effect that waits for its answer. */
+  const started = Effect.gen(function* () {
+    const answered = yield* Deferred.make<Exit.Exit<GatewayReply, GovernanceError>>()
+    yield* settlement.leg(plan, principal, (exit) => Deferred.unsafeDone(answered, Exit.succeed(exit)))
+    return Deferred.await(answered)
+  })
+  return { settlement, started, abandoned, liveCalls, legs, delivering }
 }
+
+/** The router answers `exit` a turn after the leg started. */
+const later =
+  (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>): Answer =>
+  (done) => {
+    setImmediate(() => done(exit))
+    return () => {}
+  }
 
 describe("the non-streamed leg's exits", () => {
   it.effect("a defect in the upstream leg voids the hold once (internal_error) and the call fails with the defect", () =>
     Effect.gen(function* () {
-      const { settlement, abandoned, liveCalls } = withLeg(Effect.die(new Error("boom")))
-      const exit = yield* Effect.exit(settlement.completeNonStreaming(plan, principal))
+      const { started, abandoned, liveCalls, legs } = withLeg(later(Exit.die(new Error("boom"))))
+      const exit = yield* yield* started
       expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
       expect(abandoned).toEqual([{ code: "internal_error", live: true }])
       expect(liveCalls.size).toBe(0)
+      expect(legs.size).toBe(0)
     }))
 
   it.effect("no route answering voids the hold once (route_unavailable) and fails with the route's error", () =>
     Effect.gen(function* () {
       const error = new RouteUnavailable({ message: "every route failed", retryable: true })
-      const { settlement, abandoned, liveCalls } = withLeg(Effect.fail(new RouteFailed(error, [])))
-      const exit = yield* Effect.exit(settlement.completeNonStreaming(plan, principal))
+      const { started, abandoned, liveCalls } = withLeg(later(Exit.fail(new RouteFailed(error, []))))
+      const exit = yield* yield* started
       expect(exit).toEqual(Exit.fail(error))
       expect(abandoned).toEqual([{ code: "route_unavailable", live: true }])
       expect(liveCalls.size).toBe(0)
     }))
 
-  it.effect("an interruption while upstream voids the hold once (interrupted) before the call leaves the keep-alive set", () =>
+  it.effect("stopped while upstream (shutdown): the upstream is aborted, the hold voided once (interrupted) before the call leaves the keep-alive set, and the answer is an interruption", () =>
     Effect.gen(function* () {
-      const { settlement, abandoned, liveCalls } = withLeg(Effect.never)
-      const fiber = yield* Effect.fork(settlement.completeNonStreaming(plan, principal))
-      yield* Effect.yieldNow()
+      let aborted = 0
+      const { started, abandoned, liveCalls, legs } = withLeg((done) => () => {
+        aborted++
+        done(Exit.interrupt(FiberId.none))
+      })
+      const answer = yield* started
+      // Nothing waits in a fiber: the leg is known only to the keep-alive set and to shutdown.
       expect(liveCalls.size).toBe(1)
-      const exit = yield* Fiber.interrupt(fiber)
+      expect(legs.size).toBe(1)
+      legs.get(plan)!()
+      const exit = yield* answer
+      expect(aborted).toBe(1)
       expect(Exit.isInterrupted(exit)).toBe(true)
       expect(abandoned).toEqual([{ code: "interrupted", live: true }])
       expect(liveCalls.size).toBe(0)
+      expect(legs.size).toBe(0)
     }))
 
   it.effect("shutdown interrupting a stream already delivering (ChatCall.deliver) leaves its hold to the stream: nothing is voided", () =>
     Effect.gen(function* () {
-      const { settlement, abandoned, delivering } = withLeg(Effect.never)
+      const { settlement, abandoned, delivering } = withLeg(() => () => {})
       delivering.add(plan)
       const exit = yield* Effect.exit(settlement.abandonInterrupted(plan, Cause.interrupt(FiberId.none)))
       expect(Exit.isInterrupted(exit)).toBe(true)

@@ -13,7 +13,8 @@ import { Cause, Deferred, Effect, Exit, Fiber } from "effect"
 import type { DataEvents } from "../../../src/providers/Provider.ts"
 import type { Settlement } from "../../../src/services/gateway/settlement.ts"
 import { makeStreaming } from "../../../src/services/gateway/streaming.ts"
-import type { GatewayContext, Plan, SseReply } from "../../../src/services/gateway/types.ts"
+import type { GatewayContext, GatewayReply, Plan, SseReply } from "../../../src/services/gateway/types.ts"
+import type { GovernanceError } from "../../../src/domain/errors.ts"
 import type { Served } from "../../../src/services/Router.ts"
 
 const route = { name: "r", provider: "p" }
@@ -125,6 +126,14 @@ const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effec
   }
 }
 
+/** A `deliver` that keeps the streams it is given (and nothing else is expected). */
+const into =
+  (delivered: Array<SseReply>) =>
+  (answer: Exit.Exit<GatewayReply, GovernanceError>): void => {
+    if (!Exit.isSuccess(answer) || answer.value._tag !== "Sse") throw new Error("only a stream is delivered here")
+    delivered.push(answer.value)
+  }
+
 /** Every frame of a reply, as text. */
 const readAll = (reply: SseReply) =>
   Effect.promise(async () => {
@@ -139,7 +148,7 @@ describe("a stream's opening and its reservation's sync", () => {
       const disk = yield* Deferred.make<void>()
       const { completeStreaming, abandoned, delivering, opened } = withSync(Deferred.await(disk))
       const delivered: Array<SseReply> = []
-      const opening = yield* Effect.fork(completeStreaming(plan, principal, (reply) => void delivered.push(reply)))
+      const opening = yield* Effect.fork(completeStreaming(plan, principal, into(delivered)))
       yield* opened
       // Long enough for the rest of the opening to run, were it not waiting.
       for (let i = 0; i < 200; i++) yield* Effect.yieldNow()
@@ -178,7 +187,7 @@ describe("a stream's opening and its reservation's sync", () => {
       const gate = yield* Deferred.make<void>()
       const { completeStreaming, abandoned, settled, delivering, opened } = withSync(Effect.void, Deferred.await(gate))
       const delivered: Array<SseReply> = []
-      const opening = yield* Effect.fork(completeStreaming(plan, principal, (reply) => void delivered.push(reply)))
+      const opening = yield* Effect.fork(completeStreaming(plan, principal, into(delivered)))
       yield* opened
       expect(delivered.length).toBe(1)
       expect(delivering.has(plan)).toBe(true)
@@ -195,7 +204,7 @@ describe("a stream's opening and its reservation's sync", () => {
     Effect.gen(function* () {
       const { completeStreaming, abandoned, settled, delivering, released, opened } = withSync(Effect.void, Effect.never)
       const delivered: Array<SseReply> = []
-      const opening = yield* Effect.fork(completeStreaming(plan, principal, (reply) => void delivered.push(reply)))
+      const opening = yield* Effect.fork(completeStreaming(plan, principal, into(delivered)))
       yield* opened
       yield* Fiber.interrupt(opening)
       expect(delivering.has(plan)).toBe(true)
