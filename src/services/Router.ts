@@ -224,68 +224,70 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
      * The first attempt, when its route takes it and its provider can `send`, waits for the upstream
      * in undici's callbacks, with no fiber alive; whatever follows it — a backoff and a retry, a
      * fallback, a provider without `send` — runs as the effect loop in a fiber of the caller's runtime.
-     * The effect returns at once with the abort (shutdown): the attempt is aborted, or that fiber
-     * interrupted, and `done` is told an interruption.
+     * `runtime` and `clock` are the caller's. Returns the abort (shutdown): the attempt is aborted, or
+     * that fiber interrupted, and `done` is told an interruption.
      */
     const start = (
+      runtime: Runtime.Runtime<never>,
+      clock: Clock.Clock,
       chain: ReadonlyArray<Route>,
       bodyFor: (route: Route) => Record<string, unknown>,
       done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void
-    ): Effect.Effect<() => void> =>
-      Effect.clockWith((clock) =>
-        Effect.map(Effect.runtime<never>(), (runtime) => {
-          const t0 = clock.unsafeCurrentTimeMillis()
-          const tries = triesFrom(t0)
-          let over = false
-          const finish = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
-            if (over) return
-            over = true
-            done(exit)
-          }
-          let abort = (): void => {}
-          const inFiber = (effect: Effect.Effect<Served<UpstreamReply>, RouteFailed>) => {
-            const fiber = Runtime.runFork(runtime)(effect)
-            fiber.addObserver(finish)
-            abort = () => fiber.unsafeInterruptAsFork(FiberId.none)
-          }
-          const loop = completeLoop(chain, bodyFor, clock, tries)
-          const route = chain[0]
-          const send = route === undefined ? undefined : providers.get(route.provider)!.send
-          if (route === undefined || send === undefined || t0 >= tries.deadline) {
-            inFiber(loop.attemptAt(0, 0, t0))
-            return () => abort()
-          }
-          if (!admit(route, t0, tries)) {
-            inFiber(loop.attemptAt(1, 0, t0))
-            return () => abort()
-          }
-          try {
-            abort = send(route, bodyFor(route), () => clock.unsafeCurrentTimeMillis(), (result) => {
-              const next = booked(chain, 0, 0, t0, clock.unsafeCurrentTimeMillis(), result, tries)
-              if (next._tag === "Served") return finish(Exit.succeed(next.served))
-              if (next._tag === "Failed") return finish(Exit.fail(next.failed))
-              inFiber(loop.continueAfter(next))
-            })
-          } catch (defect) {
-            abandoned(route)
-            finish(Exit.die(defect))
-            return () => {}
-          }
-          const aborted = abort
-          abort = () => {
-            if (over) return
-            aborted()
-            abandoned(route)
-            finish(Exit.interrupt(FiberId.none))
-          }
-          return () => abort()
+    ): (() => void) => {
+      const t0 = clock.unsafeCurrentTimeMillis()
+      const tries = triesFrom(t0)
+      let over = false
+      const finish = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
+        if (over) return
+        over = true
+        done(exit)
+      }
+      let abort = (): void => {}
+      const inFiber = (effect: Effect.Effect<Served<UpstreamReply>, RouteFailed>) => {
+        const fiber = Runtime.runFork(runtime)(effect)
+        fiber.addObserver(finish)
+        abort = () => fiber.unsafeInterruptAsFork(FiberId.none)
+      }
+      // The effect loop, built only when an attempt is not the callback's.
+      const loop = () => completeLoop(chain, bodyFor, clock, tries)
+      const route = chain[0]
+      const send = route === undefined ? undefined : providers.get(route.provider)!.send
+      if (route === undefined || send === undefined || t0 >= tries.deadline) {
+        inFiber(loop().attemptAt(0, 0, t0))
+        return () => abort()
+      }
+      if (!admit(route, t0, tries)) {
+        inFiber(loop().attemptAt(1, 0, t0))
+        return () => abort()
+      }
+      try {
+        abort = send(route, bodyFor(route), () => clock.unsafeCurrentTimeMillis(), (result) => {
+          const next = booked(chain, 0, 0, t0, clock.unsafeCurrentTimeMillis(), result, tries)
+          if (next._tag === "Served") return finish(Exit.succeed(next.served))
+          if (next._tag === "Failed") return finish(Exit.fail(next.failed))
+          inFiber(loop().continueAfter(next))
         })
-      )
+      } catch (defect) {
+        abandoned(route)
+        finish(Exit.die(defect))
+        return () => {}
+      }
+      const aborted = abort
+      abort = () => {
+        if (over) return
+        aborted()
+        abandoned(route)
+        finish(Exit.interrupt(FiberId.none))
+      }
+      return () => abort()
+    }
 
     /** `start` as an effect: interrupting it aborts the attempts. */
     const complete = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>): Effect.Effect<Served<UpstreamReply>, RouteFailed> =>
-      Effect.asyncEffect<Served<UpstreamReply>, RouteFailed, never, never, never, never>((resume) =>
-        Effect.map(start(chain, bodyFor, (exit) => resume(exit)), (abort) => Effect.sync(abort))
+      Effect.clockWith((clock) =>
+        Effect.flatMap(Effect.runtime<never>(), (runtime) =>
+          Effect.async<Served<UpstreamReply>, RouteFailed>((resume) => Effect.sync(start(runtime, clock, chain, bodyFor, resume)))
+        )
       )
 
     /**

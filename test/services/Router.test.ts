@@ -4,7 +4,7 @@
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { afterAll, afterEach, beforeAll, describe, expect, it, layer } from "@effect/vitest"
-import { Cause, Effect, Layer, TestClock } from "effect"
+import { Cause, Effect, Exit, Layer, TestClock } from "effect"
 import type { GatewayFile, GatewaySettings } from "../../src/domain/config.ts"
 import { type Route, Router } from "../../src/services/Router.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
@@ -151,6 +151,45 @@ describe("Router against a real upstream", () => {
       expect(served.attempts[0]!.error).toContain("upstream answered 500")
       expect(mock.calls).toBe(2)
       expect(mock.requests.map((r) => (r.body as { model: string }).model)).toEqual(["up-primary", "up-primary"])
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
+
+  /** `Router.start` on `model`'s chain: its abort, and the exit it was told (once) so far. */
+  const started = (model: string) =>
+    Effect.gen(function* () {
+      const router = yield* Router
+      const chain = yield* router.candidates(model)
+      const told: Array<Exit.Exit<unknown, unknown>> = []
+      const abort = router.start(yield* Effect.runtime<never>(), yield* Effect.clock, chain, body, (exit) => void told.push(exit))
+      return { abort, told }
+    })
+  const until = (check: () => boolean) => Effect.repeat(Effect.sleep("5 millis"), { until: check })
+
+  it.live("Router.start: aborted while its first attempt waits in undici's callbacks, it is told one interruption, and the request is abandoned", () =>
+    Effect.gen(function* () {
+      mock.pushBehavior({ delayMs: 10_000 })
+      const { abort, told } = yield* started("primary")
+      yield* until(() => mock.calls === 1)
+      expect(told).toEqual([])
+      abort()
+      abort()
+      expect(told.length).toBe(1)
+      expect(Exit.isInterrupted(told[0]!)).toBe(true)
+      yield* until(() => mock.abandoned === 1)
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
+
+  it.live("Router.start: a failed first attempt goes on as the effect loop (a backoff, then a retry); aborted in the backoff, it is told one interruption and retries nothing", () =>
+    Effect.gen(function* () {
+      mock.pushBehavior({ status: 500 })
+      const { abort, told } = yield* started("primary")
+      yield* until(() => mock.calls === 1)
+      // The backoff is at least 100 ms: the retry has not started yet.
+      yield* Effect.sleep("30 millis")
+      abort()
+      yield* until(() => told.length > 0)
+      expect(Exit.isInterrupted(told[0]!)).toBe(true)
+      yield* Effect.sleep("300 millis")
+      expect(told.length).toBe(1)
+      expect(mock.calls).toBe(1)
     }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
 
   it.live("auto falls back to the next route after the first exhausts its retries", () =>

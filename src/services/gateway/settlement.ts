@@ -141,27 +141,27 @@ export const makeSettlement = (ctx: GatewayContext) => {
    * client that hangs up stops nothing: the call is settled all the same.
    */
   const leg = (p: Plan, principal: Principal, done: (exit: Exit.Exit<GatewayReply, GovernanceError>) => void): Effect.Effect<void> =>
-    Effect.flatMap(Effect.runtime<never>(), (runtime) => {
-      let stop = (): void => {}
-      liveCalls.add(p)
-      legs.set(p, () => stop())
-      // Traced, the upstream's span is opened here and ended by the answer (no fiber spans the wait).
-      const traceSpan = traced ? Runtime.runSync(runtime)(Effect.makeSpan("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } })) : undefined
-      const answered = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
-        if (traceSpan !== undefined) traceSpan.end(Runtime.runSync(runtime)(Clock.currentTimeNanos), exit)
-        timeline.mark("upstream: router bookkeeping, back in the call")
-        const next = Exit.isSuccess(exit) ? settleServed(p, principal, exit.value) : upstreamFailed(p, exit.cause)
-        Runtime.runFork(runtime)(Effect.uninterruptible(next)).addObserver((end) => {
-          liveCalls.delete(p)
-          legs.delete(p)
-          done(end)
-        })
-      }
-      return Effect.map(
-        router.start(p.chain, () => upstreamBody(p.body, p.request, p.outputCap), answered),
-        (abort) => void (stop = abort)
-      )
-    })
+    Effect.clockWith((clock) =>
+      Effect.map(Effect.runtime<never>(), (runtime) => {
+        let stop = (): void => {}
+        liveCalls.add(p)
+        legs.set(p, () => stop())
+        // Traced, the upstream's span is opened here and ended by the answer (no fiber spans the wait).
+        const traceSpan = traced ? Runtime.runSync(runtime)(Effect.makeSpan("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } })) : undefined
+        const answered = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
+          if (traceSpan !== undefined) traceSpan.end(clock.unsafeCurrentTimeNanos(), exit)
+          timeline.mark("upstream: router bookkeeping, back in the call")
+          // Settle and abandon are uninterruptible themselves, and nothing else holds this fiber.
+          const next = Exit.isSuccess(exit) ? settleServed(p, principal, exit.value) : upstreamFailed(p, exit.cause)
+          Runtime.runFork(runtime)(next).addObserver((end) => {
+            liveCalls.delete(p)
+            legs.delete(p)
+            done(end)
+          })
+        }
+        stop = router.start(runtime, clock, p.chain, () => upstreamBody(p.body, p.request, p.outputCap), answered)
+      })
+    )
 
   /** A leg that ended without an answer: nothing was charged, so the hold is voided, with the reason. */
   const upstreamFailed = (p: Plan, cause: Cause.Cause<RouteFailed>): Effect.Effect<never, GovernanceError> => {

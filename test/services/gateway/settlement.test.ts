@@ -31,7 +31,7 @@ const withLeg = (answer: Answer) => {
     liveCalls,
     legs,
     delivering,
-    router: { start: (_chain: unknown, _body: unknown, done: Parameters<Answer>[0]) => Effect.sync(() => answer(done)) },
+    router: { start: (_runtime: unknown, _clock: unknown, _chain: unknown, _body: unknown, done: Parameters<Answer>[0]) => answer(done) },
     store: { abandon: (args: AbandonArgs) => Effect.sync(() => void abandoned.push({ code: args.code, live: liveCalls.has(plan) })) }
   } as unknown as GatewayContext
   const settlement = makeSettlement(ctx)
