@@ -53,8 +53,9 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const pricing = yield* Pricing
     const ledger = yield* Ledger
     const metrics = yield* Metrics
-    // Upstream calls run in fibers owned by the service, so a client that hangs up does not abandon
-    // a call whose charge must still be settled; shutdown interrupts them and their holds are voided.
+    // The callers' fibers the service owns (`adopt`): a client that hangs up does not abandon a call
+    // whose charge must still be settled; shutdown interrupts them and their holds are voided. A
+    // non-streamed call's upstream leg is in `legs` (below), held by callbacks (docs/decisions/0033).
     const inflight = yield* FiberSet.make<unknown, unknown>()
 
     const instance = yield* Instance
@@ -171,14 +172,13 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
     /**
      * Take ownership of a caller's fiber (the fast path's): shutdown interrupts it with the service's
-     * other upstream calls (its hold is then voided), nothing else may, and `handle` running in it
-     * calls the upstream without forking.
+     * other calls (a hold it reserved is then voided), and nothing else may.
      */
     const adopt = (fiber: Fiber.RuntimeFiber<unknown, unknown>): void => {
       FiberSet.unsafeAdd(inflight, fiber)
     }
 
-    /** Governed calls running now: upstream calls the service owns, and open streams. */
+    /** Governed calls running now: the callers' fibers it owns, non-streamed legs, and open streams. */
     const inFlight = Effect.map(FiberSet.size(inflight), (n) => n + streamCancels.size + legs.size)
 
     /**
