@@ -151,8 +151,16 @@ export const makeSettlement = (ctx: GatewayContext) => {
         const answered = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
           if (traceSpan !== undefined) traceSpan.end(clock.unsafeCurrentTimeNanos(), exit)
           timeline.mark("upstream: router bookkeeping, back in the call")
-          // Settle and abandon are uninterruptible themselves, and nothing else holds this fiber.
-          const next = Exit.isSuccess(exit) ? settleServed(p, principal, exit.value) : upstreamFailed(p, exit.cause)
+          // Settle and abandon are uninterruptible themselves, and nothing else holds this fiber. Called
+          // from undici's callbacks: a throw of ours while building the next step (a reply it cannot
+          // read, a bug) is that step's defect, answered as one, never an exception in undici's handler
+          // that would leave the call in flight for ever.
+          let next: Effect.Effect<GatewayReply, GovernanceError>
+          try {
+            next = Exit.isSuccess(exit) ? settleServed(p, principal, exit.value) : upstreamFailed(p, exit.cause)
+          } catch (defect) {
+            next = Effect.die(defect)
+          }
           Runtime.runFork(runtime)(next).addObserver((end) => {
             liveCalls.delete(p)
             legs.delete(p)

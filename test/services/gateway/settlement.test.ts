@@ -73,6 +73,17 @@ describe("the non-streamed leg's exits", () => {
       expect(liveCalls.size).toBe(0)
     }))
 
+  it.effect("a throw of ours while reading the upstream's answer (in undici's callback) is the call's defect: answered, and the call leaves the keep-alive set", () =>
+    Effect.gen(function* () {
+      const unreadable = new Proxy({}, { get: () => { throw new Error("a reply we cannot read") } })
+      const served = { route: { name: "r" }, value: { raw: "{}", json: unreadable }, attempts: [] } as unknown as Served<UpstreamReply>
+      const { started, liveCalls, legs } = withLeg(later(Exit.succeed(served)))
+      const exit = yield* yield* started
+      expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
+      expect(liveCalls.size).toBe(0)
+      expect(legs.size).toBe(0)
+    }))
+
   it.effect("stopped while upstream (shutdown): the upstream is aborted, the hold voided once (interrupted) before the call leaves the keep-alive set, and the answer is an interruption", () =>
     Effect.gen(function* () {
       let aborted = 0
