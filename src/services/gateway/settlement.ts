@@ -162,6 +162,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
             next = Effect.die(defect)
           }
           Runtime.runFork(runtime)(next).addObserver((end) => {
+            timeline.mark("the leg's fiber ends")
             liveCalls.delete(p)
             legs.delete(p)
             done(end)
