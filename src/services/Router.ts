@@ -242,6 +242,8 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
         over = true
         done(exit)
       }
+      // What stops the call now: the attempt waiting in undici's callbacks, then (once an attempt is
+      // the loop's) the loop's fiber. The function `start` returns always calls the current one.
       let abort = (): void => {}
       const inFiber = (effect: Effect.Effect<Served<UpstreamReply>, RouteFailed>) => {
         const fiber = Runtime.runFork(runtime)(effect)
