@@ -34,10 +34,6 @@ export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>)
   return { state: failed.length === 0 ? "verified" : "unverified", checks: [...CHECKS], failed_checks: failed }
 }
 
-
-/** The `restore` of `Effect.uninterruptibleMask`: runs an effect with the interruptibility the mask found. */
-export type Restore = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
-
 export const makeSettlement = (ctx: GatewayContext) => {
   const { settings, span, traced, store, router, metrics, liveCalls, legs, delivering } = ctx
 
