@@ -101,14 +101,18 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("heartbeat")(beat), Duration.millis(settings.heartbeatMs)), Schedule.forever))
     const delivering = new WeakSet<Plan>()
     const legs = new Map<Plan, () => void>()
-    /** Stop every non-streamed call's upstream leg and wait (bounded) until each voided its hold. */
-    const stopLegs = Effect.gen(function* () {
+    /** Stop every non-streamed call's upstream leg: each then voids its hold, on its own. */
+    const stopLegs = () => {
       for (const stop of Array.from(legs.values())) stop()
-      for (let i = 0; i < 200 && legs.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
-    })
+    }
+    /** Wait (up to 2 s) until `calls` is empty: their settlements and voids are on their way to the store. */
+    const drained = (calls: { readonly size: number }) =>
+      Effect.gen(function* () {
+        for (let i = 0; i < 200 && calls.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
+      })
     // No fiber holds a leg, so closing the service stops them itself, as closing `inflight` interrupts
     // its fibers: before those (a traced call waits for its leg) and before the store closes.
-    yield* Effect.addFinalizer(() => stopLegs)
+    yield* Effect.addFinalizer(() => Effect.zipRight(Effect.sync(stopLegs), drained(legs)))
     const ctx: GatewayContext = {
       settings,
       span,
@@ -190,9 +194,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const stopCalls = Effect.gen(function* () {
       for (const cancel of Array.from(streamCancels.values())) cancel()
       // Before the fibers: a call waiting for its leg (traced) ends once the leg is stopped.
-      yield* stopLegs
+      stopLegs()
       yield* FiberSet.clear(inflight)
-      for (let i = 0; i < 200 && liveCalls.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
+      // Legs are live calls too, until settled or voided.
+      yield* drained(liveCalls)
     })
 
     return { handle, adopt, evaluate, inFlight, stopCalls } as const
