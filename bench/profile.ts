@@ -1,8 +1,9 @@
 /**
- * `npx tsx bench/profile.ts [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory] [--alloc | --survivors]`
+ * `npx tsx bench/profile.ts [--target tollgate|floor] [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory] [--alloc | --survivors]`
  *
- * Profiles Tollgate's chat path: starts the bench mock upstream and a Tollgate child, warms it up,
- * then records a V8 CPU profile (inspector, toggled by SIGUSR2 in bench/targets/tollgate.ts) over
+ * Profiles Tollgate's chat path (or, with `--target floor`, the governed floor's, by the same toggles:
+ * bench/lib/profilers.ts, so the two compare per call): starts the bench mock upstream and a Tollgate child, warms it up,
+ * then records a V8 CPU profile (inspector, toggled by SIGUSR2 in bench/lib/profilers.ts) over
  * exactly the measured closed-loop load (unique idempotency keys), and prints where the CPU went
  * (self time by function and by package). Open the .cpuprofile in Chrome DevTools or speedscope.
  * Effect's fibers run from its scheduler, so JS stacks do not show the logical caller: read self
@@ -55,14 +56,16 @@ process.once("exit", () => {
 // freed by a later full GC or still alive): what makes a scavenge slow and feeds the old generation.
 const survivors = flag("--survivors")
 const alloc = flag("--alloc") || survivors
-const profileFile = join(out, `tollgate-${Date.now()}.${alloc ? "heapprofile" : "cpuprofile"}`)
+const target = arg("--target") ?? "tollgate"
+if (target !== "tollgate" && target !== "floor") throw new Error(`--target tollgate|floor, not ${target}`)
+const profileFile = join(out, `${target}-${Date.now()}.${alloc ? "heapprofile" : "cpuprofile"}`)
 const tollgate = await startChild<{ port: number; key: string }>(
   "tollgate",
   process.execPath,
   [
     "--import",
     "tsx",
-    join(here, "targets/tollgate.ts"),
+    join(here, target === "floor" ? "targets/governedFloor.ts" : "targets/tollgate.ts"),
     "--upstream",
     `http://127.0.0.1:${mock.ready.port}`,
     alloc ? "--alloc-profile" : "--profile",

@@ -48,6 +48,7 @@ import { fastestSealer, sodiumModule } from "../../src/store/sodium.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker } from "../../src/store/storeWorker.ts"
 import { makeGroupCommit, type TxOutcome } from "../../src/store/syncTransactions.ts"
 import { arg, flag } from "../lib/args.ts"
+import { installProfilers } from "../lib/profilers.ts"
 
 const upstream = (arg("--upstream") ?? "http://127.0.0.1:9100").replace(/\/+$/, "")
 const model = arg("--model") ?? "gpt-4o-mini"
@@ -328,6 +329,8 @@ const server = createServer({ keepAlive: true }, (req, res) => {
 })
 server.keepAliveTimeout = 60_000
 server.headersTimeout = 61_000
+// `--profile` / `--alloc-profile` (bench/profile.ts --target floor): bench/lib/profilers.ts.
+await installProfilers()
 server.listen(Number(arg("--port") ?? "0"), "127.0.0.1", () => {
   process.stdout.write(JSON.stringify({ ready: true, port: (server.address() as AddressInfo).port, key: setup.key, dbPath }) + "\n")
 })

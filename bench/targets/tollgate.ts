@@ -12,7 +12,7 @@ import { join } from "node:path"
 import { makeSettings } from "../../src/domain/config.ts"
 import { timeline } from "../../src/domain/timeline.ts"
 import { arg, flag } from "../lib/args.ts"
-import { sourcePosition } from "../lib/sourceMap.ts"
+import { installProfilers } from "../lib/profilers.ts"
 import { benchGateway, startServer } from "./server.ts"
 
 const upstream = (arg("--upstream") ?? "http://127.0.0.1:9100").replace(/\/+$/, "")
@@ -37,66 +37,8 @@ const settings = makeSettings({
 })
 
 const ready = await startServer(settings)
-// `--profile FILE` (bench/profile.ts): SIGUSR2 starts the V8 CPU profiler, the next SIGUSR2 stops it
-// and writes FILE, so the profile covers exactly the measured load (no start-up, no shutdown).
-const profileFile = arg("--profile")
-if (profileFile !== undefined) {
-  const { Session } = await import("node:inspector/promises")
-  const session = new Session()
-  session.connect()
-  await session.post("Profiler.enable")
-  await session.post("Profiler.setSamplingInterval", { interval: 200 })
-  let running = false
-  process.on("SIGUSR2", () => {
-    running = !running
-    if (running) return void session.post("Profiler.start")
-    void session.post("Profiler.stop").then(({ profile }) => {
-      // Point every frame back at its TypeScript line (bench/lib/sourceMap.ts).
-      for (const node of profile.nodes) {
-        const { line, column } = sourcePosition(node.callFrame)
-        node.callFrame.lineNumber = line
-        node.callFrame.columnNumber = column
-      }
-      writeFileSync(profileFile, JSON.stringify(profile))
-      process.stderr.write(`profile written: ${profileFile}\n`)
-    })
-  })
-}
-// `--alloc-profile FILE` (bench/profile.ts --alloc): the same toggle for V8's sampling heap profiler,
-// counting every sampled allocation, also those the garbage collector has since freed (what a call
-// costs the young generation, not what it keeps); with `--alloc-survivors`, only those that outlived a
-// scavenge (what a scavenge copies or promotes), including those a full GC freed since.
-const allocFile = arg("--alloc-profile")
-const survivorsOnly = flag("--alloc-survivors")
-if (allocFile !== undefined) {
-  const { Session } = await import("node:inspector/promises")
-  const session = new Session()
-  session.connect()
-  await session.post("HeapProfiler.enable")
-  let running = false
-  process.on("SIGUSR2", () => {
-    running = !running
-    if (running) {
-      return void session.post("HeapProfiler.startSampling", {
-        samplingInterval: 1024,
-        includeObjectsCollectedByMajorGC: true,
-        includeObjectsCollectedByMinorGC: !survivorsOnly
-      })
-    }
-    void session.post("HeapProfiler.stopSampling").then(({ profile }) => {
-      // Point every frame back at its TypeScript line, as for the CPU profile.
-      const mapFrames = (node: (typeof profile)["head"]) => {
-        const { line, column } = sourcePosition(node.callFrame)
-        node.callFrame.lineNumber = line
-        node.callFrame.columnNumber = column
-        node.children.forEach(mapFrames)
-      }
-      mapFrames(profile.head)
-      writeFileSync(allocFile, JSON.stringify(profile))
-      process.stderr.write(`allocation profile written: ${allocFile}\n`)
-    })
-  })
-}
+// `--profile` / `--alloc-profile` (bench/profile.ts): bench/lib/profilers.ts.
+await installProfilers()
 // `--timeline FILE` with TOLLGATE_TIMELINE=1 (bench/timeline.ts): SIGUSR1 writes the per-stage figures
 // and the slowest calls' attribution of the calls since the previous SIGUSR1 to FILE
 // (src/domain/timeline.ts) and starts over.
