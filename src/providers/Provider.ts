@@ -2,7 +2,7 @@
  * What every upstream adapter offers: an OpenAI-shaped chat completion, whole or streamed.
  * Adapters translate their provider's wire format to OpenAI's; the Gateway only speaks OpenAI.
  */
-import { Data, Effect, type Either, type Scope } from "effect"
+import { type Clock, Data, Effect, type Either, type Scope } from "effect"
 import type { RouteConfig } from "../domain/config.ts"
 
 export class UpstreamFailure extends Data.TaggedError("UpstreamFailure")<{
@@ -25,16 +25,24 @@ export interface UpstreamReply {
 }
 
 /**
+ * What stops a call held by callbacks (docs/decisions/0033): an object rather than a closure, since
+ * it is the call's own state object wherever it can be (0034). A no-op once the call answered.
+ */
+export interface Abortable {
+  abort(): void
+}
+
+/**
  * A non-streamed completion held by callbacks: `done` gets the reply or the failure once, after
- * `send` returned; the returned function aborts it (then `done` is never called). `now` reads the
- * caller's Clock. A throw of `send` is a bug of ours (a body it cannot serialize), not the upstream's.
+ * `send` returned; the returned `abort` stops it (then `done` is never called). `clock` is the
+ * caller's. A throw of `send` is a bug of ours (a body it cannot serialize), not the upstream's.
  */
 export type Send = (
   route: RouteConfig,
   body: Record<string, unknown>,
-  now: () => number,
+  clock: Clock.Clock,
   done: (result: Either.Either<UpstreamReply, UpstreamFailure>) => void
-) => () => void
+) => Abortable
 
 export interface ChatProvider {
   readonly type: string
@@ -71,10 +79,8 @@ export const completeBy =
   (route, body) =>
     Effect.clockWith((clock) =>
       Effect.async<UpstreamReply, UpstreamFailure>((resume) => {
-        const abort = send(route, body, () => clock.unsafeCurrentTimeMillis(), (result) =>
-          resume(result._tag === "Right" ? Effect.succeed(result.right) : Effect.fail(result.left))
-        )
-        return Effect.sync(abort)
+        const pending = send(route, body, clock, (result) => resume(result._tag === "Right" ? Effect.succeed(result.right) : Effect.fail(result.left)))
+        return Effect.sync(() => pending.abort())
       })
     )
 

@@ -54,8 +54,8 @@ export const makeAnthropicProvider = (name: string, config: AnthropicConfig, def
       return Either.right({ raw: JSON.stringify(completion), json: completion })
     })
 
-  const send: Send = (route, body, now, done) =>
-    upstream.send(payloadOf(route, body, false), (result) => done(Either.flatMap(result, (text) => completionOf(route, text, now()))))
+  const send: Send = (route, body, clock, done) =>
+    upstream.send(payloadOf(route, body, false), (result) => done(Either.flatMap(result, (text) => completionOf(route, text, clock.unsafeCurrentTimeMillis()))))
 
   const stream: ChatProvider["stream"] = (route, body, opened) =>
     Effect.gen(function* () {

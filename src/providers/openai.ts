@@ -35,7 +35,7 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
     return payload
   }
 
-  const send: Send = (route, body, _now, done) =>
+  const send: Send = (route, body, _clock, done) =>
     upstream.send(payloadOf(route, body), (result) =>
       done(
         Either.flatMap(result, (text) => {

@@ -11,7 +11,7 @@ import { Effect, Either, type Scope } from "effect"
 import { EventEmitter } from "node:events"
 import { type Dispatcher, errors as undiciErrors, Pool } from "undici"
 import { timeline } from "../domain/timeline.ts"
-import { type DataEvents, statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
+import { type Abortable, type DataEvents, statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
 import { makeSseFeed, type SseFeed } from "./sse.ts"
 
 export interface UpstreamOptions {
@@ -34,10 +34,10 @@ export interface Upstream {
    * POST `payload` and read the whole body within the timeout: `done` gets its text, or a status
    * failure (carrying the upstream's error message) for a status ≥ 400, once, from undici's callbacks.
    * Held by those callbacks, not by a fiber: a call waiting for its upstream keeps no fiber's stack
-   * alive (docs/decisions/0033). Returns the abort (a no-op once `done` was called); aborted,
+   * alive (docs/decisions/0033). Returns its abort (a no-op once `done` was called); aborted,
    * `done` is never called.
    */
-  readonly send: (payload: string, done: (result: Either.Either<string, UpstreamFailure>) => void) => () => void
+  readonly send: (payload: string, done: (result: Either.Either<string, UpstreamFailure>) => void) => Abortable
   /**
    * POST `payload` for an SSE body, read as its events' data (sse.ts `makeSseFeed`: up to `[DONE]`,
    * or up to the batch after which `ended()` turns true); `start` then reads ahead on them (e.g. up
@@ -84,6 +84,77 @@ const textOf = (chunks: ReadonlyArray<Buffer>): string => (chunks.length === 1 ?
  */
 const refused = (status: number, body: ReadonlyArray<Buffer> | "broken"): UpstreamFailure =>
   statusFailure(status, body === "broken" ? "" : upstreamErrorDetail(textOf(body)))
+
+/**
+ * One whole completion in flight (`Upstream.send`): undici's dispatch handler, the provider's timeout
+ * and the caller's abort in one object. It lives through the upstream's wait, and every scavenge
+ * meanwhile copies what it holds, so it is one object with methods rather than a signal, a timer
+ * closure and a closure per callback (docs/decisions/0034). `done` is told once; after an abort, never.
+ * Aborted before undici started the request, it is aborted the moment undici does.
+ */
+class Completion implements Dispatcher.DispatchHandler, Abortable {
+  private readonly chunks: Array<Buffer> = []
+  private status = 0
+  private over = false
+  private controller: Dispatcher.DispatchController | undefined = undefined
+  private readonly timer: NodeJS.Timeout
+
+  constructor(
+    private readonly done: (result: Either.Either<string, UpstreamFailure>) => void,
+    private readonly failureOf: (e: unknown) => UpstreamFailure,
+    private readonly timedOut: () => UpstreamFailure,
+    timeoutMs: number
+  ) {
+    this.timer = setTimeout(timeUp, timeoutMs, this)
+  }
+
+  /** Tell `done` once, and stop the timer. */
+  finish(result: Either.Either<string, UpstreamFailure>): void {
+    if (this.over) return
+    this.over = true
+    clearTimeout(this.timer)
+    this.done(result)
+  }
+
+  /** The timeout is the answer: the abort's own error, which undici may report at once, comes too late. */
+  timeUp(): void {
+    this.finish(Either.left(this.timedOut()))
+    this.controller?.abort(new undiciErrors.RequestAbortedError())
+  }
+
+  abort(): void {
+    if (this.over) return
+    this.over = true
+    clearTimeout(this.timer)
+    this.controller?.abort(new undiciErrors.RequestAbortedError())
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller
+    if (this.over) controller.abort(new undiciErrors.RequestAbortedError())
+  }
+
+  onResponseStart(_: Dispatcher.DispatchController, statusCode: number): void {
+    timeline.mark("upstream: headers received")
+    this.status = statusCode
+  }
+
+  onResponseData(_: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.chunks.push(chunk)
+  }
+
+  onResponseEnd(): void {
+    timeline.mark("upstream: body read")
+    this.finish(this.status >= 400 ? Either.left(refused(this.status, this.chunks)) : Either.right(textOf(this.chunks)))
+  }
+
+  onResponseError(_: Dispatcher.DispatchController, e: Error): void {
+    this.finish(Either.left(this.status >= 400 ? refused(this.status, "broken") : this.failureOf(e)))
+  }
+}
+
+/** A `Completion`'s timer: one function for all of them, the completion passed as its argument. */
+const timeUp = (completion: Completion): void => completion.timeUp()
 
 export const makeUpstream = (options: UpstreamOptions): Upstream => {
   const { name, url, timeoutMs } = options
@@ -148,57 +219,20 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
    * A whole completion is gathered by a dispatch handler rather than request() + body.text(): that
    * wraps every answer in a Readable stream and reads it through events, a nextTick and a chain of
    * promises (≈ 7 µs CPU a call in a loopback microbench, more on a cold call; docs/decisions/0026).
-   * One signal aborts it on the provider's timeout or the caller's abort, whether it fires before or
-   * after undici starts the request.
+   * The handler is one `Completion`, which is also its timeout and its abort (0034).
    */
   const send: Upstream["send"] = (payload, done) => {
-    const signal = new AttemptSignal()
-    let settled = false
-    const finish = (result: Either.Either<string, UpstreamFailure>) => {
-      if (settled) return
-      settled = true
-      clearTimeout(timer)
-      done(result)
-    }
-    const timer = setTimeout(() => {
-      // The timeout is the answer: the abort's own error, which undici may report at once, comes too late.
-      finish(Either.left(timedOut()))
-      signal.abort()
-    }, timeoutMs)
-    const chunks: Array<Buffer> = []
-    let status = 0
+    const completion = new Completion(done, failureOf, timedOut, timeoutMs)
     timeline.mark("upstream: attempt set up (signal, timer)")
     try {
-      pool.dispatch(
-        { method: "POST", path, headers: options.headers, body: payload },
-        {
-          onRequestStart: abortedBy(signal),
-          onResponseStart: (_, statusCode) => {
-            timeline.mark("upstream: headers received")
-            status = statusCode
-          },
-          onResponseData: (_, chunk) => {
-            chunks.push(chunk)
-          },
-          onResponseEnd: () => {
-            timeline.mark("upstream: body read")
-            finish(status >= 400 ? Either.left(refused(status, chunks)) : Either.right(textOf(chunks)))
-          },
-          onResponseError: (_, e) => finish(Either.left(status >= 400 ? refused(status, "broken") : failureOf(e)))
-        }
-      )
+      pool.dispatch({ method: "POST", path, headers: options.headers, body: payload }, completion)
     } catch (e) {
       // undici reports a request it refuses through onResponseError; should dispatch throw instead, it
       // is the same failure, told after `send` returned, as every answer is.
-      queueMicrotask(() => finish(Either.left(failureOf(e))))
+      queueMicrotask(() => completion.finish(Either.left(failureOf(e))))
     }
     timeline.mark("upstream: request dispatched")
-    return () => {
-      if (settled) return
-      settled = true
-      clearTimeout(timer)
-      signal.abort()
-    }
+    return completion
   }
 
   /**

@@ -15,6 +15,7 @@ import { Cause, Clock, Duration, Effect, Fiber, FiberSet, Option, Schedule } fro
 import { Settings } from "../domain/config.ts"
 import type { GovernanceError } from "../domain/errors.ts"
 import { ChatStore } from "../store/ChatStore.ts"
+import type { Abortable } from "../providers/Provider.ts"
 import type { ProgressMark } from "../store/epochs.ts"
 import { makeEvaluate } from "./gateway/evaluate.ts"
 import { makePlanning } from "./gateway/plan.ts"
@@ -100,10 +101,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     })
     yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("heartbeat")(beat), Duration.millis(settings.heartbeatMs)), Schedule.forever))
     const delivering = new WeakSet<Plan>()
-    const legs = new Map<Plan, () => void>()
+    const legs = new Map<Plan, Abortable>()
     /** Stop every non-streamed call's upstream leg: each then voids its hold, on its own. */
     const stopLegs = () => {
-      for (const stop of Array.from(legs.values())) stop()
+      for (const leg of Array.from(legs.values())) leg.abort()
     }
     /** Wait (up to 2 s) until `calls` is empty: their settlements and voids are on their way to the store. */
     const drained = (calls: { readonly size: number }) =>

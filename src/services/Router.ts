@@ -6,7 +6,7 @@
  * `route_unavailable`; an upstream 4xx caused by the request itself is a 400 and is not retried.
  * Every attempt is recorded for GET /v1/requests/{id}.
  */
-import { Clock, Duration, Effect, Either, Exit, FiberId, Random, Runtime, type Scope } from "effect"
+import { Clock, Duration, Effect, Either, Exit, type Fiber, FiberId, Random, Runtime, type Scope } from "effect"
 import { Metrics } from "./Metrics.ts"
 import * as Health from "./RouteHealth.ts"
 import { countChatInput, countText } from "./Tokenizer.ts"
@@ -15,7 +15,7 @@ import { InvalidRequest, RouteUnavailable } from "../domain/errors.ts"
 import { makeAnthropicProvider } from "../providers/anthropic.ts"
 import { makeDemoProvider } from "../providers/demo.ts"
 import { makeOpenAIProvider } from "../providers/openai.ts"
-import type { ChatProvider, DataEvents, UpstreamFailure, UpstreamReply } from "../providers/Provider.ts"
+import type { Abortable, ChatProvider, DataEvents, UpstreamFailure, UpstreamReply } from "../providers/Provider.ts"
 import type { Attempt } from "./Requests.ts"
 
 export interface Route extends RouteConfig {
@@ -220,6 +220,79 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
       loopOf<UpstreamReply, never>(chain, clock, tries, (provider, route) => provider.complete(route, bodyFor(route)))
 
     /**
+     * One call completing on its chain (`start`). Its state is one object with methods, since it lives
+     * through the upstream's wait and every scavenge meanwhile copies what it holds (docs/decisions/0034).
+     * What stops it is, in turn, the attempt waiting in undici's callbacks, then (once an attempt is
+     * the loop's) the loop's fiber; `done` is told once.
+     */
+    class Completing implements Abortable {
+      private over = false
+      private attempt: Abortable | undefined = undefined
+      private fiber: Fiber.RuntimeFiber<Served<UpstreamReply>, RouteFailed> | undefined = undefined
+      readonly tries: Tries
+
+      constructor(
+        private readonly runtime: Runtime.Runtime<never>,
+        private readonly clock: Clock.Clock,
+        private readonly chain: ReadonlyArray<Route>,
+        private readonly bodyFor: (route: Route) => Record<string, unknown>,
+        private readonly done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void,
+        private readonly t0: number
+      ) {
+        this.tries = triesFrom(t0)
+      }
+
+      begin(): void {
+        const { chain, t0 } = this
+        const route = chain[0]
+        const send = route === undefined ? undefined : providers.get(route.provider)!.send
+        if (route === undefined || send === undefined || t0 >= this.tries.deadline) return this.inFiber(this.loop().attemptAt(0, 0, t0))
+        if (!admit(route, t0, this.tries)) return this.inFiber(this.loop().attemptAt(1, 0, t0))
+        try {
+          this.attempt = send(route, this.bodyFor(route), this.clock, (result) => this.answered(result))
+        } catch (defect) {
+          abandoned(route)
+          this.finish(Exit.die(defect))
+        }
+      }
+
+      /** The first attempt's outcome, from undici's callbacks. */
+      answered(result: Either.Either<UpstreamReply, UpstreamFailure>): void {
+        this.attempt = undefined
+        const next = booked(this.chain, 0, 0, this.t0, this.clock.unsafeCurrentTimeMillis(), result, this.tries)
+        if (next._tag === "Served") return this.finish(Exit.succeed(next.served))
+        if (next._tag === "Failed") return this.finish(Exit.fail(next.failed))
+        this.inFiber(this.loop().continueAfter(next))
+      }
+
+      abort(): void {
+        if (this.over) return
+        if (this.fiber !== undefined) return this.fiber.unsafeInterruptAsFork(FiberId.none)
+        if (this.attempt === undefined) return
+        this.attempt.abort()
+        abandoned(this.chain[0]!)
+        this.finish(Exit.interrupt(FiberId.none))
+      }
+
+      private finish(exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>): void {
+        if (this.over) return
+        this.over = true
+        this.done(exit)
+      }
+
+      /** The effect loop, built only when an attempt is not the callback's. */
+      private loop() {
+        return completeLoop(this.chain, this.bodyFor, this.clock, this.tries)
+      }
+
+      private inFiber(effect: Effect.Effect<Served<UpstreamReply>, RouteFailed>): void {
+        const fiber = Runtime.runFork(this.runtime)(effect)
+        this.fiber = fiber
+        fiber.addObserver((exit) => this.finish(exit))
+      }
+    }
+
+    /**
      * Complete on the chain, held by callbacks (docs/decisions/0033): `done` is told the outcome once.
      * The first attempt, when its route takes it and its provider can `send`, waits for the upstream
      * in undici's callbacks, with no fiber alive; whatever follows it — a backoff and a retry, a
@@ -233,62 +306,20 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
       chain: ReadonlyArray<Route>,
       bodyFor: (route: Route) => Record<string, unknown>,
       done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void
-    ): (() => void) => {
-      const t0 = clock.unsafeCurrentTimeMillis()
-      const tries = triesFrom(t0)
-      let over = false
-      const finish = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
-        if (over) return
-        over = true
-        done(exit)
-      }
-      // What stops the call now: the attempt waiting in undici's callbacks, then (once an attempt is
-      // the loop's) the loop's fiber. The function `start` returns always calls the current one.
-      let abort = (): void => {}
-      const inFiber = (effect: Effect.Effect<Served<UpstreamReply>, RouteFailed>) => {
-        const fiber = Runtime.runFork(runtime)(effect)
-        fiber.addObserver(finish)
-        abort = () => fiber.unsafeInterruptAsFork(FiberId.none)
-      }
-      // The effect loop, built only when an attempt is not the callback's.
-      const loop = () => completeLoop(chain, bodyFor, clock, tries)
-      const route = chain[0]
-      const send = route === undefined ? undefined : providers.get(route.provider)!.send
-      if (route === undefined || send === undefined || t0 >= tries.deadline) {
-        inFiber(loop().attemptAt(0, 0, t0))
-        return () => abort()
-      }
-      if (!admit(route, t0, tries)) {
-        inFiber(loop().attemptAt(1, 0, t0))
-        return () => abort()
-      }
-      try {
-        abort = send(route, bodyFor(route), () => clock.unsafeCurrentTimeMillis(), (result) => {
-          const next = booked(chain, 0, 0, t0, clock.unsafeCurrentTimeMillis(), result, tries)
-          if (next._tag === "Served") return finish(Exit.succeed(next.served))
-          if (next._tag === "Failed") return finish(Exit.fail(next.failed))
-          inFiber(loop().continueAfter(next))
-        })
-      } catch (defect) {
-        abandoned(route)
-        finish(Exit.die(defect))
-        return () => {}
-      }
-      const aborted = abort
-      abort = () => {
-        if (over) return
-        aborted()
-        abandoned(route)
-        finish(Exit.interrupt(FiberId.none))
-      }
-      return () => abort()
+    ): Abortable => {
+      const completing = new Completing(runtime, clock, chain, bodyFor, done, clock.unsafeCurrentTimeMillis())
+      completing.begin()
+      return completing
     }
 
     /** `start` as an effect: interrupting it aborts the attempts. */
     const complete = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>): Effect.Effect<Served<UpstreamReply>, RouteFailed> =>
       Effect.clockWith((clock) =>
         Effect.flatMap(Effect.runtime<never>(), (runtime) =>
-          Effect.async<Served<UpstreamReply>, RouteFailed>((resume) => Effect.sync(start(runtime, clock, chain, bodyFor, resume)))
+          Effect.async<Served<UpstreamReply>, RouteFailed>((resume) => {
+            const completing = start(runtime, clock, chain, bodyFor, resume)
+            return Effect.sync(() => completing.abort())
+          })
         )
       )
 

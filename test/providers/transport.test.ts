@@ -2,6 +2,8 @@
  * The one upstream transport (transport.ts) as both HTTP adapters use it, against the real-HTTP mock.
  */
 import { Cause, Effect, Exit, Fiber, Option } from "effect"
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import type { RouteConfig } from "../../src/domain/config.ts"
 import { makeAnthropicProvider } from "../../src/providers/anthropic.ts"
@@ -133,6 +135,34 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
     mock.pushBehavior({ delayMs: 400 })
     const failure = await Effect.runPromise(Effect.flip(make(100).complete(route, { messages: [{ role: "user", content: "x" }] })))
     expect(failure).toMatchObject({ reason: "timeout", retryable: true })
+  })
+})
+
+describe("a completion's timeout", () => {
+  it("bounds the whole completion: a body that keeps dribbling (each gap within undici's idle timeout) fails as a timeout when it passes, and the request is aborted then", async () => {
+    let closedEarly = 0
+    const server = createServer((_, res) => {
+      res.writeHead(200, { "content-type": "application/json" })
+      res.write("{")
+      const drip = setInterval(() => res.write(" "), 40)
+      res.once("close", () => {
+        clearInterval(drip)
+        if (!res.writableFinished) closedEarly++
+      })
+    })
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+    try {
+      const { port } = server.address() as AddressInfo
+      const provider = makeOpenAIProvider("p", { type: "openai", base_url: `http://127.0.0.1:${port}/v1`, timeout_ms: 300 }, 5_000)
+      const started = performance.now()
+      const failure = await Effect.runPromise(Effect.flip(provider.complete(route, { messages: [{ role: "user", content: "x" }] })))
+      expect(failure).toMatchObject({ reason: "timeout", retryable: true })
+      expect(performance.now() - started).toBeLessThan(2_000)
+      await expect.poll(() => closedEarly, { timeout: 1_000 }).toBe(1)
+    } finally {
+      server.closeAllConnections()
+      await new Promise((resolve) => server.close(resolve))
+    }
   })
 })
 

@@ -159,8 +159,8 @@ describe("Router against a real upstream", () => {
       const router = yield* Router
       const chain = yield* router.candidates(model)
       const told: Array<Exit.Exit<unknown, unknown>> = []
-      const abort = router.start(yield* Effect.runtime<never>(), yield* Effect.clock, chain, body, (exit) => void told.push(exit))
-      return { abort, told }
+      const completing = router.start(yield* Effect.runtime<never>(), yield* Effect.clock, chain, body, (exit) => void told.push(exit))
+      return { abort: () => completing.abort(), told }
     })
   const until = (check: () => boolean) => Effect.repeat(Effect.sleep("5 millis"), { until: check })
 

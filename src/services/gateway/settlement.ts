@@ -3,7 +3,7 @@
  * ONE transaction; or, when nothing was charged, the hold voided and the key freed in one. And the
  * non-streamed call's upstream leg, which ends in one of the two.
  */
-import { Cause, Clock, Effect, Exit, Option, Runtime } from "effect"
+import { Cause, Clock, Effect, Exit, Option, Runtime, type Tracer } from "effect"
 import { chargedTokens, chargeWithinReservation, settledCharge, type TokenCounts } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
@@ -11,7 +11,7 @@ import type { GovernanceError } from "../../domain/errors.ts"
 import { newReceiptId } from "../../domain/ids.ts"
 import { timeline } from "../../domain/timeline.ts"
 import type { Principal } from "../KeyRegistry.ts"
-import type { UpstreamReply } from "../../providers/Provider.ts"
+import type { Abortable, UpstreamReply } from "../../providers/Provider.ts"
 import type { Attempt, Verification } from "../Requests.ts"
 import type { Route, RouteFailed, Served } from "../Router.ts"
 import { deliveredText, type Governance } from "../surfaces/Surface.ts"
@@ -137,36 +137,62 @@ export const makeSettlement = (ctx: GatewayContext) => {
    * client that hangs up stops nothing: the call is settled all the same.
    */
   const leg = (p: Plan, principal: Principal, done: (exit: Exit.Exit<GatewayReply, GovernanceError>) => void): Effect.Effect<void> =>
-    Effect.clockWith((clock) =>
-      Effect.map(Effect.runtime<never>(), (runtime) => {
-        let stop = (): void => {}
-        liveCalls.add(p)
-        legs.set(p, () => stop())
-        // Traced, the upstream's span is opened here and ended by the answer (no fiber spans the wait).
-        const traceSpan = traced ? Runtime.runSync(runtime)(Effect.makeSpan("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } })) : undefined
-        const answered = (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => {
-          if (traceSpan !== undefined) traceSpan.end(clock.unsafeCurrentTimeNanos(), exit)
-          timeline.mark("upstream: router bookkeeping, back in the call")
-          // Settle and abandon are uninterruptible themselves, and nothing else holds this fiber. Called
-          // from undici's callbacks: a throw of ours while building the next step (a reply it cannot
-          // read, a bug) is that step's defect, answered as one, never an exception in undici's handler
-          // that would leave the call in flight for ever.
-          let next: Effect.Effect<GatewayReply, GovernanceError>
-          try {
-            next = Exit.isSuccess(exit) ? settleServed(p, principal, exit.value) : upstreamFailed(p, exit.cause)
-          } catch (defect) {
-            next = Effect.die(defect)
-          }
-          Runtime.runFork(runtime)(next).addObserver((end) => {
-            timeline.mark("the leg's fiber ends")
-            liveCalls.delete(p)
-            legs.delete(p)
-            done(end)
-          })
-        }
-        stop = router.start(runtime, clock, p.chain, () => upstreamBody(p.body, p.request, p.outputCap), answered)
-      })
-    )
+    Effect.clockWith((clock) => Effect.map(Effect.runtime<never>(), (runtime) => new Leg(p, principal, runtime, clock, done).begin()))
+
+  /**
+   * One non-streamed call's leg (`leg`): its state one object, since it lives through the upstream's
+   * wait and every scavenge meanwhile copies what it holds (docs/decisions/0034). It is the call's
+   * entry in `legs`: its `abort` stops the upstream.
+   */
+  class Leg implements Abortable {
+    private upstream: Abortable | undefined = undefined
+    /** Traced, the upstream's span is opened here and ended by the answer (no fiber spans the wait). */
+    private readonly traceSpan: Tracer.Span | undefined
+
+    constructor(
+      private readonly p: Plan,
+      private readonly principal: Principal,
+      private readonly runtime: Runtime.Runtime<never>,
+      private readonly clock: Clock.Clock,
+      private readonly done: (exit: Exit.Exit<GatewayReply, GovernanceError>) => void
+    ) {
+      this.traceSpan = traced ? Runtime.runSync(runtime)(Effect.makeSpan("tollgate.upstream", { kind: "client", attributes: { "tollgate.request_id": p.requestId } })) : undefined
+    }
+
+    begin(): void {
+      const p = this.p
+      liveCalls.add(p)
+      legs.set(p, this)
+      this.upstream = router.start(this.runtime, this.clock, p.chain, () => upstreamBody(p.body, p.request, p.outputCap), (exit) => this.answered(exit))
+    }
+
+    abort(): void {
+      this.upstream?.abort()
+    }
+
+    private answered(exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>): void {
+      if (this.traceSpan !== undefined) this.traceSpan.end(this.clock.unsafeCurrentTimeNanos(), exit)
+      timeline.mark("upstream: router bookkeeping, back in the call")
+      // Settle and abandon are uninterruptible themselves, and nothing else holds this fiber. Called
+      // from undici's callbacks: a throw of ours while building the next step (a reply it cannot
+      // read, a bug) is that step's defect, answered as one, never an exception in undici's handler
+      // that would leave the call in flight for ever.
+      let next: Effect.Effect<GatewayReply, GovernanceError>
+      try {
+        next = Exit.isSuccess(exit) ? settleServed(this.p, this.principal, exit.value) : upstreamFailed(this.p, exit.cause)
+      } catch (defect) {
+        next = Effect.die(defect)
+      }
+      Runtime.runFork(this.runtime)(next).addObserver((end) => this.ended(end))
+    }
+
+    private ended(end: Exit.Exit<GatewayReply, GovernanceError>): void {
+      timeline.mark("the leg's fiber ends")
+      liveCalls.delete(this.p)
+      legs.delete(this.p)
+      this.done(end)
+    }
+  }
 
   /** A leg that ended without an answer: nothing was charged, so the hold is voided, with the reason. */
   const upstreamFailed = (p: Plan, cause: Cause.Cause<RouteFailed>): Effect.Effect<never, GovernanceError> => {

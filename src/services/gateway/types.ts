@@ -9,6 +9,7 @@ import type { GatewaySettings } from "../../domain/config.ts"
 import type { BudgetExceeded, GovernanceError } from "../../domain/errors.ts"
 import type { ChatStoreApi } from "../../store/ChatStore.ts"
 import type { ProgressMark } from "../../store/epochs.ts"
+import type { Abortable } from "../../providers/Provider.ts"
 import type { SizingRequest } from "../../domain/budgetSizing.ts"
 import type { IdempotencyStore, Scope as TenantScope } from "../IdempotencyStore.ts"
 import type { Instance } from "../Instance.ts"
@@ -117,7 +118,7 @@ export interface GatewayContext {
   /** Calls whose hold and claim the keep-alive pushes ahead, for their lifetime. */
   readonly liveCalls: Set<Plan>
   /** How to stop each non-streamed call's upstream leg (shutdown past its grace), until it is settled or voided. */
-  readonly legs: Map<Plan, () => void>
+  readonly legs: Map<Plan, Abortable>
   /** Each open stream's progress mark, written by the heartbeat. */
   readonly streamMarks: Map<Plan, () => ProgressMark | undefined>
   /** How to end each open stream (shutdown past its grace). */

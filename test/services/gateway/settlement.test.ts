@@ -7,7 +7,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, FiberId } from "effect"
 import { type GovernanceError, RouteUnavailable } from "../../../src/domain/errors.ts"
-import type { UpstreamReply } from "../../../src/providers/Provider.ts"
+import type { Abortable, UpstreamReply } from "../../../src/providers/Provider.ts"
 import type { AbandonArgs } from "../../../src/store/ChatStore.ts"
 import { makeSettlement } from "../../../src/services/gateway/settlement.ts"
 import type { GatewayContext, GatewayReply, Plan } from "../../../src/services/gateway/types.ts"
@@ -17,13 +17,13 @@ const plan = { requestId: "req_1", hold: { reservationId: "res_1" }, scope: { pr
 const principal = {} as Parameters<ReturnType<typeof makeSettlement>["leg"]>[1]
 
 /** How the stand-in router answers a leg: it gets `done`, and returns the abort. */
-type Answer = (done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void) => () => void
+type Answer = (done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void) => Abortable
 
 /** A settlement whose router answers with `answer`; the abandons it writes, and the keep-alive set as each was written. */
 const withLeg = (answer: Answer) => {
   const abandoned: Array<{ code: string; live: boolean }> = []
   const liveCalls = new Set<Plan>()
-  const legs = new Map<Plan, () => void>()
+  const legs = new Map<Plan, Abortable>()
   const delivering = new WeakSet<Plan>()
   const ctx = {
     span: () => (self: unknown) => self,
@@ -49,7 +49,7 @@ const later =
   (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>): Answer =>
   (done) => {
     setImmediate(() => done(exit))
-    return () => {}
+    return { abort: () => {} }
   }
 
 describe("the non-streamed leg's exits", () => {
@@ -87,15 +87,17 @@ describe("the non-streamed leg's exits", () => {
   it.effect("stopped while upstream (shutdown): the upstream is aborted, the hold voided once (interrupted) before the call leaves the keep-alive set, and the answer is an interruption", () =>
     Effect.gen(function* () {
       let aborted = 0
-      const { started, abandoned, liveCalls, legs } = withLeg((done) => () => {
-        aborted++
-        done(Exit.interrupt(FiberId.none))
-      })
+      const { started, abandoned, liveCalls, legs } = withLeg((done) => ({
+        abort: () => {
+          aborted++
+          done(Exit.interrupt(FiberId.none))
+        }
+      }))
       const answer = yield* started
       // Nothing waits in a fiber: the leg is known only to the keep-alive set and to shutdown.
       expect(liveCalls.size).toBe(1)
       expect(legs.size).toBe(1)
-      legs.get(plan)!()
+      legs.get(plan)!.abort()
       const exit = yield* answer
       expect(aborted).toBe(1)
       expect(Exit.isInterrupted(exit)).toBe(true)
@@ -106,7 +108,7 @@ describe("the non-streamed leg's exits", () => {
 
   it.effect("shutdown interrupting a stream already delivering (ChatCall.deliver) leaves its hold to the stream: nothing is voided", () =>
     Effect.gen(function* () {
-      const { settlement, abandoned, delivering } = withLeg(() => () => {})
+      const { settlement, abandoned, delivering } = withLeg(() => ({ abort: () => {} }))
       delivering.add(plan)
       const exit = yield* Effect.exit(settlement.abandonInterrupted(plan, Cause.interrupt(FiberId.none)))
       expect(Exit.isInterrupted(exit)).toBe(true)
