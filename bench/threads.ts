@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/threads.ts [--targets floor,tollgate] [--duration 8] [--connections 512] [--rounds 2]`
+ * `npx tsx bench/threads.ts [--targets floor,tollgate] [--duration 8] [--connections 512] [--rounds 2] [--compare DIR]`
  *
  * Where a governed target's CPU goes under the saturating closed loop, thread by thread, next to the
  * main thread's garbage-collector pauses per call (bench/lib/gcObserver.mjs): each thread's CPU as µs
@@ -7,7 +7,8 @@
  * share: the store worker is the busiest other thread, V8's four platform threads — the scavenger's
  * and the marker's helpers — come next, level with each other), then the same main / busiest other /
  * rest split as bench/run.ts, summed over rounds. Both targets run bundled with their `npm start`
- * flags, as bench/run.ts runs them, interleaved round by round; `--node-flags "…"` adds flags to both.
+ * flags, as bench/run.ts runs them, interleaved round by round; `--node-flags "…"` adds flags to both;
+ * `--compare DIR` adds `tollgate-b`, Tollgate from another checkout (an A/B in one run).
  * A benchmark: printed, never asserted (docs/decisions/0034).
  */
 import { readdirSync, readFileSync } from "node:fs"
@@ -20,7 +21,8 @@ import { tmpdir } from "node:os"
 
 const here = import.meta.dirname
 const root = resolve(here, "..")
-const targets = (arg("--targets") ?? "floor,tollgate").split(",")
+const compare = arg("--compare")
+const targets = [...(arg("--targets") ?? "floor,tollgate").split(","), ...(compare === undefined ? [] : ["tollgate-b"])]
 const durationMs = numArg("--duration", 8) * 1000
 const connections = numArg("--connections", 512)
 const rounds = numArg("--rounds", 2)
@@ -58,9 +60,10 @@ const upstream = `http://127.0.0.1:${mock.ready.port}`
 const started = new Map<string, { pid: number; stop: () => Promise<void>; origin: string; key: string }>()
 for (const t of targets) {
   const script = t === "floor" ? "targets/governedFloor.ts" : "targets/tollgate.ts"
-  const entry = bundleTarget(root, script, `threads-${t}`)
-  const child = await startChild<{ port: number; key: string }>(t, process.execPath, [...startFlags(root), ...nodeFlags, "--import", join(here, "lib/gcObserver.mjs"), entry, "--upstream", upstream, "--model", "gpt-4o-mini"], {
-    cwd: root,
+  const dir = t === "tollgate-b" ? resolve(compare!) : root
+  const entry = bundleTarget(dir, script, `threads-${t}`)
+  const child = await startChild<{ port: number; key: string }>(t, process.execPath, [...startFlags(dir), ...nodeFlags, "--import", join(here, "lib/gcObserver.mjs"), entry, "--upstream", upstream, "--model", "gpt-4o-mini"], {
+    cwd: dir,
     timeoutMs: 60_000,
     env: { TOLLGATE_BENCH_GC_FILE: gcFile(t) }
   })
@@ -71,7 +74,8 @@ const calls = new Map<string, number>()
 const rps = new Map<string, Array<number>>()
 try {
   for (let round = 0; round < rounds; round++) {
-    for (const t of round % 2 === 0 ? targets : [...targets].reverse()) {
+    // Rotated each round, as bench/run.ts does: no target always runs first or last.
+    for (const t of targets.map((_, i) => targets[(i + round) % targets.length]!)) {
       const s = started.get(t)!
       const endpoint = { name: t, origin: s.origin, path: "/v1/chat/completions", headers: { authorization: `Bearer ${s.key}` } }
       await closedLoad(endpoint, { connections: 64, durationMs: 2000, body: (n) => body(-n - 1 - round * 1e6) })
