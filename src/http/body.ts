@@ -126,7 +126,10 @@ export const closeIfUnread = (res: ServerResponse): void => {
  * Read and parse a JSON body within the limits, then call `done` once: 413 when the declared or the
  * received length is over the size limit, 400 when nested too deep, empty, unreadable or not JSON.
  * After a refusal the rest of the body is not buffered; the answer closes the connection
- * (`closeIfUnread`).
+ * (`closeIfUnread`). Once it has answered, the reader takes its listeners off the request: the
+ * request lives as long as its call, and listeners left on it would keep the reader's state — and
+ * `done` — alive through every scavenge of the call's upstream wait (docs/decisions/0035). A later
+ * 'error' still finds a listener (`ignoreError`), so it never becomes an uncaught exception.
  */
 export const readJsonBody = (source: IncomingMessage, limits: BodyLimits, done: (result: BodyResult) => void): void => {
   const { maxBodyBytes, maxJsonDepth } = limits
@@ -140,17 +143,25 @@ export const readJsonBody = (source: IncomingMessage, limits: BodyLimits, done: 
     finished = true
     const r = result()
     chunks.length = 0
+    source.off("data", onData)
+    source.off("end", onEnd)
+    source.off("error", onError)
+    source.on("error", ignoreError)
     done(r)
   }
-  source.on("data", (chunk: Buffer) => {
-    if (finished) return
+  const onData = (chunk: Buffer) => {
     bytes += chunk.length
     if (bytes > maxBodyBytes) finish(() => tooLarge(maxBodyBytes))
     else if (!depth.feed(chunk)) finish(() => tooDeep(maxJsonDepth))
     else chunks.push(chunk)
-  })
-  source.once("end", () =>
+  }
+  const onEnd = () =>
     finish(() => parseJsonText(chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks, bytes).toString("utf8")))
-  )
-  source.once("error", () => finish(() => invalid("The request body could not be read.")))
+  const onError = () => finish(() => invalid("The request body could not be read."))
+  source.on("data", onData)
+  source.once("end", onEnd)
+  source.once("error", onError)
 }
+
+/** What a request's later 'error' meets once its body was answered: the call already has its answer. */
+const ignoreError = (): void => {}
