@@ -58,6 +58,14 @@ export interface ChatStoreApi {
    * (docs/decisions/0013). Absent: every commit that needs the disk already waited for it.
    */
   readonly sync?: () => Effect.Effect<void>
+  /**
+   * The settlement by callback, where the transactions run in the store worker: the same
+   * transaction as `settle`, and `done` told once — after its commit is durable with no argument,
+   * or with the defect. For a governed call's common path, which holds no fiber while its settlement
+   * is written (docs/decisions/0036). Absent where transactions are effects (inline, PostgreSQL):
+   * callers then use `settle`.
+   */
+  readonly settleThen?: (args: SettleArgs, done: (defect?: unknown) => void) => void
   /** Whether transactions can run now (the store worker is up), for GET /readyz. */
   readonly health: () => StoreHealth
   /** Where the transactions run. */
@@ -217,25 +225,27 @@ const startWorker = (data: StoreWorkerData) =>
     )
 
     let nextId = 0
+    /** Send one transaction to the worker; `reply` is told how it ended, once. */
+    const post = (op: ChatOp | "sync", args: unknown, reply: (outcome: TxOutcome) => void): void => {
+      const live = current
+      if (closing || live === undefined) {
+        return reply({ _tag: "Died", defect: closing ? closedError() : new Error(`the store is unavailable: ${down ?? "starting"}`) })
+      }
+      const id = nextId++
+      // An idle worker gets the call at once: nobody else is waiting to share its commit, and a
+      // turn's wait is pure latency for the one caller. While the worker has calls in flight, the
+      // calls of this turn go together when its I/O callbacks are done, and share a group commit.
+      const idle = live.pending.size === 0 && live.outbox.length === 0
+      live.pending.set(id, reply)
+      if (live.outbox.length === 0 && !idle) setImmediate(() => send(live))
+      live.outbox.push({ id, op, args })
+      if (idle) send(live)
+    }
     const run: Run = <E>(op: ChatOp | "sync", args: unknown) =>
-      Effect.async<unknown, E>((resume) => {
-        const live = current
-        if (closing || live === undefined) {
-          return resume(Effect.die(closing ? closedError() : new Error(`the store is unavailable: ${down ?? "starting"}`)))
-        }
-        const id = nextId++
-        // An idle worker gets the call at once: nobody else is waiting to share its commit, and a
-        // turn's wait is pure latency for the one caller. While the worker has calls in flight, the
-        // calls of this turn go together when its I/O callbacks are done, and share a group commit.
-        const idle = live.pending.size === 0 && live.outbox.length === 0
-        live.pending.set(id, (outcome) => resume(outcomeEffect<unknown, E>(outcome)))
-        if (live.outbox.length === 0 && !idle) setImmediate(() => send(live))
-        live.outbox.push({ id, op, args })
-        if (idle) send(live)
-      }).pipe(Effect.uninterruptible)
+      Effect.async<unknown, E>((resume) => post(op, args, (outcome) => resume(outcomeEffect<unknown, E>(outcome)))).pipe(Effect.uninterruptible)
 
     const health = (): StoreHealth => (closing ? { ok: false, reason: "closed" } : down === undefined ? { ok: true } : { ok: false, reason: down })
-    return { run, health }
+    return { run, post, health }
   })
 
 export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, ChatStoreApi>() {
@@ -248,9 +258,10 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       const filename = sqliteFilename(settings.databaseUrl)
       const inWorker = settings.storeWorker && filename !== ":memory:"
       let run: Run
+      let post: ((op: ChatOp, args: unknown, reply: (outcome: TxOutcome) => void) => void) | undefined
       let health = (): StoreHealth => ({ ok: true })
       if (inWorker) {
-        ;({ run, health } = yield* startWorker({
+        ;({ run, post, health } = yield* startWorker({
           filename,
           signingKey: signer.signingKey,
           signingKeyId: signer.keyId,
@@ -275,7 +286,17 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         extend: (args) => Effect.asVoid(run("extend", args)),
         heartbeat: (args) => Effect.asVoid(run("heartbeat", args)),
         expire: (args) => run("expire", args) as Effect.Effect<number>,
-        ...(inWorker ? { sync: () => Effect.asVoid(run("sync", undefined)) } : {}),
+        ...(post !== undefined
+          ? {
+              sync: () => Effect.asVoid(run("sync", undefined)),
+              settleThen: (args: SettleArgs, done: (defect?: unknown) => void) =>
+                post("settle", args, (outcome) =>
+                  outcome._tag === "Committed"
+                    ? done()
+                    : done((outcome._tag === "Died" ? outcome.defect : undefined) ?? new Error(`store worker: the settlement ended ${outcome._tag}`))
+                )
+            }
+          : {}),
         health,
         runsIn: inWorker ? "worker" : "inline"
       }

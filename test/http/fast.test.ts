@@ -603,10 +603,17 @@ describe("a non-streamed call with `deliver` (the fast path's)", () => {
     }
   }
 
-  it("ends its effect once the upstream is called: no fiber waits for the upstream, shutdown sees the call in flight, and the settled reply comes through deliver", async () => {
+  it.each([
+    // In memory the transactions run inline, as effects: the settlement takes a fiber of its own.
+    ["in memory", false, 1],
+    // On a file they run in the store worker, whose callback settles the call: no fiber at all (0036).
+    ["on a file", true, 0]
+  ])("ends its effect once the upstream is called: no fiber waits for the upstream, shutdown sees the call in flight, and the settled reply comes through deliver (a store %s)", async (_store, onFile, settlementForks) => {
     const upstream = await startMockUpstream()
     upstream.setBehavior({ delayMs: 1_000 })
-    const runtime = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ gateway: mockGatewayFile(upstream.url) })))))
+    const dir = mkdtempSync(join(tmpdir(), "tollgate-fast-deliver-"))
+    const databaseUrl = onFile ? `sqlite:${join(dir, "store.db")}` : "sqlite::memory:"
+    const runtime = ManagedRuntime.make(ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl, gateway: mockGatewayFile(upstream.url) })))))
     try {
       const result = await runtime.runPromise(
         Effect.gen(function* () {
@@ -628,10 +635,11 @@ describe("a non-streamed call with `deliver` (the fast path's)", () => {
             .pipe(Effect.supervised(forks), Effect.orDie)
           const waiting = { tag: reply._tag, forks: forks.started, inFlight: yield* gateway.inFlight, answered: yield* Deferred.isDone(answered) }
           const answer = yield* Deferred.await(answered)
-          return { waiting, answer, inFlightAfter: yield* gateway.inFlight }
+          return { waiting, answer, inFlightAfter: yield* gateway.inFlight, forksAfter: forks.started }
         })
       )
       expect(result.waiting).toEqual({ tag: "Delivered", forks: 0, inFlight: 1, answered: false })
+      expect(result.forksAfter).toBe(settlementForks)
       const answer = result.answer
       if (!Exit.isSuccess(answer) || answer.value._tag !== "Body") throw new Error(`expected a settled body, got ${String(answer)}`)
       expect(answer.value.status).toBe(200)
@@ -642,6 +650,7 @@ describe("a non-streamed call with `deliver` (the fast path's)", () => {
     } finally {
       await runtime.dispose()
       await upstream.close()
+      rmSync(dir, { recursive: true, force: true })
     }
   })
 })

@@ -294,6 +294,54 @@ describe("ChatStore", () => {
     }
   })
 
+  it("offers the settlement by callback in the worker only: settleThen writes what settle writes, answers once after the commit, and tells a defect once the store is closed", async () => {
+    const { url, file } = fileUrl()
+    const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
+    const inlineRt = testRuntime(chatStoreLayer, { databaseUrl: "sqlite::memory:" })
+    try {
+      expect(await inlineRt.runPromise(Effect.map(ChatStore, (s) => s.settleThen))).toBeUndefined()
+      const { p, store } = await rt.runPromise(Effect.all({ p: newProject({ budget_credits: 1_000 }), store: ChatStore }))
+      const settleThen = store.settleThen!
+      const a = reserveArgs(p.id, 400, { key: "k-a", fingerprint: "f-a" })
+      const b = reserveArgs(p.id, 300, { key: "k-b", fingerprint: "f-b" })
+      await rt.runPromise(Effect.all([store.reserve(a), store.reserve(b)]))
+      await rt.runPromise(store.settle(settleArgs(a, 400, 150)))
+      const told: Array<unknown> = []
+      await new Promise<void>((resolve) =>
+        settleThen(settleArgs(b, 300, 120), (defect) => {
+          told.push(defect)
+          resolve()
+        })
+      )
+      expect(told).toEqual([undefined])
+      const db = new Database(file, { readonly: true })
+      const snap = snapshot(db, p.id)
+      const receipts = (db.prepare("SELECT body FROM receipts WHERE project_id = ? ORDER BY seq").all(p.id) as Array<{ body: string }>).map((r) => JSON.parse(r.body))
+      db.close()
+      expect(snap.window).toEqual({ spent: 270, reserved: 0 })
+      expect(snap.reservations).toEqual([
+        { amount: 300, state: "settled", charge: 120 },
+        { amount: 400, state: "settled", charge: 150 }
+      ])
+      expect(snap.receipts).toEqual([
+        { seq: 1, credits_charged: 150 },
+        { seq: 2, credits_charged: 120 }
+      ])
+      expect(snap.idempotency).toEqual([
+        { key: "k-a", state: "finished", status: 200 },
+        { key: "k-b", state: "finished", status: 200 }
+      ])
+      const publicPem = await rt.runPromise(Effect.map(ReceiptSigner, (s) => s.publicPem))
+      for (const r of receipts) expect(verifyReceipt(r, publicPem)).toEqual([])
+      await rt.dispose()
+      const closed = await new Promise<unknown>((resolve) => settleThen(settleArgs(reserveArgs(p.id, 1), 1, 1), resolve))
+      expect(closed).toBeInstanceOf(Error)
+    } finally {
+      await rt.dispose()
+      await inlineRt.dispose()
+    }
+  })
+
   it("commits every transaction sent before shutdown, then refuses new ones instead of hanging", async () => {
     const { url, file } = fileUrl()
     const rt = testRuntime(chatStoreLayer, { databaseUrl: url })

@@ -16,6 +16,7 @@ import type { Attempt, Verification } from "../Requests.ts"
 import type { Route, RouteFailed, Served } from "../Router.ts"
 import { deliveredText, type Governance } from "../surfaces/Surface.ts"
 import { countText } from "../Tokenizer.ts"
+import type { SettleArgs } from "../../store/ChatStore.ts"
 import type { GatewayContext, GatewayReply, Plan } from "./types.ts"
 
 
@@ -34,8 +35,22 @@ export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>)
   return { state: failed.length === 0 ? "verified" : "unverified", checks: [...CHECKS], failed_checks: failed }
 }
 
+/** What a settlement charges for, and how its reply renders once the governance is known. */
+export interface Charged {
+  readonly served: { readonly route: Route; readonly attempts: ReadonlyArray<Attempt> }
+  readonly tokens: TokenCounts
+  readonly usageSource: "reported" | "counted"
+  readonly schemaOk: boolean
+  readonly render: (g: Governance, now: number) => { readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
+}
+
 export const makeSettlement = (ctx: GatewayContext) => {
   const { settings, span, traced, store, router, metrics, liveCalls, legs, delivering } = ctx
+  /**
+   * The store's settlement by callback, where it has one (the store worker's) and no span must cover
+   * the settlement: a served non-streamed call then settles with no fiber (docs/decisions/0036).
+   */
+  const settleThen = traced ? undefined : store.settleThen
 
   /** Void the hold, fail the request and free the idempotency key: nothing was charged. */
   const abandon = (p: Plan, code: string, message: string, attempts: ReadonlyArray<Attempt>) =>
@@ -51,60 +66,68 @@ export const makeSettlement = (ctx: GatewayContext) => {
       })
     ).pipe(span("tollgate.abandon", { attributes: { "tollgate.request_id": p.requestId, "tollgate.code": code } }), Effect.uninterruptible)
 
+  /**
+   * What one settlement writes, at `now`: the charge, the receipt's id, the rendered reply (encoded
+   * once: the same bytes are stored for replay and sent) and the transaction's arguments. Pure; the
+   * one place both ways of settling (`settle`, an effect; `Leg`, by callback) take it from.
+   */
+  const settlementAt = (p: Plan, principal: Principal, charged: Charged, now: number) => {
+    const { served, tokens, usageSource, schemaOk, render } = charged
+    const { prices, version } = p.prices.get(served.route.name)!
+    const charge = settledCharge(tokens, prices, p.hold.amount)
+    const verification = verificationOf({ route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) })
+    const receiptId = newReceiptId(now)
+    const governance: Governance = {
+      request_id: p.requestId,
+      status: "completed",
+      verification,
+      credits_charged: charge,
+      rate_card_version: version,
+      receipt_id: receiptId
+    }
+    const rendered = render(governance, now)
+    const stored = { status: rendered.status, contentType: rendered.contentType, body: typeof rendered.body === "string" ? utf8.encode(rendered.body) : rendered.body }
+    timeline.mark("settle: charge, render, encode")
+    const args: SettleArgs = {
+      now,
+      hold: p.hold,
+      receiptId,
+      organization: principal.organization,
+      environment: principal.environment,
+      model: p.request.model,
+      route: served.route.name,
+      rateCardVersion: version,
+      tokens,
+      usageSource,
+      charge,
+      verification,
+      attempts: served.attempts,
+      idempotent: p.idempotency === undefined ? undefined : { scope: p.scope, key: p.idempotency.key, ttlMs: settings.idempotencyTtlMs, result: stored }
+    }
+    return { charge, stored, args }
+  }
+
+  /** What follows a settlement's commit, either way it was written. */
+  const settled = (principal: Principal, usageSource: "reported" | "counted", charge: number): void => {
+    timeline.mark("settle: resume the call")
+    crashPoint("settled")
+    metrics.settled(principal.projectId, usageSource, charge)
+  }
+
   /** Charge, receipt, request completion and idempotent result, in one transaction; `then` maps what was stored to the caller's reply. */
   const settle = <A>(
     p: Plan,
     principal: Principal,
-    served: { readonly route: Route; readonly attempts: ReadonlyArray<Attempt> },
-    tokens: TokenCounts,
-    usageSource: "reported" | "counted",
-    schemaOk: boolean,
-    render: (g: Governance, now: number) => { readonly status: number; readonly contentType: string; readonly body: Uint8Array | string },
+    charged: Charged,
     then: (stored: { readonly status: number; readonly contentType: string; readonly body: Uint8Array }) => A
   ): Effect.Effect<A> =>
     Effect.clockWith((clock) => {
-      const { prices, version } = p.prices.get(served.route.name)!
-      const charge = settledCharge(tokens, prices, p.hold.amount)
-      const verification = verificationOf({ route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) })
-      const now = clock.unsafeCurrentTimeMillis()
-      const receiptId = newReceiptId(now)
-      const governance: Governance = {
-        request_id: p.requestId,
-        status: "completed",
-        verification,
-        credits_charged: charge,
-        rate_card_version: version,
-        receipt_id: receiptId
-      }
-      const rendered = render(governance, now)
-      // Encoded once: the same bytes are stored for replay and sent.
-      const body = typeof rendered.body === "string" ? utf8.encode(rendered.body) : rendered.body
-      timeline.mark("settle: charge, render, encode")
-      return store.settle({
-        now,
-        hold: p.hold,
-        receiptId,
-        organization: principal.organization,
-        environment: principal.environment,
-        model: p.request.model,
-        route: served.route.name,
-        rateCardVersion: version,
-        tokens,
-        usageSource,
-        charge,
-        verification,
-        attempts: served.attempts,
-        idempotent:
-          p.idempotency === undefined
-            ? undefined
-            : { scope: p.scope, key: p.idempotency.key, ttlMs: settings.idempotencyTtlMs, result: { status: rendered.status, contentType: rendered.contentType, body } }
-      }).pipe(
-        span("tollgate.settle", { attributes: { "tollgate.request_id": p.requestId, "tollgate.credits_charged": charge, "tollgate.usage_source": usageSource } }),
+      const { charge, stored, args } = settlementAt(p, principal, charged, clock.unsafeCurrentTimeMillis())
+      return store.settle(args).pipe(
+        span("tollgate.settle", { attributes: { "tollgate.request_id": p.requestId, "tollgate.credits_charged": charge, "tollgate.usage_source": charged.usageSource } }),
         Effect.map(() => {
-          timeline.mark("settle: resume the call")
-          crashPoint("settled")
-          metrics.settled(principal.projectId, usageSource, charge)
-          return then({ status: rendered.status, contentType: rendered.contentType, body })
+          settled(principal, charged.usageSource, charge)
+          return then(stored)
         })
       )
     }).pipe(Effect.uninterruptible)
@@ -179,11 +202,34 @@ export const makeSettlement = (ctx: GatewayContext) => {
       // that would leave the call in flight for ever.
       let next: Effect.Effect<GatewayReply, GovernanceError>
       try {
+        if (Exit.isSuccess(exit) && settleThen !== undefined) return this.settleServed(exit.value, settleThen)
         next = Exit.isSuccess(exit) ? settleServed(this.p, this.principal, exit.value) : upstreamFailed(this.p, exit.cause)
       } catch (defect) {
         next = Effect.die(defect)
       }
       Runtime.runFork(this.runtime)(next).addObserver((end) => this.ended(end))
+    }
+
+    /**
+     * The common path's settlement, with no fiber (docs/decisions/0036): the same transaction as
+     * `settleServed`'s, posted by the store's callback. Its reply comes from the store's message loop,
+     * so nothing of ours may throw there: a throw after the commit is answered as the call's defect.
+     */
+    private settleServed(served: Served<UpstreamReply>, post: NonNullable<typeof settleThen>): void {
+      const { p, principal } = this
+      const charged = servedSettlement(p, served)
+      const { charge, stored, args } = settlementAt(p, principal, charged, this.clock.unsafeCurrentTimeMillis())
+      post(args, (defect) => {
+        if (defect !== undefined) return this.ended(Exit.die(defect))
+        let reply: Exit.Exit<GatewayReply, GovernanceError>
+        try {
+          settled(principal, charged.usageSource, charge)
+          reply = Exit.succeed({ _tag: "Body", ...stored })
+        } catch (e) {
+          reply = Exit.die(e)
+        }
+        this.ended(reply)
+      })
     }
 
     private ended(end: Exit.Exit<GatewayReply, GovernanceError>): void {
@@ -207,24 +253,20 @@ export const makeSettlement = (ctx: GatewayContext) => {
     return Option.isSome(failed) ? fromRouteFailure(p, failed.value) : Effect.failCause(cause as Cause.Cause<never>)
   }
 
-  const settleServed = (p: Plan, principal: Principal, served: Served<UpstreamReply>): Effect.Effect<GatewayReply, GovernanceError> => {
+  /** What a served completion is charged for (reported usage, or counted), and how its reply renders. */
+  const servedSettlement = (p: Plan, served: Served<UpstreamReply>): Charged => {
     const json = served.value.json
     const choices = json.choices
     const schemaOk = Array.isArray(choices) && choices.length > 0 && choices.every((c) => c !== null && typeof c === "object" && "message" in c)
     const { tokens, source } = chargedTokens(json.usage, p.inputTokens, () =>
       Array.isArray(choices) ? choices.reduce((n: number, c: { message?: unknown }) => n + countText(deliveredText(c?.message)), 0) : 0
     )
-    return settle(
-      p,
-      principal,
-      served,
-      tokens,
-      source,
-      schemaOk,
-      (g, now) => ({ status: 200, contentType: "application/json", body: p.surface.renderBody(served.value.raw, json, g, tokens, now) }),
-      (stored): GatewayReply => ({ _tag: "Body", ...stored })
-    )
+    const render = (g: Governance, now: number) => ({ status: 200, contentType: "application/json", body: p.surface.renderBody(served.value.raw, json, g, tokens, now) })
+    return { served, tokens, usageSource: source, schemaOk, render }
   }
+
+  const settleServed = (p: Plan, principal: Principal, served: Served<UpstreamReply>): Effect.Effect<GatewayReply, GovernanceError> =>
+    settle(p, principal, servedSettlement(p, served), (stored): GatewayReply => ({ _tag: "Body", ...stored }))
 
   return { abandon, abandonInterrupted, settle, fromRouteFailure, leg } as const
 }

@@ -121,16 +121,18 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
           return settle(
             p,
             principal,
-            { route, attempts },
-            tokens,
-            source,
-            schemaOk && how === "complete",
-            (g) => {
-              tail =
-                how === "complete"
-                  ? renderer.complete(g, tokens)
-                  : renderer.broken(`The upstream stream broke: ${failure?.message ?? "client disconnected"}. Delivered tokens were charged.`, g)
-              return { status: 200, contentType: "text/event-stream", body: keep ? concat([...sent, ...tail]) : new Uint8Array() }
+            {
+              served: { route, attempts },
+              tokens,
+              usageSource: source,
+              schemaOk: schemaOk && how === "complete",
+              render: (g) => {
+                tail =
+                  how === "complete"
+                    ? renderer.complete(g, tokens)
+                    : renderer.broken(`The upstream stream broke: ${failure?.message ?? "client disconnected"}. Delivered tokens were charged.`, g)
+                return { status: 200, contentType: "text/event-stream", body: keep ? concat([...sent, ...tail]) : new Uint8Array() }
+              }
             },
             () => tail
           )

@@ -97,18 +97,14 @@ const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effec
     settle: (
       _p: Plan,
       _principal: unknown,
-      s: Served<DataEvents>,
-      tokens: { output: number },
-      _source: unknown,
-      _ok: unknown,
-      render: (g: unknown, now: number) => unknown,
+      charged: { served: Served<DataEvents>; tokens: { output: number }; render: (g: unknown, now: number) => unknown },
       then: (stored: unknown) => unknown
     ) =>
       Effect.zipRight(
         o.settling ?? Effect.void,
         Effect.sync(() => {
-          settled.push({ route: s.route.name, output: tokens.output })
-          render({}, 0)
+          settled.push({ route: charged.served.route.name, output: charged.tokens.output })
+          charged.render({}, 0)
           return then({})
         })
       ),
