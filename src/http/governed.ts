@@ -35,17 +35,18 @@ export const handleGoverned = (
   requestHeaders: Readonly<Record<string, unknown>>,
   headers: Record<string, string>,
   deliver?: ChatCall["deliver"]
-) =>
-  Effect.flatMap(toCall(clientBody), ({ body, surface }) => {
-    const text = (name: string) => (typeof requestHeaders[name] === "string" ? (requestHeaders[name] as string) : undefined)
-    return gateway.handle({
-      principal,
-      surface,
-      body,
-      clientBody,
-      idempotencyKeyHeader: text("idempotency-key"),
-      maxCreditsHeader: text("x-max-credits"),
-      headers,
-      deliver
-    })
-  })
+) => Effect.flatMap(toCall(clientBody), ({ body, surface }) => gateway.handle(chatCallOf(principal, surface, body, clientBody, requestHeaders, headers, deliver)))
+
+/** The governed call a request makes: its caller, surface and body, with its Idempotency-Key and X-Max-Credits headers. */
+export const chatCallOf = (
+  principal: Principal,
+  surface: Surface,
+  body: unknown,
+  clientBody: unknown,
+  requestHeaders: Readonly<Record<string, unknown>>,
+  headers: Record<string, string>,
+  deliver?: ChatCall["deliver"]
+): ChatCall => {
+  const text = (name: string) => (typeof requestHeaders[name] === "string" ? (requestHeaders[name] as string) : undefined)
+  return { principal, surface, body, clientBody, idempotencyKeyHeader: text("idempotency-key"), maxCreditsHeader: text("x-max-credits"), headers, deliver }
+}

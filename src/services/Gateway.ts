@@ -11,8 +11,10 @@
  *
  * The same pipeline serves every surface (chat completions, responses); a Surface only renders.
  */
-import { Cause, Clock, Duration, Effect, Fiber, FiberSet, Option, Schedule } from "effect"
+import { Cause, Clock, Duration, Effect, Either, Exit, Fiber, FiberId, FiberSet, Option, Runtime, Schedule } from "effect"
 import { Settings } from "../domain/config.ts"
+import { crashPoint } from "../domain/crashPoint.ts"
+import { timeline } from "../domain/timeline.ts"
 import type { GovernanceError } from "../domain/errors.ts"
 import { ChatStore } from "../store/ChatStore.ts"
 import type { Abortable } from "../providers/Provider.ts"
@@ -29,6 +31,9 @@ import { Metrics } from "./Metrics.ts"
 import { Pricing } from "./Pricing.ts"
 import { RateLimiter } from "./RateLimiter.ts"
 import { Router } from "./Router.ts"
+import { countChatInputNow } from "./Tokenizer.ts"
+import type { Reservation } from "./gateway/plan.ts"
+import type { Reserved, ReserveRefused } from "../store/ChatStore.ts"
 
 export type { Evaluation } from "./gateway/evaluate.ts"
 export { verificationOf } from "./gateway/settlement.ts"
@@ -113,7 +118,16 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       })
     // No fiber holds a leg, so closing the service stops them itself, as closing `inflight` interrupts
     // its fibers: before those (a traced call waits for its leg) and before the store closes.
-    yield* Effect.addFinalizer(() => Effect.zipRight(Effect.sync(stopLegs), drained(legs)))
+    // A call begun with no fiber whose reservation commits meanwhile is voided (`stopping`), before the store closes too.
+    yield* Effect.addFinalizer(() =>
+      Effect.zipRight(
+        Effect.sync(() => {
+          stopping = true
+          stopLegs()
+        }),
+        Effect.zipRight(drained(reservations), drained(legs))
+      )
+    )
     const ctx: GatewayContext = {
       settings,
       span,
@@ -135,12 +149,18 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const planning = makePlanning(ctx)
     const { plan } = planning
     const settlement = makeSettlement(ctx)
-    const { abandonInterrupted, leg } = settlement
+    const { abandonInterrupted, leg, startLeg } = settlement
     const completeStreaming = makeStreaming(ctx, settlement)
     const evaluate = makeEvaluate(planning)
 
     /** Run one governed call on the given surface. */
-    const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> =>
+    const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> => governedFrom(call, (onReserved) => plan(call, onReserved))
+
+    /** A governed call from `planStep` on — the whole plan, or what is left of one begun with no fiber — under the call's mask. */
+    const governedFrom = (
+      call: ChatCall,
+      planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>
+    ): Effect.Effect<GatewayReply, GovernanceError> =>
       // The governed call's trace (exported only when an OTLP endpoint is configured: src/server.ts).
       // Ids only: never a key, a secret or a prompt.
       span("tollgate.governed_call", {
@@ -156,7 +176,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           // call and its upstream leg, not suspend + onInterrupt + a mask of its own (docs/decisions/0027).
           let reserved: Plan | undefined
           return Effect.catchAllCause(
-            Effect.flatMap(restore(plan(call, (p) => (reserved = p))), (planned) => {
+            Effect.flatMap(restore(planStep((p) => (reserved = p))), (planned) => {
               if ("_tag" in planned) return Effect.succeed(planned)
               if (planned.request.stream) return restore(completeStreaming(planned, call.principal, call.deliver))
               // The leg owns the hold from here: it settles or voids it however this fiber ends.
@@ -183,8 +203,105 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       FiberSet.unsafeAdd(inflight, fiber)
     }
 
-    /** Governed calls running now: the callers' fibers it owns, non-streamed legs, and open streams. */
-    const inFlight = Effect.map(FiberSet.size(inflight), (n) => n + streamCancels.size + legs.size)
+    // Calls begun with no fiber (`begin`) whose reservation is on its way to the store, and whether
+    // the service is stopping: a reservation that commits then is voided as an interrupted call's.
+    let reserving = 0
+    const reservations = {
+      get size() {
+        return reserving
+      }
+    }
+    let stopping = false
+    const reserveThen = store.reserveThen
+
+    /**
+     * Begin a governed call with no fiber at all, when its common path applies (docs/decisions/0036):
+     * a non-streamed call answered through `deliver`, on the store worker (`reserveThen`), the
+     * in-memory rate limiter, no trace exported, a prompt counted in one slice. Its plan's pure steps
+     * run here; its reservation is the store's callback; its leg starts from there (held by callbacks,
+     * 0033) and settles by the store's callback too. True when it took the call — whose answer then
+     * goes to `deliver` — false when nothing was done and the caller must run `handle`. A rare turn
+     * after the rate check (a prompt to count slice by slice, no route for a keyed call, a refused
+     * reservation) goes on as the same effect, from that step, in a fiber the Gateway owns.
+     */
+    const begin = (call: ChatCall, runtime: Runtime.Runtime<never>, clock: Clock.Clock): boolean => {
+      const deliver = call.deliver
+      // Stopping, a call goes the way it always went: `handle` in a fiber the stopping service interrupts.
+      if (stopping || deliver === undefined || ctx.traced || reserveThen === undefined || rateLimiter.mode !== "local") return false
+      const body = call.body
+      if (body === null || typeof body !== "object" || (body as { readonly stream?: unknown }).stream === true) return false
+      const now = clock.unsafeCurrentTimeMillis()
+      const admitted = planning.admitCall(call)
+      if (Either.isLeft(admitted)) return answered(deliver, Exit.fail(admitted.left))
+      const a = admitted.right
+      if (a.request.stream) return false
+      const rate = planning.admitRateNow(call.principal, now, call.headers)!
+      if (Either.isLeft(rate)) return answered(deliver, Exit.fail(rate.left))
+      const fingerprint = planning.fingerprintOf(call, a.key)
+      const counted = countChatInputNow(a.request.messages, a.request.tools)
+      if (counted === undefined) return goOn(call, runtime, (onReserved) => planning.planAdmitted(call, onReserved, now, a))
+      timeline.mark("count input tokens")
+      const r = planning.reservationOf(call, now, a, fingerprint, counted)
+      if (Either.isLeft(r)) return goOn(call, runtime, () => planning.unroutable(call, now, a, fingerprint, r.left))
+      reserving++
+      reserveThen(r.right.args, (outcome) => {
+        // From the store's message loop: nothing of ours may throw there.
+        try {
+          reservedThen(call, deliver, runtime, clock, r.right, outcome)
+        } catch (defect) {
+          deliver(Exit.die(defect))
+        }
+      })
+      return true
+    }
+
+    const answered = (deliver: NonNullable<ChatCall["deliver"]>, answer: Exit.Exit<GatewayReply, GovernanceError>): true => {
+      deliver(answer)
+      return true
+    }
+
+    /** A call begun with no fiber goes on from `planStep` in a fiber the Gateway owns, as `handle` would have. */
+    const goOn = (call: ChatCall, runtime: Runtime.Runtime<never>, planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>): true => {
+      const fiber = Runtime.runFork(runtime)(governedFrom(call, planStep))
+      adopt(fiber)
+      fiber.addObserver((exit) => {
+        // A leg started in that fiber answers through `deliver` itself.
+        if (Exit.isSuccess(exit) && exit.value._tag === "Delivered") return
+        call.deliver!(exit)
+      })
+      return true
+    }
+
+    /** A begun call's reservation answered: start its leg — or void its hold if the service is stopping —, or go on with a refusal. */
+    const reservedThen = (
+      call: ChatCall,
+      deliver: NonNullable<ChatCall["deliver"]>,
+      runtime: Runtime.Runtime<never>,
+      clock: Clock.Clock,
+      r: Reservation,
+      outcome: Exit.Exit<Reserved, ReserveRefused>
+    ): void => {
+      if (Exit.isFailure(outcome)) {
+        reserving--
+        const refused = Cause.failureOption(outcome.cause)
+        if (Option.isSome(refused)) return void goOn(call, runtime, (onReserved) => planning.refusal(call, onReserved, r, refused.value))
+        return deliver(Exit.failCause(outcome.cause as Cause.Cause<never>))
+      }
+      const p = planning.plannedOf(call, r, outcome.value)
+      crashPoint("reserved")
+      if (stopping) {
+        // As an interrupted call's: the hold voided, the request failed, the client told 503.
+        return void Runtime.runFork(runtime)(abandonInterrupted(p, Cause.interrupt(FiberId.none))).addObserver((exit) => {
+          reserving--
+          deliver(exit)
+        })
+      }
+      reserving--
+      startLeg(p, call.principal, runtime, clock, deliver)
+    }
+
+    /** Governed calls running now: the callers' fibers it owns, calls begun with no fiber, non-streamed legs, and open streams. */
+    const inFlight = Effect.map(FiberSet.size(inflight), (n) => n + reserving + streamCancels.size + legs.size)
 
     /**
      * Shutdown past its grace (src/server.ts): end every call still in flight now. A non-streamed
@@ -193,14 +310,16 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
      * their settlements.
      */
     const stopCalls = Effect.gen(function* () {
+      stopping = true
       for (const cancel of Array.from(streamCancels.values())) cancel()
       // Before the fibers: a call waiting for its leg (traced) ends once the leg is stopped.
       stopLegs()
       yield* FiberSet.clear(inflight)
-      // Legs are live calls too, until settled or voided.
+      // A reservation on its way is voided when it commits; legs are live calls too, until settled or voided.
+      yield* drained(reservations)
       yield* drained(liveCalls)
     })
 
-    return { handle, adopt, evaluate, inFlight, stopCalls } as const
+    return { handle, begin, adopt, evaluate, inFlight, stopCalls } as const
   })
 }) {}

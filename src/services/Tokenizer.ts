@@ -222,10 +222,27 @@ export const countChat = (messages: ReadonlyArray<ChatMessageLike>, extra?: unkn
  */
 export const countChatInput = (messages: ReadonlyArray<ChatMessageLike>, extra?: unknown): Effect.Effect<number> => {
   const { overhead, texts } = chatTexts(messages, extra)
+  return fitsOneSlice(texts) ? Effect.succeed(sumTexts(overhead, texts)) : countSliced(overhead, texts)
+}
+
+/**
+ * `countChatInput`'s common case with no effect: the count of a request whose texts fit one slice,
+ * or undefined when it must be counted slice by slice (then use `countChatInput`).
+ */
+export const countChatInputNow = (messages: ReadonlyArray<ChatMessageLike>, extra?: unknown): number | undefined => {
+  const { overhead, texts } = chatTexts(messages, extra)
+  return fitsOneSlice(texts) ? sumTexts(overhead, texts) : undefined
+}
+
+const fitsOneSlice = (texts: ReadonlyArray<string>): boolean => {
   let size = 0
   for (const t of texts) size += t.length
-  if (size <= SLICE_CHARS) return Effect.succeed(sumTexts(overhead, texts))
-  return Effect.async<number>((resume) => {
+  return size <= SLICE_CHARS
+}
+
+/** A request larger than one slice, counted slice by slice with a turn of the event loop between. */
+const countSliced = (overhead: number, texts: ReadonlyArray<string>): Effect.Effect<number> =>
+  Effect.async<number>((resume) => {
     const budget: TokenizerBudget = { spentMs: 0, sinceYieldMs: 0 }
     let total = overhead
     let index = 0
@@ -259,4 +276,4 @@ export const countChatInput = (messages: ReadonlyArray<ChatMessageLike>, extra?:
       if (timer !== undefined) clearImmediate(timer)
     })
   })
-}
+

@@ -10,7 +10,7 @@
  * Either way a caller resumes only after its transaction is durable, and waits uninterruptibly once
  * it was sent: the transaction will run, and the caller must see how it ended.
  */
-import { Clock, Context, Effect, Layer, Runtime } from "effect"
+import { Clock, Context, Effect, Exit, Layer, Runtime } from "effect"
 import type { KeyObject } from "node:crypto"
 import { Worker } from "node:worker_threads"
 import { Settings } from "../domain/config.ts"
@@ -66,6 +66,13 @@ export interface ChatStoreApi {
    * callers then use `settle`.
    */
   readonly settleThen?: (args: SettleArgs, done: (defect?: unknown) => void) => void
+  /**
+   * The reservation by callback, where the transactions run in the store worker: the same
+   * transaction as `reserve`, `done` told once how it ended — the reservation, its refusal, or the
+   * defect — as an `Exit` (plain data here: no fiber runs it). For a governed call's common path,
+   * which holds no fiber while its reservation is written (docs/decisions/0036).
+   */
+  readonly reserveThen?: (args: ReserveArgs, done: (outcome: Exit.Exit<Reserved, ReserveRefused>) => void) => void
   /** Whether transactions can run now (the store worker is up), for GET /readyz. */
   readonly health: () => StoreHealth
   /** Where the transactions run. */
@@ -289,6 +296,16 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         ...(post !== undefined
           ? {
               sync: () => Effect.asVoid(run("sync", undefined)),
+              reserveThen: (args: ReserveArgs, done: (outcome: Exit.Exit<Reserved, ReserveRefused>) => void) =>
+                post("reserve", args, (outcome) =>
+                  done(
+                    outcome._tag === "Committed"
+                      ? Exit.succeed(outcome.value as Reserved)
+                      : outcome._tag === "Aborted"
+                        ? Exit.fail(outcome.error as ReserveRefused)
+                        : Exit.die(outcome.defect)
+                  )
+                ),
               settleThen: (args: SettleArgs, done: (defect?: unknown) => void) =>
                 post("settle", args, (outcome) =>
                   outcome._tag === "Committed"

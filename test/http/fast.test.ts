@@ -6,7 +6,7 @@
  * to a hand-written handler — draining an oversized upload, counting and logging its requests, and
  * settling a stream whose client hangs up.
  */
-import { Deferred, Effect, Exit, Layer, Logger, ManagedRuntime, Option, Schema, SchemaAST, Supervisor } from "effect"
+import { Cause, Deferred, Effect, Exit, Layer, Logger, ManagedRuntime, Option, Schema, SchemaAST, Supervisor } from "effect"
 import Database from "better-sqlite3"
 import { mkdtempSync, rmSync } from "node:fs"
 import { Agent, createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
@@ -223,7 +223,7 @@ describe("a defect on the fast path", () => {
     const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
     const dying = Layer.succeed(
       Gateway,
-      Gateway.make({ handle: () => Effect.die(new Error("secret internals")), adopt: () => undefined, evaluate: () => Effect.die("unused"), inFlight: Effect.succeed(0), stopCalls: Effect.void })
+      Gateway.make({ handle: () => Effect.die(new Error("secret internals")), begin: () => false, adopt: () => undefined, evaluate: () => Effect.die("unused"), inFlight: Effect.succeed(0), stopCalls: Effect.void })
     )
     const runtime = ManagedRuntime.make(
       Layer.merge(ServicesLive, dying).pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json))
@@ -279,6 +279,7 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
     const gateway = Layer.succeed(
       Gateway,
       Gateway.make({
+        begin: () => false,
         handle: (call) =>
           Effect.suspend(() => {
             if (o.badHeader === true) call.headers["x-gathered"] = "line\nbreak"
@@ -588,6 +589,141 @@ describe("a stream that outlives the reservation TTL", () => {
       expect(db.prepare("SELECT status FROM requests").all()).toEqual([{ status: "completed" }])
     } finally {
       await gateway.close()
+      await upstream.close()
+    }
+  })
+})
+
+describe("a call begun with no fiber (Gateway.begin, docs/decisions/0036)", () => {
+  /** Counts the fibers started under it. */
+  class Forks extends Supervisor.AbstractSupervisor<void> {
+    started = 0
+    value = Effect.void
+    override onStart() {
+      this.started++
+    }
+  }
+
+  /** The services on a file store (the store worker) or in memory, a development key, and a call to begin. */
+  const services = async (onFile: boolean, gatewayFile: ReturnType<typeof mockGatewayFile>) => {
+    const dir = mkdtempSync(join(tmpdir(), "tollgate-fast-begin-"))
+    const file = join(dir, "store.db")
+    const runtime = ManagedRuntime.make(
+      ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: onFile ? `sqlite:${file}` : "sqlite::memory:", gateway: gatewayFile }))))
+    )
+    const forks = new Forks()
+    const { gateway, principal, rt, clock } = await runtime.runPromise(
+      Effect.gen(function* () {
+        const key = (yield* Bootstrap).firstStart!.developmentKey
+        const principal = yield* Effect.orDie((yield* KeyRegistry).authenticate(`Bearer ${key}`))
+        // The runtime the fast path hands `begin`, with a supervisor that counts what it forks.
+        const rt = yield* Effect.supervised(Effect.runtime<never>(), forks)
+        return { gateway: yield* Gateway, principal, rt, clock: yield* Effect.clock }
+      })
+    )
+    const begin = (content: string, idempotencyKeyHeader?: string) => {
+      const headers: Record<string, string> = {}
+      let resolve: (answer: Exit.Exit<GatewayReply, GovernanceError>) => void = () => {}
+      const answer = new Promise<Exit.Exit<GatewayReply, GovernanceError>>((r) => (resolve = r))
+      const took = gateway.begin(
+        {
+          principal,
+          surface: chatCompletionsSurface,
+          body: { model: "auto", messages: [{ role: "user", content }], max_tokens: 50 },
+          idempotencyKeyHeader,
+          maxCreditsHeader: undefined,
+          headers,
+          deliver: (exit) => resolve(exit)
+        },
+        rt,
+        clock
+      )
+      return { took, answer, headers }
+    }
+    const rows = () => {
+      const db = new Database(file, { readonly: true })
+      try {
+        return {
+          reservations: db.prepare("SELECT state FROM reservations").all(),
+          requests: db.prepare("SELECT status, error_code FROM requests").all()
+        }
+      } finally {
+        db.close()
+      }
+    }
+    const close = async () => {
+      await runtime.dispose()
+      rmSync(dir, { recursive: true, force: true })
+    }
+    return { runtime, gateway, forks, begin, rows, close }
+  }
+
+  it("on the store worker, takes a non-streamed call and answers it through deliver, settled, with no fiber at any point; in memory it leaves the call to handle", async () => {
+    const upstream = await startMockUpstream()
+    const onFile = await services(true, mockGatewayFile(upstream.url))
+    const inMemory = await services(false, mockGatewayFile(upstream.url))
+    try {
+      const { took, answer } = onFile.begin("begun with no fiber")
+      expect(took).toBe(true)
+      const exit = await answer
+      if (!Exit.isSuccess(exit) || exit.value._tag !== "Body") throw new Error(`expected a settled body, got ${String(exit)}`)
+      const body = JSON.parse(new TextDecoder().decode(exit.value.body as Uint8Array)) as { governance: { status: string; credits_charged: number } }
+      expect(body.governance.status).toBe("completed")
+      expect(body.governance.credits_charged).toBeGreaterThan(0)
+      expect(onFile.forks.started).toBe(0)
+      expect(await onFile.runtime.runPromise(onFile.gateway.inFlight)).toBe(0)
+      expect(onFile.rows()).toEqual({ reservations: [{ state: "settled" }], requests: [{ status: "completed", error_code: null }] })
+      expect(inMemory.begin("in memory").took).toBe(false)
+    } finally {
+      await onFile.close()
+      await inMemory.close()
+      await upstream.close()
+    }
+  })
+
+  it("answers a refused reservation — its key claimed already: a replay, a conflict — as handle does, in a fiber it owns, with no second upstream call", async () => {
+    const upstream = await startMockUpstream()
+    const s = await services(true, mockGatewayFile(upstream.url))
+    try {
+      const first = s.begin("the original", "key-1")
+      expect(first.took).toBe(true)
+      expect(Exit.isSuccess(await first.answer)).toBe(true)
+      const forksBefore = s.forks.started
+      const replay = s.begin("the original", "key-1")
+      expect(replay.took).toBe(true)
+      const replayed = await replay.answer
+      if (!Exit.isSuccess(replayed) || replayed.value._tag !== "Body") throw new Error(`expected a replayed body, got ${String(replayed)}`)
+      expect(replay.headers["idempotent-replayed"]).toBe("true")
+      const conflict = s.begin("another body", "key-1")
+      const conflicted = await conflict.answer
+      expect(Exit.isFailure(conflicted) && Cause.failureOption(conflicted.cause).pipe(Option.map((e) => e._tag), Option.getOrUndefined)).toBe("IdempotencyConflict")
+      // Each refusal went on in one fiber of the Gateway's.
+      expect(s.forks.started - forksBefore).toBe(2)
+      expect(upstream.calls).toBe(1)
+      expect(s.rows()).toEqual({ reservations: [{ state: "settled" }], requests: [{ status: "completed", error_code: null }] })
+    } finally {
+      await s.close()
+      await upstream.close()
+    }
+  })
+
+  it("stopped while its reservation is on its way to the store (shutdown): the hold is voided when it commits, the request failed, the call answered as interrupted (503), no upstream called", async () => {
+    const upstream = await startMockUpstream()
+    const s = await services(true, mockGatewayFile(upstream.url))
+    try {
+      const { took, answer } = s.begin("stopped on its way")
+      expect(took).toBe(true)
+      // Synchronously after `begin`: the reservation is posted, its answer not yet read.
+      const stopped = s.runtime.runPromise(s.gateway.stopCalls)
+      const exit = await answer
+      await stopped
+      expect(Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)).toBe(true)
+      expect(s.rows()).toEqual({ reservations: [{ state: "voided" }], requests: [{ status: "failed", error_code: "interrupted" }] })
+      expect(upstream.calls).toBe(0)
+      // Stopping, a new call is left to handle.
+      expect(s.begin("after the stop").took).toBe(false)
+    } finally {
+      await s.close()
       await upstream.close()
     }
   })

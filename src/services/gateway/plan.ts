@@ -16,6 +16,7 @@ import type { Principal } from "../KeyRegistry.ts"
 import { available } from "../../../spec/ledger.ts"
 import { periodOf } from "../Ledger.ts"
 import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
+import type { Reserved, ReserveArgs, ReserveRefused } from "../../store/ChatStore.ts"
 import { countChatInput } from "../Tokenizer.ts"
 import type { ChatCall, GatewayContext, GatewayReply, Plan, Quote, ReplyHeaders, Routed } from "./types.ts"
 
@@ -24,6 +25,27 @@ interface Admitted {
   readonly maxCredits: number | undefined
   readonly maxCreditsParam: string
 }
+
+/** A call admitted up to its rate check, with its idempotency key (checked), if any. */
+export interface Keyed extends Admitted {
+  readonly key: string | undefined
+}
+
+/** A routed call's reservation: the transaction's arguments, and what its plan will hold once it commits. */
+export interface Reservation {
+  readonly args: ReserveArgs
+  readonly requestId: string
+  readonly request: ChatRequest
+  readonly chain: Plan["chain"]
+  readonly prices: Plan["prices"]
+  readonly inputTokens: number
+  readonly hold: Omit<Plan["hold"], "amount">
+  readonly key: string | undefined
+  readonly fingerprint: string
+  readonly scope: TenantScope
+}
+
+const scopeOf = (principal: Principal): TenantScope => ({ projectId: principal.projectId, environment: principal.environment })
 
 /**
  * Parse the body and check the metadata scope and client cap: the steps before the rate check.
@@ -146,17 +168,47 @@ export const makePlanning = (ctx: GatewayContext) => {
     headers: ReplyHeaders,
     next: (verdict: RateVerdict) => Effect.Effect<A, E>
   ): Effect.Effect<A, E | RateLimited> => {
-    if (rateLimiter.mode === "local") {
-      const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
-      if (Either.isLeft(verdict)) return Effect.fail(verdict.left)
-      Object.assign(headers, rateLimitHeaders(verdict.right))
-      timeline.mark("rate check")
-      return next(verdict.right)
-    }
+    const local = admitRateNow(principal, now, headers)
+    if (local !== undefined) return Either.isLeft(local) ? Effect.fail(local.left) : next(local.right)
     return Effect.flatMap(rateLimiter.admit(principal.projectId, principal.rateLimit), (verdict) => {
       Object.assign(headers, rateLimitHeaders(verdict))
       return next(verdict)
     })
+  }
+
+  /** The in-memory limiter's verdict, its headers set on the reply; undefined when the limiter is shared (one round trip). */
+  const admitRateNow = (principal: Principal, now: number, headers: ReplyHeaders): Either.Either<RateVerdict, RateLimited> | undefined => {
+    if (rateLimiter.mode !== "local") return undefined
+    const verdict = rateLimiter.admitAt(principal.projectId, principal.rateLimit, now)
+    if (Either.isRight(verdict)) {
+      Object.assign(headers, rateLimitHeaders(verdict.right))
+      timeline.mark("rate check")
+    }
+    return verdict
+  }
+
+  /**
+   * Everything before the rate check, pure: parse, scope, client cap, and the idempotency key (from
+   * the body or the header, never two different ones).
+   */
+  const admitCall = (call: ChatCall): Either.Either<Keyed, GovernanceError> => {
+    const admitted = admitRequest(call.principal, call.body, call.maxCreditsHeader)
+    if (Either.isLeft(admitted)) return Either.left(admitted.left)
+    timeline.mark("admit: schema, scope, cap")
+    const md = admitted.right.request.metadata
+    // Two different keys for one call: which one the client meant is unknowable, so neither is guessed.
+    if (md.idempotency_key !== undefined && call.idempotencyKeyHeader !== undefined && md.idempotency_key !== call.idempotencyKeyHeader) {
+      return Either.left(
+        new InvalidRequest({
+          message: "The Idempotency-Key header and metadata.idempotency_key differ; send one key, or the same key in both.",
+          param: "metadata.idempotency_key"
+        })
+      )
+    }
+    const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
+    const checked = rawKey === undefined ? Either.right(undefined) : checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
+    if (Either.isLeft(checked)) return Either.left(checked.left)
+    return Either.right({ ...admitted.right, key: checked.right })
   }
 
   /** Everything up to and including the reservation. */
@@ -164,134 +216,136 @@ export const makePlanning = (ctx: GatewayContext) => {
     // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
     Effect.clockWith((clock) => {
       const now = clock.unsafeCurrentTimeMillis()
-      const { principal, headers } = call
-      const admitted = admitRequest(principal, call.body, call.maxCreditsHeader)
+      const admitted = admitCall(call)
       if (Either.isLeft(admitted)) return Effect.fail(admitted.left)
-      const { request, maxCredits, maxCreditsParam } = admitted.right
-      timeline.mark("admit: schema, scope, cap")
-      const md = request.metadata
-      // Two different keys for one call: which one the client meant is unknowable, so neither is guessed.
-      if (md.idempotency_key !== undefined && call.idempotencyKeyHeader !== undefined && md.idempotency_key !== call.idempotencyKeyHeader) {
-        return Effect.fail(
-          new InvalidRequest({
-            message: "The Idempotency-Key header and metadata.idempotency_key differ; send one key, or the same key in both.",
-            param: "metadata.idempotency_key"
-          })
-        )
-      }
-      const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
-      const checked = rawKey === undefined ? Either.right(undefined) : checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
-      if (Either.isLeft(checked)) return Effect.fail(checked.left)
-      const key = checked.right
-
-      return admitRate(principal, now, headers, () => planAdmitted(call, onReserved, now, request, maxCredits, maxCreditsParam, key))
+      return admitRate(call.principal, now, call.headers, () => planAdmitted(call, onReserved, now, admitted.right))
     })
 
+  /** The request's idempotency fingerprint (the client's body, as sent), when it carries a key. */
+  const fingerprintOf_ = (call: ChatCall, key: string | undefined): string =>
+    key === undefined ? "" : fingerprintOf("POST", call.surface.path, call.clientBody ?? call.body)
+
   /** The rest of the plan, once the rate limit admitted the call. */
-  const planAdmitted = (
-    call: ChatCall,
-    onReserved: (p: Plan) => void,
-    now: number,
-    request: ChatRequest,
-    maxCredits: number | undefined,
-    maxCreditsParam: string,
-    key: string | undefined
-  ): Effect.Effect<Plan | GatewayReply, GovernanceError> => {
-      const { principal, headers, surface } = call
-      const scope: TenantScope = { projectId: principal.projectId, environment: principal.environment }
-      const fingerprint = key === undefined ? "" : fingerprintOf("POST", surface.path, call.clientBody ?? call.body)
-      // Counted after the rate check, in bounded slices (src/services/Tokenizer.ts): a long prompt
-      // never holds the event loop, and a limited caller gets no tokenizer time.
-      return Effect.flatMap(countChatInput(request.messages, request.tools), (counted) => {
-        timeline.mark("count input tokens")
-        const routed = route(principal, request, maxCredits, maxCreditsParam, now, counted)
-        if (Either.isLeft(routed)) {
-          // A replay (or a conflict, or an original in flight) answers even when the route is gone.
-          if (key !== undefined) {
-            const unroutable = routed.left
-            return Effect.flatMap(idempotency.peekAt(scope, key, fingerprint, now), (seen) =>
-              seen._tag === "Claimed"
-                ? Effect.fail(unroutable)
-                : Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, headers), (reply) =>
-                    Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(unroutable)
-                  )
-            )
-          }
-          return Effect.fail(routed.left)
-        }
-        const { chain, prices, inputTokens, sizing } = routed.right
-        const requestId = newRequestId(now)
-        headers["x-request-id"] = requestId
-        const hold = {
-          reservationId: newReservationId(now),
-          requestId,
-          projectId: principal.projectId,
-          period: sizing.period,
-          deadline: now + settings.reservationTtlMs
-        }
-        const first = chain[0]!
-        timeline.mark("route, price, ids")
-        // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
-        // original in flight answers first —, the output cap and hold sized on the budget window as
-        // it is in that transaction, the pending request row and the hold.
-        return store.reserve({
-          now,
-          epoch: instance.epoch,
-          claim: key === undefined ? undefined : { scope, key, fingerprint },
-          request: {
-            id: requestId,
-            projectId: principal.projectId,
-            environment: principal.environment,
-            keyId: principal.keyId,
-            endpoint: surface.path,
-            model: request.model,
-            route: first.name,
-            stream: request.stream,
-            idempotencyKey: key ?? null,
-            rateCardVersion: prices.get(first.name)!.version,
-            createdAt: now
-          },
-          hold,
-          sizing
-        }).pipe(
-          span("tollgate.reserve", { attributes: { "tollgate.request_id": requestId, "tollgate.route": first.name } }),
-          Effect.map((reserved): Plan | GatewayReply => {
-            timeline.mark("reserve: resume the call")
-            const p: Plan = {
-              requestId,
-              request,
-              body: call.body as Record<string, unknown>,
-              surface,
-              chain,
-              prices,
-              inputTokens,
-              outputCap: reserved.outputCap,
-              hold: { ...hold, amount: reserved.reservation },
-              idempotency: key === undefined ? undefined : { key, fingerprint },
-              scope
-            }
-            onReserved(p)
-            crashPoint("reserved")
-            return p
-          }),
-          // The round trip and `onReserved` as one step: an interruption (shutdown) that arrives while the
-          // reservation is committing takes effect once the call knows its hold, so Gateway.handle voids
-          // it, instead of leaving a committed hold and a pending request to the recovery sweep.
-          Effect.uninterruptible,
-          Effect.catchAll((refused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
-            refused._tag === "OverBudget"
-              ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
-              : settleClaimOutcome(refused.outcome, scope, key!, fingerprint, headers).pipe(
-                  Effect.flatMap(Option.match({
-                    // The original was released while we waited: run again as a fresh request.
-                    onNone: () => plan(call, onReserved),
-                    onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
-                  }))
-                )
-          )
-        )
-      })
+  const planAdmitted = (call: ChatCall, onReserved: (p: Plan) => void, now: number, admitted: Keyed): Effect.Effect<Plan | GatewayReply, GovernanceError> => {
+    const fingerprint = fingerprintOf_(call, admitted.key)
+    // Counted after the rate check, in bounded slices (src/services/Tokenizer.ts): a long prompt
+    // never holds the event loop, and a limited caller gets no tokenizer time.
+    return Effect.flatMap(countChatInput(admitted.request.messages, admitted.request.tools), (counted) => {
+      timeline.mark("count input tokens")
+      const r = reservationOf(call, now, admitted, fingerprint, counted)
+      if (Either.isLeft(r)) return unroutable(call, now, admitted, fingerprint, r.left)
+      return reserve(call, onReserved, r.right)
+    })
   }
 
-  return { plan, quote, admitRate } as const
+  /** No route: a replay (or a conflict, or an original in flight) answers even when the route is gone. */
+  const unroutable = (call: ChatCall, now: number, admitted: Keyed, fingerprint: string, error: RouteUnavailable): Effect.Effect<Plan | GatewayReply, GovernanceError> => {
+    const key = admitted.key
+    if (key === undefined) return Effect.fail(error)
+    const scope = scopeOf(call.principal)
+    return Effect.flatMap(idempotency.peekAt(scope, key, fingerprint, now), (seen) =>
+      seen._tag === "Claimed"
+        ? Effect.fail(error)
+        : Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, call.headers), (reply) =>
+            Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(error)
+          )
+    )
+  }
+
+  /**
+   * Route and price the counted request, and make its ids and hold: the reservation's arguments and
+   * what its plan will hold. Pure but for the request id it sets on the reply's headers.
+   */
+  const reservationOf = (call: ChatCall, now: number, admitted: Keyed, fingerprint: string, counted: number): Either.Either<Reservation, RouteUnavailable> => {
+    const { principal, headers, surface } = call
+    const { request, key } = admitted
+    const routed = route(principal, request, admitted.maxCredits, admitted.maxCreditsParam, now, counted)
+    if (Either.isLeft(routed)) return Either.left(routed.left)
+    const { chain, prices, inputTokens, sizing } = routed.right
+    const requestId = newRequestId(now)
+    headers["x-request-id"] = requestId
+    const hold = {
+      reservationId: newReservationId(now),
+      requestId,
+      projectId: principal.projectId,
+      period: sizing.period,
+      deadline: now + settings.reservationTtlMs
+    }
+    const first = chain[0]!
+    const scope = scopeOf(principal)
+    timeline.mark("route, price, ids")
+    // One transaction (src/store/chatTransactions.ts): the claim — a replay, a conflict or an
+    // original in flight answers first —, the output cap and hold sized on the budget window as
+    // it is in that transaction, the pending request row and the hold.
+    const args: ReserveArgs = {
+      now,
+      epoch: instance.epoch,
+      claim: key === undefined ? undefined : { scope, key, fingerprint },
+      request: {
+        id: requestId,
+        projectId: principal.projectId,
+        environment: principal.environment,
+        keyId: principal.keyId,
+        endpoint: surface.path,
+        model: request.model,
+        route: first.name,
+        stream: request.stream,
+        idempotencyKey: key ?? null,
+        rateCardVersion: prices.get(first.name)!.version,
+        createdAt: now
+      },
+      hold,
+      sizing
+    }
+    return Either.right({ args, requestId, request, chain, prices, inputTokens, hold, key, fingerprint, scope })
+  }
+
+  /** The plan of a call whose reservation committed. */
+  const plannedOf = (call: ChatCall, r: Reservation, reserved: Reserved): Plan => {
+    timeline.mark("reserve: resume the call")
+    return {
+      requestId: r.requestId,
+      request: r.request,
+      body: call.body as Record<string, unknown>,
+      surface: call.surface,
+      chain: r.chain,
+      prices: r.prices,
+      inputTokens: r.inputTokens,
+      outputCap: reserved.outputCap,
+      hold: { ...r.hold, amount: reserved.reservation },
+      idempotency: r.key === undefined ? undefined : { key: r.key, fingerprint: r.fingerprint },
+      scope: r.scope
+    }
+  }
+
+  /** The reservation, as an effect: the plan once it committed, or what its refusal answers. */
+  const reserve = (call: ChatCall, onReserved: (p: Plan) => void, r: Reservation): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+    store.reserve(r.args).pipe(
+      span("tollgate.reserve", { attributes: { "tollgate.request_id": r.requestId, "tollgate.route": r.chain[0]!.name } }),
+      Effect.map((reserved): Plan | GatewayReply => {
+        const p = plannedOf(call, r, reserved)
+        onReserved(p)
+        crashPoint("reserved")
+        return p
+      }),
+      // The round trip and `onReserved` as one step: an interruption (shutdown) that arrives while the
+      // reservation is committing takes effect once the call knows its hold, so Gateway.handle voids
+      // it, instead of leaving a committed hold and a pending request to the recovery sweep.
+      Effect.uninterruptible,
+      Effect.catchAll((refused) => refusal(call, onReserved, r, refused))
+    )
+
+  /** A reservation refused: over budget, or its idempotency key claimed already (a replay, a conflict, an original in flight). */
+  const refusal = (call: ChatCall, onReserved: (p: Plan) => void, r: Reservation, refused: ReserveRefused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+    refused._tag === "OverBudget"
+      ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
+      : settleClaimOutcome(refused.outcome, r.scope, r.key!, r.fingerprint, call.headers).pipe(
+          Effect.flatMap(Option.match({
+            // The original was released while we waited: run again as a fresh request.
+            onNone: () => plan(call, onReserved),
+            onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
+          }))
+        )
+
+  return { plan, quote, admitRate, admitRateNow, admitCall, fingerprintOf: fingerprintOf_, planAdmitted, unroutable, reservationOf, plannedOf, refusal } as const
 }

@@ -160,7 +160,11 @@ export const makeSettlement = (ctx: GatewayContext) => {
    * client that hangs up stops nothing: the call is settled all the same.
    */
   const leg = (p: Plan, principal: Principal, done: (exit: Exit.Exit<GatewayReply, GovernanceError>) => void): Effect.Effect<void> =>
-    Effect.clockWith((clock) => Effect.map(Effect.runtime<never>(), (runtime) => new Leg(p, principal, runtime, clock, done).begin()))
+    Effect.clockWith((clock) => Effect.map(Effect.runtime<never>(), (runtime) => startLeg(p, principal, runtime, clock, done)))
+
+  /** `leg` with no effect around it, for a call whose plan ran with no fiber (the Gateway's `begin`). */
+  const startLeg = (p: Plan, principal: Principal, runtime: Runtime.Runtime<never>, clock: Clock.Clock, done: (exit: Exit.Exit<GatewayReply, GovernanceError>) => void): void =>
+    new Leg(p, principal, runtime, clock, done).begin()
 
   /**
    * One non-streamed call's leg (`leg`): its state one object, since it lives through the upstream's
@@ -268,7 +272,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
   const settleServed = (p: Plan, principal: Principal, served: Served<UpstreamReply>): Effect.Effect<GatewayReply, GovernanceError> =>
     settle(p, principal, servedSettlement(p, served), (stored): GatewayReply => ({ _tag: "Body", ...stored }))
 
-  return { abandon, abandonInterrupted, settle, fromRouteFailure, leg } as const
+  return { abandon, abandonInterrupted, settle, fromRouteFailure, leg, startLeg } as const
 }
 
 export type Settlement = ReturnType<typeof makeSettlement>
