@@ -14,7 +14,7 @@
  */
 import type { HttpApp, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Cause, Effect, Exit, Option, Runtime } from "effect"
+import { Cause, Effect, Either, Exit, Option, Runtime } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Settings } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
@@ -24,8 +24,7 @@ import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
 import { governedCalls, handleGoverned, logAccess } from "./app.ts"
 import { closeIfUnread, readJsonBody } from "./body.ts"
-import { chatCallOf } from "./governed.ts"
-import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
+import { chatCallOf, governedNow } from "./governed.ts"
 import { errorResponse, internalError, logDefect, wireError } from "./errors.ts"
 import { pathOf } from "./path.ts"
 import { header } from "./request.ts"
@@ -261,14 +260,15 @@ export const makeFastHandler = Effect.gen(function* () {
     readJsonBody(c.req, settings, (body) => {
       if (!body.ok) return settle(c, Exit.fail(body.error))
       timeline.mark("read + parse body")
-      if (c.path === "/v1/chat/completions") {
-        // The common path with no fiber at all (Gateway.begin, docs/decisions/0036); from a body's
-        // 'end', so a throw of ours is answered here as the fiber would have answered it.
-        try {
-          if (gateway.begin(chatCallOf(verdict, chatCompletionsSurface, body.value, body.value, c.req.headers, c.headers, deliverTo(c)), runtime, clock)) return
-        } catch (error) {
-          return settle(c, Exit.die(error))
-        }
+      // The common path with no fiber at all (Gateway.begin, docs/decisions/0037); from a body's
+      // 'end', so a throw of ours is answered here as the fiber would have answered it.
+      try {
+        const governedCall = governedNow[c.path](body.value)
+        if (Either.isLeft(governedCall)) return settle(c, Exit.fail(governedCall.left))
+        const { surface, body: chat } = governedCall.right
+        if (gateway.begin(chatCallOf(verdict, surface, chat, body.value, c.req.headers, c.headers, deliverTo(c)), runtime, clock)) return
+      } catch (error) {
+        return settle(c, Exit.die(error))
       }
       run(c, Effect.suspend(() => governed(c, verdict, body.value)))
     })

@@ -4,7 +4,7 @@
  * `handleGoverned`. Its parity with the contract is checked by decoding its answers with the
  * document's schemas (test/http/contract.test.ts, test/http/fast.test.ts).
  */
-import { Effect } from "effect"
+import { Effect, Either } from "effect"
 import type { GovernanceError } from "../domain/errors.ts"
 import type { ChatCall, Gateway } from "../services/Gateway.ts"
 import type { Principal } from "../services/KeyRegistry.ts"
@@ -15,11 +15,18 @@ import type { Surface } from "../services/surfaces/Surface.ts"
 /** What a governed endpoint hands the Gateway: the surface that renders, and the chat body to govern. */
 export type GovernedCall = (body: unknown) => Effect.Effect<{ readonly surface: Surface; readonly body: unknown }, GovernanceError>
 
+type GovernedPath = "/v1/chat/completions" | "/v1/responses"
+
+/** The same, decided with no effect: for a call begun with no fiber (Gateway.begin, docs/decisions/0037). */
+export const governedNow: Readonly<Record<GovernedPath, (body: unknown) => Either.Either<{ readonly surface: Surface; readonly body: unknown }, GovernanceError>>> = {
+  "/v1/chat/completions": (body) => Either.right({ surface: chatCompletionsSurface, body }),
+  "/v1/responses": (body) => Either.map(responsesToChat(body), (chat) => ({ surface: responsesSurface(body as Record<string, unknown>), body: chat }))
+}
+
 /** The governed endpoints by path; the fast path (src/http/fast.ts) serves the same table. */
-export const governedCalls: Readonly<Record<"/v1/chat/completions" | "/v1/responses", GovernedCall>> = {
-  "/v1/chat/completions": (body) => Effect.succeed({ surface: chatCompletionsSurface, body }),
-  "/v1/responses": (body) =>
-    Effect.map(responsesToChat(body), (chat) => ({ surface: responsesSurface(body as Record<string, unknown>), body: chat }))
+export const governedCalls: Readonly<Record<GovernedPath, GovernedCall>> = {
+  "/v1/chat/completions": (body) => Effect.suspend(() => governedNow["/v1/chat/completions"](body)),
+  "/v1/responses": (body) => Effect.suspend(() => governedNow["/v1/responses"](body))
 }
 
 /**

@@ -7,7 +7,7 @@
  * official SDK's `responses.stream` accumulates; `governance` rides on the response object of
  * `response.completed` (and on the non-streaming response).
  */
-import { Effect } from "effect"
+import { Either } from "effect"
 import type { TokenCounts } from "../../../spec/pricing.ts"
 import { InvalidRequest, UnsupportedWorkflow } from "../../domain/errors.ts"
 import { randomBase32 } from "../../domain/ids.ts"
@@ -20,30 +20,29 @@ const unsupported = (message: string, param: string | null) => new UnsupportedWo
 const TEXT_INPUT_PARTS = new Set(["input_text", "output_text", "text"])
 const PASS_THROUGH = ["temperature", "top_p", "user", "parallel_tool_calls", "tool_choice", "stream", "metadata", "store"] as const
 
-/** Translate a Responses request body into a chat completion body (validated again by the chat parser). */
-export const responsesToChat = (body: unknown): Effect.Effect<Record<string, unknown>, InvalidRequest | UnsupportedWorkflow> =>
-  Effect.suspend((): Effect.Effect<Record<string, unknown>, InvalidRequest | UnsupportedWorkflow> => {
-    if (!isObject(body)) return Effect.fail(bad("The request body must be a JSON object.", null))
+/** Translate a Responses request body into a chat completion body (validated again by the chat parser); pure. */
+export const responsesToChat = (body: unknown): Either.Either<Record<string, unknown>, InvalidRequest | UnsupportedWorkflow> => {
+    if (!isObject(body)) return Either.left(bad("The request body must be a JSON object.", null))
     if (body.previous_response_id !== undefined && body.previous_response_id !== null) {
-      return Effect.fail(unsupported("previous_response_id is not supported: Tollgate does not store conversations; send the full input.", "previous_response_id"))
+      return Either.left(unsupported("previous_response_id is not supported: Tollgate does not store conversations; send the full input.", "previous_response_id"))
     }
     if (body.conversation !== undefined && body.conversation !== null) {
-      return Effect.fail(unsupported("Stored conversations are not supported; send the full input.", "conversation"))
+      return Either.left(unsupported("Stored conversations are not supported; send the full input.", "conversation"))
     }
     const messages: Array<Record<string, unknown>> = []
     if (body.instructions !== undefined && body.instructions !== null) {
-      if (typeof body.instructions !== "string") return Effect.fail(bad("'instructions' must be a string.", "instructions"))
+      if (typeof body.instructions !== "string") return Either.left(bad("'instructions' must be a string.", "instructions"))
       messages.push({ role: "system", content: body.instructions })
     }
     const input = body.input
-    if (input === undefined) return Effect.fail(bad("Missing required parameter: 'input'.", "input"))
+    if (input === undefined) return Either.left(bad("Missing required parameter: 'input'.", "input"))
     if (typeof input === "string") {
       messages.push({ role: "user", content: input })
     } else if (Array.isArray(input)) {
       for (let i = 0; i < input.length; i++) {
         const item: unknown = input[i]
         const at = `input[${i}]`
-        if (!isObject(item)) return Effect.fail(bad(`${at} must be an object.`, at))
+        if (!isObject(item)) return Either.left(bad(`${at} must be an object.`, at))
         const type = item.type ?? "message"
         if (type === "function_call") {
           messages.push({ role: "assistant", content: null, tool_calls: [{ id: item.call_id, type: "function", function: { name: item.name, arguments: item.arguments } }] })
@@ -53,8 +52,8 @@ export const responsesToChat = (body: unknown): Effect.Effect<Record<string, unk
           messages.push({ role: "tool", tool_call_id: item.call_id, content: typeof item.output === "string" ? item.output : JSON.stringify(item.output) })
           continue
         }
-        if (type !== "message") return Effect.fail(unsupported(`Input item type '${String(type)}' is outside the supported text workflows.`, `${at}.type`))
-        if (typeof item.role !== "string") return Effect.fail(bad(`${at}.role must be a string.`, `${at}.role`))
+        if (type !== "message") return Either.left(unsupported(`Input item type '${String(type)}' is outside the supported text workflows.`, `${at}.type`))
+        if (typeof item.role !== "string") return Either.left(bad(`${at}.role must be a string.`, `${at}.role`))
         const c = item.content
         if (typeof c === "string") {
           messages.push({ role: item.role, content: c })
@@ -62,20 +61,20 @@ export const responsesToChat = (body: unknown): Effect.Effect<Record<string, unk
           let text = ""
           for (let j = 0; j < c.length; j++) {
             const part: unknown = c[j]
-            if (!isObject(part) || typeof part.type !== "string") return Effect.fail(bad(`${at}.content[${j}] must be an object with a type.`, `${at}.content[${j}]`))
+            if (!isObject(part) || typeof part.type !== "string") return Either.left(bad(`${at}.content[${j}] must be an object with a type.`, `${at}.content[${j}]`))
             if (!TEXT_INPUT_PARTS.has(part.type)) {
-              return Effect.fail(unsupported(`Content part type '${part.type}' is outside the supported text workflows of the connected beta; only text is accepted.`, `${at}.content[${j}].type`))
+              return Either.left(unsupported(`Content part type '${part.type}' is outside the supported text workflows of the connected beta; only text is accepted.`, `${at}.content[${j}].type`))
             }
-            if (typeof part.text !== "string") return Effect.fail(bad(`${at}.content[${j}].text must be a string.`, `${at}.content[${j}].text`))
+            if (typeof part.text !== "string") return Either.left(bad(`${at}.content[${j}].text must be a string.`, `${at}.content[${j}].text`))
             text += part.text
           }
           messages.push({ role: item.role, content: text })
         } else {
-          return Effect.fail(bad(`${at}.content must be a string or an array of text parts.`, `${at}.content`))
+          return Either.left(bad(`${at}.content must be a string or an array of text parts.`, `${at}.content`))
         }
       }
     } else {
-      return Effect.fail(bad("'input' must be a string or an array of input items.", "input"))
+      return Either.left(bad("'input' must be a string or an array of input items.", "input"))
     }
     const chat: Record<string, unknown> = { model: body.model, messages }
     for (const k of PASS_THROUGH) if (body[k] !== undefined) chat[k] = body[k]
@@ -87,7 +86,7 @@ export const responsesToChat = (body: unknown): Effect.Effect<Record<string, unk
       for (let i = 0; i < body.tools.length; i++) {
         const t: unknown = body.tools[i]
         if (!isObject(t) || t.type !== "function") {
-          return Effect.fail(unsupported(`Tool type '${isObject(t) ? String(t.type) : "?"}' is not supported; only function tools are.`, `tools[${i}].type`))
+          return Either.left(unsupported(`Tool type '${isObject(t) ? String(t.type) : "?"}' is not supported; only function tools are.`, `tools[${i}].type`))
         }
         tools.push({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters, strict: t.strict } })
       }
@@ -100,8 +99,8 @@ export const responsesToChat = (body: unknown): Effect.Effect<Record<string, unk
       chat.response_format = { type: "json_object" }
     }
     if (body.modalities !== undefined) chat.modalities = body.modalities
-    return Effect.succeed(chat)
-  })
+    return Either.right(chat)
+}
 
 const usageOf = (t: TokenCounts) => ({
   input_tokens: t.input + t.cached_input,
