@@ -2,22 +2,19 @@
  * `npx tsx bench/threads.ts [--targets floor,tollgate] [--duration 8] [--connections 512] [--rounds 2] [--compare DIR]`
  *
  * Where a governed target's CPU goes under the saturating closed loop, thread by thread, next to the
- * main thread's garbage-collector pauses per call (bench/lib/gcObserver.mjs): each thread's CPU as µs
- * per call (`/proc/<pid>/task/<tid>/stat`; Node names every thread "node", so a thread is told by its
- * share: the store worker is the busiest other thread, V8's four platform threads — the scavenger's
- * and the marker's helpers — come next, level with each other), then the same main / busiest other /
- * rest split as bench/run.ts, summed over rounds. Both targets run bundled with their `npm start`
+ * main thread's garbage-collector pauses per call (bench/lib/gcObserver.mjs): the CPU as µs per call,
+ * split as bench/run.ts splits it (bench/lib/procs.ts `cpuSplit`: the main thread, the busiest other
+ * thread — the store worker —, the rest — V8's GC helpers, libuv's pool), summed over rounds. Both targets run bundled with their `npm start`
  * flags, as bench/run.ts runs them, interleaved round by round; `--node-flags "…"` adds flags to both;
  * `--compare DIR` adds `tollgate-b`, Tollgate from another checkout (an A/B in one run).
  * A benchmark: printed, never asserted (docs/decisions/0034).
  */
-import { readdirSync, readFileSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { arg, numArg } from "./lib/args.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { closedLoad } from "./lib/load.ts"
-import { signalForJson, startChild } from "./lib/procs.ts"
-import { tmpdir } from "node:os"
+import { cpuSplit, sampleProc, signalForJson, startChild } from "./lib/procs.ts"
 
 const here = import.meta.dirname
 const root = resolve(here, "..")
@@ -30,22 +27,6 @@ const nodeFlags = (arg("--node-flags") ?? "").split(" ").filter((f) => f !== "")
 const gcFile = (t: string) => join(tmpdir(), `tollgate-threads-gc-${process.pid}-${t}.json`)
 type Pause = [number, number, string]
 const gcTotals = new Map<string, Map<string, [number, number]>>()
-
-const ticksOf = (pid: number): Map<string, number> => {
-  const out = new Map<string, number>()
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8")
-      const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim()
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-      const ms = ((Number(fields[11]) + Number(fields[12])) * 1000) / 100
-      out.set(`${tid}\t${Number(tid) === pid ? "main thread" : comm}`, ms)
-    } catch {
-      // gone
-    }
-  }
-  return out
-}
 
 const body = (n: number) =>
   JSON.stringify({
@@ -69,7 +50,8 @@ for (const t of targets) {
   })
   started.set(t, { pid: child.pid, stop: child.stop, origin: `http://127.0.0.1:${child.ready.port}`, key: child.ready.key })
 }
-const totals = new Map<string, Map<string, number>>()
+/** CPU ms of the measured phases, summed over rounds: the main thread, the busiest other thread (the store worker), the rest. */
+const totals = new Map<string, { main: number; busiestOther: number; rest: number }>()
 const calls = new Map<string, number>()
 const rps = new Map<string, Array<number>>()
 try {
@@ -80,9 +62,9 @@ try {
       const endpoint = { name: t, origin: s.origin, path: "/v1/chat/completions", headers: { authorization: `Bearer ${s.key}` } }
       await closedLoad(endpoint, { connections: 64, durationMs: 2000, body: (n) => body(-n - 1 - round * 1e6) })
       await signalForJson<Array<Pause>>(s.pid, gcFile(t))
-      const before = ticksOf(s.pid)
+      const before = sampleProc(s.pid)
       const r = await closedLoad(endpoint, { connections, durationMs, body: (n) => body(n + round * 1e6) })
-      const after = ticksOf(s.pid)
+      const after = sampleProc(s.pid)
       const pauses = await signalForJson<Array<Pause>>(s.pid, gcFile(t))
       const g = gcTotals.get(t) ?? new Map<string, [number, number]>()
       for (const [, ms, kind] of pauses) {
@@ -90,14 +72,9 @@ try {
         g.set(kind, [n + 1, total + ms])
       }
       gcTotals.set(t, g)
-      const byThread = totals.get(t) ?? new Map<string, number>()
-      const perThread = [...after].map(([key, ms]) => [key, ms - (before.get(key) ?? 0)] as const).sort((a, b) => b[1] - a[1])
-      console.log(perThread.slice(0, 10).map(([key, ms]) => `  ${key.replace("\t", " ")}: ${((ms * 1000) / r.ok).toFixed(0)} µs`).join("\n"))
-      for (const [key, ms] of perThread) {
-        const thread = key.endsWith("\tmain thread") ? "main thread" : key
-        byThread.set(thread, (byThread.get(thread) ?? 0) + ms)
-      }
-      totals.set(t, byThread)
+      const split = cpuSplit(s.pid, before, after)
+      const sum = totals.get(t) ?? { main: 0, busiestOther: 0, rest: 0 }
+      totals.set(t, { main: sum.main + split.main, busiestOther: sum.busiestOther + split.busiestOther, rest: sum.rest + split.rest })
       calls.set(t, (calls.get(t) ?? 0) + r.ok)
       rps.set(t, [...(rps.get(t) ?? []), r.achievedRps])
       console.log(`round ${round + 1} ${t}: ${r.achievedRps.toFixed(0)} RPS, ${r.errors} errors`)
@@ -107,20 +84,16 @@ try {
   for (const s of started.values()) await s.stop()
   await mock.stop()
 }
-const split = (t: string) => {
-  const byThread = totals.get(t)!
-  const n = calls.get(t)!
-  const main = byThread.get("main thread") ?? 0
-  const others = [...byThread].filter(([k]) => k !== "main thread").map(([, ms]) => ms)
-  const busiest = Math.max(0, ...others)
-  const all = main + others.reduce((a, b) => a + b, 0)
-  return [main, busiest, all - main - busiest, all].map((ms) => ((ms * 1000) / n).toFixed(0))
+/** µs a call: main, busiest other, rest, all. */
+const perCall = (t: string): ReadonlyArray<string> => {
+  const { main, busiestOther, rest } = totals.get(t)!
+  return [main, busiestOther, rest, main + busiestOther + rest].map((ms) => ((ms * 1000) / calls.get(t)!).toFixed(0))
 }
 console.log(`\n| CPU µs a call, closed loop (${connections} connections, ${rounds} × ${durationMs / 1000} s) | ${targets.join(" | ")} |`)
 console.log(`| --- | ${targets.map(() => "---:").join(" | ")} |`)
 console.log(`| RPS, each round | ${targets.map((t) => rps.get(t)!.map((x) => x.toFixed(0)).join(" / ")).join(" | ")} |`)
 ;["main thread", "busiest other thread (the store worker)", "the rest (V8's GC helpers, libuv's pool)", "all"].forEach((label, i) =>
-  console.log(`| ${label} | ${targets.map((t) => split(t)[i]).join(" | ")} |`)
+  console.log(`| ${label} | ${targets.map((t) => perCall(t)[i]).join(" | ")} |`)
 )
 for (const t of targets) {
   const n = calls.get(t)!

@@ -16,7 +16,7 @@ import { metricsRoutes, observed } from "./observability.ts"
 import { publicRoutes } from "./publicRoutes.ts"
 
 // What src/http/fast.ts takes from the app (it is owned with the fast path; the names stay here).
-export { type GovernedCall, governedCalls, handleGoverned } from "./governed.ts"
+export { type GovernedCall, governedCalls } from "./governed.ts"
 export { logAccess } from "./observability.ts"
 
 export const router = publicRoutes.pipe(

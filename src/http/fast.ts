@@ -19,10 +19,10 @@ import type { IncomingMessage, ServerResponse } from "node:http"
 import { Settings } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
 import { type GovernanceError, InvalidApiKey, RouteUnavailable } from "../domain/errors.ts"
-import { Gateway, type GatewayReply, type SseReply } from "../services/Gateway.ts"
+import { type ChatCall, Gateway, type GatewayReply, type SseReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
-import { governedCalls, handleGoverned, logAccess } from "./app.ts"
+import { governedCalls, logAccess } from "./app.ts"
 import { closeIfUnread, readJsonBody } from "./body.ts"
 import { chatCallOf, governedNow } from "./governed.ts"
 import { errorResponse, internalError, logDefect, wireError } from "./errors.ts"
@@ -239,7 +239,9 @@ export const makeFastHandler = Effect.gen(function* () {
   }
 
   const governed = (c: FastCall, principal: Principal, clientBody: unknown) =>
-    handleGoverned(gateway, governedCalls[c.path], principal, clientBody, c.req.headers, c.headers, deliverTo(c))
+    Effect.flatMap(governedCalls[c.path](clientBody), ({ body, surface }) =>
+      gateway.handle(chatCallOf(principal, surface, body, clientBody, c.req.headers, c.headers, deliverTo(c)))
+    )
 
   /** The call's first steps, up to its fiber. */
   const enter = (c: FastCall): void => {
@@ -261,16 +263,18 @@ export const makeFastHandler = Effect.gen(function* () {
       if (!body.ok) return settle(c, Exit.fail(body.error))
       timeline.mark("read + parse body")
       // The common path with no fiber at all (Gateway.begin, docs/decisions/0037); from a body's
-      // 'end', so a throw of ours is answered here as the fiber would have answered it.
+      // 'end', so a throw of ours is answered here as the fiber would have answered it. A call it
+      // declines (a stream, a stopping service) runs as it is, in a fiber.
+      let call: ChatCall
       try {
         const governedCall = governedNow[c.path](body.value)
         if (Either.isLeft(governedCall)) return settle(c, Exit.fail(governedCall.left))
-        const { surface, body: chat } = governedCall.right
-        if (gateway.begin(chatCallOf(verdict, surface, chat, body.value, c.req.headers, c.headers, deliverTo(c)), runtime, clock)) return
+        call = chatCallOf(verdict, governedCall.right.surface, governedCall.right.body, body.value, c.req.headers, c.headers, deliverTo(c))
+        if (gateway.begin(call, runtime, clock)) return
       } catch (error) {
         return settle(c, Exit.die(error))
       }
-      run(c, Effect.suspend(() => governed(c, verdict, body.value)))
+      run(c, Effect.suspend(() => gateway.handle(call)))
     })
   }
 

@@ -1,12 +1,12 @@
 /**
  * The governed adapter: what both HTTP paths hand the Gateway for `POST /v1/chat/completions` and
- * `POST /v1/responses`, served only on the raw fast path (src/http/fast.ts) from `governedCalls` and
- * `handleGoverned`. Its parity with the contract is checked by decoding its answers with the
+ * `POST /v1/responses`, served only on the raw fast path (src/http/fast.ts) from `governedNow` (or
+ * `governedCalls`) and `chatCallOf`. Its parity with the contract is checked by decoding its answers with the
  * document's schemas (test/http/contract.test.ts, test/http/fast.test.ts).
  */
 import { Effect, Either } from "effect"
 import type { GovernanceError } from "../domain/errors.ts"
-import type { ChatCall, Gateway } from "../services/Gateway.ts"
+import type { ChatCall } from "../services/Gateway.ts"
 import type { Principal } from "../services/KeyRegistry.ts"
 import { chatCompletionsSurface } from "../services/surfaces/chatCompletions.ts"
 import { responsesSurface, responsesToChat } from "../services/surfaces/responses.ts"
@@ -30,21 +30,10 @@ export const governedCalls: Readonly<Record<GovernedPath, GovernedCall>> = {
 }
 
 /**
- * Hand an authenticated caller's body to the Gateway on the endpoint's surface, with the request's
- * Idempotency-Key and X-Max-Credits headers: the one place both HTTP paths build a governed call.
- * `deliver`: where a stream may be written as soon as its upstream opens (ChatCall.deliver).
+ * The governed call a request makes — its caller, surface and body, with its Idempotency-Key and
+ * X-Max-Credits headers —: the one place a governed call is built. `deliver`: where its answer may
+ * be sent apart from the call's effect (ChatCall.deliver).
  */
-export const handleGoverned = (
-  gateway: Gateway,
-  toCall: GovernedCall,
-  principal: Principal,
-  clientBody: unknown,
-  requestHeaders: Readonly<Record<string, unknown>>,
-  headers: Record<string, string>,
-  deliver?: ChatCall["deliver"]
-) => Effect.flatMap(toCall(clientBody), ({ body, surface }) => gateway.handle(chatCallOf(principal, surface, body, clientBody, requestHeaders, headers, deliver)))
-
-/** The governed call a request makes: its caller, surface and body, with its Idempotency-Key and X-Max-Credits headers. */
 export const chatCallOf = (
   principal: Principal,
   surface: Surface,

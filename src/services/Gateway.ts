@@ -36,7 +36,7 @@ import type { Reservation } from "./gateway/plan.ts"
 import type { Reserved, ReserveRefused } from "../store/ChatStore.ts"
 
 export type { Evaluation } from "./gateway/evaluate.ts"
-export { verificationOf } from "./gateway/settlement.ts"
+export { completedGovernance, verificationOf } from "./gateway/settlement.ts"
 export type { ChatCall, GatewayReply, Quote, ReplyHeaders, SseReply } from "./gateway/types.ts"
 export type { Governance } from "./surfaces/Surface.ts"
 
@@ -111,10 +111,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const stopLegs = () => {
       for (const leg of Array.from(legs.values())) leg.abort()
     }
-    /** Wait (up to 2 s) until `calls` is empty: their settlements and voids are on their way to the store. */
-    const drained = (calls: { readonly size: number }) =>
+    /** Wait (up to 2 s) until no call is `left`: their settlements and voids are on their way to the store. */
+    const drained = (left: () => number) =>
       Effect.gen(function* () {
-        for (let i = 0; i < 200 && calls.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
+        for (let i = 0; i < 200 && left() > 0; i++) yield* Effect.sleep(Duration.millis(10))
       })
     // No fiber holds a leg, so closing the service stops them itself, as closing `inflight` interrupts
     // its fibers: before those (a traced call waits for its leg) and before the store closes.
@@ -125,7 +125,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           stopping = true
           stopLegs()
         }),
-        Effect.zipRight(drained(reservations), drained(legs))
+        Effect.zipRight(drained(() => reserving), drained(() => legs.size))
       )
     )
     const ctx: GatewayContext = {
@@ -206,16 +206,11 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     // Calls begun with no fiber (`begin`) whose reservation is on its way to the store, and whether
     // the service is stopping: a reservation that commits then is voided as an interrupted call's.
     let reserving = 0
-    const reservations = {
-      get size() {
-        return reserving
-      }
-    }
     let stopping = false
     const reserveThen = store.reserveThen
 
     /**
-     * Begin a governed call with no fiber at all, when its common path applies (docs/decisions/0036):
+     * Begin a governed call with no fiber at all, when its common path applies (docs/decisions/0037):
      * a non-streamed call answered through `deliver`, on the store worker (`reserveThen`), the
      * in-memory rate limiter, no trace exported, a prompt counted in one slice. Its plan's pure steps
      * run here; its reservation is the store's callback; its leg starts from there (held by callbacks,
@@ -228,8 +223,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       const deliver = call.deliver
       // Stopping, a call goes the way it always went: `handle` in a fiber the stopping service interrupts.
       if (stopping || deliver === undefined || ctx.traced || reserveThen === undefined || rateLimiter.mode !== "local") return false
-      const body = call.body
-      if (body === null || typeof body !== "object" || (body as { readonly stream?: unknown }).stream === true) return false
+      // A stream is known before its body is parsed: it leaves here with nothing done.
+      if ((call.body as { readonly stream?: unknown } | null)?.stream === true) return false
       const now = clock.unsafeCurrentTimeMillis()
       const admitted = planning.admitCall(call)
       if (Either.isLeft(admitted)) return answered(deliver, Exit.fail(admitted.left))
@@ -245,11 +240,15 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       if (Either.isLeft(r)) return goOn(call, runtime, () => planning.unroutable(call, now, a, fingerprint, r.left))
       reserving++
       reserveThen(r.right.args, (outcome) => {
-        // From the store's message loop: nothing of ours may throw there.
+        // From the store's message loop: nothing of ours may throw there. The call stops counting
+        // once it is answered, its leg started, or its hold's void on its way (which counts it until done).
+        let voiding = false
         try {
-          reservedThen(call, deliver, runtime, clock, r.right, outcome)
+          voiding = reservedThen(call, deliver, runtime, clock, r.right, outcome)
         } catch (defect) {
           deliver(Exit.die(defect))
+        } finally {
+          if (!voiding) reserving--
         }
       })
       return true
@@ -272,7 +271,11 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       return true
     }
 
-    /** A begun call's reservation answered: start its leg — or void its hold if the service is stopping —, or go on with a refusal. */
+    /**
+     * A begun call's reservation answered: start its leg — or void its hold if the service is
+     * stopping (true: the void is on its way, and stops counting the call when done) —, or go on with
+     * a refusal.
+     */
     const reservedThen = (
       call: ChatCall,
       deliver: NonNullable<ChatCall["deliver"]>,
@@ -280,24 +283,25 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       clock: Clock.Clock,
       r: Reservation,
       outcome: Exit.Exit<Reserved, ReserveRefused>
-    ): void => {
+    ): boolean => {
       if (Exit.isFailure(outcome)) {
-        reserving--
         const refused = Cause.failureOption(outcome.cause)
-        if (Option.isSome(refused)) return void goOn(call, runtime, (onReserved) => planning.refusal(call, onReserved, r, refused.value))
-        return deliver(Exit.failCause(outcome.cause as Cause.Cause<never>))
+        if (Option.isSome(refused)) goOn(call, runtime, (onReserved) => planning.refusal(call, onReserved, r, refused.value))
+        else deliver(Exit.failCause(outcome.cause as Cause.Cause<never>))
+        return false
       }
       const p = planning.plannedOf(call, r, outcome.value)
       crashPoint("reserved")
       if (stopping) {
         // As an interrupted call's: the hold voided, the request failed, the client told 503.
-        return void Runtime.runFork(runtime)(abandonInterrupted(p, Cause.interrupt(FiberId.none))).addObserver((exit) => {
+        Runtime.runFork(runtime)(abandonInterrupted(p, Cause.interrupt(FiberId.none))).addObserver((exit) => {
           reserving--
           deliver(exit)
         })
+        return true
       }
-      reserving--
       startLeg(p, call.principal, runtime, clock, deliver)
+      return false
     }
 
     /** Governed calls running now: the callers' fibers it owns, calls begun with no fiber, non-streamed legs, and open streams. */
@@ -316,8 +320,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       stopLegs()
       yield* FiberSet.clear(inflight)
       // A reservation on its way is voided when it commits; legs are live calls too, until settled or voided.
-      yield* drained(reservations)
-      yield* drained(liveCalls)
+      yield* drained(() => reserving)
+      yield* drained(() => liveCalls.size)
     })
 
     return { handle, begin, adopt, evaluate, inFlight, stopCalls } as const

@@ -17,11 +17,10 @@ import { Clock, Duration, Effect, Schedule } from "effect"
 import { isDeadEpoch, staleAfterMs } from "../../spec/epochs.ts"
 import { orphanCharge, type Prices } from "../../spec/pricing.ts"
 import { Settings } from "../domain/config.ts"
-import { newReceiptId } from "../domain/ids.ts"
 import { ChatStore } from "../store/ChatStore.ts"
 import { makeEpochStore } from "../store/epochStore.ts"
 import type { OrphanHold, ProgressMark } from "../store/epochs.ts"
-import { verificationOf } from "./Gateway.ts"
+import { completedGovernance } from "./Gateway.ts"
 import { Instance } from "./Instance.ts"
 import { chatCompletionsSurface } from "./surfaces/chatCompletions.ts"
 import { type Governance, sseEvent } from "./surfaces/Surface.ts"
@@ -92,16 +91,8 @@ export class Recovery extends Effect.Service<Recovery>()("tollgate/Recovery", {
       const decided = orphanCharge(mark?.tokens, prices, h.amount)
       if (mark !== undefined && decided._tag === "Charge") {
         const charge = decided.charge
-        const verification = verificationOf({ route: true, schema: false, budget: decided.withinReservation })
-        const receiptId = newReceiptId(now)
-        const governance: Governance = {
-          request_id: h.request_id,
-          status: "completed",
-          verification,
-          credits_charged: charge,
-          rate_card_version: mark.rateCardVersion,
-          receipt_id: receiptId
-        }
+        const governance = completedGovernance(h.request_id, { route: true, schema: false, budget: decided.withinReservation }, charge, mark.rateCardVersion, now)
+        const { verification, receipt_id: receiptId } = governance
         const message = `The gateway restarted while this stream was open; the ${mark.tokens.output + mark.tokens.reasoning} output tokens delivered before were charged.`
         return Effect.as(
           store.settle({

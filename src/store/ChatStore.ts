@@ -32,7 +32,7 @@ import { Sqlite } from "./Database.ts"
 import { fastestSealer, sodiumModule } from "./sodium.ts"
 import { sqliteFilename } from "../domain/databaseUrl.ts"
 import type { Call, FromWorker, StoreWorkerData, ToWorker, WorkerTiming } from "./storeWorker.ts"
-import { outcomeEffect, type TxOutcome } from "./syncTransactions.ts"
+import { outcomeExit, type TxOutcome } from "./syncTransactions.ts"
 
 export type { AbandonArgs, ExpireArgs, ExtendArgs, ReserveArgs, Reserved, ReserveRefused, SettleArgs } from "./chatTransactions.ts"
 
@@ -60,17 +60,15 @@ export interface ChatStoreApi {
   readonly sync?: () => Effect.Effect<void>
   /**
    * The settlement by callback, where the transactions run in the store worker: the same
-   * transaction as `settle`, and `done` told once — after its commit is durable with no argument,
-   * or with the defect. For a governed call's common path, which holds no fiber while its settlement
-   * is written (docs/decisions/0036). Absent where transactions are effects (inline, PostgreSQL):
-   * callers then use `settle`.
-   */
-  readonly settleThen?: (args: SettleArgs, done: (defect?: unknown) => void) => void
-  /**
-   * The reservation by callback, where the transactions run in the store worker: the same
-   * transaction as `reserve`, `done` told once how it ended — the reservation, its refusal, or the
+   * transaction as `settle`, and `done` told once how it ended — once its commit is durable, or the
    * defect — as an `Exit` (plain data here: no fiber runs it). For a governed call's common path,
-   * which holds no fiber while its reservation is written (docs/decisions/0036).
+   * which holds no fiber while its settlement is written (docs/decisions/0036). Absent where
+   * transactions are effects (inline, PostgreSQL): callers then use `settle`.
+   */
+  readonly settleThen?: (args: SettleArgs, done: (outcome: Exit.Exit<void>) => void) => void
+  /**
+   * The reservation by callback, as `settleThen`: the same transaction as `reserve`, `done` told
+   * once how it ended — the reservation, its refusal, or the defect — as an `Exit` (docs/decisions/0037).
    */
   readonly reserveThen?: (args: ReserveArgs, done: (outcome: Exit.Exit<Reserved, ReserveRefused>) => void) => void
   /** Whether transactions can run now (the store worker is up), for GET /readyz. */
@@ -249,7 +247,7 @@ const startWorker = (data: StoreWorkerData) =>
       if (idle) send(live)
     }
     const run: Run = <E>(op: ChatOp | "sync", args: unknown) =>
-      Effect.async<unknown, E>((resume) => post(op, args, (outcome) => resume(outcomeEffect<unknown, E>(outcome)))).pipe(Effect.uninterruptible)
+      Effect.async<unknown, E>((resume) => post(op, args, (outcome) => resume(outcomeExit<unknown, E>(outcome)))).pipe(Effect.uninterruptible)
 
     const health = (): StoreHealth => (closing ? { ok: false, reason: "closed" } : down === undefined ? { ok: true } : { ok: false, reason: down })
     return { run, post, health }
@@ -297,21 +295,8 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
           ? {
               sync: () => Effect.asVoid(run("sync", undefined)),
               reserveThen: (args: ReserveArgs, done: (outcome: Exit.Exit<Reserved, ReserveRefused>) => void) =>
-                post("reserve", args, (outcome) =>
-                  done(
-                    outcome._tag === "Committed"
-                      ? Exit.succeed(outcome.value as Reserved)
-                      : outcome._tag === "Aborted"
-                        ? Exit.fail(outcome.error as ReserveRefused)
-                        : Exit.die(outcome.defect)
-                  )
-                ),
-              settleThen: (args: SettleArgs, done: (defect?: unknown) => void) =>
-                post("settle", args, (outcome) =>
-                  outcome._tag === "Committed"
-                    ? done()
-                    : done((outcome._tag === "Died" ? outcome.defect : undefined) ?? new Error(`store worker: the settlement ended ${outcome._tag}`))
-                )
+                post("reserve", args, (outcome) => done(outcomeExit(outcome))),
+              settleThen: (args: SettleArgs, done: (outcome: Exit.Exit<void>) => void) => post("settle", args, (outcome) => done(outcomeExit(outcome)))
             }
           : {}),
         health,

@@ -27,7 +27,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import type BetterSqlite3 from "better-sqlite3"
-import { Context, Effect } from "effect"
+import { Context, Effect, Exit } from "effect"
 
 /** Roll the current transaction back and fail the caller with `error`. */
 export type Abort<E> = (error: E) => never
@@ -183,12 +183,13 @@ interface Queued {
 }
 
 /** An outcome as the Effect its caller resumes with. */
-export const outcomeEffect = <A, E>(outcome: TxOutcome): Effect.Effect<A, E> =>
+/** How a transaction ended, as an `Exit`: plain data a callback can be told, and an effect to resume with. */
+export const outcomeExit = <A, E>(outcome: TxOutcome): Exit.Exit<A, E> =>
   outcome._tag === "Committed"
-    ? Effect.succeed(outcome.value as A)
+    ? Exit.succeed(outcome.value as A)
     : outcome._tag === "Aborted"
-      ? Effect.fail(outcome.error as E)
-      : Effect.die(outcome.defect)
+      ? Exit.fail(outcome.error as E)
+      : Exit.die(outcome.defect)
 
 export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactions => {
   const group = makeGroupCommit(db, { canBegin: () => !db.inTransaction })
@@ -198,11 +199,11 @@ export const makeSyncTransactions = (db: BetterSqlite3.Database): SyncTransactio
   const transact = <A, E = never>(body: (abort: Abort<E>) => A, sync = true): Effect.Effect<A, E> =>
     Effect.withFiberRuntime<A, E>((fiber) => {
       if (Context.getOption(fiber.currentContext, SqlClient.TransactionConnection)._tag === "Some") {
-        return Effect.suspend(() => outcomeEffect<A, E>(attempt(nested, body as TxBody)))
+        return Effect.suspend(() => outcomeExit<A, E>(attempt(nested, body as TxBody)))
       }
       return Effect.uninterruptible(
         Effect.async<A, E>((resume) => {
-          group.submit(body as TxBody, (outcome) => resume(outcomeEffect<A, E>(outcome)), sync)
+          group.submit(body as TxBody, (outcome) => resume(outcomeExit<A, E>(outcome)), sync)
         })
       )
     })

@@ -594,16 +594,16 @@ describe("a stream that outlives the reservation TTL", () => {
   })
 })
 
-describe("a call begun with no fiber (Gateway.begin, docs/decisions/0036)", () => {
-  /** Counts the fibers started under it. */
-  class Forks extends Supervisor.AbstractSupervisor<void> {
-    started = 0
-    value = Effect.void
-    override onStart() {
-      this.started++
-    }
+/** Counts the fibers started under it (its runtime's, or an effect's it supervises). */
+class Forks extends Supervisor.AbstractSupervisor<void> {
+  started = 0
+  value = Effect.void
+  override onStart() {
+    this.started++
   }
+}
 
+describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () => {
   /** The services on a file store (the store worker) or in memory, a development key, and a call to begin. */
   const services = async (onFile: boolean, gatewayFile: ReturnType<typeof mockGatewayFile>) => {
     const dir = mkdtempSync(join(tmpdir(), "tollgate-fast-begin-"))
@@ -720,6 +720,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0036)", () =
       expect(Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)).toBe(true)
       expect(s.rows()).toEqual({ reservations: [{ state: "voided" }], requests: [{ status: "failed", error_code: "interrupted" }] })
       expect(upstream.calls).toBe(0)
+      expect(await s.runtime.runPromise(s.gateway.inFlight)).toBe(0)
       // Stopping, a new call is left to handle.
       expect(s.begin("after the stop").took).toBe(false)
     } finally {
@@ -730,15 +731,6 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0036)", () =
 })
 
 describe("a non-streamed call with `deliver` (the fast path's)", () => {
-  /** Counts the fibers started under it. */
-  class Forks extends Supervisor.AbstractSupervisor<void> {
-    started = 0
-    value = Effect.void
-    override onStart() {
-      this.started++
-    }
-  }
-
   it.each([
     // In memory the transactions run inline, as effects: the settlement takes a fiber of its own.
     ["in memory", false, 1],

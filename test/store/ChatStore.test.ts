@@ -306,14 +306,15 @@ describe("ChatStore", () => {
       const b = reserveArgs(p.id, 300, { key: "k-b", fingerprint: "f-b" })
       await rt.runPromise(Effect.all([store.reserve(a), store.reserve(b)]))
       await rt.runPromise(store.settle(settleArgs(a, 400, 150)))
-      const told: Array<unknown> = []
+      const told: Array<Exit.Exit<void>> = []
       await new Promise<void>((resolve) =>
-        settleThen(settleArgs(b, 300, 120), (defect) => {
-          told.push(defect)
+        settleThen(settleArgs(b, 300, 120), (written) => {
+          told.push(written)
           resolve()
         })
       )
-      expect(told).toEqual([undefined])
+      expect(told).toHaveLength(1)
+      expect(Exit.isSuccess(told[0]!)).toBe(true)
       const db = new Database(file, { readonly: true })
       const snap = snapshot(db, p.id)
       const receipts = (db.prepare("SELECT body FROM receipts WHERE project_id = ? ORDER BY seq").all(p.id) as Array<{ body: string }>).map((r) => JSON.parse(r.body))
@@ -334,8 +335,9 @@ describe("ChatStore", () => {
       const publicPem = await rt.runPromise(Effect.map(ReceiptSigner, (s) => s.publicPem))
       for (const r of receipts) expect(verifyReceipt(r, publicPem)).toEqual([])
       await rt.dispose()
-      const closed = await new Promise<unknown>((resolve) => settleThen(settleArgs(reserveArgs(p.id, 1), 1, 1), resolve))
-      expect(closed).toBeInstanceOf(Error)
+      const closed = await new Promise<Exit.Exit<void>>((resolve) => settleThen(settleArgs(reserveArgs(p.id, 1), 1, 1), resolve))
+      expect(Exit.isFailure(closed) && Cause.isDie(closed.cause)).toBe(true)
+      expect(Exit.isFailure(closed) ? Cause.squash(closed.cause) : undefined).toBeInstanceOf(Error)
     } finally {
       await rt.dispose()
       await inlineRt.dispose()

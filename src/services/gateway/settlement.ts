@@ -35,6 +35,25 @@ export const verificationOf = (passed: Record<(typeof CHECKS)[number], boolean>)
   return { state: failed.length === 0 ? "verified" : "unverified", checks: [...CHECKS], failed_checks: failed }
 }
 
+/**
+ * A completed call's governance evidence at `now`: its checks, its charge, the rate card it was
+ * priced on, and the id of the receipt its settlement writes.
+ */
+export const completedGovernance = (
+  requestId: string,
+  passed: Record<(typeof CHECKS)[number], boolean>,
+  charge: number,
+  rateCardVersion: string,
+  now: number
+): Governance => ({
+  request_id: requestId,
+  status: "completed",
+  verification: verificationOf(passed),
+  credits_charged: charge,
+  rate_card_version: rateCardVersion,
+  receipt_id: newReceiptId(now)
+})
+
 /** What a settlement charges for, and how its reply renders once the governance is known. */
 export interface Charged {
   readonly served: { readonly route: Route; readonly attempts: ReadonlyArray<Attempt> }
@@ -75,23 +94,14 @@ export const makeSettlement = (ctx: GatewayContext) => {
     const { served, tokens, usageSource, schemaOk, render } = charged
     const { prices, version } = p.prices.get(served.route.name)!
     const charge = settledCharge(tokens, prices, p.hold.amount)
-    const verification = verificationOf({ route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) })
-    const receiptId = newReceiptId(now)
-    const governance: Governance = {
-      request_id: p.requestId,
-      status: "completed",
-      verification,
-      credits_charged: charge,
-      rate_card_version: version,
-      receipt_id: receiptId
-    }
+    const governance = completedGovernance(p.requestId, { route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) }, charge, version, now)
     const rendered = render(governance, now)
     const stored = { status: rendered.status, contentType: rendered.contentType, body: typeof rendered.body === "string" ? utf8.encode(rendered.body) : rendered.body }
     timeline.mark("settle: charge, render, encode")
     const args: SettleArgs = {
       now,
       hold: p.hold,
-      receiptId,
+      receiptId: governance.receipt_id,
       organization: principal.organization,
       environment: principal.environment,
       model: p.request.model,
@@ -100,7 +110,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
       tokens,
       usageSource,
       charge,
-      verification,
+      verification: governance.verification,
       attempts: served.attempts,
       idempotent: p.idempotency === undefined ? undefined : { scope: p.scope, key: p.idempotency.key, ttlMs: settings.idempotencyTtlMs, result: stored }
     }
@@ -206,7 +216,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
       // that would leave the call in flight for ever.
       let next: Effect.Effect<GatewayReply, GovernanceError>
       try {
-        if (Exit.isSuccess(exit) && settleThen !== undefined) return this.settleServed(exit.value, settleThen)
+        if (Exit.isSuccess(exit) && settleThen !== undefined) return this.settleByCallback(exit.value, settleThen)
         next = Exit.isSuccess(exit) ? settleServed(this.p, this.principal, exit.value) : upstreamFailed(this.p, exit.cause)
       } catch (defect) {
         next = Effect.die(defect)
@@ -219,12 +229,12 @@ export const makeSettlement = (ctx: GatewayContext) => {
      * `settleServed`'s, posted by the store's callback. Its reply comes from the store's message loop,
      * so nothing of ours may throw there: a throw after the commit is answered as the call's defect.
      */
-    private settleServed(served: Served<UpstreamReply>, post: NonNullable<typeof settleThen>): void {
+    private settleByCallback(served: Served<UpstreamReply>, post: NonNullable<typeof settleThen>): void {
       const { p, principal } = this
       const charged = servedSettlement(p, served)
       const { charge, stored, args } = settlementAt(p, principal, charged, this.clock.unsafeCurrentTimeMillis())
-      post(args, (defect) => {
-        if (defect !== undefined) return this.ended(Exit.die(defect))
+      post(args, (written) => {
+        if (Exit.isFailure(written)) return this.ended(Exit.failCause(written.cause))
         let reply: Exit.Exit<GatewayReply, GovernanceError>
         try {
           settled(principal, charged.usageSource, charge)
