@@ -1,17 +1,18 @@
 /**
- * `npx tsx bench/threads.ts [--targets floor,tollgate] [--duration 8] [--connections 512] [--rounds 2] [--compare DIR]`
+ * `npx tsx bench/threads.ts [--targets floor,tollgate] [--duration 8] [--connections 512] [--rounds 2] [--compare DIR] [--stream]`
  *
  * Where a governed target's CPU goes under the saturating closed loop, thread by thread, next to the
  * main thread's garbage-collector pauses per call (bench/lib/gcObserver.mjs): the CPU as µs per call,
  * split as bench/run.ts splits it (bench/lib/procs.ts `cpuSplit`: the main thread, the busiest other
  * thread — the store worker —, the rest — V8's GC helpers, libuv's pool), summed over rounds. Both targets run bundled with their `npm start`
  * flags, as bench/run.ts runs them, interleaved round by round; `--node-flags "…"` adds flags to both;
- * `--compare DIR` adds `tollgate-b`, Tollgate from another checkout (an A/B in one run).
+ * `--compare DIR` adds `tollgate-b`, Tollgate from another checkout (an A/B in one run). `--stream`
+ * sends streamed calls (the mock's 20 events, 1 ms apart) instead of whole completions.
  * A benchmark: printed, never asserted (docs/decisions/0034).
  */
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
-import { arg, numArg } from "./lib/args.ts"
+import { arg, flag, numArg } from "./lib/args.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { closedLoad } from "./lib/load.ts"
 import { cpuSplit, sampleProc, signalForJson, startChild } from "./lib/procs.ts"
@@ -23,6 +24,7 @@ const targets = [...(arg("--targets") ?? "floor,tollgate").split(","), ...(compa
 const durationMs = numArg("--duration", 8) * 1000
 const connections = numArg("--connections", 512)
 const rounds = numArg("--rounds", 2)
+const stream = flag("--stream")
 const nodeFlags = (arg("--node-flags") ?? "").split(" ").filter((f) => f !== "")
 const gcFile = (t: string) => join(tmpdir(), `tollgate-threads-gc-${process.pid}-${t}.json`)
 type Pause = [number, number, string]
@@ -33,6 +35,7 @@ const body = (n: number) =>
     model: "gpt-4o-mini",
     messages: [{ role: "user", content: `Where is my order 48213-CX? (${n})` }],
     max_tokens: 400,
+    ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
     metadata: { idempotency_key: `thr-${Date.now().toString(36)}-${n}` }
   })
 
@@ -89,7 +92,7 @@ const perCall = (t: string): ReadonlyArray<string> => {
   const { main, busiestOther, rest } = totals.get(t)!
   return [main, busiestOther, rest, main + busiestOther + rest].map((ms) => ((ms * 1000) / calls.get(t)!).toFixed(0))
 }
-console.log(`\n| CPU µs a call, closed loop (${connections} connections, ${rounds} × ${durationMs / 1000} s) | ${targets.join(" | ")} |`)
+console.log(`\n| CPU µs a call, closed loop${stream ? ", streamed" : ""} (${connections} connections, ${rounds} × ${durationMs / 1000} s) | ${targets.join(" | ")} |`)
 console.log(`| --- | ${targets.map(() => "---:").join(" | ")} |`)
 console.log(`| RPS, each round | ${targets.map((t) => rps.get(t)!.map((x) => x.toFixed(0)).join(" / ")).join(" | ")} |`)
 ;["main thread", "busiest other thread (the store worker)", "the rest (V8's GC helpers, libuv's pool)", "all"].forEach((label, i) =>

@@ -7,7 +7,7 @@
  * undici directly rather than Effect's HttpClient: on the hot path that measured ≈ 1.5 ms → well
  * under 1 ms of CPU per call on the bench box (docs/decisions/0019).
  */
-import { Effect, Either, type Scope } from "effect"
+import { Effect, Either, Scope } from "effect"
 import { EventEmitter } from "node:events"
 import { type Dispatcher, errors as undiciErrors, Pool } from "undici"
 import { timeline } from "../domain/timeline.ts"
@@ -307,7 +307,10 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
             })
         )
       ).pipe(
-        Effect.tap(({ feed }) => Effect.addFinalizer(() => Effect.sync(() => feed.stop()))),
+        // Scope.addFinalizer, not Effect.addFinalizer: that one runs its finalizer under the acquiring
+        // fiber's FiberRefs, diffing the whole context twice at every close (≈ 90 µs a stream,
+        // docs/decisions/0038), and `stop` reads no FiberRef.
+        Effect.tap(({ feed }) => Effect.flatMap(Effect.scope, (scope) => Scope.addFinalizer(scope, Effect.sync(() => feed.stop())))),
         Effect.map(({ value }) => value)
       )
     )

@@ -78,6 +78,13 @@ describe.each(adapters)("the %s adapter on the shared transport", (_, make) => {
     expect(uncaught).toEqual([])
   })
 
+  it("a stream opened and never read is released when its scope closes: the upstream request is aborted, not left to run to its end", async () => {
+    mock.pushBehavior({ reply: "one two three four five six seven eight nine ten eleven twelve", chunkDelayMs: 40 })
+    // The scope closes as soon as the stream is open: nothing iterates its events, nothing returns them.
+    await Effect.runPromise(Effect.scoped(Effect.asVoid(make().stream(route, { messages: [{ role: "user", content: "x" }], stream: true }))))
+    await expect.poll(() => mock.abandoned).toBe(1)
+  })
+
   it("an `opened` callback that throws (a bug of ours) fails the opening with that defect, never an upstream failure or an unhandled rejection, and releases the request", async () => {
     const provider = make()
     const unhandled = await heard("unhandledRejection", async () => {
