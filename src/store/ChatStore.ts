@@ -53,11 +53,12 @@ export interface ChatStoreApi {
   /** The recovery sweep: void the holds past their deadline; how many it voided. */
   readonly expire: (args: ExpireArgs) => Effect.Effect<number>
   /**
-   * Everything committed so far is on disk: a stream's reservation is committed without its own
-   * fsync, so that this runs while its upstream opens, and the stream's headers wait for it
-   * (docs/decisions/0013). Absent: every commit that needs the disk already waited for it.
+   * Everything committed so far is on disk, by callback: a stream's reservation is committed without
+   * its own fsync, so that this runs while its upstream opens, and the stream's headers wait for it
+   * (docs/decisions/0013); `done` is told once how it ended, as an `Exit` (no fiber waits for it,
+   * 0038). Absent: every commit that needs the disk already waited for it.
    */
-  readonly sync?: () => Effect.Effect<void>
+  readonly syncThen?: (done: (outcome: Exit.Exit<void>) => void) => void
   /**
    * The settlement by callback, where the transactions run in the store worker: the same
    * transaction as `settle`, and `done` told once how it ended — once its commit is durable, or the
@@ -263,7 +264,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
       const filename = sqliteFilename(settings.databaseUrl)
       const inWorker = settings.storeWorker && filename !== ":memory:"
       let run: Run
-      let post: ((op: ChatOp, args: unknown, reply: (outcome: TxOutcome) => void) => void) | undefined
+      let post: ((op: ChatOp | "sync", args: unknown, reply: (outcome: TxOutcome) => void) => void) | undefined
       let health = (): StoreHealth => ({ ok: true })
       if (inWorker) {
         ;({ run, post, health } = yield* startWorker({
@@ -293,7 +294,7 @@ export class ChatStore extends Context.Tag("tollgate/ChatStore")<ChatStore, Chat
         expire: (args) => run("expire", args) as Effect.Effect<number>,
         ...(post !== undefined
           ? {
-              sync: () => Effect.asVoid(run("sync", undefined)),
+              syncThen: (done: (outcome: Exit.Exit<void>) => void) => post("sync", undefined, (outcome) => done(outcomeExit(outcome))),
               reserveThen: (args: ReserveArgs, done: (outcome: Exit.Exit<Reserved, ReserveRefused>) => void) =>
                 post("reserve", args, (outcome) => done(outcomeExit(outcome))),
               settleThen: (args: SettleArgs, done: (outcome: Exit.Exit<void>) => void) => post("settle", args, (outcome) => done(outcomeExit(outcome)))

@@ -169,7 +169,7 @@ describe("ChatStore", () => {
     }
   })
 
-  it("offers sync in the worker: a stream's reservation is answered once committed, and sync answers after it, the hold then in the file", async () => {
+  it("offers syncThen in the worker: a stream's reservation is answered once committed, and sync answers after it, the hold then in the file", async () => {
     const { url, file } = fileUrl()
     const rt = testRuntime(chatStoreLayer, { databaseUrl: url })
     try {
@@ -179,8 +179,9 @@ describe("ChatStore", () => {
           const p = yield* newProject({ budget_credits: 1_000 })
           const streamed = reserveArgs(p.id, 20)
           yield* store.reserve({ ...streamed, request: { ...streamed.request, stream: true } })
-          expect(store.sync).toBeDefined()
-          yield* store.sync!()
+          expect(store.syncThen).toBeDefined()
+          const synced = yield* Effect.async<Exit.Exit<void>>((resume) => store.syncThen!((outcome) => resume(Effect.succeed(outcome))))
+          expect(Exit.isSuccess(synced)).toBe(true)
           return p.id
         })
       )

@@ -129,7 +129,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
     p: Plan,
     principal: Principal,
     charged: Charged,
-    then: (stored: { readonly status: number; readonly contentType: string; readonly body: Uint8Array }) => A
+    then: (stored: Stored) => A
   ): Effect.Effect<A> =>
     Effect.clockWith((clock) => {
       const { charge, stored, args } = settlementAt(p, principal, charged, clock.unsafeCurrentTimeMillis())
@@ -141,6 +141,33 @@ export const makeSettlement = (ctx: GatewayContext) => {
         })
       )
     }).pipe(Effect.uninterruptible)
+
+  /** What a settlement stored: the reply as written for replay, and as sent. */
+  type Stored = { readonly status: number; readonly contentType: string; readonly body: Uint8Array }
+
+  /**
+   * `settle` by the store's callback (`settleThen`), with no fiber: the same transaction, `done` told
+   * once the stored reply — after the commit is durable — or the defect (docs/decisions/0036, 0038).
+   * Undefined where the store's settlement is an effect, or a span must cover it. Called from the
+   * store's message loop: a throw of ours after the commit is answered as `done`'s defect.
+   */
+  const settleNow =
+    settleThen === undefined
+      ? undefined
+      : (p: Plan, principal: Principal, charged: Charged, now: number, done: (written: Exit.Exit<Stored>) => void): void => {
+          const { charge, stored, args } = settlementAt(p, principal, charged, now)
+          settleThen(args, (written) => {
+            if (Exit.isFailure(written)) return done(Exit.failCause(written.cause))
+            let answer: Exit.Exit<Stored>
+            try {
+              settled(principal, charged.usageSource, charge)
+              answer = Exit.succeed(stored)
+            } catch (e) {
+              answer = Exit.die(e)
+            }
+            done(answer)
+          })
+        }
 
   /**
    * Shutdown interrupted a call that holds a reservation: void it (a no-op if it was already resolved),
@@ -216,7 +243,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
       // that would leave the call in flight for ever.
       let next: Effect.Effect<GatewayReply, GovernanceError>
       try {
-        if (Exit.isSuccess(exit) && settleThen !== undefined) return this.settleByCallback(exit.value, settleThen)
+        if (Exit.isSuccess(exit) && settleNow !== undefined) return this.settleByCallback(exit.value, settleNow)
         next = Exit.isSuccess(exit) ? settleServed(this.p, this.principal, exit.value) : upstreamFailed(this.p, exit.cause)
       } catch (defect) {
         next = Effect.die(defect)
@@ -226,24 +253,12 @@ export const makeSettlement = (ctx: GatewayContext) => {
 
     /**
      * The common path's settlement, with no fiber (docs/decisions/0036): the same transaction as
-     * `settleServed`'s, posted by the store's callback. Its reply comes from the store's message loop,
-     * so nothing of ours may throw there: a throw after the commit is answered as the call's defect.
+     * `settleServed`'s, posted by the store's callback (`settleNow`).
      */
-    private settleByCallback(served: Served<UpstreamReply>, post: NonNullable<typeof settleThen>): void {
-      const { p, principal } = this
-      const charged = servedSettlement(p, served)
-      const { charge, stored, args } = settlementAt(p, principal, charged, this.clock.unsafeCurrentTimeMillis())
-      post(args, (written) => {
-        if (Exit.isFailure(written)) return this.ended(Exit.failCause(written.cause))
-        let reply: Exit.Exit<GatewayReply, GovernanceError>
-        try {
-          settled(principal, charged.usageSource, charge)
-          reply = Exit.succeed({ _tag: "Body", ...stored })
-        } catch (e) {
-          reply = Exit.die(e)
-        }
-        this.ended(reply)
-      })
+    private settleByCallback(served: Served<UpstreamReply>, post: NonNullable<typeof settleNow>): void {
+      post(this.p, this.principal, servedSettlement(this.p, served), this.clock.unsafeCurrentTimeMillis(), (written) =>
+        this.ended(Exit.map(written, (stored): GatewayReply => ({ _tag: "Body", ...stored })))
+      )
     }
 
     private ended(end: Exit.Exit<GatewayReply, GovernanceError>): void {
@@ -282,7 +297,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
   const settleServed = (p: Plan, principal: Principal, served: Served<UpstreamReply>): Effect.Effect<GatewayReply, GovernanceError> =>
     settle(p, principal, servedSettlement(p, served), (stored): GatewayReply => ({ _tag: "Body", ...stored }))
 
-  return { abandon, abandonInterrupted, settle, fromRouteFailure, leg, startLeg } as const
+  return { abandon, abandonInterrupted, settle, settleNow, fromRouteFailure, leg, startLeg } as const
 }
 
 export type Settlement = ReturnType<typeof makeSettlement>

@@ -2,7 +2,7 @@
  * A streamed governed call: the upstream stream opened under the hold, its chunks forwarded as they
  * arrive, its progress marked for crash recovery, and one settlement however it ends.
  */
-import { Clock, Effect, Exit, Fiber, Runtime, Scope } from "effect"
+import { Cause, Effect, Exit, Runtime, Scope } from "effect"
 import { chargedTokens, countedTokens, type UsageReport } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
@@ -12,12 +12,41 @@ import type { Principal } from "../KeyRegistry.ts"
 import type { Served } from "../Router.ts"
 import { deliveredText } from "../surfaces/Surface.ts"
 import { countBounded } from "../Tokenizer.ts"
-import type { Settlement } from "./settlement.ts"
+import type { Charged, Settlement } from "./settlement.ts"
 import type { ChatCall, GatewayContext, GatewayReply, Plan, SseReply } from "./types.ts"
+
+const NONE: ReadonlyArray<Uint8Array> = []
+
+/**
+ * A stream's reservation sync (ChatStoreApi.syncThen), posted by callback while the upstream opens:
+ * how it ended once it answered, and the one effect that may wait for it (docs/decisions/0038).
+ */
+class Durable {
+  outcome: Exit.Exit<void> | undefined = undefined
+  private waiter: ((outcome: Exit.Exit<void>) => void) | undefined = undefined
+
+  constructor(syncThen: (done: (outcome: Exit.Exit<void>) => void) => void) {
+    syncThen((outcome) => {
+      this.outcome = outcome
+      const waiter = this.waiter
+      this.waiter = undefined
+      waiter?.(outcome)
+    })
+  }
+
+  /** The sync's end, as an effect: its failure is this effect's (a defect). */
+  wait(): Effect.Effect<void> {
+    return Effect.async<void>((resume) => {
+      if (this.outcome !== undefined) return resume(this.outcome)
+      this.waiter = resume
+      return Effect.sync(() => (this.waiter = undefined))
+    })
+  }
+}
 
 export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
   const { span, store, router, liveCalls, streamMarks, streamCancels, delivering } = ctx
-  const { abandon, settle, fromRouteFailure } = settlement
+  const { abandon, settle, settleNow, fromRouteFailure } = settlement
 
   /**
    * Stream: chunks are forwarded as they arrive; the surface decides what the client sees and puts
@@ -35,15 +64,13 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
     Effect.gen(function* () {
       // The reservation is committed, durable against a crash of the process; its fsync runs while
       // the upstream opens, and the stream's headers wait for it (docs/decisions/0013).
-      const durable = store.sync === undefined ? undefined : yield* Effect.fork(store.sync())
-      /** The reservation is on disk: no sync to wait for, or it already answered. */
-      const onDisk = (): boolean => {
-        const synced = durable?.unsafePoll()
-        return synced === undefined || (synced !== null && Exit.isSuccess(synced))
-      }
+      const durable = store.syncThen === undefined ? undefined : new Durable(store.syncThen)
+      /** The reservation is on disk: no sync to wait for, or it answered so. */
+      const onDisk = (): boolean => durable === undefined || (durable.outcome !== undefined && Exit.isSuccess(durable.outcome))
       const connection = yield* Scope.make()
+      const clock = yield* Effect.clock
       // Set up while the upstream opens, not after: from the open on, every step is on the way to the first byte.
-      const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: yield* Clock.currentTimeMillis })
+      const renderer = p.surface.streamRenderer({ includeUsage: p.request.includeUsage, requestId: p.requestId, nowMs: clock.unsafeCurrentTimeMillis() })
       const run = Runtime.runPromise(yield* Effect.runtime<never>())
       /** The route that serves the stream and its attempts (the open's callback's, then the Router's own), and its events. */
       let served: Served<DataEvents> | undefined
@@ -102,48 +129,55 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         return out
       }
 
-      /** Settle once, however the stream ends. */
-      const finish = (how: "complete" | "cut" | "disconnect", failure?: UpstreamFailure): Effect.Effect<ReadonlyArray<Uint8Array>> =>
-        Effect.suspend(() => {
-          if (settled) return Effect.succeed([])
-          settled = true
-          // Set before any frame is read (`begin`): frames are only read once the stream was served.
-          const { route, attempts } = served!
-          const { tokens, source } = chargedTokens(how === "complete" ? usage : undefined, p.inputTokens, () => countBounded(delivered))
-          if (delivered.length === 0 && how !== "complete") {
-            const message = failure?.message ?? "the client disconnected before any token was delivered"
-            return Effect.as(
+      /**
+       * Settle once, however the stream ends: the last frames to send. By the store's callback where it
+       * has one (`settleNow`: no fiber, docs/decisions/0038); a stream that delivered nothing is voided.
+       */
+      const finish = (how: "complete" | "cut" | "disconnect", failure?: UpstreamFailure): Promise<ReadonlyArray<Uint8Array>> => {
+        if (settled) return Promise.resolve(NONE)
+        settled = true
+        // Set before any frame is read (`begin`): frames are only read once the stream was served.
+        const { route, attempts } = served!
+        const { tokens, source } = chargedTokens(how === "complete" ? usage : undefined, p.inputTokens, () => countBounded(delivered))
+        if (delivered.length === 0 && how !== "complete") {
+          const message = failure?.message ?? "the client disconnected before any token was delivered"
+          return run(
+            Effect.as(
               abandon(p, how === "cut" ? "route_unavailable" : "client_disconnected", message, attempts),
               renderer.broken(`The upstream stream failed before any token: ${message}. Nothing was charged.`, undefined)
             )
-          }
-          let tail: ReadonlyArray<Uint8Array> = []
-          return settle(
-            p,
-            principal,
-            {
-              served: { route, attempts },
-              tokens,
-              usageSource: source,
-              schemaOk: schemaOk && how === "complete",
-              render: (g) => {
-                tail =
-                  how === "complete"
-                    ? renderer.complete(g, tokens)
-                    : renderer.broken(`The upstream stream broke: ${failure?.message ?? "client disconnected"}. Delivered tokens were charged.`, g)
-                return { status: 200, contentType: "text/event-stream", body: keep ? concat([...sent, ...tail]) : new Uint8Array() }
-              }
-            },
-            () => tail
           )
-        })
+        }
+        let tail: ReadonlyArray<Uint8Array> = NONE
+        const charged: Charged = {
+          served: { route, attempts },
+          tokens,
+          usageSource: source,
+          schemaOk: schemaOk && how === "complete",
+          render: (g) => {
+            tail =
+              how === "complete"
+                ? renderer.complete(g, tokens)
+                : renderer.broken(`The upstream stream broke: ${failure?.message ?? "client disconnected"}. Delivered tokens were charged.`, g)
+            return { status: 200, contentType: "text/event-stream", body: keep ? concat([...sent, ...tail]) : new Uint8Array() }
+          }
+        }
+        if (settleNow === undefined) return run(settle(p, principal, charged, () => tail))
+        return new Promise((resolve, reject) =>
+          settleNow(p, principal, charged, clock.unsafeCurrentTimeMillis(), (written) => (Exit.isSuccess(written) ? resolve(tail) : reject(Cause.squash(written.cause))))
+        )
+      }
 
       // The per-event path is plain JavaScript over an async iterable: an Effect Stream would cost
       // ≈ 50–100 µs of CPU per element pulled (bench/README.md). Effects run only to settle.
       // Every stream that began ends here, settled (or voided) once: only then is it out of `liveCalls`,
       // which shutdown waits to empty (Gateway.stopCalls) — a stream it stopped is still being settled
       // after its connection closed.
-      const close = () => run(Effect.zipRight(finish("disconnect"), Scope.close(connection, Exit.void))).finally(() => liveCalls.delete(p))
+      // The connection closes however the settlement ended.
+      const close = () =>
+        finish("disconnect")
+          .finally(() => run(Scope.close(connection, Exit.void)))
+          .finally(() => liveCalls.delete(p))
       let started = false
       let cancelled = false
       const cancel = () => {
@@ -183,7 +217,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
               ended = "cut"
               failure = new UpstreamFailure({ reason: "protocol", message: "the gateway is shutting down", retryable: true })
             }
-            const tail = await run(finish(cancelled ? "disconnect" : ended, failure))
+            const tail = await finish(cancelled ? "disconnect" : ended, failure)
             if (tail.length > 0 && !cancelled) yield concat(tail)
           } finally {
             // However the iteration stops (the client went away, the consumer returned): settle once.
@@ -234,9 +268,9 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       timeline.mark("upstream stream open (headers)")
       if (durable !== undefined) {
         // Usually the sync is long done when the headers come (its fsync ran while the upstream
-        // opened): then there is nothing to wait for, and `Fiber.join`'s steps are skipped.
+        // opened): then there is nothing to wait for, and no effect waits for it.
         if (!onDisk()) {
-          yield* Fiber.join(durable).pipe(
+          yield* durable.wait().pipe(
             Effect.tapDefect(() =>
               Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", opening.attempts))
             ),

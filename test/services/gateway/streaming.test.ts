@@ -90,7 +90,8 @@ const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effec
           return served
         })
     },
-    store: { sync: () => sync }
+    // The store's sync by callback, as the worker store answers it.
+    store: { syncThen: (done: (outcome: Exit.Exit<void>) => void) => Effect.runFork(sync).addObserver(done) }
   } as unknown as GatewayContext
   const settlement = {
     abandon: (_: Plan, code: string) => Effect.sync(() => void abandoned.push(code)),
