@@ -264,7 +264,7 @@ export const makeFastHandler = Effect.gen(function* () {
       timeline.mark("read + parse body")
       // The common path with no fiber at all (Gateway.begin, docs/decisions/0037); from a body's
       // 'end', so a throw of ours is answered here as the fiber would have answered it. A call it
-      // declines (a stream, a stopping service) runs as it is, in a fiber.
+      // declines (a stopping service, a store or limiter it does not cover) runs as it is, in a fiber.
       let call: ChatCall
       try {
         const governedCall = governedNow[c.path](body.value)

@@ -211,10 +211,11 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
 
     /**
      * Begin a governed call with no fiber at all, when its common path applies (docs/decisions/0037):
-     * a non-streamed call answered through `deliver`, on the store worker (`reserveThen`), the
-     * in-memory rate limiter, no trace exported, a prompt counted in one slice. Its plan's pure steps
-     * run here; its reservation is the store's callback; its leg starts from there (held by callbacks,
-     * 0033) and settles by the store's callback too. True when it took the call — whose answer then
+     * a call answered through `deliver`, on the store worker (`reserveThen`), the in-memory rate
+     * limiter, no trace exported, a prompt counted in one slice. Its plan's pure steps run here; its
+     * reservation is the store's callback; a non-streamed call's leg starts from there (held by
+     * callbacks, 0033) and settles by the store's callback too; a stream goes on from its committed
+     * reservation in a fiber the Gateway owns (0038). True when it took the call — whose answer then
      * goes to `deliver` — false when nothing was done and the caller must run `handle`. A rare turn
      * after the rate check (a prompt to count slice by slice, no route for a keyed call, a refused
      * reservation) goes on as the same effect, from that step, in a fiber the Gateway owns.
@@ -223,13 +224,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       const deliver = call.deliver
       // Stopping, a call goes the way it always went: `handle` in a fiber the stopping service interrupts.
       if (stopping || deliver === undefined || ctx.traced || reserveThen === undefined || rateLimiter.mode !== "local") return false
-      // A stream is known before its body is parsed: it leaves here with nothing done.
-      if ((call.body as { readonly stream?: unknown } | null)?.stream === true) return false
       const now = clock.unsafeCurrentTimeMillis()
       const admitted = planning.admitCall(call)
       if (Either.isLeft(admitted)) return answered(deliver, Exit.fail(admitted.left))
       const a = admitted.right
-      if (a.request.stream) return false
       const rate = planning.admitRateNow(call.principal, now, call.headers)!
       if (Either.isLeft(rate)) return answered(deliver, Exit.fail(rate.left))
       const fingerprint = planning.fingerprintOf(call, a.key)
@@ -259,16 +257,38 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       return true
     }
 
-    /** A call begun with no fiber goes on from `planStep` in a fiber the Gateway owns, as `handle` would have. */
+    /**
+     * A call begun with no fiber goes on from `planStep` in a fiber the Gateway owns, as `handle` would
+     * have. The fiber starts at once, inside the call's mask before `runFork` returns: a hold its step
+     * knows is voided by shutdown's interruption like any other.
+     */
     const goOn = (call: ChatCall, runtime: Runtime.Runtime<never>, planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>): true => {
-      const fiber = Runtime.runFork(runtime)(governedFrom(call, planStep))
+      const deliver = deliveredOnce(call.deliver!, runtime)
+      const fiber = Runtime.runFork(runtime)(governedFrom({ ...call, deliver }, planStep))
       adopt(fiber)
       fiber.addObserver((exit) => {
         // A leg started in that fiber answers through `deliver` itself.
         if (Exit.isSuccess(exit) && exit.value._tag === "Delivered") return
-        call.deliver!(exit)
+        deliver(exit)
       })
       return true
+    }
+
+    /**
+     * `deliver`, told once: a stream delivered from its upstream's open ends its fiber with the same
+     * reply, which is not an answer again. A defect after the answer is only worth a line.
+     */
+    const deliveredOnce = (deliver: NonNullable<ChatCall["deliver"]>, runtime: Runtime.Runtime<never>): NonNullable<ChatCall["deliver"]> => {
+      let told = false
+      return (answer) => {
+        if (!told) {
+          told = true
+          return deliver(answer)
+        }
+        if (Exit.isFailure(answer) && !Cause.isInterruptedOnly(answer.cause)) {
+          Runtime.runFork(runtime)(Effect.logError("unhandled failure after the call was answered", Cause.pretty(answer.cause)))
+        }
+      }
     }
 
     /**
@@ -300,7 +320,10 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
         })
         return true
       }
-      startLeg(p, call.principal, runtime, clock, deliver)
+      // A stream goes on from its committed reservation as `handle` runs it: its sync, its upstream's
+      // open and its frames are the stream's own (src/services/gateway/streaming.ts).
+      if (p.request.stream) goOn(call, runtime, (onReserved) => Effect.sync(() => (onReserved(p), p)))
+      else startLeg(p, call.principal, runtime, clock, deliver)
       return false
     }
 

@@ -605,11 +605,15 @@ class Forks extends Supervisor.AbstractSupervisor<void> {
 
 describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () => {
   /** The services on a file store (the store worker) or in memory, a development key, and a call to begin. */
-  const services = async (onFile: boolean, gatewayFile: ReturnType<typeof mockGatewayFile>) => {
+  const services = async (onFile: boolean, gatewayFile: ReturnType<typeof mockGatewayFile>, upstreamRetries?: number) => {
     const dir = mkdtempSync(join(tmpdir(), "tollgate-fast-begin-"))
     const file = join(dir, "store.db")
     const runtime = ManagedRuntime.make(
-      ServicesLive.pipe(Layer.provideMerge(Layer.succeed(Settings, makeSettings({ databaseUrl: onFile ? `sqlite:${file}` : "sqlite::memory:", gateway: gatewayFile }))))
+      ServicesLive.pipe(
+        Layer.provideMerge(
+          Layer.succeed(Settings, makeSettings({ databaseUrl: onFile ? `sqlite:${file}` : "sqlite::memory:", gateway: gatewayFile, ...(upstreamRetries === undefined ? {} : { upstreamRetries }) }))
+        )
+      )
     )
     const forks = new Forks()
     const { gateway, principal, rt, clock } = await runtime.runPromise(
@@ -621,24 +625,29 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
         return { gateway: yield* Gateway, principal, rt, clock: yield* Effect.clock }
       })
     )
-    const begin = (content: string, idempotencyKeyHeader?: string) => {
+    /** Begin a call; `answers` counts every answer `deliver` was told (the contract: one). */
+    const begin = (content: string, idempotencyKeyHeader?: string, stream = false) => {
       const headers: Record<string, string> = {}
       let resolve: (answer: Exit.Exit<GatewayReply, GovernanceError>) => void = () => {}
       const answer = new Promise<Exit.Exit<GatewayReply, GovernanceError>>((r) => (resolve = r))
+      const told = { answers: 0 }
       const took = gateway.begin(
         {
           principal,
           surface: chatCompletionsSurface,
-          body: { model: "auto", messages: [{ role: "user", content }], max_tokens: 50 },
+          body: { model: "auto", messages: [{ role: "user", content }], max_tokens: 50, ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) },
           idempotencyKeyHeader,
           maxCreditsHeader: undefined,
           headers,
-          deliver: (exit) => resolve(exit)
+          deliver: (exit) => {
+            told.answers++
+            resolve(exit)
+          }
         },
         rt,
         clock
       )
-      return { took, answer, headers }
+      return { took, answer, headers, told }
     }
     const rows = () => {
       const db = new Database(file, { readonly: true })
@@ -677,6 +686,59 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
     } finally {
       await onFile.close()
       await inMemory.close()
+      await upstream.close()
+    }
+  })
+
+  /** Every frame of a delivered stream, as text. */
+  const readStream = async (exit: Exit.Exit<GatewayReply, GovernanceError>): Promise<string> => {
+    if (!Exit.isSuccess(exit) || exit.value._tag !== "Sse") throw new Error(`expected a stream, got ${String(exit)}`)
+    let text = ""
+    for await (const frame of exit.value.frames) text += new TextDecoder().decode(frame)
+    return text
+  }
+
+  it("on the store worker, takes a stream: reserved by callback, then run from its committed reservation in one fiber of the Gateway's, delivered once, settled (docs/decisions/0038)", async () => {
+    const upstream = await startMockUpstream()
+    const s = await services(true, mockGatewayFile(upstream.url))
+    try {
+      const { took, answer, told } = s.begin("a stream begun with no fiber", undefined, true)
+      expect(took).toBe(true)
+      // Synchronously: the reservation is on its way, no fiber yet.
+      expect(s.forks.started).toBe(0)
+      const text = await readStream(await answer)
+      expect(text).toContain('"governance"')
+      expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true)
+      expect(told.answers).toBe(1)
+      await expect.poll(() => s.runtime.runPromise(s.gateway.inFlight)).toBe(0)
+      expect(s.rows()).toEqual({ reservations: [{ state: "settled" }], requests: [{ status: "completed", error_code: null }] })
+      // The stream's own fiber, and the one effect that closes its upstream connection's scope.
+      expect(s.forks.started).toBe(2)
+    } finally {
+      await s.close()
+      await upstream.close()
+    }
+  })
+
+  it("a stream whose original (same key) was in flight and then failed runs again as a fresh stream, answered once: its fiber's end is not a second answer", async () => {
+    const upstream = await startMockUpstream()
+    const s = await services(true, mockGatewayFile(upstream.url), 0)
+    try {
+      // The original fails after a while (no retry): its key is freed while the second call waits for it.
+      upstream.pushBehavior({ status: 500, delayMs: 300 })
+      const original = s.begin("the same stream", "key-s", true)
+      await expect.poll(() => upstream.calls).toBe(1)
+      const second = s.begin("the same stream", "key-s", true)
+      const failed = await original.answer
+      expect(Exit.isFailure(failed)).toBe(true)
+      const text = await readStream(await second.answer)
+      expect(text.trimEnd().endsWith("data: [DONE]")).toBe(true)
+      await expect.poll(() => s.runtime.runPromise(s.gateway.inFlight)).toBe(0)
+      expect(original.told.answers).toBe(1)
+      expect(second.told.answers).toBe(1)
+      expect(upstream.calls).toBe(2)
+    } finally {
+      await s.close()
       await upstream.close()
     }
   })
