@@ -17,6 +17,20 @@ import type { ChatCall, GatewayContext, GatewayReply, Plan, SseReply } from "./t
 
 const NONE: ReadonlyArray<Uint8Array> = []
 
+/** Frames as one write: a lone frame (an upstream read usually carries one event) as it is, uncopied. */
+const concat = (frames: ReadonlyArray<Uint8Array>): Uint8Array => {
+  if (frames.length === 1) return frames[0]!
+  let length = 0
+  for (const f of frames) length += f.byteLength
+  const out = new Uint8Array(length)
+  let at = 0
+  for (const f of frames) {
+    out.set(f, at)
+    at += f.byteLength
+  }
+  return out
+}
+
 /**
  * A stream's reservation sync (ChatStoreApi.syncThen), posted by callback while the upstream opens:
  * how it ended once it answered, and the one effect that may wait for it (docs/decisions/0038).
@@ -115,18 +129,6 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
           if (Array.isArray(json.choices)) for (const c of json.choices as ReadonlyArray<{ delta?: unknown }>) delivered += deliveredText(c?.delta)
         }
         return record(renderer.onChunk(data, json))
-      }
-
-      const concat = (frames: ReadonlyArray<Uint8Array>): Uint8Array => {
-        let length = 0
-        for (const f of frames) length += f.byteLength
-        const out = new Uint8Array(length)
-        let at = 0
-        for (const f of frames) {
-          out.set(f, at)
-          at += f.byteLength
-        }
-        return out
       }
 
       /**
