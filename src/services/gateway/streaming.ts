@@ -134,8 +134,9 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       /**
        * Settle once, however the stream ends: the last frames to send. By the store's callback where it
        * has one (`settleNow`: no fiber, docs/decisions/0038); a stream that delivered nothing is voided.
+       * Async: a throw of ours is its rejection, never an exception in the caller's way (`close`).
        */
-      const finish = (how: "complete" | "cut" | "disconnect", failure?: UpstreamFailure): Promise<ReadonlyArray<Uint8Array>> => {
+      const finish = async (how: "complete" | "cut" | "disconnect", failure?: UpstreamFailure): Promise<ReadonlyArray<Uint8Array>> => {
         if (settled) return Promise.resolve(NONE)
         settled = true
         // Set before any frame is read (`begin`): frames are only read once the stream was served.
@@ -187,7 +188,10 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         cancelled = true
         // Never iterated: settle here. Iterating: closing the connection ends the upstream read
         // below, which then settles as a disconnect.
-        void (started ? run(Scope.close(connection, Exit.void)) : close())
+        if (started) return void run(Scope.close(connection, Exit.void))
+        // Nobody awaits this settlement: a failure of it (the store gone under shutdown) is logged, and
+        // the hold left to the recovery sweep, rather than an unhandled rejection.
+        void close().catch((e: unknown) => run(Effect.logError("a cancelled stream's settlement failed", Cause.pretty(Cause.die(e)))))
       }
       // Shutdown past its grace ends the stream as an upstream cut does: the client gets the broken
       // stream's last event, with the charge for what it was delivered (nothing delivered: voided).

@@ -46,7 +46,11 @@ const hello = JSON.stringify({ choices: [{ index: 0, delta: { content: "hello" }
  * `open`: after its event the upstream stays open (until the stream stops reading it); `settling`:
  * what each settlement waits for before it is written.
  */
-const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effect.void, o: { readonly open?: boolean; readonly settling?: Effect.Effect<void> } = {}) => {
+const withSync = (
+  sync: Effect.Effect<void>,
+  resume: Effect.Effect<void> = Effect.void,
+  o: { readonly open?: boolean; readonly settling?: Effect.Effect<void>; readonly abandonDies?: boolean } = {}
+) => {
   const opened = Effect.runSync(Deferred.make<void>())
   const abandoned: Array<string> = []
   const settled: Array<{ route: string; output: number }> = []
@@ -94,7 +98,8 @@ const withSync = (sync: Effect.Effect<void>, resume: Effect.Effect<void> = Effec
     store: { syncThen: (done: (outcome: Exit.Exit<void>) => void) => Effect.runFork(sync).addObserver(done) }
   } as unknown as GatewayContext
   const settlement = {
-    abandon: (_: Plan, code: string) => Effect.sync(() => void abandoned.push(code)),
+    abandon: (_: Plan, code: string) =>
+      o.abandonDies === true ? Effect.die(new Error("the store is closed")) : Effect.sync(() => void abandoned.push(code)),
     settle: (
       _p: Plan,
       _principal: unknown,
@@ -245,5 +250,26 @@ describe("a stream's opening and its reservation's sync", () => {
       expect(yield* Effect.promise(() => rest)).toEqual(["data: broken\n\n"])
       expect(settled).toEqual([{ route: "r", output: 1 }])
       expect(liveCalls.has(plan)).toBe(false)
+    }))
+
+  it.effect("a stream cancelled before it was read, whose void dies (the store gone under shutdown): logged, the call out of flight, no unhandled rejection", () =>
+    Effect.gen(function* () {
+      const { completeStreaming, liveCalls, released } = withSync(Effect.void, Effect.void, { abandonDies: true })
+      const reply = yield* completeStreaming(plan, principal)
+      if (reply._tag !== "Sse") throw new Error("not a stream")
+      expect(liveCalls.has(plan)).toBe(true)
+      const unhandled: Array<unknown> = []
+      const listener = (e: unknown) => void unhandled.push(e)
+      process.prependListener("unhandledRejection", listener)
+      try {
+        // The client hung up before the first frame was read: nobody awaits the settlement.
+        reply.cancel()
+        yield* Effect.promise(() => new Promise((r) => setTimeout(r, 50)))
+      } finally {
+        process.removeListener("unhandledRejection", listener)
+      }
+      expect(unhandled).toEqual([])
+      expect(liveCalls.has(plan)).toBe(false)
+      expect(released()).toBe(true)
     }))
 })
