@@ -15,8 +15,7 @@ import { decodeFailure, errorResponse, internalError, logDefect, unknownRoute, w
 import { metricsRoutes, observed } from "./observability.ts"
 import { publicRoutes } from "./publicRoutes.ts"
 
-// What src/http/fast.ts takes from the app (it is owned with the fast path; the names stay here).
-export { type GovernedCall, governedCalls } from "./governed.ts"
+// What src/http/fast.ts takes from the app (it is owned with the fast path; the name stays here).
 export { logAccess } from "./observability.ts"
 
 export const router = publicRoutes.pipe(

@@ -22,14 +22,14 @@ import { type GovernanceError, InvalidApiKey, RouteUnavailable } from "../domain
 import { type ChatCall, Gateway, type GatewayReply, type SseReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
-import { governedCalls, logAccess } from "./app.ts"
+import { logAccess } from "./app.ts"
 import { closeIfUnread, readJsonBody } from "./body.ts"
-import { chatCallOf, governedNow } from "./governed.ts"
+import { chatCallOf, type GovernedPath, governedNow } from "./governed.ts"
 import { errorResponse, internalError, logDefect, wireError } from "./errors.ts"
 import { pathOf } from "./path.ts"
 import { header } from "./request.ts"
 
-type FastPath = keyof typeof governedCalls
+type FastPath = GovernedPath
 
 /** The governed endpoint a request is for, or undefined when the Effect app serves it. */
 export const fastPathOf = (req: IncomingMessage): FastPath | undefined => {
@@ -239,8 +239,8 @@ export const makeFastHandler = Effect.gen(function* () {
   }
 
   const governed = (c: FastCall, principal: Principal, clientBody: unknown) =>
-    Effect.flatMap(governedCalls[c.path](clientBody), ({ body, surface }) =>
-      gateway.handle(chatCallOf(principal, surface, body, clientBody, c.req.headers, c.headers, deliverTo(c)))
+    Effect.flatMap(governedNow[c.path](clientBody), ({ body, surface }) =>
+      gateway.handle(chatCallOf(principal, surface, body, clientBody, c.req, c.headers, deliverTo(c)))
     )
 
   /** The call's first steps, up to its fiber. */
@@ -269,7 +269,7 @@ export const makeFastHandler = Effect.gen(function* () {
       try {
         const governedCall = governedNow[c.path](body.value)
         if (Either.isLeft(governedCall)) return settle(c, Exit.fail(governedCall.left))
-        call = chatCallOf(verdict, governedCall.right.surface, governedCall.right.body, body.value, c.req.headers, c.headers, deliverTo(c))
+        call = chatCallOf(verdict, governedCall.right.surface, governedCall.right.body, body.value, c.req, c.headers, deliverTo(c))
         if (gateway.begin(call, runtime, clock)) return
       } catch (error) {
         return settle(c, Exit.die(error))

@@ -14,7 +14,6 @@
 import { Cause, Clock, Duration, Effect, Either, Exit, Fiber, FiberId, FiberSet, Option, Runtime, Schedule } from "effect"
 import { Settings } from "../domain/config.ts"
 import { crashPoint } from "../domain/crashPoint.ts"
-import { timeline } from "../domain/timeline.ts"
 import type { GovernanceError } from "../domain/errors.ts"
 import { ChatStore } from "../store/ChatStore.ts"
 import type { Abortable } from "../providers/Provider.ts"
@@ -31,7 +30,6 @@ import { Metrics } from "./Metrics.ts"
 import { Pricing } from "./Pricing.ts"
 import { RateLimiter } from "./RateLimiter.ts"
 import { Router } from "./Router.ts"
-import { countChatInputNow } from "./Tokenizer.ts"
 import type { Reservation } from "./gateway/plan.ts"
 import type { Reserved, ReserveRefused } from "../store/ChatStore.ts"
 
@@ -210,39 +208,31 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const reserveThen = store.reserveThen
 
     /**
-     * Begin a governed call with no fiber at all, when its common path applies (docs/decisions/0037):
-     * a call answered through `deliver`, on the store worker (`reserveThen`), the in-memory rate
-     * limiter, no trace exported, a prompt counted in one slice. Its plan's pure steps run here; its
-     * reservation is the store's callback; a non-streamed call's leg starts from there (held by
-     * callbacks, 0033) and settles by the store's callback too; a stream goes on from its committed
-     * reservation in a fiber the Gateway owns (0038). True when it took the call — whose answer then
-     * goes to `deliver` — false when nothing was done and the caller must run `handle`. A rare turn
-     * after the rate check (a prompt to count slice by slice, no route for a keyed call, a refused
-     * reservation) goes on as the same effect, from that step, in a fiber the Gateway owns.
+     * Begin a governed call with no fiber at all (docs/decisions/0037): a call answered through
+     * `deliver`, on the store worker (`reserveThen`), no trace exported. Its plan's pure steps run here
+     * (`planNow`, the same steps in the same order as `plan`); its reservation is the store's
+     * callback; a non-streamed call's leg starts from there (held by callbacks, 0033) and settles by
+     * the store's callback too; a stream goes on from its committed reservation in a fiber the
+     * Gateway owns (0038). True when it took the call — whose answer then goes to `deliver` — false
+     * when nothing was done and the caller must run `handle`. Where a step needs an effect (a shared
+     * rate limiter, a prompt counted slice by slice, no route for a keyed call, a refused
+     * reservation), the call goes on as that effect, from that step, in a fiber the Gateway owns.
      */
     const begin = (call: ChatCall, runtime: Runtime.Runtime<never>, clock: Clock.Clock): boolean => {
       const deliver = call.deliver
       // Stopping, a call goes the way it always went: `handle` in a fiber the stopping service interrupts.
-      if (stopping || deliver === undefined || ctx.traced || reserveThen === undefined || rateLimiter.mode !== "local") return false
-      const now = clock.unsafeCurrentTimeMillis()
-      const admitted = planning.admitCall(call)
-      if (Either.isLeft(admitted)) return answered(deliver, Exit.fail(admitted.left))
-      const a = admitted.right
-      const rate = planning.admitRateNow(call.principal, now, call.headers)!
-      if (Either.isLeft(rate)) return answered(deliver, Exit.fail(rate.left))
-      const fingerprint = planning.fingerprintOf(call, a.key)
-      const counted = countChatInputNow(a.request.messages, a.request.tools)
-      if (counted === undefined) return goOn(call, runtime, (onReserved) => planning.planAdmitted(call, onReserved, now, a))
-      timeline.mark("count input tokens")
-      const r = planning.reservationOf(call, now, a, fingerprint, counted)
-      if (Either.isLeft(r)) return goOn(call, runtime, () => planning.unroutable(call, now, a, fingerprint, r.left))
+      if (stopping || deliver === undefined || ctx.traced || reserveThen === undefined) return false
+      const next = planning.planNow(call, clock.unsafeCurrentTimeMillis())
+      if (Either.isLeft(next)) return answered(deliver, Exit.fail(next.left))
+      const r = next.right
+      if (typeof r === "function") return goOn(call, runtime, r)
       reserving++
-      reserveThen(r.right.args, (outcome) => {
+      reserveThen(r.args, (outcome) => {
         // From the store's message loop: nothing of ours may throw there. The call stops counting
         // once it is answered, its leg started, or its hold's void on its way (which counts it until done).
         let voiding = false
         try {
-          voiding = reservedThen(call, deliver, runtime, clock, r.right, outcome)
+          voiding = reservedThen(call, deliver, runtime, clock, r, outcome)
         } catch (defect) {
           deliver(Exit.die(defect))
         } finally {

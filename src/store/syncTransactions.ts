@@ -182,7 +182,6 @@ interface Queued {
   readonly sync: boolean
 }
 
-/** An outcome as the Effect its caller resumes with. */
 /** How a transaction ended, as an `Exit`: plain data a callback can be told, and an effect to resume with. */
 export const outcomeExit = <A, E>(outcome: TxOutcome): Exit.Exit<A, E> =>
   outcome._tag === "Committed"

@@ -6,7 +6,7 @@
  * to a hand-written handler — draining an oversized upload, counting and logging its requests, and
  * settling a stream whose client hangs up.
  */
-import { Cause, Deferred, Effect, Exit, Layer, Logger, ManagedRuntime, Option, Schema, SchemaAST, Supervisor } from "effect"
+import { Cause, Deferred, Effect, Exit, Layer, Logger, ManagedRuntime, Option, Redacted, Schema, SchemaAST, Supervisor } from "effect"
 import Database from "better-sqlite3"
 import { mkdtempSync, rmSync } from "node:fs"
 import { Agent, createServer, type IncomingHttpHeaders, request, type Server } from "node:http"
@@ -27,6 +27,7 @@ import { Gateway, type GatewayReply } from "../../src/services/Gateway.ts"
 import type { GovernanceError } from "../../src/domain/errors.ts"
 import { mockGatewayFile, startGateway, useMockedGateway } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
+import { onEngines, TEST_REDIS_URL } from "../support/pg.ts"
 
 const MAX_BODY = 64 * 1024
 
@@ -605,13 +606,21 @@ class Forks extends Supervisor.AbstractSupervisor<void> {
 
 describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () => {
   /** The services on a file store (the store worker) or in memory, a development key, and a call to begin. */
-  const services = async (onFile: boolean, gatewayFile: ReturnType<typeof mockGatewayFile>, upstreamRetries?: number) => {
+  const services = async (onFile: boolean, gatewayFile: ReturnType<typeof mockGatewayFile>, upstreamRetries?: number, redisUrl?: string) => {
     const dir = mkdtempSync(join(tmpdir(), "tollgate-fast-begin-"))
     const file = join(dir, "store.db")
     const runtime = ManagedRuntime.make(
       ServicesLive.pipe(
         Layer.provideMerge(
-          Layer.succeed(Settings, makeSettings({ databaseUrl: onFile ? `sqlite:${file}` : "sqlite::memory:", gateway: gatewayFile, ...(upstreamRetries === undefined ? {} : { upstreamRetries }) }))
+          Layer.succeed(
+            Settings,
+            makeSettings({
+              databaseUrl: onFile ? `sqlite:${file}` : "sqlite::memory:",
+              gateway: gatewayFile,
+              ...(upstreamRetries === undefined ? {} : { upstreamRetries }),
+              ...(redisUrl === undefined ? {} : { redisUrl: Option.some(Redacted.make(redisUrl)) })
+            })
+          )
         )
       )
     )
@@ -690,6 +699,18 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
     }
   })
 
+  /** Run `test` on the services on a file store, in front of a mock upstream of its own; both closed after. */
+  const onFileStore = async (test: (s: Awaited<ReturnType<typeof services>>, upstream: MockUpstream) => Promise<void>, upstreamRetries?: number, redisUrl?: string) => {
+    const upstream = await startMockUpstream()
+    const s = await services(true, mockGatewayFile(upstream.url), upstreamRetries, redisUrl)
+    try {
+      await test(s, upstream)
+    } finally {
+      await s.close()
+      await upstream.close()
+    }
+  }
+
   /** Every frame of a delivered stream, as text. */
   const readStream = async (exit: Exit.Exit<GatewayReply, GovernanceError>): Promise<string> => {
     if (!Exit.isSuccess(exit) || exit.value._tag !== "Sse") throw new Error(`expected a stream, got ${String(exit)}`)
@@ -698,10 +719,8 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
     return text
   }
 
-  it("on the store worker, takes a stream: reserved by callback, then run from its committed reservation in one fiber of the Gateway's, delivered once, settled (docs/decisions/0038)", async () => {
-    const upstream = await startMockUpstream()
-    const s = await services(true, mockGatewayFile(upstream.url))
-    try {
+  it("on the store worker, takes a stream: reserved by callback, then run from its committed reservation in one fiber of the Gateway's, delivered once, settled (docs/decisions/0038)", () =>
+    onFileStore(async (s) => {
       const { took, answer, told } = s.begin("a stream begun with no fiber", undefined, true)
       expect(took).toBe(true)
       // Synchronously: the reservation is on its way, no fiber yet.
@@ -714,16 +733,10 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       expect(s.rows()).toEqual({ reservations: [{ state: "settled" }], requests: [{ status: "completed", error_code: null }] })
       // The stream's own fiber, and the one effect that closes its upstream connection's scope.
       expect(s.forks.started).toBe(2)
-    } finally {
-      await s.close()
-      await upstream.close()
-    }
-  })
+    }))
 
-  it("a stream whose original (same key) was in flight and then failed runs again as a fresh stream, answered once: its fiber's end is not a second answer", async () => {
-    const upstream = await startMockUpstream()
-    const s = await services(true, mockGatewayFile(upstream.url), 0)
-    try {
+  it("a stream whose original (same key) was in flight and then failed runs again as a fresh stream, answered once: its fiber's end is not a second answer", () =>
+    onFileStore(async (s, upstream) => {
       // The original fails after a while (no retry): its key is freed while the second call waits for it.
       upstream.pushBehavior({ status: 500, delayMs: 300 })
       const original = s.begin("the same stream", "key-s", true)
@@ -737,16 +750,30 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       expect(original.told.answers).toBe(1)
       expect(second.told.answers).toBe(1)
       expect(upstream.calls).toBe(2)
-    } finally {
-      await s.close()
-      await upstream.close()
-    }
-  })
+    }, 0))
 
-  it("answers a refused reservation — its key claimed already: a replay, a conflict — as handle does, in a fiber it owns, with no second upstream call", async () => {
-    const upstream = await startMockUpstream()
-    const s = await services(true, mockGatewayFile(upstream.url))
-    try {
+  it.runIf(onEngines("Gateway.begin with a shared rate limiter (Redis)", { redis: true }))(
+    "with a shared rate limiter (Redis), takes the call and goes on from the rate check's round trip as the same effect, in one fiber of the Gateway's: settled, its rate-limit headers set",
+    () =>
+      onFileStore(
+        async (s) => {
+          const { took, answer, headers, told } = s.begin("a shared limit")
+          expect(took).toBe(true)
+          const exit = await answer
+          if (!Exit.isSuccess(exit) || exit.value._tag !== "Body") throw new Error(`expected a settled body, got ${String(exit)}`)
+          expect(told.answers).toBe(1)
+          expect(headers["x-ratelimit-limit-requests"]).toBeDefined()
+          // The plan's rest (the round trip to Redis, then the reservation) in one fiber; the leg and its settlement by callbacks.
+          expect(s.forks.started).toBe(1)
+          expect(s.rows()).toEqual({ reservations: [{ state: "settled" }], requests: [{ status: "completed", error_code: null }] })
+        },
+        undefined,
+        TEST_REDIS_URL
+      )
+  )
+
+  it("answers a refused reservation — its key claimed already: a replay, a conflict — as handle does, in a fiber it owns, with no second upstream call", () =>
+    onFileStore(async (s, upstream) => {
       const first = s.begin("the original", "key-1")
       expect(first.took).toBe(true)
       expect(Exit.isSuccess(await first.answer)).toBe(true)
@@ -763,16 +790,10 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       expect(s.forks.started - forksBefore).toBe(2)
       expect(upstream.calls).toBe(1)
       expect(s.rows()).toEqual({ reservations: [{ state: "settled" }], requests: [{ status: "completed", error_code: null }] })
-    } finally {
-      await s.close()
-      await upstream.close()
-    }
-  })
+    }))
 
-  it("stopped while its reservation is on its way to the store (shutdown): the hold is voided when it commits, the request failed, the call answered as interrupted (503), no upstream called", async () => {
-    const upstream = await startMockUpstream()
-    const s = await services(true, mockGatewayFile(upstream.url))
-    try {
+  it("stopped while its reservation is on its way to the store (shutdown): the hold is voided when it commits, the request failed, the call answered as interrupted (503), no upstream called", () =>
+    onFileStore(async (s, upstream) => {
       const { took, answer } = s.begin("stopped on its way")
       expect(took).toBe(true)
       // Synchronously after `begin`: the reservation is posted, its answer not yet read.
@@ -785,11 +806,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       expect(await s.runtime.runPromise(s.gateway.inFlight)).toBe(0)
       // Stopping, a new call is left to handle.
       expect(s.begin("after the stop").took).toBe(false)
-    } finally {
-      await s.close()
-      await upstream.close()
-    }
-  })
+    }))
 })
 
 describe("a non-streamed call with `deliver` (the fast path's)", () => {

@@ -17,7 +17,7 @@ import { available } from "../../../spec/ledger.ts"
 import { periodOf } from "../Ledger.ts"
 import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
 import type { Reserved, ReserveArgs, ReserveRefused } from "../../store/ChatStore.ts"
-import { countChatInput } from "../Tokenizer.ts"
+import { countChatInput, countChatInputNow } from "../Tokenizer.ts"
 import type { ChatCall, GatewayContext, GatewayReply, Plan, Quote, ReplyHeaders, Routed } from "./types.ts"
 
 interface Admitted {
@@ -44,6 +44,9 @@ export interface Reservation {
   readonly fingerprint: string
   readonly scope: TenantScope
 }
+
+/** The rest of a plan as an effect, from the step its pure steps could not take (`planNow`). */
+export type PlanRest = (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>
 
 const scopeOf = (principal: Principal): TenantScope => ({ projectId: principal.projectId, environment: principal.environment })
 
@@ -211,31 +214,57 @@ export const makePlanning = (ctx: GatewayContext) => {
     return Either.right({ ...admitted.right, key: checked.right })
   }
 
+  /**
+   * The plan's steps that need no effect, in their order, at `now`: admit, the in-memory rate check,
+   * count, route, price, ids. Where they stop: a refusal; the reservation to make; or, when a step
+   * needs an effect — a shared rate limiter's round trip, a prompt counted slice by slice, no route
+   * for a keyed call (a replay still answers) —, the rest of the plan as that effect (`PlanRest`).
+   * `plan` runs what it answers as effects; Gateway.begin, with no fiber (docs/decisions/0037).
+   */
+  const planNow = (call: ChatCall, now: number): Either.Either<Reservation | PlanRest, GovernanceError> => {
+    const admitted = admitCall(call)
+    if (Either.isLeft(admitted)) return Either.left(admitted.left)
+    const a = admitted.right
+    const rate = admitRateNow(call.principal, now, call.headers)
+    if (rate === undefined) return Either.right((onReserved) => admitRate(call.principal, now, call.headers, () => planAdmitted(call, onReserved, now, a)))
+    if (Either.isLeft(rate)) return Either.left(rate.left)
+    const counted = countChatInputNow(a.request.messages, a.request.tools)
+    if (counted === undefined) return Either.right((onReserved) => planAdmitted(call, onReserved, now, a))
+    timeline.mark("count input tokens")
+    return planCounted(call, now, a, counted)
+  }
+
   /** Everything up to and including the reservation. */
   const plan = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
     // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
-    Effect.clockWith((clock) => {
-      const now = clock.unsafeCurrentTimeMillis()
-      const admitted = admitCall(call)
-      if (Either.isLeft(admitted)) return Effect.fail(admitted.left)
-      return admitRate(call.principal, now, call.headers, () => planAdmitted(call, onReserved, now, admitted.right))
-    })
+    Effect.clockWith((clock) => planFrom(call, onReserved, planNow(call, clock.unsafeCurrentTimeMillis())))
+
+  /** Where the pure steps stopped, taken on as an effect: the refusal, the reservation, or the rest. */
+  const planFrom = (
+    call: ChatCall,
+    onReserved: (p: Plan) => void,
+    next: Either.Either<Reservation | PlanRest, GovernanceError>
+  ): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+    Either.isLeft(next) ? Effect.fail(next.left) : typeof next.right === "function" ? next.right(onReserved) : reserve(call, onReserved, next.right)
 
   /** The request's idempotency fingerprint (the client's body, as sent), when it carries a key. */
   const fingerprintOf_ = (call: ChatCall, key: string | undefined): string =>
     key === undefined ? "" : fingerprintOf("POST", call.surface.path, call.clientBody ?? call.body)
 
-  /** The rest of the plan, once the rate limit admitted the call. */
-  const planAdmitted = (call: ChatCall, onReserved: (p: Plan) => void, now: number, admitted: Keyed): Effect.Effect<Plan | GatewayReply, GovernanceError> => {
-    const fingerprint = fingerprintOf_(call, admitted.key)
+  /** The rest of the plan once the rate limit admitted the call, its prompt counted in bounded slices. */
+  const planAdmitted = (call: ChatCall, onReserved: (p: Plan) => void, now: number, admitted: Keyed): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
     // Counted after the rate check, in bounded slices (src/services/Tokenizer.ts): a long prompt
     // never holds the event loop, and a limited caller gets no tokenizer time.
-    return Effect.flatMap(countChatInput(admitted.request.messages, admitted.request.tools), (counted) => {
+    Effect.flatMap(countChatInput(admitted.request.messages, admitted.request.tools), (counted) => {
       timeline.mark("count input tokens")
-      const r = reservationOf(call, now, admitted, fingerprint, counted)
-      if (Either.isLeft(r)) return unroutable(call, now, admitted, fingerprint, r.left)
-      return reserve(call, onReserved, r.right)
+      return planFrom(call, onReserved, planCounted(call, now, admitted, counted))
     })
+
+  /** A counted call: its reservation, or — no route for a keyed call — the lookup of its key as the rest. */
+  const planCounted = (call: ChatCall, now: number, admitted: Keyed, counted: number): Either.Either<Reservation | PlanRest, never> => {
+    const fingerprint = fingerprintOf_(call, admitted.key)
+    const r = reservationOf(call, now, admitted, fingerprint, counted)
+    return Either.right(Either.isLeft(r) ? () => unroutable(call, now, admitted, fingerprint, r.left) : r.right)
   }
 
   /** No route: a replay (or a conflict, or an original in flight) answers even when the route is gone. */
@@ -347,5 +376,5 @@ export const makePlanning = (ctx: GatewayContext) => {
           }))
         )
 
-  return { plan, quote, admitRate, admitRateNow, admitCall, fingerprintOf: fingerprintOf_, planAdmitted, unroutable, reservationOf, plannedOf, refusal } as const
+  return { plan, planNow, quote, admitRate, plannedOf, refusal } as const
 }
