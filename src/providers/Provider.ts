@@ -2,7 +2,7 @@
  * What every upstream adapter offers: an OpenAI-shaped chat completion, whole or streamed.
  * Adapters translate their provider's wire format to OpenAI's; the Gateway only speaks OpenAI.
  */
-import { type Clock, Data, Effect, type Either, type Scope } from "effect"
+import { type Clock, Data, Effect, type Either, type Exit, Scope } from "effect"
 import type { RouteConfig } from "../domain/config.ts"
 
 export class UpstreamFailure extends Data.TaggedError("UpstreamFailure")<{
@@ -44,6 +44,30 @@ export type Send = (
   done: (result: Either.Either<UpstreamReply, UpstreamFailure>) => void
 ) => Abortable
 
+/**
+ * A stream as it opened (Upstream.openThen): what its start read ahead to, and how to end it (the
+ * reader is gone: its body is aborted if it is still open before its end).
+ */
+export interface Opened<A> {
+  readonly value: A
+  readonly stop: () => void
+}
+
+/**
+ * A streaming completion opened by callbacks (docs/decisions/0039): the request is dispatched before
+ * it returns, and `done` is told once how the opening ended — the stream, its failure, or a defect
+ * (`opened` threw). `opened` is ChatProvider.stream's. Returns the abort: before `done`, the request
+ * is aborted and `done` never told. `clock` is the caller's. A throw of `startStream` itself is a bug
+ * of ours (a body it cannot serialize), not the upstream's.
+ */
+export type StartStream = (
+  route: RouteConfig,
+  body: Record<string, unknown>,
+  clock: Clock.Clock,
+  done: (outcome: Exit.Exit<Opened<DataEvents>, UpstreamFailure>) => void,
+  opened?: (events: DataEvents) => boolean
+) => Abortable
+
 export interface ChatProvider {
   readonly type: string
   /** Non-streaming chat completion. */
@@ -71,6 +95,11 @@ export interface ChatProvider {
     body: Record<string, unknown>,
     opened?: (events: DataEvents) => boolean
   ) => Effect.Effect<DataEvents, UpstreamFailure, Scope.Scope>
+  /**
+   * The same stream opened by callbacks (the Router's first attempt, dispatched before the call's
+   * fiber runs); `stream` is then `streamBy(startStream)`. An adapter without it is run through `stream`.
+   */
+  readonly startStream?: StartStream
 }
 
 /** `complete` as an effect of `send`: interrupting it aborts the request. */
@@ -83,6 +112,32 @@ export const completeBy =
         return Effect.sync(() => pending.abort())
       })
     )
+
+/**
+ * A stream opening held by callbacks, as an effect: interrupting it aborts the opening; once open,
+ * the stream lives as long as `Scope` (its `stop` is the scope's finalizer — Scope.addFinalizer, not
+ * Effect.addFinalizer, which would diff the whole context twice at every close: docs/decisions/0038).
+ */
+export const openedIn = (
+  register: (done: (outcome: Exit.Exit<Opened<DataEvents>, UpstreamFailure>) => void) => Abortable
+): Effect.Effect<DataEvents, UpstreamFailure, Scope.Scope> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(
+      restore(
+        Effect.async<Opened<DataEvents>, UpstreamFailure>((resume) => {
+          const opening = register(resume)
+          return Effect.sync(() => opening.abort())
+        })
+      ),
+      (o) => Effect.as(Effect.flatMap(Effect.scope, (scope) => Scope.addFinalizer(scope, Effect.sync(o.stop))), o.value)
+    )
+  )
+
+/** `stream` as an effect of `startStream`. */
+export const streamBy =
+  (startStream: StartStream): ChatProvider["stream"] =>
+  (route, body, opened) =>
+    Effect.clockWith((clock) => openedIn((done) => startStream(route, body, clock, done, opened)))
 
 /**
  * The `data:` payloads of a stream's SSE events, in batches as they arrive (one per network read).

@@ -5,13 +5,13 @@
  * chunk payloads (anthropic/stream.ts). The transport is the one OpenAI uses (transport.ts: undici,
  * the same timeouts, pooling, aborts and failures); the stream is read by the one SSE reader (sse.ts).
  */
-import { Clock, Effect, Either, Redacted } from "effect"
+import { Either, Redacted } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
 import type { Json } from "./anthropic/json.ts"
 import { toAnthropicRequest } from "./anthropic/request.ts"
 import { toOpenAICompletion } from "./anthropic/response.ts"
 import { makeStreamTranslator, startedEvents, translatedEvents } from "./anthropic/stream.ts"
-import { type ChatProvider, completeBy, type Send, type UpstreamFailure, type UpstreamReply, upstreamErrorDetail } from "./Provider.ts"
+import { type ChatProvider, completeBy, type Send, type StartStream, streamBy, type UpstreamFailure, type UpstreamReply, upstreamErrorDetail } from "./Provider.ts"
 import { makeUpstream, parseJsonObject } from "./transport.ts"
 
 type AnthropicConfig = Extract<ProviderConfig, { type: "anthropic" }>
@@ -57,18 +57,12 @@ export const makeAnthropicProvider = (name: string, config: AnthropicConfig, def
   const send: Send = (route, body, clock, done) =>
     upstream.send(payloadOf(route, body, false), (result) => done(Either.flatMap(result, (text) => completionOf(route, text, clock.unsafeCurrentTimeMillis()))))
 
-  const stream: ChatProvider["stream"] = (route, body, opened) =>
-    Effect.gen(function* () {
-      const payload = payloadOf(route, body, true)
-      const translator = makeStreamTranslator(name, route.upstream_model, yield* Clock.currentTimeMillis)
-      // Read up to the first chunk before handing the stream over, within the opening's deadline.
-      return yield* upstream.open(
-        payload,
-        (events) => startedEvents(translatedEvents(events, translator)),
-        () => translator.done,
-        opened
-      )
-    })
+  const startStream: StartStream = (route, body, clock, done, opened) => {
+    const payload = payloadOf(route, body, true)
+    const translator = makeStreamTranslator(name, route.upstream_model, clock.unsafeCurrentTimeMillis())
+    // Read up to the first chunk before handing the stream over, within the opening's deadline.
+    return upstream.openThen(payload, (events) => startedEvents(translatedEvents(events, translator)), () => translator.done, opened, done)
+  }
 
-  return { type: "anthropic", complete: completeBy(send), send, stream }
+  return { type: "anthropic", complete: completeBy(send), send, stream: streamBy(startStream), startStream }
 }

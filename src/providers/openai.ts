@@ -4,13 +4,16 @@
  * this adapter only sets the route's model; the transport (undici, timeouts, aborts, failures) is the
  * shared one of transport.ts.
  */
-import { Effect, Either, Redacted } from "effect"
+import { Either, Redacted } from "effect"
 import type { ProviderConfig, RouteConfig } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
-import { type ChatProvider, completeBy, type Send } from "./Provider.ts"
+import { type ChatProvider, completeBy, type DataEvents, type Send, type StartStream, streamBy } from "./Provider.ts"
 import { makeUpstream, parseJsonObject } from "./transport.ts"
 
 type OpenAIConfig = Extract<ProviderConfig, { type: "openai" }>
+
+/** An OpenAI stream is served as it opened: nothing to read ahead. */
+const asStarted = (events: DataEvents): Promise<DataEvents> => Promise.resolve(events)
 
 export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTimeoutMs: number): ChatProvider => {
   const apiKey = config.api_key_env === undefined ? undefined : process.env[config.api_key_env]
@@ -46,8 +49,7 @@ export const makeOpenAIProvider = (name: string, config: OpenAIConfig, defaultTi
       )
     )
 
-  const stream: ChatProvider["stream"] = (route, body, opened) =>
-    Effect.suspend(() => upstream.open(payloadOf(route, body), async (events) => events, undefined, opened))
+  const startStream: StartStream = (route, body, _clock, done, opened) => upstream.openThen(payloadOf(route, body), asStarted, undefined, opened, done)
 
-  return { type: "openai", complete: completeBy(send), send, stream }
+  return { type: "openai", complete: completeBy(send), send, stream: streamBy(startStream), startStream }
 }

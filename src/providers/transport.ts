@@ -7,11 +7,10 @@
  * undici directly rather than Effect's HttpClient: on the hot path that measured ≈ 1.5 ms → well
  * under 1 ms of CPU per call on the bench box (docs/decisions/0019).
  */
-import { Effect, Either, Scope } from "effect"
-import { EventEmitter } from "node:events"
+import { Either, Exit } from "effect"
 import { type Dispatcher, errors as undiciErrors, Pool } from "undici"
 import { timeline } from "../domain/timeline.ts"
-import { type Abortable, type DataEvents, statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
+import { type Abortable, type DataEvents, type Opened, statusFailure, timeoutFailure, transportFailure, UpstreamFailure, upstreamErrorDetail } from "./Provider.ts"
 import { makeSseFeed, type SseFeed } from "./sse.ts"
 
 export interface UpstreamOptions {
@@ -41,38 +40,24 @@ export interface Upstream {
   /**
    * POST `payload` for an SSE body, read as its events' data (sse.ts `makeSseFeed`: up to `[DONE]`,
    * or up to the batch after which `ended()` turns true); `start` then reads ahead on them (e.g. up
-   * to the first token) within the same deadline and signal. A status ≥ 400 is a status failure. The
-   * body lives until `Scope` closes, which aborts it if it is still open before its end.
+   * to the first token) within the timeout. A status ≥ 400 is a status failure. Held by undici's
+   * callbacks, as `send` is (docs/decisions/0039): the request is dispatched before `openThen`
+   * returns, and `done` is told once what `start` answered, with the stream's `stop` (the reader is
+   * gone: abort the body if it is still open before its end), or the failure. A throw of `opened`
+   * is told as a defect, the request released.
    * `opened` gets what `start` answered at once, in the callback that has it, unless the attempt
-   * was aborted by then; when it takes the stream, the effect resumes at the loop's next check phase
+   * was aborted by then; when it takes the stream, `done` is told at the loop's next check phase
    * (a `setImmediate`, before any timer), after the microtasks it started — its first write — ran
-   * (ChatProvider.stream). If it throws, the opening dies with that defect and the request is released.
+   * (ChatProvider.stream). Returns its abort: before `done`, the request is aborted (a stream that
+   * `opened` took then breaks) and `done` is never told; after it, a no-op.
    */
-  readonly open: <A>(
+  readonly openThen: <A>(
     payload: string,
     start: (events: DataEvents) => Promise<A>,
-    ended?: () => boolean,
-    opened?: (value: A) => boolean
-  ) => Effect.Effect<A, UpstreamFailure, Scope.Scope>
-}
-
-/**
- * What aborts one attempt. undici takes an EventEmitter as a request's signal as well as an
- * AbortSignal (it listens for 'abort' and reads `aborted`); one is ≈ 35× cheaper to make than an
- * AbortController with its signal (0.13 vs 4.6 µs, and an attempt is made per governed call).
- */
-class AttemptSignal extends EventEmitter {
-  aborted = false
-  abort(): void {
-    if (this.aborted) return
-    this.aborted = true
-    this.emit("abort")
-  }
-}
-
-/** A throw of a caller's `opened` callback: a bug of ours, so the attempt dies with it (never the upstream's failure). */
-class CallerDefect {
-  constructor(readonly defect: unknown) {}
+    ended: (() => boolean) | undefined,
+    opened: ((value: A) => boolean) | undefined,
+    done: (outcome: Exit.Exit<Opened<A>, UpstreamFailure>) => void
+  ) => Abortable
 }
 
 /** A body's chunks as text (one chunk, the usual case, without a copy). */
@@ -86,39 +71,40 @@ const refused = (status: number, body: ReadonlyArray<Buffer> | "broken"): Upstre
   statusFailure(status, body === "broken" ? "" : upstreamErrorDetail(textOf(body)))
 
 /**
- * One whole completion in flight (`Upstream.send`): undici's dispatch handler, the provider's timeout
- * and the caller's abort in one object. It lives through the upstream's wait, and every scavenge
- * meanwhile copies what it holds, so it is one object with methods rather than a signal, a timer
- * closure and a closure per callback (docs/decisions/0034). `done` is told once; after an abort, never.
- * Aborted before undici started the request, it is aborted the moment undici does.
+ * One attempt in flight: undici's dispatch handler, the provider's timeout and the caller's abort in
+ * one object. It lives through the upstream's wait, and every scavenge meanwhile copies what it holds,
+ * so it is one object with methods rather than a signal, a timer closure and a closure per callback
+ * (docs/decisions/0034). `done` is told once; after an abort, never. Aborted before undici started
+ * the request, it is aborted the moment undici does.
  */
-class Completion implements Dispatcher.DispatchHandler, Abortable {
-  private readonly chunks: Array<Buffer> = []
-  private status = 0
-  private over = false
-  private controller: Dispatcher.DispatchController | undefined = undefined
+abstract class Attempt<R> implements Abortable {
+  protected over = false
+  protected controller: Dispatcher.DispatchController | undefined = undefined
   private readonly timer: NodeJS.Timeout
 
   constructor(
-    private readonly done: (result: Either.Either<string, UpstreamFailure>) => void,
-    private readonly failureOf: (e: unknown) => UpstreamFailure,
+    private readonly done: (outcome: R) => void,
+    protected readonly failureOf: (e: unknown) => UpstreamFailure,
     private readonly timedOut: () => UpstreamFailure,
     timeoutMs: number
   ) {
     this.timer = setTimeout(timeUp, timeoutMs, this)
   }
 
+  /** The outcome of a failure. */
+  protected abstract failed(failure: UpstreamFailure): R
+
   /** Tell `done` once, and stop the timer. */
-  finish(result: Either.Either<string, UpstreamFailure>): void {
+  finish(outcome: R): void {
     if (this.over) return
     this.over = true
     clearTimeout(this.timer)
-    this.done(result)
+    this.done(outcome)
   }
 
   /** The timeout is the answer: the abort's own error, which undici may report at once, comes too late. */
   timeUp(): void {
-    this.finish(Either.left(this.timedOut()))
+    this.finish(this.failed(this.timedOut()))
     this.controller?.abort(new undiciErrors.RequestAbortedError())
   }
 
@@ -129,9 +115,27 @@ class Completion implements Dispatcher.DispatchHandler, Abortable {
     this.controller?.abort(new undiciErrors.RequestAbortedError())
   }
 
+  /** The timeout no longer applies (the caller has the outcome, told a turn later). */
+  protected stopTimer(): void {
+    clearTimeout(this.timer)
+  }
+
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller
     if (this.over) controller.abort(new undiciErrors.RequestAbortedError())
+  }
+}
+
+/** An attempt's timer: one function for all of them, the attempt passed as its argument. */
+const timeUp = (attempt: { timeUp(): void }): void => attempt.timeUp()
+
+/** One whole completion in flight (`Upstream.send`): its body gathered, its text the outcome. */
+class Completion extends Attempt<Either.Either<string, UpstreamFailure>> implements Dispatcher.DispatchHandler {
+  private readonly chunks: Array<Buffer> = []
+  private status = 0
+
+  protected failed(failure: UpstreamFailure): Either.Either<string, UpstreamFailure> {
+    return Either.left(failure)
   }
 
   onResponseStart(_: Dispatcher.DispatchController, statusCode: number): void {
@@ -153,8 +157,90 @@ class Completion implements Dispatcher.DispatchHandler, Abortable {
   }
 }
 
-/** A `Completion`'s timer: one function for all of them, the completion passed as its argument. */
-const timeUp = (completion: Completion): void => completion.timeUp()
+/**
+ * One stream opening (`Upstream.openThen`). Until `done` is told, the timeout and the abort stop it;
+ * from then on the stream is the caller's, and its `stop` ends it. The SSE feed is made at the
+ * headers of a status < 400; a refusal's body is kept for the upstream's error message.
+ */
+class StreamOpening<A> extends Attempt<Exit.Exit<Opened<A>, UpstreamFailure>> implements Dispatcher.DispatchHandler {
+  private status = 0
+  private feed: SseFeed | undefined = undefined
+  private refusal: Array<Buffer> | undefined = undefined
+
+  constructor(
+    private readonly start: (events: DataEvents) => Promise<A>,
+    private readonly ended: (() => boolean) | undefined,
+    private readonly opened: ((value: A) => boolean) | undefined,
+    done: (outcome: Exit.Exit<Opened<A>, UpstreamFailure>) => void,
+    failureOf: (e: unknown) => UpstreamFailure,
+    timedOut: () => UpstreamFailure,
+    timeoutMs: number
+  ) {
+    super(done, failureOf, timedOut, timeoutMs)
+  }
+
+  protected failed(failure: UpstreamFailure): Exit.Exit<Opened<A>, UpstreamFailure> {
+    return Exit.fail(failure)
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number): void {
+    timeline.mark("upstream: headers received")
+    this.status = statusCode
+    if (statusCode >= 400) {
+      this.refusal = []
+      return
+    }
+    const feed = makeSseFeed(
+      { pause: () => controller.pause(), resume: () => controller.resume(), release: () => controller.aborted || controller.abort(new undiciErrors.RequestAbortedError()) },
+      this.failureOf,
+      this.ended
+    )
+    this.feed = feed
+    this.start(feed.events).then(
+      (value) => this.started(feed, value),
+      (e: unknown) => {
+        feed.stop()
+        this.finish(Exit.fail(this.failureOf(e)))
+      }
+    )
+  }
+
+  onResponseData(_: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.refusal !== undefined) this.refusal.push(chunk)
+    else this.feed?.data(chunk)
+  }
+
+  onResponseEnd(): void {
+    if (this.refusal !== undefined) this.finish(Exit.fail(refused(this.status, this.refusal)))
+    else this.feed?.end()
+  }
+
+  onResponseError(_: Dispatcher.DispatchController, e: Error): void {
+    // A feed's reader learns it from the feed (and `start`, still reading ahead, fails with it).
+    if (this.feed !== undefined) this.feed.fail(e)
+    else this.finish(Exit.fail(this.status >= 400 ? refused(this.status, "broken") : this.failureOf(e)))
+  }
+
+  /** `start` answered: hand the stream over — to `opened` first, when it takes it. */
+  private started(feed: SseFeed, value: A): void {
+    if (this.over) return feed.stop()
+    const opening: Opened<A> = { value, stop: feed.stop }
+    let took = false
+    if (this.opened !== undefined) {
+      try {
+        took = this.opened(value)
+      } catch (defect) {
+        // Not a throw in undici's callback: the attempt dies, the request is released.
+        feed.stop()
+        return this.finish(Exit.die(defect))
+      }
+    }
+    if (!took) return this.finish(Exit.succeed(opening))
+    // Its `done` waits for a check phase; meanwhile the abort still breaks the stream `opened` took.
+    this.stopTimer()
+    setImmediate(() => this.finish(Exit.succeed(opening)))
+  }
+}
 
 export const makeUpstream = (options: UpstreamOptions): Upstream => {
   const { name, url, timeoutMs } = options
@@ -172,48 +258,6 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
       : e instanceof undiciErrors.HeadersTimeoutError || e instanceof undiciErrors.BodyTimeoutError
         ? timedOut()
         : transportFailure(e, name)
-
-  /**
-   * Run `work` with ONE signal that aborts on interruption or after `timeoutMs`, as an Effect: a
-   * whole completion must finish within it; a stream only has to start (its body is then bounded by
-   * the idle `bodyTimeout`). undici's own headersTimeout is coarse (its timers tick at ≈ 1 s).
-   * Effect.async rather than tryPromise: tryPromise's signal would be an AbortController per call.
-   */
-  const attempt = <A>(work: (signal: AttemptSignal) => Promise<A>): Effect.Effect<A, UpstreamFailure> =>
-    Effect.async<A, UpstreamFailure>((resume) => {
-      const signal = new AttemptSignal()
-      let timedOutNow = false
-      const timer = setTimeout(() => {
-        timedOutNow = true
-        signal.abort()
-      }, timeoutMs)
-      // A synchronous throw of `work` is a bug of ours, not an upstream failure: it is a defect (it
-      // escapes Effect.async), which never counts against the route's breaker (src/services/Router.ts).
-      work(signal).then(
-        (a) => {
-          clearTimeout(timer)
-          resume(Effect.succeed(a))
-        },
-        (e: unknown) => {
-          clearTimeout(timer)
-          resume(e instanceof CallerDefect ? Effect.die(e.defect) : Effect.fail(timedOutNow ? timedOut() : failureOf(e)))
-        }
-      )
-      return Effect.sync(() => {
-        clearTimeout(timer)
-        signal.abort()
-      })
-    })
-
-  /** A handler's start wired to the attempt's signal: the request is aborted whether the signal fires before or after undici starts it. */
-  const abortedBy = (signal: AttemptSignal) => {
-    let controller: Dispatcher.DispatchController | undefined
-    signal.once("abort", () => controller?.abort(new undiciErrors.RequestAbortedError()))
-    return (c: Dispatcher.DispatchController): void => {
-      controller = c
-      if (signal.aborted) c.abort(new undiciErrors.RequestAbortedError())
-    }
-  }
 
   /**
    * A whole completion is gathered by a dispatch handler rather than request() + body.text(): that
@@ -237,87 +281,24 @@ export const makeUpstream = (options: UpstreamOptions): Upstream => {
 
   /**
    * A stream is read by a dispatch handler too: its chunks are pushed into the SSE feed as they
-   * arrive, rather than through a Readable and its async iterator (docs/decisions/0029). Until it is
-   * open (headers, then `start`) the attempt's signal aborts it; from then on the scope does.
-   * Interruptible while it opens (a client that hangs up then aborts the request).
+   * arrive, rather than through a Readable and its async iterator (docs/decisions/0029). The handler
+   * is one `StreamOpening`, which is also its timeout and its abort. Only the opening has to finish
+   * within the timeout; the body is then bounded by undici's idle `bodyTimeout`.
    */
-  const open: Upstream["open"] = <A>(payload: string, start: (events: DataEvents) => Promise<A>, ended?: () => boolean, opened?: (value: A) => boolean) =>
-    Effect.uninterruptibleMask((restore) =>
-      restore(
-        attempt(
-          (signal) =>
-            new Promise<{ readonly feed: SseFeed; readonly value: A }>((resolve, reject) => {
-              let status = 0
-              let feed: SseFeed | undefined
-              // A status ≥ 400: its body, for the upstream's error message.
-              let refusal: Array<Buffer> | undefined
-              pool.dispatch(
-                { method: "POST", path, headers: streamHeaders, body: payload },
-                {
-                  onRequestStart: abortedBy(signal),
-                  onResponseStart: (c, statusCode) => {
-                    timeline.mark("upstream: headers received")
-                    status = statusCode
-                    if (statusCode >= 400) {
-                      refusal = []
-                      return
-                    }
-                    const fed = makeSseFeed(
-                      { pause: () => c.pause(), resume: () => c.resume(), release: () => c.aborted || c.abort(new undiciErrors.RequestAbortedError()) },
-                      failureOf,
-                      ended
-                    )
-                    feed = fed
-                    start(fed.events).then(
-                      (value) => {
-                        let took = false
-                        if (opened !== undefined && !signal.aborted) {
-                          try {
-                            took = opened(value)
-                          } catch (defect) {
-                            // Not an unhandled rejection in undici's callback: the attempt dies, the request is released.
-                            fed.stop()
-                            return reject(new CallerDefect(defect))
-                          }
-                        }
-                        if (took) setImmediate(() => resolve({ feed: fed, value }))
-                        else resolve({ feed: fed, value })
-                      },
-                      (e: unknown) => {
-                        fed.stop()
-                        reject(e)
-                      }
-                    )
-                  },
-                  onResponseData: (_, chunk) => {
-                    if (refusal !== undefined) refusal.push(chunk)
-                    else feed?.data(chunk)
-                  },
-                  onResponseEnd: () => {
-                    if (refusal !== undefined) reject(refused(status, refusal))
-                    else feed?.end()
-                  },
-                  onResponseError: (_, e) => {
-                    if (feed !== undefined) feed.fail(e)
-                    else reject(status >= 400 ? refused(status, "broken") : e)
-                  }
-                }
-              )
-              timeline.mark("upstream: request dispatched")
-            })
-        )
-      ).pipe(
-        // Scope.addFinalizer, not Effect.addFinalizer: that one runs its finalizer under the acquiring
-        // fiber's FiberRefs, diffing the whole context twice at every close (≈ 90 µs a stream,
-        // docs/decisions/0038), and `stop` reads no FiberRef.
-        Effect.tap(({ feed }) => Effect.flatMap(Effect.scope, (scope) => Scope.addFinalizer(scope, Effect.sync(() => feed.stop())))),
-        Effect.map(({ value }) => value)
-      )
-    )
+  const openThen: Upstream["openThen"] = (payload, start, ended, opened, done) => {
+    const opening = new StreamOpening(start, ended, opened, done, failureOf, timedOut, timeoutMs)
+    try {
+      pool.dispatch({ method: "POST", path, headers: streamHeaders, body: payload }, opening)
+    } catch (e) {
+      queueMicrotask(() => opening.finish(Exit.fail(failureOf(e))))
+    }
+    timeline.mark("upstream: request dispatched")
+    return opening
+  }
 
   const protocol = (message: string) => new UpstreamFailure({ reason: "protocol", message: `provider ${name} ${message}`, retryable: true })
 
-  return { protocol, failureOf, send, open }
+  return { protocol, failureOf, send, openThen }
 }
 
 /** A body that must be a JSON object, or a protocol failure. */

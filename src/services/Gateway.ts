@@ -13,6 +13,7 @@
  */
 import { Cause, Clock, Duration, Effect, Either, Exit, Fiber, FiberId, FiberSet, Option, Runtime, Schedule } from "effect"
 import { Settings } from "../domain/config.ts"
+import { upstreamBody } from "../domain/chat.ts"
 import { crashPoint } from "../domain/crashPoint.ts"
 import type { GovernanceError } from "../domain/errors.ts"
 import { ChatStore } from "../store/ChatStore.ts"
@@ -29,7 +30,7 @@ import { Ledger } from "./Ledger.ts"
 import { Metrics } from "./Metrics.ts"
 import { Pricing } from "./Pricing.ts"
 import { RateLimiter } from "./RateLimiter.ts"
-import { Router } from "./Router.ts"
+import { Router, type StartedStream } from "./Router.ts"
 import type { Reservation } from "./gateway/plan.ts"
 import type { Reserved, ReserveRefused } from "../store/ChatStore.ts"
 
@@ -157,7 +158,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     /** A governed call from `planStep` on — the whole plan, or what is left of one begun with no fiber — under the call's mask. */
     const governedFrom = (
       call: ChatCall,
-      planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>
+      planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>,
+      underway?: StartedStream
     ): Effect.Effect<GatewayReply, GovernanceError> =>
       // The governed call's trace (exported only when an OTLP endpoint is configured: src/server.ts).
       // Ids only: never a key, a secret or a prompt.
@@ -176,7 +178,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
           return Effect.catchAllCause(
             Effect.flatMap(restore(planStep((p) => (reserved = p))), (planned) => {
               if ("_tag" in planned) return Effect.succeed(planned)
-              if (planned.request.stream) return restore(completeStreaming(planned, call.principal, call.deliver))
+              if (planned.request.stream) return restore(completeStreaming(planned, call.principal, call.deliver, underway))
               // The leg owns the hold from here: it settles or voids it however this fiber ends.
               reserved = undefined
               const deliver = call.deliver
@@ -250,13 +252,20 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     /**
      * A call begun with no fiber goes on from `planStep` in a fiber the Gateway owns, as `handle` would
      * have. The fiber starts at once, inside the call's mask before `runFork` returns: a hold its step
-     * knows is voided by shutdown's interruption like any other.
+     * knows is voided by shutdown's interruption like any other. A stream `underway` before it is
+     * taken by it; if the fiber ends without having taken it (interrupted first), it is stopped.
      */
-    const goOn = (call: ChatCall, runtime: Runtime.Runtime<never>, planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>): true => {
+    const goOn = (
+      call: ChatCall,
+      runtime: Runtime.Runtime<never>,
+      planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>,
+      underway?: StartedStream
+    ): true => {
       const deliver = deliveredOnce(call.deliver!, runtime)
-      const fiber = Runtime.runFork(runtime)(governedFrom({ ...call, deliver }, planStep))
+      const fiber = Runtime.runFork(runtime)(governedFrom({ ...call, deliver }, planStep, underway))
       adopt(fiber)
       fiber.addObserver((exit) => {
+        underway?.abort()
         // A leg started in that fiber answers through `deliver` itself.
         if (Exit.isSuccess(exit) && exit.value._tag === "Delivered") return
         deliver(exit)
@@ -282,9 +291,9 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     }
 
     /**
-     * A begun call's reservation answered: start its leg — or void its hold if the service is
-     * stopping (true: the void is on its way, and stops counting the call when done) —, or go on with
-     * a refusal.
+     * A begun call's reservation answered: start its leg or its stream — or void its hold if the
+     * service is stopping —, or go on with a refusal. True while the call still counts as reserving
+     * (`reserving`): its void, or its stream's fiber, is on its way, and stops counting it then.
      */
     const reservedThen = (
       call: ChatCall,
@@ -302,19 +311,41 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       }
       const p = planning.plannedOf(call, r, outcome.value)
       crashPoint("reserved")
-      if (stopping) {
-        // As an interrupted call's: the hold voided, the request failed, the client told 503.
-        Runtime.runFork(runtime)(abandonInterrupted(p, Cause.interrupt(FiberId.none))).addObserver((exit) => {
-          reserving--
-          deliver(exit)
-        })
-        return true
+      if (stopping) return voidStopping(p, deliver, runtime)
+      if (!p.request.stream) {
+        startLeg(p, call.principal, runtime, clock, deliver)
+        return false
       }
-      // A stream goes on from its committed reservation as `handle` runs it: its sync, its upstream's
-      // open and its frames are the stream's own (src/services/gateway/streaming.ts).
-      if (p.request.stream) goOn(call, runtime, (onReserved) => Effect.sync(() => (onReserved(p), p)))
-      else startLeg(p, call.principal, runtime, clock, deliver)
-      return false
+      // A stream's upstream request leaves from here; the rest of its start — the fiber that runs it as
+      // `handle` would, its sync, its set-up — waits for the loop's check phase: the request is on its
+      // way before the gateway spends CPU on anything else (docs/decisions/0039).
+      const underway = router.startStream(clock, p.chain, () => upstreamBody(p.body, p.request, p.outputCap))
+      setImmediate(() => {
+        let voiding = false
+        try {
+          if (stopping) {
+            underway.abort()
+            voiding = voidStopping(p, deliver, runtime)
+          } else goOn(call, runtime, (onReserved) => Effect.sync(() => (onReserved(p), p)), underway)
+        } catch (defect) {
+          deliver(Exit.die(defect))
+        } finally {
+          if (!voiding) reserving--
+        }
+      })
+      return true
+    }
+
+    /**
+     * A reservation committed while the service is stopping is voided as an interrupted call's: the hold
+     * voided, the request failed, the client told 503. The call stops counting as reserving once done.
+     */
+    const voidStopping = (p: Plan, deliver: NonNullable<ChatCall["deliver"]>, runtime: Runtime.Runtime<never>): true => {
+      Runtime.runFork(runtime)(abandonInterrupted(p, Cause.interrupt(FiberId.none))).addObserver((exit) => {
+        reserving--
+        deliver(exit)
+      })
+      return true
     }
 
     /** Governed calls running now: the callers' fibers it owns, calls begun with no fiber, non-streamed legs, and open streams. */

@@ -15,7 +15,7 @@ import { InvalidRequest, RouteUnavailable } from "../domain/errors.ts"
 import { makeAnthropicProvider } from "../providers/anthropic.ts"
 import { makeDemoProvider } from "../providers/demo.ts"
 import { makeOpenAIProvider } from "../providers/openai.ts"
-import type { Abortable, ChatProvider, DataEvents, UpstreamFailure, UpstreamReply } from "../providers/Provider.ts"
+import { type Abortable, type ChatProvider, type DataEvents, type Opened, openedIn, type UpstreamFailure, type UpstreamReply } from "../providers/Provider.ts"
 import type { Attempt } from "./Requests.ts"
 
 export interface Route extends RouteConfig {
@@ -30,6 +30,12 @@ export interface Served<A> {
 
 /** The record of an attempt of `route`, started at `t0`, that answered at `t1`. */
 const succeeded = (route: Route, t0: number, t1: number): Attempt => ({ route: route.name, provider: route.provider, outcome: "ok", duration_ms: t1 - t0 })
+
+/** A stream whose first attempt was started from a callback (`Router.startStream`), until a fiber takes it. */
+export interface StartedStream extends Abortable {
+  /** The opening, in the taking fiber: the stream served (living as long as `Scope`), or how every attempt failed. */
+  readonly take: (opened?: (served: Served<DataEvents>) => boolean) => Effect.Effect<Served<DataEvents>, RouteFailed, Scope.Scope>
+}
 
 export class RouteFailed {
   readonly _tag = "RouteFailed"
@@ -187,12 +193,16 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
           opened === undefined
             ? undefined
             : (value: A) => opened({ route, value, attempts: [...tries.attempts, succeeded(route, t0, clock.unsafeCurrentTimeMillis())] })
+        return attempted(i, n, t0, call(providers.get(route.provider)!, route, tell))
+      }
+
+      /** Attempt `n` of route `i` (admitted at `t0`) as `attempt` runs it: booked, then what follows. */
+      const attempted = (i: number, n: number, t0: number, attempt: Effect.Effect<A, UpstreamFailure, R>): Effect.Effect<Served<A>, RouteFailed, R> =>
         // `either` leaves only a defect or an interruption in a failed exit: one finalizer for both.
-        return Effect.either(call(providers.get(route.provider)!, route, tell)).pipe(
-          Effect.onExit((exit) => (Exit.isFailure(exit) ? Effect.sync(() => abandoned(route)) : Effect.void)),
+        Effect.either(attempt).pipe(
+          Effect.onExit((exit) => (Exit.isFailure(exit) ? Effect.sync(() => abandoned(chain[i]!)) : Effect.void)),
           Effect.flatMap((result) => continueAfter(booked(chain, i, n, t0, clock.unsafeCurrentTimeMillis(), result, tries)))
         )
-      }
 
       const continueAfter = (next: Next<A>): Effect.Effect<Served<A>, RouteFailed, R> => {
         switch (next._tag) {
@@ -213,7 +223,7 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
             })
         }
       }
-      return { attemptAt, continueAfter }
+      return { attemptAt, attempted, continueAfter }
     }
 
     const completeLoop = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>, clock: Clock.Clock, tries: Tries) =>
@@ -323,21 +333,133 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
         )
       )
 
+    const streamLoop = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>, clock: Clock.Clock, tries: Tries, opened?: (served: Served<DataEvents>) => boolean) =>
+      loopOf<DataEvents, Scope.Scope>(chain, clock, tries, (provider, route, tell) => provider.stream(route, bodyFor(route), tell), opened)
+
+    /**
+     * One stream opening on its chain (`startStream`), its first attempt dispatched at once, held by
+     * undici's callbacks until a fiber takes it (`take`): from the committed reservation, a stream's
+     * request leaves before the call's fiber has even started (docs/decisions/0039). What the attempt
+     * answers waits here for `take`; `opened` is told a stream only once `take` gave one. Whatever
+     * follows a failed first attempt — a backoff and a retry, a fallback — is the effect loop, in the
+     * taking fiber. Never taken, `abort` ends it: the request aborted, or the stream it opened stopped.
+     */
+    class StreamStart implements StartedStream {
+      private attempt: Abortable | undefined = undefined
+      /** What the first attempt answered, while no fiber waits for it. */
+      private outcome: Exit.Exit<Opened<DataEvents>, UpstreamFailure> | undefined = undefined
+      /** The taking fiber, waiting for the first attempt (`openedIn`'s `done`). */
+      private waiter: ((outcome: Exit.Exit<Opened<DataEvents>, UpstreamFailure>) => void) | undefined = undefined
+      /** The first attempt's outcome went to the taking fiber, which books it and owns the stream. */
+      private handed = false
+      private aborted = false
+      private opened: ((served: Served<DataEvents>) => boolean) | undefined = undefined
+      /** The route the loop starts from when no attempt was started here: 0, or 1 when the first refused its admission. */
+      private from = 0
+      private readonly tries: Tries
+
+      constructor(
+        private readonly clock: Clock.Clock,
+        private readonly chain: ReadonlyArray<Route>,
+        private readonly bodyFor: (route: Route) => Record<string, unknown>,
+        private readonly t0: number
+      ) {
+        this.tries = triesFrom(t0)
+      }
+
+      begin(): void {
+        const { chain, t0 } = this
+        const route = chain[0]
+        const start = route === undefined ? undefined : providers.get(route.provider)!.startStream
+        if (route === undefined || start === undefined || t0 >= this.tries.deadline) return
+        if (!admit(route, t0, this.tries)) return void (this.from = 1)
+        try {
+          this.attempt = start(route, this.bodyFor(route), this.clock, (outcome) => this.answered(outcome), (events) => this.tell(route, events))
+        } catch (defect) {
+          this.outcome = Exit.die(defect)
+        }
+      }
+
+      /** The open's callback: `opened`, once a fiber took this opening and gave one. */
+      private tell(route: Route, events: DataEvents): boolean {
+        const opened = this.opened
+        return opened !== undefined && opened({ route, value: events, attempts: [...this.tries.attempts, succeeded(route, this.t0, this.clock.unsafeCurrentTimeMillis())] })
+      }
+
+      private answered(outcome: Exit.Exit<Opened<DataEvents>, UpstreamFailure>): void {
+        this.attempt = undefined
+        const waiter = this.waiter
+        if (waiter === undefined) return void (this.outcome = outcome)
+        this.waiter = undefined
+        this.handed = true
+        waiter(outcome)
+      }
+
+      take(opened?: (served: Served<DataEvents>) => boolean): Effect.Effect<Served<DataEvents>, RouteFailed, Scope.Scope> {
+        this.opened = opened
+        const loop = streamLoop(this.chain, this.bodyFor, this.clock, this.tries, opened)
+        if (this.attempt === undefined && this.outcome === undefined) return loop.attemptAt(this.from, 0, this.t0)
+        return loop.attempted(
+          0,
+          0,
+          this.t0,
+          openedIn((done) => {
+            const outcome = this.outcome
+            if (outcome === undefined) this.waiter = done
+            else {
+              this.outcome = undefined
+              this.handed = true
+              done(outcome)
+            }
+            return this
+          })
+        )
+      }
+
+      /**
+       * The taking fiber was interrupted while the first attempt opens (`openedIn`): the attempt is
+       * aborted (the loop frees its probe). Never handed to a fiber: the attempt is aborted, or the
+       * stream it opened stopped, and its probe freed.
+       */
+      abort(): void {
+        const attempt = this.attempt
+        this.attempt = undefined
+        if (this.waiter !== undefined) {
+          this.waiter = undefined
+          return attempt?.abort()
+        }
+        if (this.handed || this.aborted) return
+        this.aborted = true
+        const outcome = this.outcome
+        this.outcome = undefined
+        if (attempt !== undefined) attempt.abort()
+        else if (outcome?._tag === "Success") outcome.value.stop()
+        if (attempt !== undefined || outcome !== undefined) abandoned(this.chain[0]!)
+      }
+    }
+
+    /**
+     * Start a stream on the chain, from a callback (Gateway.begin): its first attempt is dispatched
+     * now, and a fiber takes the opening later (`StreamStart.take`) or it is aborted.
+     */
+    const startStream = (clock: Clock.Clock, chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>): StartedStream => {
+      const start = new StreamStart(clock, chain, bodyFor, clock.unsafeCurrentTimeMillis())
+      start.begin()
+      return start
+    }
+
     /**
      * Open a stream on the first route of the chain that answers. `opened`, when given, is told the
      * stream the moment it opened, as it will be served, and answers whether it took it
      * (ChatProvider.stream): before this effect resumes, and before the route's health and metrics are updated.
      */
     const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>, opened?: (served: Served<DataEvents>) => boolean) =>
-      Effect.clockWith((clock) => {
-        const t0 = clock.unsafeCurrentTimeMillis()
-        return loopOf<DataEvents, Scope.Scope>(chain, clock, triesFrom(t0), (provider, route, tell) => provider.stream(route, bodyFor(route), tell), opened).attemptAt(0, 0, t0)
-      })
+      Effect.clockWith((clock) => startStream(clock, chain, bodyFor).take(opened))
 
     /** The breaker state of a route now: closed, open or half_open (for operators and tests). */
     const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)
 
-    return { candidates, candidatesAt, available, breakerStatus, start, complete, openStream, routes } as const
+    return { candidates, candidatesAt, available, breakerStatus, start, complete, startStream, openStream, routes } as const
   }),
   dependencies: [Metrics.Default]
 }) {}

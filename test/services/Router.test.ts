@@ -4,7 +4,7 @@
  */
 import { NodeHttpClient } from "@effect/platform-node"
 import { afterAll, afterEach, beforeAll, describe, expect, it, layer } from "@effect/vitest"
-import { Cause, Effect, Exit, Layer, TestClock } from "effect"
+import { Cause, Effect, Exit, Fiber, Layer, TestClock } from "effect"
 import type { GatewayFile, GatewaySettings } from "../../src/domain/config.ts"
 import { type Route, Router } from "../../src/services/Router.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
@@ -189,6 +189,92 @@ describe("Router against a real upstream", () => {
       expect(Exit.isInterrupted(told[0]!)).toBe(true)
       yield* Effect.sleep("300 millis")
       expect(told.length).toBe(1)
+      expect(mock.calls).toBe(1)
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
+
+  /** `Router.startStream` on `model`'s chain, from no fiber: what a fiber takes later, or aborts. */
+  const startedStream = (model: string) =>
+    Effect.gen(function* () {
+      const router = yield* Router
+      return router.startStream(yield* Effect.clock, yield* router.candidates(model), () => ({ ...body(), stream: true }))
+    })
+  /** Every event's data of a served stream, read in the taking fiber's scope. */
+  const readAll = (served: { readonly value: AsyncIterable<ReadonlyArray<string>> }) =>
+    Effect.promise(async () => {
+      const events: Array<string> = []
+      for await (const batch of served.value) events.push(...batch)
+      return events
+    })
+
+  it.live("Router.startStream: its first attempt leaves at once, before any fiber takes it; taken, it serves the stream and books one ok attempt", () =>
+    Effect.gen(function* () {
+      mock.pushBehavior({ delayMs: 50 })
+      const underway = yield* startedStream("primary")
+      // Dispatched by the call itself: the upstream sees the request with no fiber waiting for it.
+      yield* until(() => mock.calls === 1)
+      const events = yield* Effect.scoped(Effect.flatMap(underway.take(), (served) => {
+        expect(served.route.name).toBe("primary")
+        expect(outcomes(served.attempts)).toEqual(["primary:ok"])
+        return readAll(served)
+      }))
+      expect(events.length).toBeGreaterThan(1)
+      expect(mock.calls).toBe(1)
+      // Taken and read to its end: an abort after that is a no-op.
+      underway.abort()
+      expect(mock.abandoned).toBe(0)
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
+
+  it.live("Router.startStream: taken after its stream opened, the stream waited for its fiber, whole; told to `opened` only once taken", () =>
+    Effect.gen(function* () {
+      const underway = yield* startedStream("primary")
+      yield* until(() => mock.calls === 1)
+      // Opened meanwhile, nobody to tell: the taking fiber gets it as the effect's answer.
+      yield* Effect.sleep("100 millis")
+      let told = 0
+      const events = yield* Effect.scoped(Effect.flatMap(underway.take(() => (told++, true)), readAll))
+      expect(told).toBe(0)
+      expect(events.length).toBeGreaterThan(1)
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
+
+  it.live("Router.startStream: a failed first attempt, once taken, goes on as the effect loop (a backoff, then a retry on the same route)", () =>
+    Effect.gen(function* () {
+      mock.pushBehavior({ status: 500 })
+      const underway = yield* startedStream("primary")
+      yield* until(() => mock.calls === 1)
+      const served = yield* Effect.scoped(Effect.tap(underway.take(), readAll))
+      expect(outcomes(served.attempts)).toEqual(["primary:error:500", "primary:ok"])
+      expect(mock.calls).toBe(2)
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
+
+  it.live("Router.startStream: never taken, its abort releases the upstream request — waiting for its headers, or opened and unread — and frees the route's probe", () =>
+    Effect.gen(function* () {
+      mock.pushBehavior({ delayMs: 10_000 })
+      const waiting = yield* startedStream("primary")
+      yield* until(() => mock.calls === 1)
+      waiting.abort()
+      waiting.abort()
+      yield* until(() => mock.abandoned === 1)
+      mock.pushBehavior({ chunks: 50, chunkDelayMs: 20 })
+      const opened = yield* startedStream("primary")
+      yield* until(() => mock.calls === 2)
+      yield* Effect.sleep("100 millis")
+      opened.abort()
+      yield* until(() => mock.abandoned === 2)
+      // Neither aborted attempt counted against the route.
+      const router = yield* Router
+      expect(router.breakerStatus("primary", Date.now())).toBe("closed")
+    }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1, breakerFailures: 1 }))))
+
+  it.live("Router.startStream: taken, and the taking fiber interrupted while the first attempt opens: the request is aborted", () =>
+    Effect.gen(function* () {
+      mock.pushBehavior({ delayMs: 10_000 })
+      const underway = yield* startedStream("primary")
+      const taking = yield* Effect.fork(Effect.scoped(underway.take()))
+      yield* until(() => mock.calls === 1)
+      yield* Effect.sleep("20 millis")
+      yield* Fiber.interrupt(taking)
+      yield* until(() => mock.abandoned === 1)
+      underway.abort()
       expect(mock.calls).toBe(1)
     }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
 

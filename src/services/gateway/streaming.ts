@@ -9,7 +9,7 @@ import type { GovernanceError } from "../../domain/errors.ts"
 import { type DataEvents, UpstreamFailure } from "../../providers/Provider.ts"
 import { timeline } from "../../domain/timeline.ts"
 import type { Principal } from "../KeyRegistry.ts"
-import type { Served } from "../Router.ts"
+import type { Served, StartedStream } from "../Router.ts"
 import { deliveredText } from "../surfaces/Surface.ts"
 import { countBounded } from "../Tokenizer.ts"
 import type { Charged, Settlement } from "./settlement.ts"
@@ -73,8 +73,11 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
    * does not wait for this fiber to resume and return (docs/decisions/0031). Everything the reply
    * needs is set up before the upstream is called. Without `deliver`, or when the reservation's fsync
    * is still running, the fiber returns the reply as before.
+   *
+   * `underway`: the upstream request already left (Gateway.begin, from the reservation's callback:
+   * docs/decisions/0039); this fiber takes its opening instead of starting one.
    */
-  const completeStreaming = (p: Plan, principal: Principal, deliver?: ChatCall["deliver"]): Effect.Effect<GatewayReply, GovernanceError> =>
+  const completeStreaming = (p: Plan, principal: Principal, deliver?: ChatCall["deliver"], underway?: StartedStream): Effect.Effect<GatewayReply, GovernanceError> =>
     Effect.gen(function* () {
       // The reservation is committed, durable against a crash of the process; its fsync runs while
       // the upstream opens, and the stream's headers wait for it (docs/decisions/0013).
@@ -259,7 +262,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
             }
       const early = () => delivering.has(p)
 
-      const opening = yield* router.openStream(p.chain, () => upstreamBody(p.body, p.request, p.outputCap), opened).pipe(
+      const opening = yield* (underway === undefined ? router.openStream(p.chain, () => upstreamBody(p.body, p.request, p.outputCap), opened) : underway.take(opened)).pipe(
         span("tollgate.upstream_open", { kind: "client", attributes: { "tollgate.request_id": p.requestId } }),
         Scope.extend(connection),
         Effect.onExit((exit) => (Exit.isSuccess(exit) || early() ? Effect.void : Scope.close(connection, Exit.void))),
