@@ -807,6 +807,38 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       // Stopping, a new call is left to handle.
       expect(s.begin("after the stop").took).toBe(false)
     }))
+
+  it("stopped between a stream's committed reservation and its fiber's start (docs/decisions/0039): the upstream request already sent is aborted, the hold voided, the call answered as interrupted", () =>
+    onFileStore(async (s, upstream) => {
+      // The upstream holds the request: only the abort ends it.
+      upstream.setBehavior({ delayMs: 5_000 })
+      // The shutdown begins the moment the Gateway defers the stream's fiber to the check phase, after
+      // the reservation's callback sent the upstream request.
+      const real = globalThis.setImmediate
+      let stopped: Promise<void> | undefined
+      globalThis.setImmediate = ((callback: (...args: Array<unknown>) => void, ...args: Array<unknown>) => {
+        if (stopped === undefined && (new Error().stack ?? "").includes("Gateway.ts")) stopped = s.runtime.runPromise(s.gateway.stopCalls)
+        return real(callback, ...args)
+      }) as typeof setImmediate
+      try {
+        const { took, answer, told } = s.begin("stopped before its fiber", undefined, true)
+        expect(took).toBe(true)
+        const exit = await answer
+        expect(stopped).toBeDefined()
+        await stopped
+        expect(Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)).toBe(true)
+        expect(told.answers).toBe(1)
+        // The request had left (a connection to the upstream was opened for it); whatever of it the
+        // upstream read, it never answered: the request was aborted.
+        await expect.poll(() => upstream.connections).toBe(1)
+        await new Promise((r) => setTimeout(r, 200))
+        expect(upstream.abandoned).toBe(upstream.calls)
+        expect(s.rows()).toEqual({ reservations: [{ state: "voided" }], requests: [{ status: "failed", error_code: "interrupted" }] })
+        expect(await s.runtime.runPromise(s.gateway.inFlight)).toBe(0)
+      } finally {
+        globalThis.setImmediate = real
+      }
+    }))
 })
 
 describe("a non-streamed call with `deliver` (the fast path's)", () => {
