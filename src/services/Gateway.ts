@@ -229,19 +229,25 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       const r = next.right
       if (typeof r === "function") return goOn(call, runtime, r)
       reserving++
-      reserveThen(r.args, (outcome) => {
-        // From the store's message loop: nothing of ours may throw there. The call stops counting
-        // once it is answered, its leg started, or its hold's void on its way (which counts it until done).
-        let voiding = false
-        try {
-          voiding = reservedThen(call, deliver, runtime, clock, r, outcome)
-        } catch (defect) {
-          deliver(Exit.die(defect))
-        } finally {
-          if (!voiding) reserving--
-        }
-      })
+      reserveThen(r.args, (outcome) => stillReserving(deliver, () => reservedThen(call, deliver, runtime, clock, r, outcome)))
       return true
+    }
+
+    /**
+     * A step of a call counted in `reserving`, from a callback (the store's message loop, a check
+     * phase): nothing of ours may throw there — a throw is the call's defect. The call stops counting
+     * once the step returns false: answered, its leg or stream started. True: a later step (its hold's
+     * void, its stream's start) is on its way and stops counting it when done.
+     */
+    const stillReserving = (deliver: NonNullable<ChatCall["deliver"]>, step: () => boolean): void => {
+      let later = false
+      try {
+        later = step()
+      } catch (defect) {
+        deliver(Exit.die(defect))
+      } finally {
+        if (!later) reserving--
+      }
     }
 
     const answered = (deliver: NonNullable<ChatCall["deliver"]>, answer: Exit.Exit<GatewayReply, GovernanceError>): true => {
@@ -320,19 +326,16 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       // `handle` would, its sync, its set-up — waits for the loop's check phase: the request is on its
       // way before the gateway spends CPU on anything else (docs/decisions/0039).
       const underway = router.startStream(clock, p.chain, () => upstreamBody(p.body, p.request, p.outputCap))
-      setImmediate(() => {
-        let voiding = false
-        try {
+      setImmediate(() =>
+        stillReserving(deliver, () => {
           if (stopping) {
             underway.abort()
-            voiding = voidStopping(p, deliver, runtime)
-          } else goOn(call, runtime, (onReserved) => Effect.sync(() => (onReserved(p), p)), underway)
-        } catch (defect) {
-          deliver(Exit.die(defect))
-        } finally {
-          if (!voiding) reserving--
-        }
-      })
+            return voidStopping(p, deliver, runtime)
+          }
+          goOn(call, runtime, (onReserved) => Effect.sync(() => (onReserved(p), p)), underway)
+          return false
+        })
+      )
       return true
     }
 

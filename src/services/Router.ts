@@ -454,7 +454,14 @@ export class Router extends Effect.Service<Router>()("tollgate/Router", {
      * (ChatProvider.stream): before this effect resumes, and before the route's health and metrics are updated.
      */
     const openStream = (chain: ReadonlyArray<Route>, bodyFor: (route: Route) => Record<string, unknown>, opened?: (served: Served<DataEvents>) => boolean) =>
-      Effect.clockWith((clock) => startStream(clock, chain, bodyFor).take(opened))
+      // Started and taken in one uninterruptible step, the take itself interruptible: an interruption
+      // anywhere between leaves nothing opened behind (`abort` is a no-op once the take has it).
+      Effect.uninterruptibleMask((restore) =>
+        Effect.clockWith((clock) => {
+          const start = startStream(clock, chain, bodyFor)
+          return Effect.ensuring(restore(start.take(opened)), Effect.sync(() => start.abort()))
+        })
+      )
 
     /** The breaker state of a route now: closed, open or half_open (for operators and tests). */
     const breakerStatus = (name: string, now: number) => Health.describe(stateOf(name), now, settings.breakerOpenMs)

@@ -208,19 +208,22 @@ describe("Router against a real upstream", () => {
 
   it.live("Router.startStream: its first attempt leaves at once, before any fiber takes it; taken, it serves the stream and books one ok attempt", () =>
     Effect.gen(function* () {
-      mock.pushBehavior({ delayMs: 50 })
+      mock.pushBehavior({ delayMs: 50, chunks: 5, chunkDelayMs: 10 })
       const underway = yield* startedStream("primary")
       // Dispatched by the call itself: the upstream sees the request with no fiber waiting for it.
       yield* until(() => mock.calls === 1)
-      const events = yield* Effect.scoped(Effect.flatMap(underway.take(), (served) => {
-        expect(served.route.name).toBe("primary")
-        expect(outcomes(served.attempts)).toEqual(["primary:ok"])
-        return readAll(served)
-      }))
-      expect(events.length).toBeGreaterThan(1)
+      const events = yield* Effect.scoped(
+        Effect.flatMap(underway.take(), (served) => {
+          expect(served.route.name).toBe("primary")
+          expect(outcomes(served.attempts)).toEqual(["primary:ok"])
+          // Taken, the stream is the taker's: an abort now (its starter's, once its fiber ended) stops nothing.
+          underway.abort()
+          return readAll(served)
+        })
+      )
+      // The whole stream: its opening event, its five content events, its last one.
+      expect(events.length).toBe(7)
       expect(mock.calls).toBe(1)
-      // Taken and read to its end: an abort after that is a no-op.
-      underway.abort()
       expect(mock.abandoned).toBe(0)
     }).pipe(Effect.provide(routerLayer(gateway(), { upstreamRetries: 1 }))))
 

@@ -2,7 +2,7 @@
  * A streamed governed call: the upstream stream opened under the hold, its chunks forwarded as they
  * arrive, its progress marked for crash recovery, and one settlement however it ends.
  */
-import { Cause, Effect, Exit, Runtime, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, FiberId, Runtime, Scope } from "effect"
 import { chargedTokens, countedTokens, type UsageReport } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
@@ -17,7 +17,11 @@ import type { ChatCall, GatewayContext, GatewayReply, Plan, SseReply } from "./t
 
 const NONE: ReadonlyArray<Uint8Array> = []
 
-/** Frames as one write: a lone frame (an upstream read usually carries one event) as it is, uncopied. */
+/**
+ * Frames as one write: a lone frame (an upstream read usually carries one event) as it is, uncopied.
+ * Not `Buffer.concat`: under 4 KiB its result is a view of a shared 8 KiB pool, and the stored replay
+ * crosses to the store worker, whose structured clone copies a view's whole backing buffer.
+ */
 const concat = (frames: ReadonlyArray<Uint8Array>): Uint8Array => {
   if (frames.length === 1) return frames[0]!
   let length = 0
@@ -29,33 +33,6 @@ const concat = (frames: ReadonlyArray<Uint8Array>): Uint8Array => {
     at += f.byteLength
   }
   return out
-}
-
-/**
- * A stream's reservation sync (ChatStoreApi.syncThen), posted by callback while the upstream opens:
- * how it ended once it answered, and the one effect that may wait for it (docs/decisions/0038).
- */
-class Durable {
-  outcome: Exit.Exit<void> | undefined = undefined
-  private waiter: ((outcome: Exit.Exit<void>) => void) | undefined = undefined
-
-  constructor(syncThen: (done: (outcome: Exit.Exit<void>) => void) => void) {
-    syncThen((outcome) => {
-      this.outcome = outcome
-      const waiter = this.waiter
-      this.waiter = undefined
-      waiter?.(outcome)
-    })
-  }
-
-  /** The sync's end, as an effect: its failure is this effect's (a defect). */
-  wait(): Effect.Effect<void> {
-    return Effect.async<void>((resume) => {
-      if (this.outcome !== undefined) return resume(this.outcome)
-      this.waiter = resume
-      return Effect.sync(() => (this.waiter = undefined))
-    })
-  }
 }
 
 export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
@@ -81,9 +58,19 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
     Effect.gen(function* () {
       // The reservation is committed, durable against a crash of the process; its fsync runs while
       // the upstream opens, and the stream's headers wait for it (docs/decisions/0013).
-      const durable = store.syncThen === undefined ? undefined : new Durable(store.syncThen)
+      // By the store's callback (docs/decisions/0038): `synced` is how it ended once it answered, and
+      // `durable` what the one effect that may wait for it awaits.
+      let synced: Exit.Exit<void> | undefined
+      let durable: Deferred.Deferred<void> | undefined
+      if (store.syncThen !== undefined) {
+        const answered = (durable = Deferred.unsafeMake<void>(FiberId.none))
+        store.syncThen((outcome) => {
+          synced = outcome
+          Deferred.unsafeDone(answered, outcome)
+        })
+      }
       /** The reservation is on disk: no sync to wait for, or it answered so. */
-      const onDisk = (): boolean => durable === undefined || (durable.outcome !== undefined && Exit.isSuccess(durable.outcome))
+      const onDisk = (): boolean => durable === undefined || (synced !== undefined && Exit.isSuccess(synced))
       const connection = yield* Scope.make()
       const clock = yield* Effect.clock
       // Set up while the upstream opens, not after: from the open on, every step is on the way to the first byte.
@@ -140,7 +127,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
        * Async: a throw of ours is its rejection, never an exception in the caller's way (`close`).
        */
       const finish = async (how: "complete" | "cut" | "disconnect", failure?: UpstreamFailure): Promise<ReadonlyArray<Uint8Array>> => {
-        if (settled) return Promise.resolve(NONE)
+        if (settled) return NONE
         settled = true
         // Set before any frame is read (`begin`): frames are only read once the stream was served.
         const { route, attempts } = served!
@@ -279,7 +266,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         // Usually the sync is long done when the headers come (its fsync ran while the upstream
         // opened): then there is nothing to wait for, and no effect waits for it.
         if (!onDisk()) {
-          yield* durable.wait().pipe(
+          yield* Deferred.await(durable).pipe(
             Effect.tapDefect(() =>
               Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", opening.attempts))
             ),
