@@ -15,8 +15,10 @@
  *        --warmup S, --rates 200,1000, --stream-rates 200, --callers 16 (the loaded closed phase),
  *        --connections N (saturating closed model), --delay MS (mock latency),
  *        --chunk-delay MS, --chunks N (content events per stream), --out DIR, --no-write,
- *        --targets baseline,bare,floor,tollgate,portkey (default; add `effect` for the Effect 3 HTTP
- *        floor; `floor` is the governed floor: Tollgate's store worker and pure parts, no pipeline),
+ *        --targets baseline,bare,bare-durable,floor,tollgate,portkey (default; add `effect` for the
+ *        Effect 3 HTTP floor; `bare-durable` is the bare proxy plus one synced commit before each
+ *        answer, the disk's price; `floor` is the governed floor: Tollgate's store worker and pure
+ *        parts, no pipeline),
  *        --compare DIR (adds target `tollgate-b`: Tollgate from another checkout, e.g. a `git worktree`
  *        of the commit before a change, interleaved with this one for an A/B in one run),
  *        --compare-node-flags "FLAGS" (node flags for tollgate-b only, e.g. "--max-semi-space-size=32";
@@ -63,13 +65,13 @@ const config = {
   upstreamDelayMs: numArg("--delay", 20),
   chunkDelayMs: numArg("--chunk-delay", 1),
   streamChunks: numArg("--chunks", 20),
-  targets: list("--targets", "baseline,bare,floor,tollgate,portkey"),
+  targets: list("--targets", "baseline,bare,bare-durable,floor,tollgate,portkey"),
   compare: arg("--compare"),
   compareNodeFlags: (arg("--compare-node-flags") ?? "").split(" ").filter((f) => f !== ""),
   compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg2", "portkey"]
+const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg2", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
 if (config.compare !== undefined) config.targets.push("tollgate-b")
@@ -292,8 +294,8 @@ const main = async () => {
   const upstream = `http://127.0.0.1:${mock.ready.port}`
 
   /** A pass-through proxy target in front of the mock (it forwards the bench's bearer token). */
-  const startProxy = async (name: string, script: string): Promise<Target> => {
-    const [c, a] = tsxNode(script, ["--upstream", upstream])
+  const startProxy = async (name: string, script: string, extra: ReadonlyArray<string> = []): Promise<Target> => {
+    const [c, a] = tsxNode(script, ["--upstream", upstream, ...extra])
     const child = await startChild<{ port: number }>(name, c, a, { cwd: root, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {
@@ -338,6 +340,7 @@ const main = async () => {
       idleRssMb: sampleProc(mock.pid).rssMb
     }),
     bare: () => startProxy("bare", "targets/bareProxy.ts"),
+    "bare-durable": () => startProxy("bare-durable", "targets/bareProxy.ts", ["--durable"]),
     effect: () => startProxy("effect", "targets/effectProxy.ts"),
     floor: () => startGoverned("floor", "targets/governedFloor.ts"),
     "floor-inline": () => startGoverned("floor-inline", "targets/governedFloor.ts", { extra: ["--inline"] }),
@@ -499,6 +502,7 @@ const main = async () => {
   const names: Record<string, string> = {
     baseline: "baseline (direct to mock)",
     bare: "bare proxy (node:http + undici)",
+    "bare-durable": "bare proxy + one synced SQLite commit a call",
     effect: "Effect HttpRouter + HttpClient pass-through",
     floor: "governed floor (Tollgate's store worker, no pipeline)",
     "floor-inline": "governed floor, transactions on the event loop",

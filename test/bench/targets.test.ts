@@ -67,6 +67,22 @@ describe("bench target verdicts (issue 18)", () => {
     expect(v.some((x) => /bare proxy's|Portkey|1000 RPS/.test(x.check))).toBe(false)
   })
 
+  it("judges only the latency targets for the durable bare proxy (the disk's price), against the same bare proxy", () => {
+    const bare = row("bare", { oneCaller: added(0.75, 1.75) })
+    const v = judgeTargets([bare, row("bare-durable", { oneCaller: added(1.875, 2), callers16: added(2.5, 8), closedRps: 1, idleRssMb: 999 })])
+    expect(metOf(v, "bare-durable")).toEqual({
+      "one caller added p50 ≤ bare + 1 ms": false,
+      "one caller added p99 ≤ bare + 3 ms": true,
+      "one caller, stream TTFB added p50 ≤ bare + 1 ms": true,
+      "16 callers added p50 ≤ bare + 1.5 ms": true,
+      "16 callers added p99 ≤ bare + 5 ms": true,
+      "200 RPS added p50 ≤ bare + 1.5 ms": true,
+      "200 RPS added p99 ≤ bare + 5 ms": true
+    })
+    expect(v.find((x) => x.target === "bare-durable" && x.check === "one caller added p50 ≤ bare + 1 ms")?.value).toBe("+1.13 ms over bare")
+    expect(judgeTargets([row("bare-durable")])).toEqual([])
+  })
+
   it("judges the floor's stream time to first byte like Tollgate's, against the same bare proxy", () => {
     const bare = row("bare", { oneCallerTtfb: added(0.5, 1) })
     const v = judgeTargets([bare, row("tollgate", { oneCallerTtfb: added(1.625, 3) }), row("floor", { oneCallerTtfb: added(1.5, 2) })])
