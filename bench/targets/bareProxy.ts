@@ -1,7 +1,7 @@
 /**
  * Bench child: the physical limit for a Node proxy. node:http in, undici Pool out, bodies piped
  * through untouched (no parsing, no governance). Every gateway pays at least this much.
- * Prints one JSON line `{"ready":true,"port":N}` when listening.
+ * Prints one JSON line `{"ready":true,"port":N}` when listening (with `"log":PATH`, the row file, when durable).
  *
  * `--durable` (target `bare-durable`) adds only what "no lost charge" costs at the least: one row
  * committed with SQLite's `synchronous=FULL` (WAL, one fsync, on the event loop) before the client
@@ -31,10 +31,12 @@ const HOP = new Set(["connection", "keep-alive", "transfer-encoding", "upgrade",
  * Tollgate's store batches a turn's calls), so concurrent calls do not queue behind each other's
  * fsync one by one.
  */
-const commit = flag("--durable") ? durableLog() : undefined
+const durable = flag("--durable") ? durableLog() : undefined
+const commit = durable?.commit
 
-function durableLog(): (bytes: number, then: () => void) => void {
-  const db = new BetterSqlite3(join(mkdtempSync(join(tmpdir(), "tollgate-bare-")), "log.db"))
+function durableLog(): { readonly path: string; readonly commit: (bytes: number, then: () => void) => void } {
+  const path = join(mkdtempSync(join(tmpdir(), "tollgate-bare-")), "log.db")
+  const db = new BetterSqlite3(path)
   db.pragma("journal_mode = WAL")
   db.pragma("synchronous = FULL")
   db.exec("CREATE TABLE IF NOT EXISTS charge (id INTEGER PRIMARY KEY, at INTEGER NOT NULL, bytes INTEGER NOT NULL)")
@@ -49,8 +51,11 @@ function durableLog(): (bytes: number, then: () => void) => void {
     writeAll(rows)
     for (const row of rows) row.then()
   }
-  return (bytes, then) => {
-    if (turn.push({ bytes, then }) === 1) setImmediate(flush)
+  return {
+    path,
+    commit: (bytes, then) => {
+      if (turn.push({ bytes, then }) === 1) setImmediate(flush)
+    }
   }
 }
 
@@ -113,7 +118,8 @@ const forward = (req: IncomingMessage, res: ServerResponse, headers: Record<stri
 server.keepAliveTimeout = 60_000
 server.headersTimeout = 61_000
 server.listen(Number(arg("--port") ?? "0"), "127.0.0.1", () => {
-  process.stdout.write(JSON.stringify({ ready: true, port: (server.address() as AddressInfo).port }) + "\n")
+  const port = (server.address() as AddressInfo).port
+  process.stdout.write(JSON.stringify(durable === undefined ? { ready: true, port } : { ready: true, port, log: durable.path }) + "\n")
 })
 const stop = () => {
   server.close(() => void pool.close().finally(() => process.exit(0)))
