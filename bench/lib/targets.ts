@@ -108,3 +108,36 @@ export const judgeTargets = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<
   latency("bare-durable")
   return verdicts
 }
+
+/** A governed target's added p50 over the durable bare proxy of the same run, one phase. */
+export interface OverDisk {
+  readonly target: string
+  readonly phase: string
+  readonly p50: number
+}
+
+/**
+ * Not a verdict: each governed target's p50 over `bare-durable` instead of `bare`, the disk's price
+ * taken out (docs/decisions/0040), so a reader sees what the gateway itself adds on this machine.
+ * Empty when the durable bare proxy did not run; a phase either side did not run is left out.
+ */
+export const overDurable = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<OverDisk> => {
+  const byName = new Map(rows.map((r) => [r.target, r]))
+  const disk = byName.get("bare-durable")
+  if (disk === undefined) return []
+  const phases: ReadonlyArray<readonly [string, (r: TargetFigures) => Added | undefined]> = [
+    ["one caller", (r) => r.oneCaller],
+    ["stream TTFB", (r) => r.oneCallerTtfb],
+    ["16 callers", (r) => r.callers16],
+    ["200 RPS", (r) => r.open200]
+  ]
+  return ["tollgate", "floor"].flatMap((name) => {
+    const t = byName.get(name)
+    if (t === undefined) return []
+    return phases.flatMap(([phase, pick]) => {
+      const a = pick(t)
+      const d = pick(disk)
+      return a === undefined || d === undefined ? [] : [{ target: name, phase, p50: a.p50 - d.p50 }]
+    })
+  })
+}

@@ -1,6 +1,6 @@
 /** The benchmark's target verdicts (bench/lib/targets.ts): each of issue 18's checks judged on the run's own figures. */
 import { describe, expect, it } from "vitest"
-import { judgeTargets, type TargetFigures } from "../../bench/lib/targets.ts"
+import { judgeTargets, overDurable, type TargetFigures } from "../../bench/lib/targets.ts"
 
 const added = (p50: number, p99: number) => ({ p50, p99 })
 const row = (target: string, o: Partial<TargetFigures> = {}): TargetFigures => ({
@@ -81,6 +81,19 @@ describe("bench target verdicts (issue 18)", () => {
     })
     expect(v.find((x) => x.target === "bare-durable" && x.check === "one caller added p50 ≤ bare + 1 ms")?.value).toBe("+1.13 ms over bare")
     expect(judgeTargets([row("bare-durable")])).toEqual([])
+  })
+
+  it("reports each governed target's p50 over the durable bare proxy, phase by phase, and nothing without it", () => {
+    const disk = row("bare-durable", { oneCaller: added(1.5, 9), oneCallerTtfb: added(0.5, 9), callers16: added(2, 9), open200: undefined })
+    const over = overDurable([row("bare"), disk, row("tollgate", { oneCaller: added(2.75, 0) }), row("floor", { callers16: undefined })])
+    expect(over).toEqual([
+      { target: "tollgate", phase: "one caller", p50: 1.25 },
+      { target: "tollgate", phase: "stream TTFB", p50: 0.5 },
+      { target: "tollgate", phase: "16 callers", p50: -1 },
+      { target: "floor", phase: "one caller", p50: -0.5 },
+      { target: "floor", phase: "stream TTFB", p50: 0.5 }
+    ])
+    expect(overDurable([row("bare"), row("tollgate"), row("floor")])).toEqual([])
   })
 
   it("judges the floor's stream time to first byte like Tollgate's, against the same bare proxy", () => {
