@@ -26,36 +26,33 @@ const pool = new Pool(upstream.origin, { connections: 512, pipelining: 1, keepAl
 const HOP = new Set(["connection", "keep-alive", "transfer-encoding", "upgrade", "proxy-connection", "te", "trailer", "host"])
 
 /**
- * `--durable`: `commit(bytes, then)` writes one small row and calls `then` once it is on disk. The
- * rows asked for in one event-loop turn share one transaction, one fsync (a group commit, as
- * Tollgate's store batches a turn's calls), so concurrent calls do not queue behind each other's
- * fsync one by one.
+ * `--durable`: `commit(bytes, then, failed)` writes one small row and calls `then` once it is on disk
+ * (`failed` if it is not). The rows asked for in one event-loop turn share one transaction, one fsync:
+ * Tollgate's own group commit (src/store/syncTransactions.ts), loaded only here, so the plain bare
+ * proxy stays free of it.
  */
-const durable = flag("--durable") ? durableLog() : undefined
+const durable = flag("--durable") ? await durableLog() : undefined
 const commit = durable?.commit
 
-function durableLog(): { readonly path: string; readonly commit: (bytes: number, then: () => void) => void } {
+async function durableLog(): Promise<{
+  readonly path: string
+  readonly commit: (bytes: number, then: () => void, failed: () => void) => void
+}> {
+  const { makeGroupCommit } = await import("../../src/store/syncTransactions.ts")
   const path = join(mkdtempSync(join(tmpdir(), "tollgate-bare-")), "log.db")
   const db = new BetterSqlite3(path)
   db.pragma("journal_mode = WAL")
   db.pragma("synchronous = FULL")
   db.exec("CREATE TABLE IF NOT EXISTS charge (id INTEGER PRIMARY KEY, at INTEGER NOT NULL, bytes INTEGER NOT NULL)")
   const insert = db.prepare("INSERT INTO charge (at, bytes) VALUES (?, ?)")
-  let turn: Array<{ readonly bytes: number; readonly then: () => void }> = []
-  const writeAll = db.transaction((rows: typeof turn) => {
-    for (const row of rows) insert.run(Date.now(), row.bytes)
-  })
-  const flush = () => {
-    const rows = turn
-    turn = []
-    writeAll(rows)
-    for (const row of rows) row.then()
-  }
+  const group = makeGroupCommit(db)
   return {
     path,
-    commit: (bytes, then) => {
-      if (turn.push({ bytes, then }) === 1) setImmediate(flush)
-    }
+    commit: (bytes, then, failed) =>
+      group.submit(
+        () => insert.run(Date.now(), bytes),
+        (outcome) => (outcome._tag === "Committed" ? then() : failed())
+      )
   }
 }
 
@@ -76,10 +73,14 @@ const relay = (res: ServerResponse, statusCode: number, out: Record<string, stri
     else chunks.push(chunk)
   })
   body.on("end", () =>
-    commit(bytes, () => {
-      if (!streamed) res.writeHead(statusCode, out)
-      res.end(streamed ? undefined : Buffer.concat(chunks))
-    })
+    commit(
+      bytes,
+      () => {
+        if (!streamed) res.writeHead(statusCode, out)
+        res.end(streamed ? undefined : Buffer.concat(chunks))
+      },
+      () => res.destroy()
+    )
   )
 }
 
@@ -99,7 +100,10 @@ const server = createServer({ keepAlive: true }, (req, res) => {
 const forward = (req: IncomingMessage, res: ServerResponse, headers: Record<string, string>, body: IncomingMessage | Buffer, stream: boolean) => {
   const answer = pool.request({ method: req.method as "POST", path: req.url ?? "/", headers, body })
   // A stream's first row goes to disk while its request is out, before its headers are passed on.
-  const opened = stream && commit !== undefined ? new Promise<void>((r) => commit(0, r)).then(() => answer) : answer
+  const opened =
+    stream && commit !== undefined
+      ? new Promise<void>((committed, failed) => commit(0, committed, () => failed(new Error("the row was not committed")))).then(() => answer)
+      : answer
   answer.catch(() => undefined) // answered through `opened`; not unhandled while the commit waits
   opened
     .then(
