@@ -59,18 +59,30 @@ export const PEAK_RSS_MB = 300
 const ms = (x: number) => `${signed(x)} ms`
 const judged = (x: number, ok: (x: number) => boolean): boolean | undefined => (Number.isFinite(x) ? ok(x) : undefined)
 
+/** The latency phases: how a check names each, where a row keeps it, its bounds over bare (a stream's first byte has no p99 bound). */
+const PHASES: ReadonlyArray<{
+  readonly label: string
+  readonly pick: (r: TargetFigures) => Added | undefined
+  readonly p50Bound: number
+  readonly p99Bound: number | undefined
+}> = [
+  { label: "one caller", pick: (r) => r.oneCaller, p50Bound: ONE_CALLER_P50_MS, p99Bound: ONE_CALLER_P99_MS },
+  { label: "one caller, stream TTFB", pick: (r) => r.oneCallerTtfb, p50Bound: TTFB_P50_MS, p99Bound: undefined },
+  { label: "16 callers", pick: (r) => r.callers16, p50Bound: LOADED_P50_MS, p99Bound: LOADED_P99_MS },
+  { label: "200 RPS", pick: (r) => r.open200, p50Bound: LOADED_P50_MS, p99Bound: LOADED_P99_MS }
+]
+
 /**
  * The checks, for each governed target present (Tollgate, the floor), and the latency checks for the
- * durable bare proxy. A latency check needs the bare
- * proxy's same phase; the throughput share needs both governed targets; a check whose reference or
- * phase was not run is left out.
+ * durable bare proxy. A latency check needs the bare proxy's same phase; the throughput share needs
+ * both governed targets; a check whose reference or phase was not run is left out.
  */
 export const judgeTargets = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<Verdict> => {
   const byName = new Map(rows.map((r) => [r.target, r]))
   const bare = byName.get("bare")
   const floor = byName.get("floor")
   const verdicts: Array<Verdict> = []
-  const overBare = (name: string, label: string, pick: (r: TargetFigures) => Added | undefined, p50Bound: number, p99Bound: number | undefined) => {
+  const overBare = (name: string, { label, pick, p50Bound, p99Bound }: (typeof PHASES)[number]) => {
     const t = byName.get(name)
     const a = t === undefined ? undefined : pick(t)
     const b = bare === undefined ? undefined : pick(bare)
@@ -82,10 +94,7 @@ export const judgeTargets = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<
     verdicts.push({ target: name, check: `${label} added p99 ≤ bare + ${p99Bound} ms`, value: `${ms(p99)} over bare`, met: judged(p99, (x) => x <= p99Bound) })
   }
   const latency = (name: string) => {
-    overBare(name, "one caller", (r) => r.oneCaller, ONE_CALLER_P50_MS, ONE_CALLER_P99_MS)
-    overBare(name, "one caller, stream TTFB", (r) => r.oneCallerTtfb, TTFB_P50_MS, undefined)
-    overBare(name, "16 callers", (r) => r.callers16, LOADED_P50_MS, LOADED_P99_MS)
-    overBare(name, "200 RPS", (r) => r.open200, LOADED_P50_MS, LOADED_P99_MS)
+    for (const phase of PHASES) overBare(name, phase)
   }
   for (const name of ["tollgate", "floor"]) {
     const t = byName.get(name)
@@ -125,19 +134,13 @@ export const overDurable = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<O
   const byName = new Map(rows.map((r) => [r.target, r]))
   const disk = byName.get("bare-durable")
   if (disk === undefined) return []
-  const phases: ReadonlyArray<readonly [string, (r: TargetFigures) => Added | undefined]> = [
-    ["one caller", (r) => r.oneCaller],
-    ["stream TTFB", (r) => r.oneCallerTtfb],
-    ["16 callers", (r) => r.callers16],
-    ["200 RPS", (r) => r.open200]
-  ]
   return ["tollgate", "floor"].flatMap((name) => {
     const t = byName.get(name)
     if (t === undefined) return []
-    return phases.flatMap(([phase, pick]) => {
+    return PHASES.flatMap(({ label, pick }) => {
       const a = pick(t)
       const d = pick(disk)
-      return a === undefined || d === undefined ? [] : [{ target: name, phase, p50: a.p50 - d.p50 }]
+      return a === undefined || d === undefined ? [] : [{ target: name, phase: label, p50: a.p50 - d.p50 }]
     })
   })
 }

@@ -88,10 +88,10 @@ describe("bench target verdicts (issue 18)", () => {
     const over = overDurable([row("bare"), disk, row("tollgate", { oneCaller: added(2.75, 0) }), row("floor", { callers16: undefined })])
     expect(over).toEqual([
       { target: "tollgate", phase: "one caller", p50: 1.25 },
-      { target: "tollgate", phase: "stream TTFB", p50: 0.5 },
+      { target: "tollgate", phase: "one caller, stream TTFB", p50: 0.5 },
       { target: "tollgate", phase: "16 callers", p50: -1 },
       { target: "floor", phase: "one caller", p50: -0.5 },
-      { target: "floor", phase: "stream TTFB", p50: 0.5 }
+      { target: "floor", phase: "one caller, stream TTFB", p50: 0.5 }
     ])
     expect(overDurable([row("bare"), row("tollgate"), row("floor")])).toEqual([])
   })
