@@ -38,7 +38,7 @@ import { callersLoad, closedLoad, openLoad, type PhaseResult, type TargetEndpoin
 import { type Child, cpuSplit, freePort, sampleProc, startChild } from "./lib/procs.ts"
 import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
-import { judgeTargets, overDurable, type TargetFigures } from "./lib/targets.ts"
+import { judgeTargets, overDurable, overFloor, type TargetFigures } from "./lib/targets.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, "..")
@@ -576,6 +576,10 @@ const main = async () => {
       (t) => `${names[t]!.replace(/ \(.*$/, "")} ${overDisk.filter((o) => o.target === t).map((o) => `${o.phase} ${signed(o.p50)}`).join(", ")}`
     )
     md.push(`Not a verdict — added p50 over the durable bare proxy of this run, the disk's price taken out (docs/decisions/0040), ms: ${byTarget.join("; ")}.`, "")
+  }
+  const overGovernedFloor = overFloor(figures)
+  if (overGovernedFloor.length > 0) {
+    md.push(`Not a verdict — Tollgate's added p50 over the governed floor of this run, what its pipeline adds to the guarantees' own cost (docs/decisions/0041), ms: ${overGovernedFloor.map((o) => `${o.phase} ${signed(o.p50)}`).join(", ")}.`, "")
   }
   // Under 95% of the offered rate a target was saturated: its latency at 200 RPS measures a backlog.
   const saturated = summary.filter((s) => s.target !== "baseline" && (s.latency["open-200"]?.achievedRps ?? Infinity) < 0.95 * 200).map((s) => s.target)

@@ -118,29 +118,38 @@ export const judgeTargets = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<
   return verdicts
 }
 
-/** A governed target's added p50 over the durable bare proxy of the same run, one phase. */
-export interface OverDisk {
+/** A target's added p50 over a reference target of the same run, one phase. */
+export interface OverReference {
   readonly target: string
   readonly phase: string
   readonly p50: number
 }
 
-/**
- * Not a verdict: each governed target's p50 over `bare-durable` instead of `bare`, the disk's price
- * taken out (docs/decisions/0040), so a reader sees what the gateway itself adds on this machine.
- * Empty when the durable bare proxy did not run; a phase either side did not run is left out.
- */
-export const overDurable = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<OverDisk> => {
+/** Each of `targets`' p50 over `reference`'s, phase by phase; empty when the reference did not run, a phase either side did not run left out. */
+const p50Over = (rows: ReadonlyArray<TargetFigures>, reference: string, targets: ReadonlyArray<string>): ReadonlyArray<OverReference> => {
   const byName = new Map(rows.map((r) => [r.target, r]))
-  const disk = byName.get("bare-durable")
-  if (disk === undefined) return []
-  return ["tollgate", "floor"].flatMap((name) => {
+  const ref = byName.get(reference)
+  if (ref === undefined) return []
+  return targets.flatMap((name) => {
     const t = byName.get(name)
     if (t === undefined) return []
     return PHASES.flatMap(({ label, pick }) => {
       const a = pick(t)
-      const d = pick(disk)
-      return a === undefined || d === undefined ? [] : [{ target: name, phase: label, p50: a.p50 - d.p50 }]
+      const r = pick(ref)
+      return a === undefined || r === undefined ? [] : [{ target: name, phase: label, p50: a.p50 - r.p50 }]
     })
   })
 }
+
+/**
+ * Not a verdict: each governed target's p50 over `bare-durable` instead of `bare`, the disk's price
+ * taken out (docs/decisions/0040), so a reader sees what the gateway itself adds on this machine.
+ */
+export const overDurable = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<OverReference> => p50Over(rows, "bare-durable", ["tollgate", "floor"])
+
+/**
+ * Not a verdict: Tollgate's p50 over the governed floor's, what its pipeline adds to the guarantees'
+ * own cost on this machine — the yardstick docs/decisions/0041 suggests for restated latency targets,
+ * as the closed-loop target already is.
+ */
+export const overFloor = (rows: ReadonlyArray<TargetFigures>): ReadonlyArray<OverReference> => p50Over(rows, "floor", ["tollgate"])

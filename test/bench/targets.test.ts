@@ -1,6 +1,6 @@
 /** The benchmark's target verdicts (bench/lib/targets.ts): each of issue 18's checks judged on the run's own figures. */
 import { describe, expect, it } from "vitest"
-import { judgeTargets, overDurable, type TargetFigures } from "../../bench/lib/targets.ts"
+import { judgeTargets, overDurable, overFloor, type TargetFigures } from "../../bench/lib/targets.ts"
 
 const added = (p50: number, p99: number) => ({ p50, p99 })
 const row = (target: string, o: Partial<TargetFigures> = {}): TargetFigures => ({
@@ -94,6 +94,17 @@ describe("bench target verdicts (issue 18)", () => {
       { target: "floor", phase: "one caller, stream TTFB", p50: 0.5 }
     ])
     expect(overDurable([row("bare"), row("tollgate"), row("floor")])).toEqual([])
+  })
+
+  it("reports Tollgate's p50 over the governed floor, phase by phase, and nothing without the floor", () => {
+    const floor = row("floor", { oneCaller: added(3.5, 9), oneCallerTtfb: added(1.25, 9), open200: undefined })
+    const over = overFloor([row("bare"), row("bare-durable"), floor, row("tollgate", { oneCaller: added(3.75, 0), callers16: added(2.5, 0) })])
+    expect(over).toEqual([
+      { target: "tollgate", phase: "one caller", p50: 0.25 },
+      { target: "tollgate", phase: "one caller, stream TTFB", p50: -0.25 },
+      { target: "tollgate", phase: "16 callers", p50: 1.5 }
+    ])
+    expect(overFloor([row("bare"), row("tollgate")])).toEqual([])
   })
 
   it("judges the floor's stream time to first byte like Tollgate's, against the same bare proxy", () => {
