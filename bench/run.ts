@@ -38,7 +38,7 @@ import { callersLoad, closedLoad, openLoad, type PhaseResult, type TargetEndpoin
 import { type Child, cpuSplit, freePort, sampleProc, startChild } from "./lib/procs.ts"
 import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
-import { judgeTargets, overDurable, overFloor, type TargetFigures } from "./lib/targets.ts"
+import { judgeTargets, type OverReference, overDurable, overFloor, type TargetFigures } from "./lib/targets.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, "..")
@@ -570,17 +570,16 @@ const main = async () => {
     for (const check of checks) md.push(`| ${check} | ${governed.map((t) => cell(t, check)).join(" | ")} |`)
     md.push("")
   }
-  const overDisk = overDurable(figures)
-  if (overDisk.length > 0) {
-    const byTarget = [...new Set(overDisk.map((o) => o.target))].map(
-      (t) => `${names[t]!.replace(/ \(.*$/, "")} ${overDisk.filter((o) => o.target === t).map((o) => `${o.phase} ${signed(o.p50)}`).join(", ")}`
+  /** A line under the verdicts, not a verdict: targets' p50 over a reference of this run, by target and phase. */
+  const overLine = (over: ReadonlyArray<OverReference>, caption: string) => {
+    if (over.length === 0) return
+    const byTarget = [...new Set(over.map((o) => o.target))].map(
+      (t) => `${names[t]!.replace(/ \(.*$/, "")} ${over.filter((o) => o.target === t).map((o) => `${o.phase} ${signed(o.p50)}`).join(", ")}`
     )
-    md.push(`Not a verdict — added p50 over the durable bare proxy of this run, the disk's price taken out (docs/decisions/0040), ms: ${byTarget.join("; ")}.`, "")
+    md.push(`Not a verdict — ${caption}, ms: ${byTarget.join("; ")}.`, "")
   }
-  const overGovernedFloor = overFloor(figures)
-  if (overGovernedFloor.length > 0) {
-    md.push(`Not a verdict — Tollgate's added p50 over the governed floor of this run, what its pipeline adds to the guarantees' own cost (docs/decisions/0041), ms: ${overGovernedFloor.map((o) => `${o.phase} ${signed(o.p50)}`).join(", ")}.`, "")
-  }
+  overLine(overDurable(figures), "added p50 over the durable bare proxy of this run, the disk's price taken out (docs/decisions/0040)")
+  overLine(overFloor(figures), "added p50 over the governed floor of this run, what Tollgate's pipeline adds to the guarantees' own cost (docs/decisions/0041)")
   // Under 95% of the offered rate a target was saturated: its latency at 200 RPS measures a backlog.
   const saturated = summary.filter((s) => s.target !== "baseline" && (s.latency["open-200"]?.achievedRps ?? Infinity) < 0.95 * 200).map((s) => s.target)
   if (saturated.length > 0) md.push(`Saturated at 200 RPS offered (achieved < 95%), so their latency there is a backlog's: ${saturated.join(", ")}.`, "")
