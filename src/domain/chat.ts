@@ -36,8 +36,15 @@ const bad = (message: string, param: string | null) => new InvalidRequest({ mess
 const unsupported = (message: string, param: string | null) => new UnsupportedWorkflow({ message, param })
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v)
-const optionalPositiveInt = (v: unknown): v is number | null | undefined =>
-  v === undefined || v === null || (typeof v === "number" && Number.isSafeInteger(v) && v >= 1)
+
+/**
+ * A client's output cap (`max_tokens`, `max_completion_tokens`, the Responses API's
+ * `max_output_tokens`): absent, null or a positive integer, else a 400 naming `field` as the client wrote it.
+ */
+export const outputCapError = (body: Record<string, unknown>, field: string): InvalidRequest | undefined => {
+  const v = body[field]
+  return v === undefined || v === null || (typeof v === "number" && Number.isSafeInteger(v) && v >= 1) ? undefined : bad(`'${field}' must be a positive integer.`, field)
+}
 
 const isNumber = (v: unknown) => typeof v === "number" && Number.isFinite(v)
 const isInteger = (v: unknown) => typeof v === "number" && Number.isSafeInteger(v)
@@ -117,10 +124,8 @@ export const parseChatRequest = (body: unknown): Either.Either<ChatRequest, Inva
   }
   // `n` has one check, of its value: anything but 1 (a string or 2 alike) is refused.
   if (body.n !== undefined && body.n !== null && body.n !== 1) return Either.left(bad("Tollgate supports n = 1 only.", "n"))
-  if (!optionalPositiveInt(body.max_tokens)) return Either.left(bad("'max_tokens' must be a positive integer.", "max_tokens"))
-  if (!optionalPositiveInt(body.max_completion_tokens)) {
-    return Either.left(bad("'max_completion_tokens' must be a positive integer.", "max_completion_tokens"))
-  }
+  const badCap = outputCapError(body, "max_tokens") ?? outputCapError(body, "max_completion_tokens")
+  if (badCap !== undefined) return Either.left(badCap)
   if (body.stream !== undefined && body.stream !== null && typeof body.stream !== "boolean") return Either.left(bad("'stream' must be a boolean.", "stream"))
   const so = body.stream_options
   if (so !== undefined && so !== null && (!isObject(so) || (so.include_usage !== undefined && typeof so.include_usage !== "boolean"))) {

@@ -134,6 +134,11 @@ export interface GatewaySettings {
   readonly redisUrl: Option.Option<Redacted.Redacted<string>>
   /** PostgreSQL only: connections in this instance's pool (TOLLGATE_PG_POOL_SIZE). */
   readonly pgPoolSize: number
+  /**
+   * PostgreSQL only: how long a statement waits for a connection of the pool, and a transaction retries
+   * a refused or dropped one, before the call answers 503 store_unavailable (TOLLGATE_PG_ACQUIRE_TIMEOUT_MS).
+   */
+  readonly pgAcquireTimeoutMs: number
   /** How long a dashboard sign-in lasts (absolute, from sign-in). */
   readonly sessionTtlMs: number
   /**
@@ -226,6 +231,10 @@ const settingsConfig = Config.all({
     Config.validate({ message: "must be between 1 and 1000", validation: (n) => n >= 1 && n <= 1000 }),
     Config.withDefault(10)
   ),
+  pgAcquireTimeoutMs: Config.integer("TOLLGATE_PG_ACQUIRE_TIMEOUT_MS").pipe(
+    Config.validate({ message: "must be between 100 and 60000", validation: (n) => n >= 100 && n <= 60_000 }),
+    Config.withDefault(5000)
+  ),
   sessionTtlMs: Config.map(Config.integer("TOLLGATE_SESSION_TTL_SECONDS").pipe(Config.withDefault(8 * 3600)), (s) => s * 1000),
   assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   otlpTracesUrl: Config.all([
@@ -313,6 +322,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   storeWorker: true,
   redisUrl: Option.none(),
   pgPoolSize: 10,
+  pgAcquireTimeoutMs: 5000,
   sessionTtlMs: 8 * 3600 * 1000,
   assertInvariants: false,
   otlpTracesUrl: Option.none(),

@@ -93,6 +93,17 @@ export class AdminConflict extends Schema.TaggedError<AdminConflict>()("AdminCon
   message: Schema.String
 }, wire(409, "invalid_request_error", "conflict")) {}
 
+/**
+ * 503 store_unavailable: the gateway's database refused or dropped its connections, or no connection
+ * came free within the bound (TOLLGATE_PG_ACQUIRE_TIMEOUT_MS). Nothing is held for the call when it is
+ * answered; a retry with the same idempotency key runs again, or replays a call that did complete.
+ * The store raises it as a defect (src/store/storeFaults.ts): the catch-alls answer it as this error.
+ */
+export class StoreUnavailable extends Schema.TaggedError<StoreUnavailable>()("StoreUnavailable", {
+  message: Schema.String,
+  retryAfterMs: Schema.Number
+}, wire(503, "server_error", "store_unavailable")) {}
+
 export type GovernanceError =
   | InvalidApiKey
   | BudgetExceeded
@@ -113,7 +124,7 @@ export class AdminForbidden extends Schema.TaggedError<AdminForbidden>()("AdminF
 }, wire(403, "invalid_request_error", "forbidden")) {}
 
 /** Every error an HTTP answer can carry. */
-export type TollgateError = GovernanceError | AdminError
+export type TollgateError = GovernanceError | AdminError | StoreUnavailable
 
 /** Every error class by tag: the wire mapping reads a failure's class here. */
 export const errorClasses = {
@@ -129,7 +140,8 @@ export const errorClasses = {
   AdminNotFound,
   AdminUnauthorized,
   AdminForbidden,
-  AdminConflict
+  AdminConflict,
+  StoreUnavailable
 } as const satisfies { readonly [Tag in TollgateError["_tag"]]: Schema.Schema.All }
 
 /** A failure that is one of the classes above (an HTTP answer may carry it). */

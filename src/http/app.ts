@@ -11,6 +11,7 @@ import { Cause, Effect, Option } from "effect"
 import { dashboardRoutes } from "./dashboard.ts"
 import { isTollgateError } from "../domain/errors.ts"
 import { apiRouter } from "./apiRoutes.ts"
+import { storeUnavailableIn } from "../store/storeFaults.ts"
 import { decodeFailure, errorResponse, internalError, logDefect, unknownRoute, wireError } from "./errors.ts"
 import { metricsRoutes, observed } from "./observability.ts"
 import { publicRoutes } from "./publicRoutes.ts"
@@ -41,6 +42,9 @@ const withCatchAll = <E, R>(routes: HttpRouter.HttpRouter<E, R>) =>
           if (isTollgateError(e)) return errorResponse(wireError(e))
         }
         if (Cause.isInterruptedOnly(cause)) return yield* Effect.failCause(cause)
+        // The database refused or dropped a connection (src/store/storeFaults.ts): 503, not 500.
+        const unavailable = storeUnavailableIn(cause)
+        if (unavailable !== undefined) return errorResponse(wireError(unavailable))
         yield* logDefect(cause)
         return internalError
       })

@@ -34,6 +34,8 @@ const headersOf = (e: TollgateError): Record<string, string> => {
       return { ...retryAfter(e.retryAfterMs), "x-ratelimit-remaining-requests": "0" }
     case "RouteUnavailable":
       return e.retryable ? {} : noRetry
+    case "StoreUnavailable":
+      return { ...retryAfter(e.retryAfterMs), "x-should-retry": "true" }
     default:
       return noRetry
   }

@@ -18,7 +18,8 @@ import { Cause, Effect, Either, Exit, Option, Runtime } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import { Settings } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
-import { type GovernanceError, InvalidApiKey, RouteUnavailable } from "../domain/errors.ts"
+import { type GovernanceError, InvalidApiKey, RouteUnavailable, type TollgateError } from "../domain/errors.ts"
+import { storeUnavailableIn } from "../store/storeFaults.ts"
 import { type ChatCall, Gateway, type GatewayReply, type SseReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
@@ -195,13 +196,16 @@ export const makeFastHandler = Effect.gen(function* () {
       if (res.headersSent) return void res.end()
       return fail(c, shuttingDown)
     }
+    // The database refused or dropped the call's connection (src/store/storeFaults.ts): 503, not 500.
+    const unavailable = storeUnavailableIn(exit.cause)
+    if (unavailable !== undefined) return fail(c, unavailable)
     runFork(logDefect(exit.cause))
     record(c, internalError.status, internalError.headers["x-request-id"])
     writeResponse(res, internalError)
   }
 
   /** Answer a typed failure as its OpenAI error body, with the headers gathered so far. */
-  const fail = (c: FastCall, error: GovernanceError): void => {
+  const fail = (c: FastCall, error: TollgateError): void => {
     const response = errorResponse(wireError(error), c.headers)
     record(c, response.status, response.headers["x-request-id"])
     writeResponse(c.res, response)

@@ -22,7 +22,10 @@ export const routingEvaluate = authenticatedPost((principal, req, body, headers)
   })
 )
 
-/** Ready when the store can run the governed call's transactions (the store worker is up). */
+/**
+ * Ready when the store can run the governed call's transactions (the store worker is up; PostgreSQL
+ * served the latest ones, src/store/pgPool.ts).
+ */
 // A rate limit kept by the fallback (Redis unreachable) is still served, conservatively: ready, and said.
 const readiness = Effect.map(Effect.zip(ChatStore, RateLimiter), ([store, limiter]) => {
   const health = store.health()
@@ -33,7 +36,9 @@ const readiness = Effect.map(Effect.zip(ChatStore, RateLimiter), ([store, limite
       : rateLimit.degraded
         ? { mode: "shared", status: "degraded", reason: rateLimit.reason, fallback: `each instance admits 1/${rateLimit.share} of the limit` }
         : { mode: "shared", status: "ok" }
-  return health.ok ? json({ status: "ready", rate_limit: limit }) : json({ status: "unavailable", reason: health.reason, rate_limit: limit }, 503)
+  if (!health.ok) return json({ status: "unavailable", reason: health.reason, rate_limit: limit }, 503)
+  // A store serving with trouble (PostgreSQL refusing some connections) stays ready, and says so.
+  return json({ status: "ready", store: health.degraded === undefined ? { status: "ok" } : { status: "degraded", reason: health.degraded }, rate_limit: limit })
 })
 
 export const publicRoutes = HttpRouter.empty.pipe(

@@ -78,7 +78,8 @@ export interface ChatStoreApi {
   readonly runsIn: "worker" | "inline"
 }
 
-export type StoreHealth = { readonly ok: true } | { readonly ok: false; readonly reason: string }
+/** Whether the store serves: unavailable (GET /readyz answers 503), or serving, possibly degraded (said, 200). */
+export type StoreHealth = { readonly ok: true; readonly degraded?: string } | { readonly ok: false; readonly reason: string }
 
 type Run = <E = never>(op: ChatOp | "sync", args: unknown) => Effect.Effect<unknown, E>
 

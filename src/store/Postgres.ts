@@ -1,6 +1,6 @@
 /**
  * The scale-out store's connection: `DATABASE_URL=postgres://…` opens a pool of
- * `TOLLGATE_PG_POOL_SIZE` connections through @effect/sql-pg (node-postgres), providing the same
+ * `TOLLGATE_PG_POOL_SIZE` connections (src/store/pgPool.ts) through @effect/sql-pg (node-postgres), providing the same
  * `SqlClient` every service reads and writes through, and runs the one migration list
  * (src/store/migrations.ts) under an advisory lock, so several instances starting together on an
  * empty database migrate it once.
@@ -11,10 +11,11 @@
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Layer } from "effect"
 import pg from "pg"
 import { Settings } from "../domain/config.ts"
 import { runMigrations } from "./migrations.ts"
+import { openPool, PgConnectionsTracker } from "./pgPool.ts"
 
 const INT8_OID = 20
 const NUMERIC_OID = 1700
@@ -57,20 +58,36 @@ export const migrateOnce = Effect.gen(function* () {
   )
 })
 
-/** A pool on `url`, not migrated (tests create and drop schemas with it). */
-export const pgClientLayer = (url: string, poolSize: number) =>
-  PgClient.layer({
-    url: Redacted.make(url),
-    maxConnections: poolSize,
-    applicationName: "tollgate",
-    types
-  })
+/**
+ * A pool on `url`, not migrated (tests create and drop schemas with it), fitted to what PostgreSQL
+ * allows this role (src/store/pgPool.ts); its tracker provided for the store's transactions and /readyz.
+ */
+export const pgClientLayer = (url: string, poolSize: number, acquireTimeoutMs = 5000) =>
+  Layer.unwrapScoped(
+    Effect.map(openPool({ url, size: poolSize, acquireTimeoutMs, applicationName: "tollgate", types }), ({ pool, connections }) =>
+      Layer.merge(
+        PgClient.layerFromPool({ acquire: Effect.succeed(pool), applicationName: "tollgate", types }),
+        Layer.succeed(PgConnectionsTracker, connections)
+      )
+    )
+  )
 
-/** SqlClient (and PgClient) on DATABASE_URL, migrated. */
+/** An error that is its message only: what the operator reads when the gateway cannot start, no stack. */
+const operatorMessage = (message: string): Error => {
+  const e = new Error(message)
+  e.stack = message
+  return e
+}
+
+/** SqlClient (and PgClient) on DATABASE_URL, migrated; a start that cannot connect names why and the setting. */
 export const PostgresLive: Layer.Layer<SqlClient.SqlClient | PgClient.PgClient, never, Settings> = Layer.unwrapEffect(
   Effect.map(Settings, (settings) =>
-    Layer.tap(pgClientLayer(settings.databaseUrl, settings.pgPoolSize), (context) =>
+    Layer.tap(pgClientLayer(settings.databaseUrl, settings.pgPoolSize, settings.pgAcquireTimeoutMs), (context) =>
       migrateOnce.pipe(Effect.provide(context))
-    ).pipe(Layer.orDie)
+    ).pipe(
+      // A start that cannot connect dies with the operator's message (pgPool.ts `startFailure`), not a stack.
+      Layer.catchAll((e) => Layer.die(operatorMessage(e.message))),
+      Layer.orDie
+    )
   )
 )

@@ -24,14 +24,16 @@
  * after a jittered backoff and counted (`pgRetries`, exported in /metrics).
  */
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Option } from "effect"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { available, checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
+import { PgConnectionsTracker } from "./pgPool.ts"
 import { fastestSealer } from "./sodium.ts"
+import { faultOf, storeUnavailable } from "./storeFaults.ts"
 import { asBuffer, type ClaimOutcome, type IdempotencyRow, outcomeOf } from "./idempotencyStatements.ts"
 import { unsignedReceipt, type WindowFactsRow, windowFactsOf } from "./ledgerStatements.ts"
 
@@ -45,6 +47,11 @@ const retryableCode = (e: SqlError.SqlError): "40001" | "40P01" | undefined => {
   return code === "40001" || code === "40P01" ? code : undefined
 }
 
+/** A transaction that must not be repeated lost its connection mid-way: whether it committed is unknown. */
+class MayHaveCommitted {
+  constructor(readonly reason: string) {}
+}
+
 /** Holds the sweep voids per transaction. */
 const SWEEP_BATCH = 500
 
@@ -54,7 +61,8 @@ export const makePgChatStore = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   const signer = yield* ReceiptKey
   const seal = fastestSealer(signer.signingKey)
-  const { assertInvariants } = yield* Settings
+  const { assertInvariants, pgAcquireTimeoutMs } = yield* Settings
+  const connections = yield* PgConnectionsTracker
 
   /** Assertion mode (TOLLGATE_ASSERT): the window's rules (spec/ledger.ts `checkWindow`) on the rows this transaction wrote. */
   const assertWindow = (projectId: string, period: string, after: string) =>
@@ -79,26 +87,46 @@ export const makePgChatStore = Effect.gen(function* () {
 
   /**
    * Run `body` in one transaction; again (after a jittered backoff doubling from 2 ms) when PostgreSQL
-   * aborted it for a serialization failure or a deadlock. Any other store error is a defect. Once
-   * started it is uninterruptible: it will commit or roll back, and the caller sees which.
+   * aborted it for a serialization failure or a deadlock. A connection refused, dropped or not had
+   * within the bound (src/store/storeFaults.ts) is retried until `pgAcquireTimeoutMs` has passed —
+   * always when no connection was had (nothing ran), and after a connection lost mid-transaction only
+   * when `repeatable` (the transaction recognizes its own earlier commit) — then raised as the defect
+   * `StoreUnavailable`, which the call answers 503. Any other store error is a defect. Once started it
+   * is uninterruptible: it will commit or roll back, and the caller sees which.
    */
-  const transact = <A, E>(body: Effect.Effect<A, E>): Effect.Effect<A, Exclude<E, SqlError.SqlError>> => {
-    const attempt = (n: number): Effect.Effect<A, E> =>
-      (sql.withTransaction(body) as Effect.Effect<A, E>).pipe(
-        Effect.catchIf(
-          (e) => (e as { _tag?: unknown })._tag === "SqlError" && retryableCode(e as SqlError.SqlError) !== undefined && n < RETRY_LIMIT,
-          (e) => {
-            pgRetries[retryableCode(e as SqlError.SqlError)!]++
-            const delay = Math.min(200, 2 * 2 ** n) * (0.5 + Math.random())
-            return Effect.zipRight(Effect.sleep(Duration.millis(delay)), attempt(n + 1))
-          }
+  const transact = <A, E>(body: Effect.Effect<A, E>, repeatable = true): Effect.Effect<A, Exclude<E, SqlError.SqlError>> =>
+    Effect.clockWith((clock) => {
+      const deadline = clock.unsafeCurrentTimeMillis() + pgAcquireTimeoutMs
+      const attempt = (n: number): Effect.Effect<A, E> =>
+        (sql.withTransaction(body) as Effect.Effect<A, E>).pipe(
+          Effect.catchIf(
+            (e) => (e as { _tag?: unknown })._tag === "SqlError",
+            (e): Effect.Effect<A, E> => {
+              const code = retryableCode(e as SqlError.SqlError)
+              if (code !== undefined && n < RETRY_LIMIT) {
+                pgRetries[code]++
+                return Effect.zipRight(Effect.sleep(Duration.millis(Math.min(200, 2 * 2 ** n) * (0.5 + Math.random()))), attempt(n + 1))
+              }
+              const fault = faultOf(e)
+              if (fault === undefined) return Effect.die(e)
+              connections.failed(fault.reason)
+              const delay = Math.min(250, 10 * 2 ** n) * (0.5 + Math.random())
+              if ((fault.when === "before" || repeatable) && clock.unsafeCurrentTimeMillis() + delay < deadline) {
+                return Effect.zipRight(Effect.sleep(Duration.millis(delay)), attempt(n + 1))
+              }
+              connections.gaveUp(fault.reason)
+              return Effect.zipRight(
+                Effect.logWarning(`store: a transaction gave up after ${n + 1} attempt(s): ${fault.reason}`),
+                Effect.die(fault.when === "during" && !repeatable ? new MayHaveCommitted(fault.reason) : storeUnavailable(fault.reason))
+              )
+            }
+          )
         )
-      )
-    return attempt(0).pipe(
-      Effect.catchIf((e) => (e as { _tag?: unknown })._tag === "SqlError", (e) => Effect.die(e)),
-      Effect.uninterruptible
-    ) as Effect.Effect<A, Exclude<E, SqlError.SqlError>>
-  }
+      return attempt(0).pipe(
+        Effect.tap(() => connections.succeeded()),
+        Effect.uninterruptible
+      ) as Effect.Effect<A, Exclude<E, SqlError.SqlError>>
+    })
 
   const selectLiveClaim = (a: NonNullable<ReserveArgs["claim"]>, now: number) =>
     sql<IdempotencyRow>`SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
@@ -170,8 +198,28 @@ export const makePgChatStore = Effect.gen(function* () {
         }
         if (!held) return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(reservation, period), param: null })
         return { outputCap, reservation }
-      })
+      }),
+      false
+    ).pipe(
+      // Its connection lost mid-way, the reservation may have committed: void what it may have taken
+      // (the hold, the claim; a no-op when it did not commit), then answer that the store is unavailable.
+      Effect.catchSomeDefect((d) =>
+        d instanceof MayHaveCommitted
+          ? Option.some(Effect.zipRight(Effect.catchAllDefect(abandon(voidedReservation(a, d.reason)), () => Effect.void), Effect.die(storeUnavailable(d.reason))))
+          : Option.none()
+      )
     )
+
+  /** What voids a reservation that may have committed, had its connection not been lost. */
+  const voidedReservation = (a: ReserveArgs, reason: string): AbandonArgs => ({
+    now: a.now,
+    reservationId: a.hold.reservationId,
+    requestId: a.request.id,
+    code: "store_unavailable",
+    message: `The gateway's database connection was lost while reserving (${reason}); nothing was charged.`,
+    attempts: [],
+    idempotent: a.claim === undefined ? undefined : { scope: a.claim.scope, key: a.claim.key }
+  })
 
   const settle = (s: SettleArgs): Effect.Effect<void> =>
     transact(
@@ -193,7 +241,12 @@ export const makePgChatStore = Effect.gen(function* () {
               AND key = ${idem?.key ?? ""} AND request_id = ${s.hold.requestId} AND state = 'in_flight' AND expires_at > ${s.now}
               AND EXISTS (SELECT 1 FROM resolved))
           SELECT amount, charge, project_id, period FROM resolved`
-        if (row === undefined) return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
+        if (row === undefined) {
+          // This settlement's own earlier attempt committed before its connection was lost: done.
+          const [mine] = yield* sql<{ one: number }>`SELECT 1 AS one FROM requests WHERE id = ${s.hold.requestId} AND receipt_id = ${s.receiptId} AND status = 'completed'`
+          if (mine !== undefined) return
+          return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
+        }
         const charge = row.charge
         // The project's two hot rows, locked from here to COMMIT (two round trips and a signature):
         // the charge posted to the window, and the chain head — one chain per project, however many
@@ -324,7 +377,7 @@ export const makePgChatStore = Effect.gen(function* () {
     extend,
     expire,
     heartbeat,
-    health: () => ({ ok: true }),
+    health: connections.health,
     runsIn: "inline"
   }
   return api

@@ -1,6 +1,13 @@
+import { Either } from "effect"
+import fc from "fast-check"
 import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { parseChatRequest } from "../../src/domain/chat.ts"
+import { responsesToChat } from "../../src/services/surfaces/responses.ts"
 import { useMockedGateway } from "../support/gateway.ts"
+
+/** Chat-only names: a /v1/responses client never sent them, so no error of that endpoint may name them. */
+const CHAT_ONLY = /\b(messages|max_tokens|max_completion_tokens|response_format|stream_options)\b/
 
 describe("POST /v1/responses through the official SDK", () => {
   const env = useMockedGateway({ beforeAll, afterAll })
@@ -94,5 +101,75 @@ describe("POST /v1/responses through the official SDK", () => {
     expect(await second.text()).toBe(await first.text())
     expect(second.headers.get("idempotent-replayed")).toBe("true")
     expect(env.upstream.calls - calls).toBe(1)
+  })
+
+  it("a refused Responses field is named as the Responses API names it (issue 38, finding 7): max_output_tokens, input, input[i].role, tools", async () => {
+    const post = (body: Record<string, unknown>) =>
+      fetch(`${env.gateway.url}/responses`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${env.gateway.devKey}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "auto", ...body })
+      })
+    const cases: ReadonlyArray<readonly [Record<string, unknown>, string]> = [
+      [{ input: "hi", max_output_tokens: 0 }, "max_output_tokens"],
+      [{ input: "hi", max_output_tokens: -5 }, "max_output_tokens"],
+      [{ input: "hi", max_output_tokens: "16" }, "max_output_tokens"],
+      [{ input: "hi", max_output_tokens: 1.5 }, "max_output_tokens"],
+      [{ input: [] }, "input"],
+      [{ instructions: "Be brief.", input: [{ role: "robot", content: "hi" }] }, "input[0].role"],
+      [{ input: [{ role: "user", content: "a" }, { role: "tool", content: "b" }] }, "input[1].role"],
+      [{ input: [{ type: "function_call_output", output: "42" }] }, "input[0].call_id"],
+      [{ input: [{ type: "function_call", call_id: "c1", name: "f" }] }, "input[0].arguments"],
+      [{ input: "hi", tools: "none" }, "tools"]
+    ]
+    const calls = env.upstream.calls
+    for (const [body, param] of cases) {
+      const res = await post(body)
+      const error = ((await res.json()) as { error: { message: string; param: string } }).error
+      expect(res.status, JSON.stringify(body)).toBe(400)
+      expect(error.param, JSON.stringify(body)).toBe(param)
+      expect(error.message).toContain(param)
+      expect(error.message).not.toMatch(CHAT_ONLY)
+    }
+    expect(env.upstream.calls).toBe(calls)
+  })
+
+  it("property: a Responses body the gateway refuses is refused in the Responses API's words — no param or message names a chat-only field", () => {
+    const anyValue = fc.oneof(fc.integer({ min: -3, max: 3 }), fc.double(), fc.string({ maxLength: 3 }), fc.boolean(), fc.constant(null), fc.constant([]), fc.constant({}))
+    const item = fc.record(
+      {
+        type: fc.constantFrom("message", "function_call", "function_call_output"),
+        role: fc.oneof(fc.constantFrom("user", "assistant", "system", "developer", "tool", "function", "robot"), anyValue),
+        content: fc.oneof(fc.string({ maxLength: 3 }), anyValue),
+        call_id: fc.oneof(fc.constant("call_1"), anyValue),
+        name: fc.oneof(fc.constant("f"), anyValue),
+        arguments: fc.oneof(fc.constant("{}"), anyValue),
+        output: anyValue
+      },
+      { requiredKeys: [] }
+    )
+    const body = fc.record(
+      {
+        model: fc.oneof(fc.constant("auto"), anyValue),
+        instructions: fc.oneof(fc.string({ maxLength: 3 }), anyValue),
+        input: fc.oneof(fc.string({ maxLength: 3 }), fc.array(item, { maxLength: 3 }), anyValue),
+        max_output_tokens: fc.oneof(fc.integer({ min: -2, max: 100 }), anyValue),
+        tools: fc.oneof(fc.constant([{ type: "function", name: "f" }]), anyValue),
+        text: fc.oneof(fc.constant({ format: { type: "json_object" } }), anyValue),
+        stream: anyValue,
+        temperature: anyValue
+      },
+      { requiredKeys: [] }
+    )
+    fc.assert(
+      fc.property(body, (b) => {
+        // What the gateway runs on a /v1/responses body: the translation, then the chat parser (admitRequest).
+        const refused = Either.flatMap(responsesToChat(b), (chat) => Either.map(parseChatRequest(chat), () => chat))
+        if (Either.isRight(refused)) return
+        expect(refused.left.param ?? "").not.toMatch(CHAT_ONLY)
+        expect(refused.left.message).not.toMatch(CHAT_ONLY)
+      }),
+      { numRuns: 2000 }
+    )
   })
 })

@@ -3,11 +3,11 @@
  * ONE transaction; or, when nothing was charged, the hold voided and the key freed in one. And the
  * non-streamed call's upstream leg, which ends in one of the two.
  */
-import { Cause, Clock, Effect, Exit, Option, Runtime, type Tracer } from "effect"
+import { Cause, Chunk, Clock, Effect, Exit, Option, Runtime, type Tracer } from "effect"
 import { chargedTokens, chargeWithinReservation, settledCharge, type TokenCounts } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
-import type { GovernanceError } from "../../domain/errors.ts"
+import { type GovernanceError, StoreUnavailable } from "../../domain/errors.ts"
 import { newReceiptId } from "../../domain/ids.ts"
 import { timeline } from "../../domain/timeline.ts"
 import type { Principal } from "../KeyRegistry.ts"
@@ -135,12 +135,28 @@ export const makeSettlement = (ctx: GatewayContext) => {
       const { charge, stored, args } = settlementAt(p, principal, charged, clock.unsafeCurrentTimeMillis())
       return store.settle(args).pipe(
         span("tollgate.settle", { attributes: { "tollgate.request_id": p.requestId, "tollgate.credits_charged": charge, "tollgate.usage_source": charged.usageSource } }),
+        Effect.tapErrorCause((cause) => unsettled(p, cause, charged.served.attempts)),
         Effect.map(() => {
           settled(principal, charged.usageSource, charge)
           return then(stored)
         })
       )
     }).pipe(Effect.uninterruptible)
+
+  /**
+   * A settlement that failed (the store refused or dropped its connection past the bound, a defect):
+   * void the hold and free the key, so the call is answered with nothing held and its retry runs. A
+   * no-op where the settlement did commit after all (its connection lost at COMMIT): the retry replays it.
+   */
+  const unsettled = (p: Plan, cause: Cause.Cause<unknown>, attempts: ReadonlyArray<Attempt>) => {
+    const unavailable = Chunk.some(Cause.defects(cause), (d) => d instanceof StoreUnavailable)
+    return abandon(
+      p,
+      unavailable ? "store_unavailable" : "internal_error",
+      unavailable ? "The gateway's database could not record the settlement; nothing was charged." : "The gateway failed while recording the settlement; nothing was charged.",
+      attempts
+    ).pipe(Effect.catchAllCause(() => Effect.void))
+  }
 
   /** What a settlement stored: the reply as written for replay, and as sent. */
   type Stored = { readonly status: number; readonly contentType: string; readonly body: Uint8Array }
@@ -256,9 +272,10 @@ export const makeSettlement = (ctx: GatewayContext) => {
      * `settleServed`'s, posted by the store's callback (`settleNow`).
      */
     private settleByCallback(served: Served<UpstreamReply>, post: NonNullable<typeof settleNow>): void {
-      post(this.p, this.principal, servedSettlement(this.p, served), this.clock.unsafeCurrentTimeMillis(), (written) =>
-        this.ended(Exit.map(written, (stored): GatewayReply => ({ _tag: "Body", ...stored })))
-      )
+      post(this.p, this.principal, servedSettlement(this.p, served), this.clock.unsafeCurrentTimeMillis(), (written) => {
+        if (Exit.isSuccess(written)) return this.ended(Exit.succeed({ _tag: "Body", ...written.value }))
+        Runtime.runFork(this.runtime)(Effect.zipRight(unsettled(this.p, written.cause, served.attempts), Effect.failCause(written.cause))).addObserver((end) => this.ended(end))
+      })
     }
 
     private ended(end: Exit.Exit<GatewayReply, GovernanceError>): void {

@@ -9,6 +9,7 @@
  */
 import { Either } from "effect"
 import type { TokenCounts } from "../../../spec/pricing.ts"
+import { outputCapError } from "../../domain/chat.ts"
 import { InvalidRequest, UnsupportedWorkflow } from "../../domain/errors.ts"
 import { randomBase32 } from "../../domain/ids.ts"
 import { type Governance, sseEvent, type Surface } from "./Surface.ts"
@@ -16,11 +17,22 @@ import { type Governance, sseEvent, type Surface } from "./Surface.ts"
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v)
 const bad = (message: string, param: string | null) => new InvalidRequest({ message, param })
 const unsupported = (message: string, param: string | null) => new UnsupportedWorkflow({ message, param })
+/** The first of an input item's `fields` that is not a string, as a 400 naming it (`input[2].call_id`). */
+const notStrings = (item: Record<string, unknown>, at: string, fields: ReadonlyArray<string>): InvalidRequest | undefined => {
+  const field = fields.find((f) => typeof item[f] !== "string")
+  return field === undefined ? undefined : bad(`${at}.${field} must be a string.`, `${at}.${field}`)
+}
 
 const TEXT_INPUT_PARTS = new Set(["input_text", "output_text", "text"])
+const MESSAGE_ROLES = new Set(["user", "assistant", "system", "developer"])
 const PASS_THROUGH = ["temperature", "top_p", "user", "parallel_tool_calls", "tool_choice", "stream", "metadata", "store"] as const
 
-/** Translate a Responses request body into a chat completion body (validated again by the chat parser); pure. */
+/**
+ * Translate a Responses request body into a chat completion body (validated again by the chat parser);
+ * pure. Every field whose name changes on the way (`input`, `instructions` → `messages`,
+ * `max_output_tokens` → `max_tokens`, `text.format` → `response_format`) is checked here, under the
+ * name the client wrote, so the chat parser's refusals can only name fields both APIs share.
+ */
 export const responsesToChat = (body: unknown): Either.Either<Record<string, unknown>, InvalidRequest | UnsupportedWorkflow> => {
     if (!isObject(body)) return Either.left(bad("The request body must be a JSON object.", null))
     if (body.previous_response_id !== undefined && body.previous_response_id !== null) {
@@ -45,15 +57,21 @@ export const responsesToChat = (body: unknown): Either.Either<Record<string, unk
         if (!isObject(item)) return Either.left(bad(`${at} must be an object.`, at))
         const type = item.type ?? "message"
         if (type === "function_call") {
+          const refused = notStrings(item, at, ["call_id", "name", "arguments"])
+          if (refused !== undefined) return Either.left(refused)
           messages.push({ role: "assistant", content: null, tool_calls: [{ id: item.call_id, type: "function", function: { name: item.name, arguments: item.arguments } }] })
           continue
         }
         if (type === "function_call_output") {
+          const refused = notStrings(item, at, ["call_id"]) ?? (item.output === undefined ? bad(`${at}.output is required.`, `${at}.output`) : undefined)
+          if (refused !== undefined) return Either.left(refused)
           messages.push({ role: "tool", tool_call_id: item.call_id, content: typeof item.output === "string" ? item.output : JSON.stringify(item.output) })
           continue
         }
         if (type !== "message") return Either.left(unsupported(`Input item type '${String(type)}' is outside the supported text workflows.`, `${at}.type`))
-        if (typeof item.role !== "string") return Either.left(bad(`${at}.role must be a string.`, `${at}.role`))
+        if (typeof item.role !== "string" || !MESSAGE_ROLES.has(item.role)) {
+          return Either.left(bad(`${at}.role must be one of user, assistant, system, developer.`, `${at}.role`))
+        }
         const c = item.content
         if (typeof c === "string") {
           messages.push({ role: item.role, content: c })
@@ -76,11 +94,15 @@ export const responsesToChat = (body: unknown): Either.Either<Record<string, unk
     } else {
       return Either.left(bad("'input' must be a string or an array of input items.", "input"))
     }
+    if (messages.length === 0) return Either.left(bad("'input' must contain at least one item.", "input"))
+    const badCap = outputCapError(body, "max_output_tokens")
+    if (badCap !== undefined) return Either.left(badCap)
     const chat: Record<string, unknown> = { model: body.model, messages }
     for (const k of PASS_THROUGH) if (body[k] !== undefined) chat[k] = body[k]
     delete chat.store
     if (body.stream === true) chat.stream_options = { include_usage: true }
     if (body.max_output_tokens !== undefined && body.max_output_tokens !== null) chat.max_tokens = body.max_output_tokens
+    if (body.tools !== undefined && body.tools !== null && !Array.isArray(body.tools)) return Either.left(bad("'tools' must be an array of objects.", "tools"))
     if (Array.isArray(body.tools) && body.tools.length > 0) {
       const tools: Array<unknown> = []
       for (let i = 0; i < body.tools.length; i++) {

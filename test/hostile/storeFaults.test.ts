@@ -1,0 +1,201 @@
+/**
+ * Issue 38, finding 1: PostgreSQL refusing or dropping the gateway's connections. With the database
+ * limiting the gateway's role to fewer connections than its pool (a role with a low CONNECTION LIMIT),
+ * 40 concurrent calls answered 500 "Failed to acquire connection", left holds `held` and keys
+ * `in_flight` until the 15-minute TTL, and the retry the message asked for got 409 after 60 s. Now a
+ * call that fails for the store's sake answers 503 with Retry-After and holds nothing; its retry runs;
+ * /readyz reports the store's trouble; start-up names the connection problem and the setting.
+ *
+ * Each case makes its own role and schema in the test database (PostgreSQL on loopback) and drops
+ * them after.
+ */
+import { execFileSync } from "node:child_process"
+import { randomBytes } from "node:crypto"
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
+import { auditStore } from "../../src/store/auditReader.ts"
+import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
+import { onEngines, pgQuerySync, TEST_PG_URL, withSchema } from "../support/pg.ts"
+
+const psql = (sql: string): string =>
+  execFileSync("psql", [TEST_PG_URL, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] })
+
+/** A login role limited to `limit` connections, owning a fresh schema; its DATABASE_URL. */
+const limitedRole = (limit: number) => {
+  const name = `tg_lim_${randomBytes(4).toString("hex")}`
+  psql(`CREATE ROLE ${name} LOGIN CONNECTION LIMIT ${limit}; CREATE SCHEMA ${name} AUTHORIZATION ${name}`)
+  const url = new URL(TEST_PG_URL)
+  url.username = name
+  return {
+    name,
+    url: withSchema(url.toString(), name),
+    /** The schema read by the test's own (unlimited) role, for assertions and the audit. */
+    readerUrl: withSchema(TEST_PG_URL, name),
+    terminate: () => Number(psql(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '${name}'`).trim()),
+    limit: (n: number) => psql(`ALTER ROLE ${name} CONNECTION LIMIT ${n}`),
+    drop: () => {
+      psql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '${name}'`)
+      psql(`DROP SCHEMA IF EXISTS ${name} CASCADE; DROP ROLE IF EXISTS ${name}`)
+    }
+  }
+}
+
+const statusCounts = (statuses: ReadonlyArray<number>) => {
+  const counts: Record<string, number> = {}
+  for (const s of statuses) counts[s] = (counts[s] ?? 0) + 1
+  return counts
+}
+
+interface Outcome {
+  readonly status: number
+  readonly retryAfter: string | null
+  readonly code: string | undefined
+}
+
+const call = async (gateway: TestGateway, key: string, content: string): Promise<Outcome> => {
+  const res = await fetch(`${gateway.url}/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${gateway.devKey}`, "content-type": "application/json", "idempotency-key": key },
+    body: JSON.stringify({ model: "auto", max_tokens: 16, messages: [{ role: "user", content }] })
+  })
+  const body = (await res.json()) as { error?: { code?: string } }
+  return { status: res.status, retryAfter: res.headers.get("retry-after"), code: body.error?.code }
+}
+
+const stranded = (url: string) => ({
+  held: Number(pgQuerySync<{ n: number }>(url, "SELECT COUNT(*) AS n FROM reservations WHERE state = 'held'", [])[0]!.n),
+  inFlight: Number(pgQuerySync<{ n: number }>(url, "SELECT COUNT(*) AS n FROM idempotency WHERE state = 'in_flight'", [])[0]!.n)
+})
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+describe.runIf(onEngines("test/hostile/storeFaults.test.ts (PostgreSQL refusing connections)"))("PostgreSQL refusing or dropping the gateway's connections", () => {
+  let mock: MockUpstream
+  const cleanups: Array<() => unknown> = []
+  beforeAll(async () => {
+    mock = await startMockUpstream()
+    mock.setBehavior({ delayMs: 20 })
+  })
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c()
+  })
+  afterAll(async () => {
+    await mock.close()
+  })
+
+  it("a role limited below the pool: every call answers 200 or 503 with Retry-After, nothing stays held after 3 s, each retry runs, the audit is clean", async () => {
+    const role = limitedRole(4)
+    cleanups.push(role.drop)
+    const gateway = await startGateway(mockGatewayFile(mock.url), { databaseUrl: role.url, pgPoolSize: 12 })
+    cleanups.push(gateway.close)
+    const keys = Array.from({ length: 40 }, (_, i) => `fault-${i}-${randomBytes(4).toString("hex")}`)
+    const t0 = performance.now()
+    const first = await Promise.all(keys.map((k, i) => call(gateway, k, `burst ${i}`)))
+    const burstMs = performance.now() - t0
+    const counts = statusCounts(first.map((o) => o.status))
+    console.log(`finding 1: 40 concurrent calls, role CONNECTION LIMIT 4, pool 12: ${JSON.stringify(counts)} in ${burstMs.toFixed(0)} ms`)
+    for (const o of first) {
+      expect([200, 503]).toContain(o.status)
+      if (o.status === 503) expect(o.retryAfter).not.toBeNull()
+    }
+    await sleep(3000)
+    expect(stranded(role.readerUrl)).toEqual({ held: 0, inFlight: 0 })
+    const retried = first.flatMap((o, i) => (o.status === 503 ? [keys[i]!] : []))
+    const r0 = performance.now()
+    const again = await Promise.all(retried.map((k) => call(gateway, k, `burst ${keys.indexOf(k)}`)))
+    console.log(`finding 1: ${retried.length} retries with the same keys: ${JSON.stringify(statusCounts(again.map((o) => o.status)))} in ${(performance.now() - r0).toFixed(0)} ms`)
+    for (const o of again) expect([200, 503]).toContain(o.status)
+    const audit = await auditStore({ database: role.readerUrl, jobs: 0 })
+    expect(audit.findings).toEqual([])
+  }, 120_000)
+  it("connections dropped during a burst (pg_terminate_backend every 100 ms): every answer 200 or 503, nothing held after 3 s, each retry runs, the audit is clean", async () => {
+    const role = limitedRole(-1)
+    cleanups.push(role.drop)
+    const gateway = await startGateway(mockGatewayFile(mock.url), { databaseUrl: role.url, pgPoolSize: 12, pgAcquireTimeoutMs: 1000 })
+    cleanups.push(gateway.close)
+    const keys = Array.from({ length: 40 }, (_, i) => `drop-${i}-${randomBytes(4).toString("hex")}`)
+    let terminated = 0
+    let bursting = true
+    const killer = (async () => {
+      while (bursting) {
+        terminated += role.terminate()
+        await sleep(100)
+      }
+    })()
+    const first = await Promise.all(keys.map((k, i) => call(gateway, k, `drop ${i}`)))
+    bursting = false
+    await killer
+    console.log(`finding 1: 40 concurrent calls, ${terminated} backends terminated during the burst: ${JSON.stringify(statusCounts(first.map((o) => o.status)))}`)
+    for (const o of first) {
+      expect([200, 503]).toContain(o.status)
+      if (o.status === 503) expect([o.code, o.retryAfter !== null]).toEqual(["store_unavailable", true])
+    }
+    await sleep(3000)
+    expect(stranded(role.readerUrl)).toEqual({ held: 0, inFlight: 0 })
+    const r0 = performance.now()
+    const again = await Promise.all(first.flatMap((o, i) => (o.status === 503 ? [call(gateway, keys[i]!, `drop ${i}`)] : [])))
+    console.log(`finding 1: ${again.length} retries with the same keys: ${JSON.stringify(statusCounts(again.map((o) => o.status)))} in ${(performance.now() - r0).toFixed(0)} ms`)
+    expect(again.map((o) => o.status).filter((s) => s !== 200)).toEqual([])
+    const audit = await auditStore({ database: role.readerUrl, jobs: 0 })
+    expect(audit.findings).toEqual([])
+  }, 120_000)
+
+  it("the database refusing every connection: calls answer 503 store_unavailable with Retry-After at once after the bound, /readyz 503 naming the store; served again once it accepts", async () => {
+    const role = limitedRole(-1)
+    cleanups.push(role.drop)
+    const gateway = await startGateway(mockGatewayFile(mock.url), { databaseUrl: role.url, pgPoolSize: 4, pgAcquireTimeoutMs: 500 })
+    cleanups.push(gateway.close)
+    expect((await call(gateway, `ok-${randomBytes(4).toString("hex")}`, "before")).status).toBe(200)
+    role.limit(0)
+    role.terminate()
+    const t0 = performance.now()
+    const refused = await Promise.all(Array.from({ length: 8 }, (_, i) => call(gateway, `down-${i}-${randomBytes(4).toString("hex")}`, `down ${i}`)))
+    const refusedMs = performance.now() - t0
+    console.log(`finding 1: the database refusing every connection: ${JSON.stringify(statusCounts(refused.map((o) => o.status)))} in ${refusedMs.toFixed(0)} ms`)
+    for (const o of refused) expect([o.status, o.code, o.retryAfter]).toEqual([503, "store_unavailable", "1"])
+    const ready = await fetch(`${gateway.origin}/readyz`)
+    const readyBody = (await ready.json()) as { status: string; reason?: string }
+    expect([ready.status, readyBody.status]).toEqual([503, "unavailable"])
+    expect(readyBody.reason).toMatch(/PostgreSQL/)
+    role.limit(-1)
+    expect((await call(gateway, `back-${randomBytes(4).toString("hex")}`, "after")).status).toBe(200)
+    const readyAgain = (await (await fetch(`${gateway.origin}/readyz`)).json()) as { status: string }
+    expect(readyAgain.status).toBe("ready")
+    expect(stranded(role.readerUrl)).toEqual({ held: 0, inFlight: 0 })
+  }, 120_000)
+
+  it("a limit the running pool exceeds: refused connections lower the pool's ceiling, calls wait for the connections it has, /readyz says degraded", async () => {
+    const role = limitedRole(-1)
+    cleanups.push(role.drop)
+    const gateway = await startGateway(mockGatewayFile(mock.url), { databaseUrl: role.url, pgPoolSize: 12 })
+    cleanups.push(gateway.close)
+    role.limit(4)
+    role.terminate()
+    const keys = Array.from({ length: 40 }, (_, i) => `shrink-${i}-${randomBytes(4).toString("hex")}`)
+    const first = await Promise.all(keys.map((k, i) => call(gateway, k, `shrink ${i}`)))
+    console.log(`finding 1: the role limited to 4 while running with a pool of 12: ${JSON.stringify(statusCounts(first.map((o) => o.status)))}`)
+    expect(first.map((o) => o.status).filter((s) => s !== 200)).toEqual([])
+    const ready = (await (await fetch(`${gateway.origin}/readyz`)).json()) as { status: string; store: { status: string; reason?: string } }
+    expect(ready.status).toBe("ready")
+    expect(ready.store.status).toBe("degraded")
+    expect(stranded(role.readerUrl)).toEqual({ held: 0, inFlight: 0 })
+  }, 120_000)
+
+  it("start-up: a role allowed no connection fails with a message naming the problem and the setting; one allowed 2 starts, its pool fitted", async () => {
+    const none = limitedRole(0)
+    cleanups.push(none.drop)
+    const failed = await startGateway(mockGatewayFile(mock.url), { databaseUrl: none.url, pgPoolSize: 12 }).then(
+      (g) => g.close().then(() => "started"),
+      (e: unknown) => String(e)
+    )
+    expect(failed).toMatch(/too many connections for role/)
+    expect(failed).toMatch(/TOLLGATE_PG_POOL_SIZE/)
+    expect(failed).not.toMatch(/\n\s+at /)
+    const two = limitedRole(2)
+    cleanups.push(two.drop)
+    const gateway = await startGateway(mockGatewayFile(mock.url), { databaseUrl: two.url, pgPoolSize: 12 })
+    cleanups.push(gateway.close)
+    const answers = await Promise.all(Array.from({ length: 10 }, (_, i) => call(gateway, `two-${i}-${randomBytes(4).toString("hex")}`, `two ${i}`)))
+    expect(answers.map((o) => o.status).filter((s) => s !== 200)).toEqual([])
+  }, 120_000)
+})
