@@ -182,6 +182,33 @@ const defineOwn = (o: Record<string, unknown>, k: string, v: unknown): void => {
   else o[k] = v
 }
 
+/** A governance field a client may send in the body's metadata or as a header: their names, and what it is. */
+export interface MetadataOrHeader {
+  readonly metadata: string
+  readonly header: string
+  readonly what: string
+}
+export const IDEMPOTENCY_KEY: MetadataOrHeader = { metadata: "metadata.idempotency_key", header: "Idempotency-Key", what: "key" }
+export const MAX_CREDITS: MetadataOrHeader = { metadata: "metadata.max_credits", header: "X-Max-Credits", what: "cap" }
+
+/**
+ * The one value of a field sent in metadata, as a header, or as the same text in both, with where
+ * it came from (`param`, for the checks that follow). Two different values are a 400 naming the
+ * metadata field: which one the client meant is unknowable, so neither is guessed (a looser credit
+ * cap silently winning over a tighter one was issue 38's finding 5).
+ */
+export const oneValueOf = (
+  field: MetadataOrHeader,
+  fromMetadata: string | undefined,
+  fromHeader: string | undefined
+): Either.Either<{ readonly value: string | undefined; readonly param: string }, InvalidRequest> => {
+  if (fromMetadata === undefined) return Either.right({ value: fromHeader, param: field.header })
+  if (fromHeader !== undefined && fromHeader !== fromMetadata) {
+    return Either.left(bad(`The ${field.header} header and ${field.metadata} differ; send one ${field.what}, or the same ${field.what} in both.`, field.metadata))
+  }
+  return Either.right({ value: fromMetadata, param: field.metadata })
+}
+
 /** `metadata.max_credits` / `X-Max-Credits`: a non-negative integer written in decimal. */
 export const parseMaxCredits = (value: string | undefined, param: string): Either.Either<number | undefined, InvalidRequest> => {
   if (value === undefined) return Either.right(undefined)

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 import { chargeFor } from "../../spec/pricing.ts"
-import { clientFor, dbAll, expectNoServerErrors, governanceOf, ledgerState, newProject, type StatusLog } from "./helpers.ts"
+import { clientFor, dbAll, dbGet, expectApiError, expectNoServerErrors, governanceOf, ledgerState, newProject, type StatusLog } from "./helpers.ts"
 
 const PRICES = { input: 100_000, output: 1_000_000 } // 0.1 Credit per input token, 1 per output token
 const ROUTE_LIMIT = 64
@@ -143,5 +143,37 @@ describe("budget under concurrency", () => {
       return last
     })
     checkOutcome(p.projectId, cap, settled, samples, (v) => governanceOf(v).credits_charged)
+  })
+
+  it("one client cap per call (issue 38, finding 5): X-Max-Credits and a different metadata.max_credits are a 400 naming the field, nothing held or charged; the same cap in both bounds the reservation and the charge", async () => {
+    const p = await newProject(gw, { budget: 10_000 })
+    const client = clientFor(gw, p.key, log)
+    const story = [{ role: "user" as const, content: "tell me a long story" }]
+    const calls = mock.calls
+    for (const [header, metadata] of [["20", "100000"], ["100000", "20"]] as const) {
+      await expectApiError(client.chat.completions.create({ model: "auto", messages: story, metadata: { max_credits: metadata } }, { headers: { "X-Max-Credits": header } }), {
+        status: 400,
+        code: "invalid_request_error",
+        param: "metadata.max_credits",
+        message: /X-Max-Credits.*metadata\.max_credits/
+      })
+    }
+    // The quote applies the same rule as the call.
+    const quoted = await fetch(`${gw.url}/routing/evaluate`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${p.key}`, "content-type": "application/json", "x-max-credits": "20" },
+      body: JSON.stringify({ model: "auto", messages: story, metadata: { max_credits: "100000" } })
+    })
+    expect(quoted.status).toBe(400)
+    expect(mock.calls).toBe(calls)
+    expect(ledgerState(gw, p.projectId)).toMatchObject({ spent: 0, reserved: 0, receipts: 0, reservations: {}, requests: {} })
+
+    const cap = 20
+    const served = await client.chat.completions.create({ model: "auto", messages: story, metadata: { max_credits: String(cap) } }, { headers: { "X-Max-Credits": String(cap) } })
+    const g = governanceOf(served)
+    const reserved = dbGet<{ amount: number }>(gw, "SELECT amount FROM reservations WHERE request_id = ?", g.request_id)!.amount
+    expect(reserved).toBeLessThanOrEqual(cap)
+    expect(g.credits_charged).toBeGreaterThan(0)
+    expect(g.credits_charged).toBeLessThanOrEqual(reserved)
   })
 })

@@ -6,7 +6,7 @@
 import { Effect, Either, Option } from "effect"
 import type { Prices } from "../../../spec/pricing.ts"
 import { sizeReservation, type SizingRequest } from "../../domain/budgetSizing.ts"
-import { type ChatRequest, parseChatRequest, parseMaxCredits } from "../../domain/chat.ts"
+import { type ChatRequest, IDEMPOTENCY_KEY, MAX_CREDITS, oneValueOf, parseChatRequest, parseMaxCredits } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, type RateLimited, RouteUnavailable, type UnsupportedWorkflow } from "../../domain/errors.ts"
 import { newRequestId, newReservationId } from "../../domain/ids.ts"
@@ -70,8 +70,10 @@ export const admitRequest = (
   if (md.environment !== undefined && md.environment !== principal.environment) {
     return Either.left(new InvalidApiKey({ message: "This API key is scoped to another environment than metadata.environment." }))
   }
-  const maxCreditsParam = md.max_credits !== undefined ? "metadata.max_credits" : "X-Max-Credits"
-  return Either.map(parseMaxCredits(md.max_credits ?? maxCreditsHeader, maxCreditsParam), (maxCredits) => ({ request, maxCredits, maxCreditsParam }))
+  // One cap: a header and a different metadata value are refused, never resolved to either (oneValueOf).
+  return Either.flatMap(oneValueOf(MAX_CREDITS, md.max_credits, maxCreditsHeader), ({ value, param }) =>
+    Either.map(parseMaxCredits(value, param), (maxCredits) => ({ request, maxCredits, maxCreditsParam: param }))
+  )
 }
 
 export const makePlanning = (ctx: GatewayContext) => {
@@ -199,17 +201,10 @@ export const makePlanning = (ctx: GatewayContext) => {
     if (Either.isLeft(admitted)) return Either.left(admitted.left)
     timeline.mark("admit: schema, scope, cap")
     const md = admitted.right.request.metadata
-    // Two different keys for one call: which one the client meant is unknowable, so neither is guessed.
-    if (md.idempotency_key !== undefined && call.idempotencyKeyHeader !== undefined && md.idempotency_key !== call.idempotencyKeyHeader) {
-      return Either.left(
-        new InvalidRequest({
-          message: "The Idempotency-Key header and metadata.idempotency_key differ; send one key, or the same key in both.",
-          param: "metadata.idempotency_key"
-        })
-      )
-    }
-    const rawKey = md.idempotency_key ?? call.idempotencyKeyHeader
-    const checked = rawKey === undefined ? Either.right(undefined) : checkKey(rawKey, md.idempotency_key !== undefined ? "metadata.idempotency_key" : "Idempotency-Key")
+    const sent = oneValueOf(IDEMPOTENCY_KEY, md.idempotency_key, call.idempotencyKeyHeader)
+    if (Either.isLeft(sent)) return Either.left(sent.left)
+    const { value, param } = sent.right
+    const checked = value === undefined ? Either.right(undefined) : checkKey(value, param)
     if (Either.isLeft(checked)) return Either.left(checked.left)
     return Either.right({ ...admitted.right, key: checked.right })
   }
