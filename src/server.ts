@@ -27,13 +27,14 @@ import { Recovery } from "./services/Recovery.ts"
 import { Requests } from "./services/Requests.ts"
 import { Router } from "./services/Router.ts"
 import { Activity } from "./services/Activity.ts"
+import { AuthThrottle } from "./services/AuthThrottle.ts"
 import { Sessions } from "./services/Sessions.ts"
 import { ChatStoreLive } from "./store/chatStoreLive.ts"
 import { StoreDatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
 export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).pipe(
-  Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default)),
+  Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default, AuthThrottle.Default)),
   Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default)),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiterLive, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)

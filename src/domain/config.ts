@@ -3,6 +3,7 @@
  * named by TOLLGATE_CONFIG (providers, routes, rate cards). Loaded once at start-up.
  */
 import { Config, ConfigError, Context, Effect, Layer, Option, Redacted, Schema } from "effect"
+import { isIP } from "node:net"
 import { hostname } from "node:os"
 import { readFileSync } from "node:fs"
 import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
@@ -89,6 +90,12 @@ export interface GatewaySettings {
   readonly headersTimeoutMs: number
   readonly requestTimeoutMs: number
   readonly keepAliveTimeoutMs: number
+  /**
+   * Peers whose X-Forwarded-For and X-Forwarded-Proto are believed (TOLLGATE_TRUSTED_PROXIES: IP
+   * addresses and CIDR blocks; default loopback): the client's address for the sign-in throttle and
+   * the session cookie's Secure flag (src/http/session.ts `clientOf`). Any other peer is the client.
+   */
+  readonly trustedProxies: ReadonlyArray<string>
   /** Bearer token of GET /metrics (the admin token is accepted too); with neither set, /metrics answers 401. */
   readonly metricsToken: Option.Option<Redacted.Redacted<string>>
   /** How long a duplicate waits for an in-flight original before answering 409. */
@@ -184,6 +191,20 @@ export const validateGatewayFile = (file: GatewayFile): Effect.Effect<GatewayFil
   return problems.length === 0 ? Effect.succeed(file) : Effect.fail(new Error(`invalid gateway config: ${problems.join("; ")}`))
 }
 
+/**
+ * The default trusted proxies: loopback only. A loopback peer is a process on this host (inside the
+ * boundary that already holds the database and the admin token), where a TLS-terminating proxy
+ * usually runs; no remote peer can forge a forwarded address or scheme.
+ */
+const LOOPBACK: ReadonlyArray<string> = ["127.0.0.0/8", "::1"]
+
+/** An IP address, or a CIDR block (`10.0.0.0/8`, `fd00::/8`). */
+const isAddressOrBlock = (entry: string): boolean => {
+  const [ip = "", bits, ...more] = entry.split("/")
+  const family = isIP(ip)
+  return family !== 0 && more.length === 0 && (bits === undefined || (/^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128)))
+}
+
 const settingsConfig = Config.all({
   port: Config.integer("PORT").pipe(Config.withDefault(8080)),
   host: Config.string("HOST").pipe(Config.withDefault("0.0.0.0")),
@@ -201,6 +222,11 @@ const settingsConfig = Config.all({
   headersTimeoutMs: Config.integer("TOLLGATE_HEADERS_TIMEOUT_MS").pipe(Config.withDefault(10_000)),
   requestTimeoutMs: Config.integer("TOLLGATE_REQUEST_TIMEOUT_MS").pipe(Config.withDefault(30_000)),
   keepAliveTimeoutMs: Config.integer("TOLLGATE_KEEP_ALIVE_TIMEOUT_MS").pipe(Config.withDefault(5_000)),
+  trustedProxies: Config.string("TOLLGATE_TRUSTED_PROXIES").pipe(
+    Config.map((s) => s.split(",").map((p) => p.trim()).filter((p) => p !== "")),
+    Config.validate({ message: "must be IP addresses or CIDR blocks, comma-separated (127.0.0.1,10.0.0.0/8,::1), or empty for none", validation: (l) => l.every(isAddressOrBlock) }),
+    Config.withDefault(LOOPBACK)
+  ),
   metricsToken: Config.option(Config.redacted("TOLLGATE_METRICS_TOKEN")),
   inflightWaitMs: Config.integer("TOLLGATE_INFLIGHT_WAIT_MS").pipe(Config.withDefault(60_000)),
   upstreamTimeoutMs: Config.integer("TOLLGATE_UPSTREAM_TIMEOUT_MS").pipe(Config.withDefault(60_000)),
@@ -304,6 +330,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 30_000,
   keepAliveTimeoutMs: 5_000,
+  trustedProxies: LOOPBACK,
   metricsToken: Option.none(),
   inflightWaitMs: 10_000,
   upstreamTimeoutMs: 10_000,

@@ -11,7 +11,7 @@
  */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Context, Schema } from "effect"
-import { AdminConflict, AdminForbidden, AdminNotFound, AdminUnauthorized, InvalidRequest, RequestNotFound } from "../domain/errors.ts"
+import { AdminConflict, AdminForbidden, AdminNotFound, AdminUnauthorized, InvalidRequest, RateLimited, RequestNotFound } from "../domain/errors.ts"
 import type { Session, Viewer } from "../services/Sessions.ts"
 import * as S from "./schemas.ts"
 
@@ -23,7 +23,8 @@ const E = {
   forbidden: errorAt(AdminForbidden, "a team session is read-only; invalid_csrf_token: a cookie-authenticated write without the session's X-CSRF-Token"),
   notFound: errorAt(AdminNotFound, "unknown project or key id (or another project's, for a team session)"),
   requestNotFound: errorAt(RequestNotFound, "no such request (or receipt) in this project and the session's environment"),
-  conflict: errorAt(AdminConflict, "the key cannot be rotated in its state")
+  conflict: errorAt(AdminConflict, "the key cannot be rotated in its state"),
+  rateLimited: errorAt(RateLimited, "too many failed sign-ins or admin-token checks from this address, or at this credential: answered before the token is checked; see Retry-After")
 }
 
 /** Who called an admin endpoint (src/http/session.ts's check): the viewer, and the session when a cookie authenticated it. */
@@ -267,6 +268,7 @@ const admin = HttpApiGroup.make("admin")
       .addSuccess(ReceiptView)
       .addError(E.requestNotFound)
   )
+  .addError(E.rateLimited)
   .middleware(AdminAuth)
 
 /**
@@ -281,9 +283,10 @@ const signIn = HttpApiGroup.make("session").add(
     .addSuccess(SessionInfo, { status: 201 })
     .addError(E.invalidRequest)
     .addError(E.unauthorized)
+    .addError(E.rateLimited)
     .annotate(
       OpenApi.Description,
-      "Dashboard sign-in. Sets the session cookie tollgate_session (HttpOnly, SameSite=Strict, Path=/). Content-Type must be application/json."
+      "Dashboard sign-in. Sets the session cookie tollgate_session (HttpOnly, SameSite=Strict, Path=/; Secure over HTTPS). Content-Type must be application/json. Failed sign-ins are throttled per client address and per credential: 429 rate_limited with Retry-After, before the token is checked."
     )
 ).add(
   HttpApiEndpoint.get("getSession", "/admin/v1/session")

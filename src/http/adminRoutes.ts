@@ -12,10 +12,9 @@
  */
 import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Clock, type Context, Effect, Layer } from "effect"
-import { type AdminForbidden, type AdminUnauthorized, InvalidRequest } from "../domain/errors.ts"
+import { type AdminForbidden, type AdminUnauthorized, InvalidRequest, type RateLimited } from "../domain/errors.ts"
 import { available } from "../../spec/ledger.ts"
 import { Activity } from "../services/Activity.ts"
-import { Bootstrap } from "../services/Bootstrap.ts"
 import { type KeyInfo, KeyRegistry } from "../services/KeyRegistry.ts"
 import { Ledger } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
@@ -24,15 +23,16 @@ import { AdminAuth, AdminCaller, type DailyUsage, NewKey, NewProject, ProjectPat
 import { PublicApi } from "./api.ts"
 import { respondErrors } from "./caller.ts"
 import { decodedBody, header } from "./request.ts"
-import { adminCaller, cookieOptions, json, operatorOnly, SESSION_COOKIE, sessionCaller, viewedEnvironment, visibleProject } from "./session.ts"
+import { type AdminCheckServices, adminCaller, clientOf, cookieOptions, json, operatorOnly, SESSION_COOKIE, sessionCaller, viewedEnvironment, visibleProject } from "./session.ts"
 
 /**
  * A caller check (src/http/session.ts) as a middleware's security handler: run on the raw request with
- * the services it needs. The middlewares declare the 401 only; a check's other failure, the CSRF 403
- * of a cookie's write, is answered by the app's catch-all (./app.ts) — hence the one cast, here.
+ * the services it needs. The middlewares declare the 401 only; a check's other failures, the CSRF 403
+ * of a cookie's write and the 429 of a throttled admin token, are answered by the app's catch-all
+ * (./app.ts) — hence the one cast, here.
  */
 const runCheck =
-  <R>(services: Context.Context<R>, check: (req: HttpServerRequest.HttpServerRequest) => Effect.Effect<typeof AdminCaller.Service, AdminUnauthorized | AdminForbidden, R>) =>
+  <R>(services: Context.Context<R>, check: (req: HttpServerRequest.HttpServerRequest) => Effect.Effect<typeof AdminCaller.Service, AdminUnauthorized | AdminForbidden | RateLimited, R>) =>
   () =>
     Effect.flatMap(HttpServerRequest.HttpServerRequest, (req) => Effect.provide(check(req), services)) as unknown as Effect.Effect<typeof AdminCaller.Service, never>
 
@@ -44,7 +44,7 @@ const runCheck =
  */
 export const AdminAuthLive = Layer.effect(
   AdminAuth,
-  Effect.map(Effect.context<Bootstrap | Sessions>(), (services) => AdminAuth.of({ adminToken: () => Effect.fail(undefined) as never, session: runCheck(services, adminCaller) }))
+  Effect.map(Effect.context<AdminCheckServices>(), (services) => AdminAuth.of({ adminToken: () => Effect.fail(undefined) as never, session: runCheck(services, adminCaller) }))
 )
 
 /**
@@ -207,7 +207,8 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
 
 /**
  * POST /admin/v1/session {token}: sign in with the admin token or a project key. Only a JSON body is
- * accepted, so a cross-site form cannot sign a browser in to an attacker's session.
+ * accepted, so a cross-site form cannot sign a browser in to an attacker's session. Failed sign-ins
+ * are throttled per client address and per credential (429 before the token is checked; Sessions).
  */
 const sessionGroup = HttpApiBuilder.group(PublicApi, "session", (handlers) =>
   handlers.handleRaw("signIn", ({ request }) =>
@@ -219,8 +220,9 @@ const sessionGroup = HttpApiBuilder.group(PublicApi, "session", (handlers) =>
       if (body.token.length === 0 || body.token.length > 512) {
         return yield* new InvalidRequest({ message: "token must be the admin token or a project key.", param: "token" })
       }
-      const { id, session } = yield* (yield* Sessions).signIn(body.token.trim())
-      return HttpServerResponse.unsafeSetCookie(json(sessionBody(session), 201), SESSION_COOKIE, id, cookieOptions(request, session.expiresAt - session.createdAt))
+      const client = yield* clientOf(request)
+      const { id, session } = yield* (yield* Sessions).signIn(body.token.trim(), client.address)
+      return HttpServerResponse.unsafeSetCookie(json(sessionBody(session), 201), SESSION_COOKIE, id, cookieOptions(client, session.expiresAt - session.createdAt))
     }))
   )
     // SessionAuth resumed the cookie's session for these two (src/http/session.ts), CSRF checked on the sign-out.
@@ -228,7 +230,7 @@ const sessionGroup = HttpApiBuilder.group(PublicApi, "session", (handlers) =>
     .handle("signOut", ({ request }) =>
       respondErrors(Effect.gen(function* () {
         yield* (yield* Sessions).signOut(request.cookies[SESSION_COOKIE])
-        return HttpServerResponse.expireCookie(json({ object: "session", signed_out: true }), SESSION_COOKIE, cookieOptions(request))
+        return HttpServerResponse.expireCookie(json({ object: "session", signed_out: true }), SESSION_COOKIE, cookieOptions(yield* clientOf(request)))
       }))
     )
 )

@@ -88,6 +88,9 @@ export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {
     const credits = new Counter("tollgate_credits_charged_total", "Credits charged, by project.")
     const settled = new Counter("tollgate_requests_settled_total", "Governed requests settled with a receipt, by project and usage source.")
     const attempts = new Counter("tollgate_upstream_attempts_total", "Upstream attempts by route and outcome.")
+    const authFailures = new Counter("tollgate_auth_failures_total", "Failed dashboard sign-ins and admin-token checks, by surface (sign_in, admin_token).")
+    const authThrottled = new Counter("tollgate_auth_throttled_total", "Sign-ins and admin-token checks answered 429 before their credential was checked, by surface and the limit that refused (address, project_key, admin_token).")
+    for (const surface of ["sign_in", "admin_token"]) authFailures.inc({ surface }, 0)
     return {
       request: (endpoint: string, status: number, seconds: number) => {
         requests.inc({ endpoint, status: String(status) })
@@ -98,7 +101,9 @@ export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {
         credits.inc({ project: projectId }, charged)
       },
       attempt: (route: string, outcome: string) => attempts.inc({ route, outcome }),
-      render: (): string => [requests, duration, credits, settled, attempts].map((m) => m.render()).join("\n\n") + "\n\n" + renderStoreRetries() + "\n"
+      authFailure: (surface: string) => authFailures.inc({ surface }),
+      authThrottled: (surface: string, limit: string) => authThrottled.inc({ surface, limit }),
+      render: (): string => [requests, duration, credits, settled, attempts, authFailures, authThrottled].map((m) => m.render()).join("\n\n") + "\n\n" + renderStoreRetries() + "\n"
     } as const
   }
 }) {}
