@@ -6,10 +6,11 @@
  * Depth is checked on the raw bytes as they arrive, before JSON.parse: a body nested deeper than the
  * limit never becomes an object, so no recursive walk of it (JSON.stringify upstream, the idempotency
  * fingerprint, the token estimate) can overflow the stack. A body refused before it was read to its end
- * is answered with `Connection: close` and the connection is closed once the answer is flushed
- * (`closeIfUnread`), never drained.
+ * is answered with `Connection: close`, and the connection closed gracefully: its rest read and
+ * discarded for a bounded time and size after the answer (`closeIfUnread`, `LINGER`).
  */
 import type { IncomingMessage, ServerResponse } from "node:http"
+import { Socket } from "node:net"
 import { InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
 
 export type BodyResult =
@@ -114,19 +115,75 @@ export const parseJsonText = (text: string): BodyResult => {
 }
 
 /**
- * Answering before the request's body was read to its end (401 before reading, 413, a body too deep):
- * say `Connection: close`, so node closes the connection once the answer is flushed instead of
- * reading the rest of the body to reuse the connection. Call before the response head is written.
+ * How long and how much of a refused body is still read after the early answer, whichever ends
+ * first (a lingering close, as nginx's `lingering_time` 30 s / `lingering_timeout` 5 s). Enough for
+ * a client on a fast link to finish sending a body several times the default 8 MiB limit (a 40 MB
+ * message) and read the answer; still a bound on what one connection costs: an endless body is cut
+ * off within 5 s, a fast one after 64 MiB. A request timeout (TOLLGATE_REQUEST_TIMEOUT_MS) that
+ * falls due first cuts it off sooner.
  */
-export const closeIfUnread = (res: ServerResponse): void => {
-  if (!res.req.complete) res.shouldKeepAlive = false
+export interface Linger {
+  readonly ms: number
+  readonly bytes: number
+}
+export const LINGER: Linger = { ms: 5_000, bytes: 64 * 1024 * 1024 }
+
+/**
+ * Answering before the request's body was read to its end (401 before reading, 413, a body too deep):
+ * say `Connection: close` and close gracefully (`lingerOn`) rather than reading the rest of the body to
+ * reuse the connection, or closing it with the body unread. Call before the response head is written.
+ */
+export const closeIfUnread = (res: ServerResponse, linger: Linger = LINGER): void => {
+  if (res.req.complete) return
+  res.shouldKeepAlive = false
+  const socket = res.socket as Closing | null
+  if (socket !== null && !socket.destroyed && socket.destroySoon === destroySoon) lingerOn(res.req, socket, linger)
+}
+
+/** net.Socket's `destroySoon` (not in @types/node): end the writable side, destroy once that is flushed. */
+type Closing = Socket & { destroySoon: () => void }
+const destroySoon = (Socket.prototype as Closing).destroySoon
+
+/**
+ * A lingering close. Closing a socket whose received bytes are unread makes the kernel send a reset,
+ * and a client still sending its body then loses the answer it was sent (EPIPE, "fetch failed" — and
+ * an SDK retries the whole upload). Node ends a `Connection: close` response with
+ * `socket.destroySoon()`; on this socket that call only half-closes (the answer, then FIN), while the
+ * rest of the body is read and discarded. The socket is closed once the body has ended and the answer
+ * is out, or cut off (reset) after `linger.ms` or past `linger.bytes` more. A client that closes or
+ * resets its side meanwhile ends it too (node's 'clientError', src/http/errors.ts).
+ */
+const lingerOn = (req: IncomingMessage, socket: Closing, linger: Linger): void => {
+  let answered = false
+  let bodyRead = false
+  let drained = 0
+  const cutOff = () => socket.destroy()
+  const timer = setTimeout(cutOff, linger.ms).unref()
+  const close = () => {
+    socket.destroySoon = destroySoon
+    socket.destroySoon()
+  }
+  socket.destroySoon = () => {
+    answered = true
+    if (bodyRead) close()
+    else socket.end()
+  }
+  req.on("data", (chunk: Buffer) => {
+    drained += chunk.length
+    if (drained > linger.bytes) cutOff()
+  })
+  req.once("end", () => {
+    bodyRead = true
+    if (answered) close()
+  })
+  socket.once("close", () => clearTimeout(timer))
 }
 
 /**
  * Read and parse a JSON body within the limits, then call `done` once: 413 when the declared or the
  * received length is over the size limit, 400 when nested too deep, empty, unreadable or not JSON.
  * After a refusal the rest of the body is not buffered; the answer closes the connection
- * (`closeIfUnread`). Once it has answered, the reader takes its listeners off the request: the
+ * (`closeIfUnread`, after a bounded drain). Once it has answered, the reader takes its listeners off the request: the
  * request lives as long as its call, and listeners left on it would keep the reader's state — and
  * `done` — alive through every scavenge of the call's upstream wait (docs/decisions/0035). A later
  * 'error' still finds a listener (`ignoreError`), so it never becomes an uncaught exception.

@@ -5,9 +5,10 @@
  */
 import fc from "fast-check"
 import { createServer, request } from "node:http"
+import { connect } from "node:net"
 import type { AddressInfo } from "node:net"
 import { describe, expect, it } from "vitest"
-import { closeIfUnread, makeDepthScanner, readJsonBody } from "../../src/http/body.ts"
+import { closeIfUnread, type Linger, makeDepthScanner, readJsonBody } from "../../src/http/body.ts"
 
 const depthOf = (v: unknown): number =>
   Array.isArray(v) ? 1 + Math.max(0, ...v.map(depthOf)) : v !== null && typeof v === "object" ? 1 + Math.max(0, ...Object.values(v).map(depthOf)) : 0
@@ -83,5 +84,53 @@ describe("readJsonBody", () => {
       { ok: true, data: 0, end: 0, error: 1 },
       { ok: false, data: 0, end: 0, error: 1 }
     ])
+  })
+})
+
+describe("closeIfUnread: a lingering close after an early answer", () => {
+  /**
+   * A server answering 413 before reading the body, lingering within `linger`; a client that declares
+   * 1 GiB and keeps sending after the server's FIN (1 KiB every 10 ms, or 64 KiB as fast as taken),
+   * as a client sending its whole body before reading would: the answer it read, and when the
+   * server's socket closed, from the answer.
+   */
+  const run = async (linger: Linger, pace: "slow" | "fast") => {
+    let closedAfter = (_ms: number) => {}
+    const closed = new Promise<number>((resolve) => (closedAfter = resolve))
+    const server = createServer((_req, res) => {
+      closeIfUnread(res, linger)
+      const answeredAt = performance.now()
+      res.socket!.once("close", () => closedAfter(performance.now() - answeredAt))
+      res.writeHead(413).end("too large")
+    })
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve))
+    const socket = connect({ port: (server.address() as AddressInfo).port, host: "127.0.0.1", allowHalfOpen: true })
+    let answer = ""
+    socket.on("data", (d) => (answer += d.toString("latin1")))
+    socket.on("error", () => {})
+    socket.write(`POST / HTTP/1.1\r\nhost: x\r\ncontent-length: ${2 ** 30}\r\n\r\n`)
+    const chunk = Buffer.alloc(pace === "slow" ? 1024 : 64 * 1024)
+    const pump = () => {
+      while (socket.writable) if (!socket.write(chunk)) return socket.once("drain", pump)
+    }
+    const trickle = pace === "slow" ? setInterval(() => socket.writable && socket.write(chunk), 10) : (pump(), undefined)
+    const afterMs = await closed
+    clearInterval(trickle)
+    socket.destroy()
+    server.close()
+    return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(answer)?.[1]), afterMs }
+  }
+
+  it("an endless slow body is read after the answer for linger.ms, then cut off; the client has its answer", async () => {
+    const r = await run({ ms: 300, bytes: 2 ** 30 }, "slow")
+    expect(r.status).toBe(413)
+    expect(r.afterMs).toBeGreaterThanOrEqual(290)
+    expect(r.afterMs).toBeLessThan(1500)
+  })
+
+  it("an endless fast body is cut off once linger.bytes were drained, long before linger.ms", async () => {
+    const r = await run({ ms: 60_000, bytes: 4 * 1024 * 1024 }, "fast")
+    expect(r.status).toBe(413)
+    expect(r.afterMs).toBeLessThan(5000)
   })
 })
