@@ -24,11 +24,12 @@
  * after a jittered backoff and counted (`pgRetries`, exported in /metrics).
  */
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Duration, Effect, Layer, Option } from "effect"
+import { Duration, Effect, Layer, Option, Schedule } from "effect"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { available, checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
+import { StoreUnavailable } from "../domain/errors.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
 import { PgConnectionsTracker } from "./pgPool.ts"
@@ -51,6 +52,12 @@ const retryableCode = (e: SqlError.SqlError): "40001" | "40P01" | undefined => {
 class MayHaveCommitted {
   constructor(readonly reason: string) {}
 }
+
+/** The advisory lock class of reservations' fences (with the reservation id's hash). */
+const RESERVATION_FENCE = 7301
+
+/** How often abandonments the database could not take are tried again. */
+const OWED_RETRY_MS = 250
 
 /** Holds the sweep voids per transaction. */
 const SWEEP_BATCH = 500
@@ -99,6 +106,8 @@ export const makePgChatStore = Effect.gen(function* () {
       const deadline = clock.unsafeCurrentTimeMillis() + pgAcquireTimeoutMs
       const attempt = (n: number): Effect.Effect<A, E> =>
         (sql.withTransaction(body) as Effect.Effect<A, E>).pipe(
+          // @effect/sql raises a failed COMMIT or ROLLBACK as a defect: the same store error here.
+          Effect.catchSomeDefect((d) => ((d as { _tag?: unknown })._tag === "SqlError" ? Option.some(Effect.fail(d as E)) : Option.none())),
           Effect.catchIf(
             (e) => (e as { _tag?: unknown })._tag === "SqlError",
             (e): Effect.Effect<A, E> => {
@@ -188,8 +197,10 @@ export const makePgChatStore = Effect.gen(function* () {
           hold AS (
             INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at, epoch)
             SELECT ${a.hold.reservationId}, ${a.hold.requestId}, ${projectId}, ${period}, ${reservation}::bigint, 'held', ${a.hold.deadline}::bigint, ${a.now}::bigint, ${a.epoch}::bigint
-            WHERE EXISTS (SELECT 1 FROM held))
-          SELECT COUNT(*) AS n FROM held`
+            WHERE EXISTS (SELECT 1 FROM held)),
+          -- The fence of the reservation, held to COMMIT: a void after a lost connection waits for it (voidedReservation).
+          fence AS (SELECT pg_advisory_xact_lock(${RESERVATION_FENCE}, hashtext(${a.hold.reservationId})))
+          SELECT COUNT(*) AS n FROM held, fence`
         let held = (yield* guarded)[0]!.n === 1
         if (!held && w?.spent === null) {
           // The window did not exist yet (first hold of the month): open it and try once more.
@@ -210,8 +221,13 @@ export const makePgChatStore = Effect.gen(function* () {
       )
     )
 
-  /** What voids a reservation that may have committed, had its connection not been lost. */
-  const voidedReservation = (a: ReserveArgs, reason: string): AbandonArgs => ({
+  /**
+   * What voids a reservation that may have committed, had its connection not been lost. Fenced: the
+   * lost transaction may still be committing on its server process; the void runs once that
+   * transaction's fence is free (it committed or rolled back), else it is owed and tried again.
+   */
+  const voidedReservation = (a: ReserveArgs, reason: string): AbandonArgs & { readonly fenced: true } => ({
+    fenced: true,
     now: a.now,
     reservationId: a.hold.reservationId,
     requestId: a.request.id,
@@ -278,9 +294,31 @@ export const makePgChatStore = Effect.gen(function* () {
         attempts = ${JSON.stringify(f.attempts)}, completed_at = ${f.completedAt}
       WHERE id = ${requestId} AND status = 'pending'`
 
+  /**
+   * Void a hold, fail its request and free its key. When the database cannot take it within the bound,
+   * it is owed: retried in the background until it lands (the call is answered 503 meanwhile, with
+   * nothing charged), so a hold does not wait for the expiry sweep, nor its key for the TTL.
+   */
   const abandon = (a: AbandonArgs): Effect.Effect<void> =>
+    Effect.tapDefect(abandonOnce(a), (d) => Effect.sync(() => void (d instanceof StoreUnavailable && owed.set(a.reservationId, a))))
+
+  const owed = new Map<string, AbandonArgs>()
+  const payOwed = Effect.suspend(() =>
+    Effect.forEach(
+      [...owed.values()],
+      (a) => Effect.matchCauseEffect(abandonOnce(a), { onFailure: () => Effect.void, onSuccess: () => Effect.sync(() => owed.delete(a.reservationId)) }),
+      { discard: true }
+    )
+  )
+  yield* Effect.forkScoped(Effect.repeat(payOwed, Schedule.spaced(Duration.millis(OWED_RETRY_MS))))
+
+  const abandonOnce = (a: AbandonArgs & { readonly fenced?: true }): Effect.Effect<void> =>
     transact(
       Effect.gen(function* () {
+        if (a.fenced === true) {
+          const [fence] = yield* sql<{ free: boolean }>`SELECT pg_try_advisory_xact_lock(${RESERVATION_FENCE}, hashtext(${a.reservationId})) AS free`
+          if (fence?.free !== true) return yield* Effect.die(storeUnavailable("a lost reservation is still committing"))
+        }
         const [row] = yield* sql<{ amount: number; project_id: string; period: string }>`
           UPDATE reservations SET state = 'voided', charge = 0, resolved_at = ${a.now}
           WHERE id = ${a.reservationId} AND state = 'held' RETURNING amount, project_id, period`
@@ -384,4 +422,4 @@ export const makePgChatStore = Effect.gen(function* () {
 })
 
 /** ChatStore on PostgreSQL. */
-export const PgChatStoreLive: Layer.Layer<ChatStore, never, SqlClient.SqlClient | ReceiptKey | Settings> = Layer.effect(ChatStore, makePgChatStore)
+export const PgChatStoreLive: Layer.Layer<ChatStore, never, SqlClient.SqlClient | ReceiptKey | Settings> = Layer.scoped(ChatStore, makePgChatStore)

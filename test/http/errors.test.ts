@@ -34,7 +34,11 @@ const cases: ReadonlyArray<readonly [E.TollgateError, { status: number; type: st
   [new E.AdminUnauthorized({ message: "m" }), { status: 401, type: "invalid_request_error", code: "invalid_admin_token", param: null, headers: noRetry }],
   [new E.AdminForbidden({ message: "m", code: "forbidden" }), { status: 403, type: "invalid_request_error", code: "forbidden", param: null, headers: noRetry }],
   [new E.AdminForbidden({ message: "m", code: "invalid_csrf_token" }), { status: 403, type: "invalid_request_error", code: "invalid_csrf_token", param: null, headers: noRetry }],
-  [new E.AdminConflict({ message: "m" }), { status: 409, type: "invalid_request_error", code: "conflict", param: null, headers: noRetry }]
+  [new E.AdminConflict({ message: "m" }), { status: 409, type: "invalid_request_error", code: "conflict", param: null, headers: noRetry }],
+  [
+    new E.StoreUnavailable({ message: "m", retryAfterMs: 1000 }),
+    { status: 503, type: "server_error", code: "store_unavailable", param: null, headers: { "retry-after": "1", "retry-after-ms": "1000", "x-should-retry": "true" } }
+  ]
 ]
 
 describe("error classes carry their wire form", () => {
