@@ -42,7 +42,9 @@ export interface Project {
   readonly budget_credits: number
   readonly rate_limit: { readonly requests_per_minute: number; readonly burst: number }
   readonly current_window: Window
+  /** The first page of keys (GET one project); the rest from the keys list. */
   readonly keys?: ReadonlyArray<ApiKey>
+  readonly keys_has_more?: boolean
 }
 
 export interface IssuedKey {
@@ -83,11 +85,14 @@ export interface RequestEntry {
   readonly idempotency_key: string | null
 }
 
-export interface RequestPage {
-  readonly data: ReadonlyArray<RequestEntry>
+/** A page of an admin list: pass next_cursor as cursor for the next one. */
+export interface Page<T> {
+  readonly data: ReadonlyArray<T>
   readonly has_more: boolean
   readonly next_cursor: string | null
 }
+
+export type RequestPage = Page<RequestEntry>
 
 export interface Receipt {
   readonly receipt_id: string
@@ -185,7 +190,8 @@ export const api = {
     call<unknown>("DELETE", "/admin/v1/session").finally(() => {
       csrfToken = null
     }),
-  projects: () => call<{ data: ReadonlyArray<Project> }>("GET", "/admin/v1/projects").then((r) => r.data),
+  projects: (cursor: string | null) => call<Page<Project>>("GET", `/admin/v1/projects${q({ cursor })}`),
+  keys: (projectId: string, cursor: string | null) => call<Page<ApiKey>>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/keys${q({ cursor })}`),
   project: (id: string) => call<Project>("GET", `/admin/v1/projects/${encodeURIComponent(id)}`),
   createProject: (body: { name: string; budget_credits: number; rate_limit: { requests_per_minute: number; burst?: number } }) =>
     call<Project>("POST", "/admin/v1/projects", body),

@@ -1,7 +1,7 @@
-import { useEffect, useState } from "preact/hooks"
-import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Project, type Session, type Usage } from "./api.ts"
+import { useEffect, useMemo, useState } from "preact/hooks"
+import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Page, type Project, type Session, type Usage } from "./api.ts"
 import { UsageChart } from "./chart.tsx"
-import { ago, BudgetBar, credits, Dialog, ErrorNote, message, Status, when } from "./ui.tsx"
+import { ago, BudgetBar, credits, Dialog, ErrorNote, message, More, Status, usePages, when } from "./ui.tsx"
 
 const thisMonth = () => new Date().toISOString().slice(0, 7)
 
@@ -126,11 +126,17 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
       setError(message(err))
     }
   }
-  const keys = project.keys ?? []
+  // The project embeds the first page of its keys; the rest come from its keys list.
+  const first = useMemo((): Page<ApiKey> => {
+    const keys = project.keys ?? []
+    return { data: keys, has_more: project.keys_has_more === true, next_cursor: project.keys_has_more === true ? keys[keys.length - 1]!.id : null }
+  }, [project])
+  const list = usePages(first, (cursor) => api.keys(project.id, cursor))
+  const keys = list.items ?? []
   return (
     <section class="card" aria-labelledby="keys-h">
       <h2 id="keys-h">API keys</h2>
-      <ErrorNote error={error} />
+      <ErrorNote error={error ?? list.error} />
       <div class="table-wrap">
         <table data-table="keys">
           <thead><tr><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th><th scope="col">Created</th><th scope="col">Expires</th><th scope="col">Last used</th>{operator ? <th scope="col"><span class="sr-only">Actions</span></th> : null}</tr></thead>
@@ -154,6 +160,7 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
           </tbody>
         </table>
       </div>
+      <More list={list} label="More keys" />
       {operator ? (
         <form class="inline-form" onSubmit={(e) => { e.preventDefault(); void act(async () => setIssued(await api.createKey(project.id, environment))) }}>
           <label for="k-env">Environment</label>

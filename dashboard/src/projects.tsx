@@ -1,10 +1,12 @@
 import { useEffect, useState } from "preact/hooks"
-import { api, type Project } from "./api.ts"
-import { BudgetBar, credits, ErrorNote, message } from "./ui.tsx"
+import { api, type Page, type Project } from "./api.ts"
+import { BudgetBar, credits, ErrorNote, message, More, usePages } from "./ui.tsx"
 
-/** The operator's list of projects, each with its window's budget bar, and a form to create one. */
+/** The operator's list of projects, oldest first a page at a time, each with its window's budget bar, and a form to create one. */
 export const Projects = ({ go }: { go: (hash: string) => void }) => {
-  const [projects, setProjects] = useState<ReadonlyArray<Project> | null>(null)
+  const [first, setFirst] = useState<Page<Project> | null>(null)
+  const list = usePages(first, api.projects)
+  const projects = list.items
   const [error, setError] = useState<string | null>(null)
   const [name, setName] = useState("")
   const [budget, setBudget] = useState("100000")
@@ -12,8 +14,7 @@ export const Projects = ({ go }: { go: (hash: string) => void }) => {
   const [burst, setBurst] = useState("")
   const [creating, setCreating] = useState(false)
 
-  const load = () => api.projects().then(setProjects, (e) => setError(message(e)))
-  useEffect(() => void load(), [])
+  useEffect(() => void api.projects(null).then(setFirst, (e) => setError(message(e))), [])
 
   const create = async (e: Event) => {
     e.preventDefault()
@@ -36,7 +37,7 @@ export const Projects = ({ go }: { go: (hash: string) => void }) => {
   return (
     <>
       <h1>Projects</h1>
-      <ErrorNote error={error} />
+      <ErrorNote error={error ?? list.error} />
       {projects === null ? <p role="status">Loading…</p> : (
         <ul class="project-list">
           {projects.map((p) => (
@@ -48,6 +49,7 @@ export const Projects = ({ go }: { go: (hash: string) => void }) => {
           ))}
         </ul>
       )}
+      <More list={list} label="More projects" />
       <section class="card" aria-labelledby="new-project">
         <h2 id="new-project">New project</h2>
         <form onSubmit={create} class="grid-form">

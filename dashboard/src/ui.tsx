@@ -1,7 +1,7 @@
 /** Small shared pieces: formatting, the budget bar, a modal dialog, status badges, errors. */
 import type { ComponentChildren } from "preact"
-import { useEffect, useRef } from "preact/hooks"
-import type { Window } from "./api.ts"
+import { useEffect, useRef, useState } from "preact/hooks"
+import type { Page, Window } from "./api.ts"
 
 export const credits = (n: number) => n.toLocaleString("en-US")
 
@@ -60,3 +60,39 @@ export const Status = ({ value }: { value: string }) => <span class={`badge badg
 export const ErrorNote = ({ error }: { error: string | null }) => (error === null ? null : <p class="error" role="alert">{error}</p>)
 
 export const message = (e: unknown) => (e instanceof Error ? e.message : String(e))
+
+/**
+ * An admin list shown as one growing table: its first page, then `more` appends the next (next_cursor).
+ * When the first page changes (a reload after a write), the pages that were open are read again, so a
+ * key rotated on the third page, and its replacement, stay in view.
+ */
+export const usePages = <T,>(first: Page<T> | null, next: (cursor: string) => Promise<Page<T>>) => {
+  const [shown, setShown] = useState<{ readonly items: ReadonlyArray<T>; readonly last: Page<T>; readonly pages: number } | null>(null)
+  const [loading, setLoading] = useState(false)
+  const [error, setError] = useState<string | null>(null)
+  const follow = async (items: ReadonlyArray<T>, last: Page<T>, pages: number, upTo: number) => {
+    let all = items
+    let page = last
+    for (let n = pages; n < upTo && page.next_cursor !== null; n++) {
+      page = await next(page.next_cursor)
+      all = [...all, ...page.data]
+    }
+    return { items: all, last: page, pages: Math.max(pages, upTo) }
+  }
+  const run = (work: () => Promise<void>) => {
+    setLoading(true)
+    setError(null)
+    work().catch((e) => setError(message(e))).finally(() => setLoading(false))
+  }
+  useEffect(() => {
+    if (first !== null) run(async () => setShown(await follow(first.data, first, 1, shown?.pages ?? 1)))
+  }, [first])
+  const more = () => {
+    if (shown !== null) run(async () => setShown(await follow(shown.items, shown.last, shown.pages, shown.pages + 1)))
+  }
+  return { items: shown?.items ?? null, hasMore: shown?.last.has_more === true, more, loading, error }
+}
+
+/** The "more" button under a paged list, while more follow. */
+export const More = ({ list, label }: { list: { readonly hasMore: boolean; readonly more: () => void; readonly loading: boolean }; label: string }) =>
+  list.hasMore ? <p class="more"><button type="button" class="secondary" onClick={list.more} disabled={list.loading}>{list.loading ? "Loading…" : label}</button></p> : null

@@ -5,25 +5,63 @@ import { parseArgs } from "node:util"
 
 const baseUrl = () => (process.env.TOLLGATE_URL ?? "http://localhost:8080").replace(/\/+$/, "")
 
-const call = async (method: string, path: string, body?: unknown): Promise<number> => {
+/** The admin token, or undefined after saying it is missing. */
+const adminToken = (): string | undefined => {
   const token = process.env.TOLLGATE_ADMIN_TOKEN
-  if (token === undefined || token === "") {
-    process.stderr.write("TOLLGATE_ADMIN_TOKEN is not set (the admin token printed at first start, or the one you configured).\n")
-    return 2
-  }
-  const res = await fetch(`${baseUrl()}${path}`, {
+  if (token !== undefined && token !== "") return token
+  process.stderr.write("TOLLGATE_ADMIN_TOKEN is not set (the admin token printed at first start, or the one you configured).\n")
+  return undefined
+}
+
+const send = (token: string, method: string, path: string, body?: unknown) =>
+  fetch(`${baseUrl()}${path}`, {
     method,
     headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
     ...(body === undefined ? {} : { body: JSON.stringify(body) })
   })
-  const text = await res.text()
-  const out = res.ok ? process.stdout : process.stderr
+
+/** An answer, pretty-printed: to stdout and exit code 0 when it is a success, else to stderr and 1. */
+const print = (ok: boolean, text: string): number => {
+  const out = ok ? process.stdout : process.stderr
   try {
     out.write(`${JSON.stringify(JSON.parse(text), null, 2)}\n`)
   } catch {
     out.write(`${text}\n`)
   }
-  return res.ok ? 0 : 1
+  return ok ? 0 : 1
+}
+
+const call = async (method: string, path: string, body?: unknown): Promise<number> => {
+  const token = adminToken()
+  if (token === undefined) return 2
+  const res = await send(token, method, path, body)
+  return print(res.ok, await res.text())
+}
+
+/**
+ * An admin list (docs/contract.md §8): one page (`--limit`, `--cursor`: a page's next_cursor), or with
+ * `--all` every page from there on, following next_cursor, printed as one list.
+ */
+const list = async (path: string, options: { readonly limit?: string | undefined; readonly cursor?: string | undefined; readonly all?: boolean | undefined }): Promise<number> => {
+  const limit = int(options.limit, "limit")
+  const page = (cursor: string | undefined) => {
+    const query = new URLSearchParams({ ...(limit === undefined ? {} : { limit: String(limit) }), ...(cursor === undefined ? {} : { cursor }) }).toString()
+    return query === "" ? path : `${path}?${query}`
+  }
+  if (options.all !== true) return call("GET", page(options.cursor))
+  const token = adminToken()
+  if (token === undefined) return 2
+  const data: Array<unknown> = []
+  let cursor = options.cursor
+  do {
+    const res = await send(token, "GET", page(cursor))
+    const text = await res.text()
+    if (!res.ok) return print(false, text)
+    const answer = JSON.parse(text) as { data: Array<unknown>; next_cursor: string | null }
+    data.push(...answer.data)
+    cursor = answer.next_cursor ?? undefined
+  } while (cursor !== undefined)
+  return print(true, JSON.stringify({ object: "list", data, has_more: false, next_cursor: null }))
 }
 
 const int = (v: string | undefined, name: string): number | undefined => {
@@ -43,7 +81,10 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       rpm: { type: "string" },
       burst: { type: "string" },
       environment: { type: "string" },
-      "grace-seconds": { type: "string" }
+      "grace-seconds": { type: "string" },
+      limit: { type: "string" },
+      cursor: { type: "string" },
+      all: { type: "boolean" }
     }
   })
   const [action, id] = positionals
@@ -60,6 +101,8 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
           budget_credits: int(values.budget, "budget") ?? 0,
           rate_limit: { requests_per_minute: int(values.rpm, "rpm") ?? 60, ...(values.burst === undefined ? {} : { burst: int(values.burst, "burst") }) }
         })
+      case "list":
+        return list("/admin/v1/projects", values)
       case "get":
         return call("GET", `/admin/v1/projects/${need("a project id")}`)
       case "update": {
@@ -77,7 +120,7 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       case "create":
         return call("POST", `/admin/v1/projects/${need("a project id")}/keys`, { environment: values.environment ?? "development" })
       case "list":
-        return call("GET", `/admin/v1/projects/${need("a project id")}/keys`)
+        return list(`/admin/v1/projects/${need("a project id")}/keys`, values)
       case "rotate": {
         const grace = int(values["grace-seconds"], "grace-seconds")
         return call("POST", `/admin/v1/keys/${need("a key id")}/rotate`, grace === undefined ? {} : { grace_seconds: grace })

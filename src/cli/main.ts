@@ -4,10 +4,11 @@
  *
  *   tollgate serve                                  start the gateway (same as npm start)
  *   tollgate projects create --name N --budget C --rpm R [--burst B] [--organization O]
+ *   tollgate projects list [--limit N] [--cursor C] [--all]     one page (a page's next_cursor as --cursor), or every page
  *   tollgate projects get <prj_id>
  *   tollgate projects update <prj_id> [--name N] [--budget C] [--rpm R] [--burst B]
  *   tollgate keys create <prj_id> [--environment development|staging|production]
- *   tollgate keys list <prj_id>
+ *   tollgate keys list <prj_id> [--limit N] [--cursor C] [--all]
  *   tollgate keys rotate <key_id> [--grace-seconds S]
  *   tollgate keys revoke <key_id>
  *   tollgate audit [--project P] [--period YYYY-MM] [--json]

@@ -13,6 +13,7 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, Open
 import { Context, Schema } from "effect"
 import { AdminConflict, AdminForbidden, AdminNotFound, AdminUnauthorized, InvalidRequest, RateLimited, RequestNotFound } from "../domain/errors.ts"
 import type { Session, Viewer } from "../services/Sessions.ts"
+import { DEFAULT_PAGE_SIZE, PageCursor, PageLimit } from "../domain/paging.ts"
 import * as S from "./schemas.ts"
 
 const errorAt = (errorClass: Schema.Schema.All, description: string) => S.errorBodyOf(errorClass, description, "AdminError")
@@ -90,12 +91,30 @@ const ProjectFields = {
 
 export const ProjectSummary = Schema.Struct(ProjectFields).annotations({ identifier: "ProjectSummary" })
 
-export const Project = Schema.Struct({ ...ProjectFields, keys: Schema.Array(ApiKey) }).annotations({
+export const Project = Schema.Struct({
+  ...ProjectFields,
+  keys: Schema.Array(ApiKey).annotations({ description: `The first page of the project's keys, oldest first (${DEFAULT_PAGE_SIZE} at most); the rest from GET /admin/v1/projects/{id}/keys.` }),
+  keys_has_more: Schema.Boolean.annotations({ description: "More keys follow: GET /admin/v1/projects/{id}/keys?cursor=<the id of the last key here>." })
+}).annotations({
   identifier: "Project",
   description: "A team session sees only the keys of its own environment."
 })
 
-export const ProjectList = Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ProjectSummary) }).annotations({ identifier: "ProjectList" })
+/** An admin list's page (src/domain/paging.ts): every admin list answers this shape. */
+const listPage = <A, I, R>(item: Schema.Schema<A, I, R>, identifier: string, description: string) =>
+  Schema.Struct({
+    object: Schema.Literal("list"),
+    data: Schema.Array(item),
+    has_more: Schema.Boolean,
+    next_cursor: Schema.NullOr(Schema.String).annotations({ description: "Pass it as cursor for the next page; null on the last page." })
+  }).annotations({ identifier, description })
+
+/** The query of every admin list: `limit` and `cursor` (src/domain/paging.ts). */
+const PageParams = { limit: Schema.optional(PageLimit), cursor: Schema.optional(PageCursor) }
+
+export const ProjectList = listPage(ProjectSummary, "ProjectList", "Oldest first; a team session sees its own project only.")
+
+export const ApiKeyList = listPage(ApiKey, "ApiKeyList", "Oldest first; a team session sees only the keys of its own environment.")
 
 export const NewProject = Schema.Struct({
   name: Schema.String,
@@ -158,12 +177,7 @@ export const RequestListItem = Schema.Struct({
   idempotency_key: Schema.NullOr(Schema.String)
 }).annotations({ identifier: "RequestLogEntry" })
 
-export const RequestPage = Schema.Struct({
-  object: Schema.Literal("list"),
-  data: Schema.Array(RequestListItem),
-  has_more: Schema.Boolean,
-  next_cursor: Schema.NullOr(Schema.String)
-}).annotations({ identifier: "RequestPage", description: "Newest first; pass next_cursor as cursor for the next page." })
+export const RequestPage = listPage(RequestListItem, "RequestPage", "Newest first; pass next_cursor as cursor for the next page.")
 
 const ChainLink = Schema.NullOr(Schema.Struct({ seq: Schema.Int, request_id: Schema.String, environment: Schema.String, hash: Schema.String }))
 
@@ -181,7 +195,7 @@ const RequestPath = Schema.Struct({ id: Schema.String, request_id: Schema.String
 const EnvironmentParam = Schema.optional(Environment.annotations({ description: "Operator: filter by environment. A team session always reads its own." }))
 
 const admin = HttpApiGroup.make("admin")
-  .add(HttpApiEndpoint.get("listProjects", "/admin/v1/projects").addSuccess(ProjectList))
+  .add(HttpApiEndpoint.get("listProjects", "/admin/v1/projects").setUrlParams(Schema.Struct(PageParams)).addSuccess(ProjectList).addError(E.invalidRequest))
   .add(
     HttpApiEndpoint.post("createProject", "/admin/v1/projects")
       .setPayload(NewProject)
@@ -211,7 +225,9 @@ const admin = HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.get("listKeys", "/admin/v1/projects/:id/keys")
       .setPath(ProjectPath)
-      .addSuccess(Schema.Struct({ object: Schema.Literal("list"), data: Schema.Array(ApiKey) }).annotations({ identifier: "ApiKeyList" }))
+      .setUrlParams(Schema.Struct(PageParams))
+      .addSuccess(ApiKeyList)
+      .addError(E.invalidRequest)
       .addError(E.notFound)
   )
   .add(
@@ -248,8 +264,7 @@ const admin = HttpApiGroup.make("admin")
           status: Schema.optional(Schema.Literal("pending", "completed", "failed")),
           model: Schema.optional(Schema.String.annotations({ description: "The requested model or the route that served it" })),
           q: Schema.optional(Schema.String.annotations({ description: "Substring of the request id, idempotency key, receipt id, model or route" })),
-          cursor: Schema.optional(Schema.String.annotations({ description: "next_cursor of the previous page" })),
-          limit: Schema.optional(Schema.String.annotations({ description: "1–100, default 25" }))
+          ...PageParams
         })
       )
       .addSuccess(RequestPage)

@@ -14,9 +14,10 @@ import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/p
 import { Clock, type Context, Effect, Layer } from "effect"
 import { type AdminForbidden, type AdminUnauthorized, InvalidRequest, type RateLimited } from "../domain/errors.ts"
 import { available } from "../../spec/ledger.ts"
+import { type PageRequest, pageRequest } from "../domain/paging.ts"
 import { Activity } from "../services/Activity.ts"
-import { type KeyInfo, KeyRegistry } from "../services/KeyRegistry.ts"
-import { Ledger } from "../services/Ledger.ts"
+import { KeyRegistry } from "../services/KeyRegistry.ts"
+import { type BudgetWindow, Ledger } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
 import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
 import { AdminAuth, AdminCaller, type DailyUsage, NewKey, NewProject, ProjectPatch, type RequestListItem, type RequestPage, Rotation, SessionAuth, SignIn } from "./adminApi.ts"
@@ -56,36 +57,31 @@ export const SessionAuthLive = Layer.effect(
   Effect.map(Effect.context<Sessions>(), (services) => SessionAuth.of({ session: runCheck(services, sessionCaller) }))
 )
 
-/** A project's keys as a viewer may see them (a team: its own environment), with each key's last use. */
-const keysWithLastUse = (projectId: string, keys: ReadonlyArray<KeyInfo>, viewer: Viewer) =>
+/** A page of a project's keys as a viewer may see them (a team: its own environment), with each key's last use. */
+const keysPage = (projectId: string, viewer: Viewer, request: PageRequest) =>
   Effect.gen(function* () {
-    const activity = yield* Activity
-    const lastUsed = yield* activity.keysLastUsed(projectId)
-    return keys
-      .filter((k) => viewer.role === "operator" || k.environment === viewer.environment)
-      .map((k) => ({ ...k, last_used_at: lastUsed.get(k.id) ?? null }))
+    const page = yield* (yield* KeyRegistry).list(projectId, teamEnvironment(viewer), request)
+    const lastUsed = yield* (yield* Activity).keysLastUsed(projectId, page.data.map((k) => k.id))
+    return { ...page, data: page.data.map((k) => ({ ...k, last_used_at: lastUsed.get(k.id) ?? null })) }
   })
 
-const budgetWindow = (projectId: string, period: string) =>
-  Effect.map(Effect.flatMap(Ledger, (ledger) => ledger.window(projectId, period)), (w) => ({
-    period: w.period,
-    budget_credits: w.cap,
-    spent: w.spent,
-    reserved: w.reserved,
-    remaining: available(w)
-  }))
+const windowView = (w: BudgetWindow) => ({ period: w.period, budget_credits: w.cap, spent: w.spent, reserved: w.reserved, remaining: available(w) })
+
+const budgetWindow = (projectId: string, period: string) => Effect.map(Effect.flatMap(Ledger, (ledger) => ledger.window(projectId, period)), windowView)
 
 const currentPeriod = Effect.flatMap(Ledger, (ledger) => Effect.map(Clock.currentTimeMillis, (now) => ledger.periodOf(now)))
 
+/** A project with its current window and the first page of its keys (docs/contract.md §8). */
 const projectView = (id: string, viewer: Viewer = { role: "operator" }) =>
   Effect.gen(function* () {
     const project = yield* (yield* Projects).get(id)
-    const keys = yield* (yield* KeyRegistry).list(id)
+    const keys = yield* keysPage(id, viewer, pageRequest({}))
     return {
       ...project,
       object: "project" as const,
       current_window: yield* budgetWindow(id, yield* currentPeriod),
-      keys: yield* keysWithLastUse(id, keys, viewer)
+      keys: keys.data,
+      keys_has_more: keys.has_more
     }
   })
 
@@ -108,19 +104,14 @@ const viewerOf = (id: string) => Effect.tap(viewer, (v) => visibleProject(v, id)
 
 const teamEnvironment = (v: Viewer) => (v.role === "team" ? v.environment : undefined)
 
-const LIMIT = /^\d+$/
-
 const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
   handlers
-    .handle("listProjects", () =>
+    .handle("listProjects", ({ urlParams }) =>
       respondErrors(Effect.gen(function* () {
         const v = yield* viewer
-        const projects = yield* Projects
-        const period = yield* currentPeriod
-        const all = v.role === "team" ? [yield* projects.get(v.projectId)] : yield* projects.list
-        const data = []
-        for (const p of all) data.push({ ...p, object: "project" as const, current_window: yield* budgetWindow(p.id, period) })
-        return { object: "list" as const, data }
+        const page = yield* (yield* Projects).page(yield* currentPeriod, pageRequest(urlParams), v.role === "team" ? v.projectId : undefined)
+        const data = page.data.map(({ project, window }) => ({ ...project, object: "project" as const, current_window: windowView(window) }))
+        return { object: "list" as const, ...page, data }
       }))
     )
     .handleRaw("createProject", () =>
@@ -147,11 +138,10 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
         return yield* (yield* KeyRegistry).create(path.id, body.environment)
       }))
     )
-    .handle("listKeys", ({ path }) =>
+    .handle("listKeys", ({ path, urlParams }) =>
       respondErrors(Effect.gen(function* () {
         const v = yield* viewerOf(path.id)
-        const keys = yield* (yield* KeyRegistry).list(path.id)
-        return { object: "list" as const, data: yield* keysWithLastUse(path.id, keys, v) }
+        return { object: "list" as const, ...(yield* keysPage(path.id, v, pageRequest(urlParams))) }
       }))
     )
     .handleRaw("rotateKey", ({ path }) =>
@@ -180,9 +170,6 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
         const v = yield* viewerOf(path.id)
         yield* (yield* Projects).get(path.id)
         const environment = yield* viewedEnvironment(v, urlParams.environment)
-        const limitText = urlParams.limit ?? "25"
-        const limit = Number(limitText)
-        if (!LIMIT.test(limitText) || limit < 1 || limit > 100) return yield* new InvalidRequest({ message: "limit must be an integer from 1 to 100.", param: "limit" })
         if (urlParams.q !== undefined && urlParams.q.length > 200) return yield* new InvalidRequest({ message: "q is at most 200 characters.", param: "q" })
         const nonEmpty = (s: string | undefined) => (s === "" ? undefined : s)
         const page = yield* (yield* Activity).listRequests({
@@ -191,8 +178,7 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
           status: urlParams.status,
           model: nonEmpty(urlParams.model),
           q: nonEmpty(urlParams.q),
-          cursor: nonEmpty(urlParams.cursor),
-          limit
+          ...pageRequest(urlParams)
         })
         return { object: "list" as const, ...page } as typeof RequestPage.Type // as above
       }))

@@ -10,6 +10,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { Receipt } from "../../spec/receipt.ts"
 import { RequestNotFound } from "../domain/errors.ts"
+import { pageOf } from "../domain/paging.ts"
 import { type RequestRow as StoredRequest, requestView } from "../store/requestStatements.ts"
 
 type RequestRow = StoredRequest & { readonly key_id: string }
@@ -57,8 +58,7 @@ export class Activity extends Effect.Service<Activity>()("tollgate/Activity", {
           )
         }
         const rows = yield* sql<RequestRow>`SELECT * FROM requests WHERE ${sql.and(where)} ORDER BY id DESC LIMIT ${f.limit + 1}`
-        const page = rows.slice(0, f.limit)
-        return { data: page.map(requestListItem), has_more: rows.length > f.limit, next_cursor: rows.length > f.limit ? page[page.length - 1]!.id : null }
+        return pageOf(rows, f.limit, requestListItem)
       }).pipe(Effect.orDie)
 
     const findRequest = (projectId: string, id: string, environment: string | undefined) =>
@@ -85,10 +85,11 @@ export class Activity extends Effect.Service<Activity>()("tollgate/Activity", {
         return { object: "receipt_view" as const, receipt: JSON.parse(row.body) as Receipt, previous: link(row.seq - 1), next: link(row.seq + 1) }
       })
 
-    /** When each key of a project last made a governed request (the request log's newest row per key). */
-    const keysLastUsed = (projectId: string) =>
+    /** When each of a project's keys `keyIds` (a page of them) last made a governed request (the request log's newest row per key). */
+    const keysLastUsed = (projectId: string, keyIds: ReadonlyArray<string>) =>
       Effect.map(
-        sql<{ key_id: string; at: number }>`SELECT key_id, MAX(created_at) AS at FROM requests WHERE project_id = ${projectId} GROUP BY key_id`,
+        sql<{ key_id: string; at: number }>`SELECT key_id, MAX(created_at) AS at FROM requests
+                                            WHERE project_id = ${projectId} AND ${sql.in("key_id", keyIds)} GROUP BY key_id`,
         (rows) => new Map(rows.map((r) => [r.key_id, new Date(r.at).toISOString()]))
       ).pipe(Effect.orDie)
 

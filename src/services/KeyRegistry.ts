@@ -11,6 +11,8 @@ import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } 
 import { Settings } from "../domain/config.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
+import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
+import { makeAdminLists } from "../store/adminLists.ts"
 import { makeKeyEvents } from "../store/keyEvents.ts"
 import { Projects } from "./Projects.ts"
 
@@ -83,6 +85,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     const sql = yield* SqlClient.SqlClient
     const settings = yield* Settings
     const projects = yield* Projects
+    const lists = makeAdminLists(sql)
     /**
      * Key rows by id, and ids known to be unknown (row undefined): an unknown id is remembered for as
      * long as a known one, so a repeated guess costs exactly what a repeated wrong secret costs — one
@@ -264,12 +267,17 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
       replaced_by: row.replaced_by
     })
 
-    const list = (projectId: string) =>
+    /**
+     * A page of a project's keys, oldest first (src/domain/paging.ts); `environment`: only that
+     * environment's (a team's). The cursor is one of those keys' id; another one is a 400.
+     */
+    const list = (projectId: string, environment: Environment | undefined, request: PageRequest): Effect.Effect<Page<KeyInfo>, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         yield* projects.get(projectId)
+        const position = yield* cursorPosition(request, (cursor) => Effect.orDie(lists.keyPosition(projectId, environment, cursor)))
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* sql<KeyRow>`SELECT * FROM api_keys WHERE project_id = ${projectId} ORDER BY created_at`.pipe(Effect.orDie)
-        return rows.map((r) => toInfo(r, now))
+        const rows = yield* Effect.orDie(lists.keys<KeyRow>(projectId, environment, position, request.limit + 1))
+        return pageOf(rows, request.limit, (r) => toInfo(r, now))
       })
 
     /** Drop cached state for a project (its cap or rate limit changed). */

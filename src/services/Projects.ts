@@ -7,6 +7,9 @@ import { Clock, Effect, Option } from "effect"
 import { defaultBurst } from "../../spec/rateLimit.ts"
 import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
 import { newOrganizationId, newProjectId } from "../domain/ids.ts"
+import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
+import { makeAdminLists } from "../store/adminLists.ts"
+import type { BudgetWindow } from "../store/ledgerStatements.ts"
 
 export interface Project {
   readonly id: string
@@ -39,6 +42,12 @@ export const toProject = (r: ProjectRow): Project => ({
   updated_at: new Date(r.updated_at).toISOString()
 })
 
+/** A project in a list, with its current budget window. */
+export interface ProjectWithWindow {
+  readonly project: Project
+  readonly window: BudgetWindow
+}
+
 export interface NewProject {
   readonly name: string
   readonly organization?: string | undefined
@@ -57,6 +66,7 @@ const isCount = (n: unknown): n is number => typeof n === "number" && Number.isS
 export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
+    const lists = makeAdminLists(sql)
 
     const find = (id: string) =>
       Effect.map(sql<ProjectRow>`SELECT * FROM projects WHERE id = ${id}`, (rows) => Option.fromNullable(rows[0]))
@@ -125,9 +135,20 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
 
     const count = Effect.map(sql<{ n: number }>`SELECT COUNT(*) AS n FROM projects`, (rows) => rows[0]?.n ?? 0).pipe(Effect.orDie)
 
-    /** Every project, oldest first (the dashboard's list; a gateway holds tens to thousands of projects). */
-    const list = Effect.map(sql<ProjectRow>`SELECT * FROM projects ORDER BY created_at, id`, (rows) => rows.map(toProject)).pipe(Effect.orDie)
+    /**
+     * A page of projects, oldest first, each with its budget window of `period` (src/domain/paging.ts);
+     * `only`: the one project a team sees. The cursor is a project's id; another one is a 400.
+     */
+    const page = (period: string, request: PageRequest, only?: string): Effect.Effect<Page<ProjectWithWindow>, InvalidRequest> =>
+      Effect.gen(function* () {
+        const position = yield* cursorPosition(request, (cursor) => Effect.orDie(lists.projectPosition(cursor, only)))
+        const rows = yield* Effect.orDie(lists.projects<ProjectRow>(period, position, request.limit + 1, only))
+        return pageOf(rows, request.limit, (r) => ({
+          project: toProject(r),
+          window: { period, cap: r.budget_credits, spent: r.window_spent, reserved: r.window_reserved }
+        }))
+      })
 
-    return { get, create, update, count, list } as const
+    return { get, create, update, count, page } as const
   })
 }) {}

@@ -208,13 +208,25 @@ const sharedRateLimit = Effect.gen(function* () {
   yield* sql.onDialectOrElse({ pg: () => sql.unsafe(`CREATE UNLOGGED ${pgDdl(table)}`), orElse: () => sql.unsafe(`CREATE ${table}`) })
 })
 
+/**
+ * The admin lists' order, indexed (issue 38; src/store/adminLists.ts): projects and a project's keys
+ * are paged oldest first by keyset on (created_at, id), so a page reads only its rows. The keys'
+ * index replaces `api_keys_project`, its prefix (a key is written once and rarely: one B-tree either way).
+ */
+const adminListIndexes = Effect.gen(function* () {
+  yield* ddl`CREATE INDEX projects_created ON projects(created_at, id)`
+  yield* ddl`CREATE INDEX api_keys_listed ON api_keys(project_id, created_at, id)`
+  yield* ddl`DROP INDEX api_keys_project`
+})
+
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
 export const migrationSteps = {
   "0001_init": init,
   "0002_receipt_usage_columns": receiptUsageColumns,
   "0003_leaner_write_indexes": leanerWriteIndexes,
   "0004_instance_epochs": instanceEpochs,
-  "0005_shared_rate_limit": sharedRateLimit
+  "0005_shared_rate_limit": sharedRateLimit,
+  "0006_admin_list_indexes": adminListIndexes
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

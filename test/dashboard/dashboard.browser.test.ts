@@ -247,6 +247,42 @@ describe("the dashboard in headless Chromium", () => {
     console.log(`dashboard browser journey: ${Date.now() - started} ms`)
   }, 120_000)
 
+  it("operator: projects and keys a page at a time (More), and a key rotated on a later page stays in view", async () => {
+    const { context, page } = await open()
+    // More than one page of each (the API's default page is 25): projects, and keys of the default project.
+    const before = (await gw.admin("GET", "/admin/v1/projects?limit=100")).body.data.length
+    for (let i = 0; i < 30; i++) await gw.admin("POST", "/admin/v1/projects", { name: `paged ${i}`, budget_credits: 1000, rate_limit: { requests_per_minute: 60 } })
+    const keysBefore = (await gw.admin("GET", `/admin/v1/projects/${gw.projectId}/keys?limit=100`)).body.data.length
+    for (let i = 0; i < 30; i++) await gw.admin("POST", `/admin/v1/projects/${gw.projectId}/keys`, { environment: "staging" })
+    const projects = before + 30
+    const keys = keysBefore + 30
+
+    await signIn(page, ADMIN_TOKEN)
+    await page.getByRole("heading", { name: "Projects" }).waitFor()
+    await expect.poll(() => page.locator("[data-project]").count()).toBe(25)
+    await page.getByRole("button", { name: "More projects" }).click()
+    await expect.poll(() => page.locator("[data-project]").count()).toBe(Math.min(projects, 50))
+    while (await page.getByRole("button", { name: "More projects" }).count() > 0) await page.getByRole("button", { name: "More projects" }).click()
+    await expect.poll(() => page.locator("[data-project]").count()).toBe(projects)
+    const listed = await page.locator("[data-project]").evaluateAll((cards) => cards.map((c) => c.getAttribute("data-project")))
+    expect(new Set(listed).size).toBe(projects)
+
+    await page.goto(`${gw.origin}/dashboard/#/projects/${gw.projectId}`)
+    await expect.poll(() => page.locator("[data-key]").count()).toBe(25)
+    await page.getByRole("button", { name: "More keys" }).click()
+    await expect.poll(() => page.locator("[data-key]").count()).toBe(Math.min(keys, 50))
+    // Rotating the last key shown reloads the project: the pages that were open stay, with the new key.
+    const last = await page.locator("[data-key]").last().getAttribute("data-key")
+    await page.getByRole("button", { name: `Rotate ${last}` }).click()
+    await page.getByRole("button", { name: "Rotate key", exact: true }).click()
+    await page.getByRole("dialog").getByRole("button", { name: "I have stored it" }).click()
+    await expect.poll(() => page.locator(`[data-key="${last}"] .badge-rotated`).count()).toBe(1)
+    await expect.poll(() => page.locator("[data-key]").count()).toBe(Math.min(keys + 1, 50))
+
+    expect(problems).toEqual([])
+    await context.close()
+  }, 120_000)
+
   it("an expired session sends the page back to sign-in", async () => {
     const short = await startGateway(mockGatewayFile(upstream.url), { sessionTtlMs: 1500 })
     const context = await browser.newContext()

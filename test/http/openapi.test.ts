@@ -29,6 +29,18 @@ describe("OpenAPI document and the wire schemas", () => {
     )
   })
 
+  it("every admin list documents the same paging: limit and cursor in, has_more and next_cursor out", async () => {
+    const doc: any = await (await fetch(`${env.gateway.origin}/openapi.json`)).json()
+    const resolve = (schema: any) => (schema.$ref === undefined ? schema : doc.components.schemas[schema.$ref.split("/").at(-1)])
+    for (const path of ["/admin/v1/projects", "/admin/v1/projects/{id}/keys", "/admin/v1/projects/{id}/requests"]) {
+      const list = doc.paths[path].get
+      expect([path, list.parameters.filter((p: any) => p.in === "query" && (p.name === "limit" || p.name === "cursor")).length]).toEqual([path, 2])
+      expect(list.responses["400"]).toBeDefined()
+      const page = resolve(list.responses["200"].content["application/json"].schema)
+      expect([path, ...["object", "data", "has_more", "next_cursor"].map((f) => page.required.includes(f))]).toEqual([path, true, true, true, true])
+    }
+  })
+
   it("real responses decode with the schemas the document is generated from", async () => {
     const client = new OpenAI({ baseURL: env.gateway.url, apiKey: env.gateway.devKey, maxRetries: 0 })
     const completion = await client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "schema check" }] })

@@ -161,10 +161,11 @@ describe("KeyRegistry admin operations", () => {
       expect(notFound._tag).toBe("AdminNotFound")
       const badEnv = yield* Effect.flip(keys.create(project.id, "qa"))
       expect(badEnv).toMatchObject({ _tag: "InvalidRequest", param: "environment" })
+      yield* TestClock.adjust(1) // keys are listed by creation time (then id)
       const prod = yield* keys.create(project.id, "production")
       expect(prod.secret.startsWith("tg_prd_")).toBe(true)
       expect((yield* keys.authenticate(bearer(prod.secret))).environment).toBe("production")
-      expect((yield* keys.list(project.id)).map((k) => [k.id, k.environment, k.status])).toEqual([
+      expect((yield* keys.list(project.id, undefined, { cursor: undefined, limit: 25 })).data.map((k) => [k.id, k.environment, k.status])).toEqual([
         [issued.id, "development", "active"],
         [prod.id, "production", "active"]
       ])

@@ -2,6 +2,7 @@
  * Migration 0003 (fewer indexes written per governed call) on a store made by the migrations before
  * it: nothing is lost, and the reads that need an index still get one.
  */
+import { SqlClient, type Statement } from "@effect/sql"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import BetterSqlite3 from "better-sqlite3"
 import { Effect } from "effect"
@@ -9,6 +10,7 @@ import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { describe, expect, it } from "vitest"
+import { makeAdminLists } from "../../src/store/adminLists.ts"
 import { type migrationSteps, runMigrationsUpTo } from "../../src/store/migrations.ts"
 import { migrate } from "../audit/synthetic.ts"
 
@@ -31,15 +33,21 @@ const seed = (db: BetterSqlite3.Database) => {
   ).run()
 }
 
-const planOf = (db: BetterSqlite3.Database, query: string) =>
-  (db.prepare(`EXPLAIN QUERY PLAN ${query}`).all() as Array<{ detail: string }>).map((r) => r.detail).join(" | ")
+const planOf = (db: BetterSqlite3.Database, query: string, params: ReadonlyArray<unknown> = []) =>
+  (db.prepare(`EXPLAIN QUERY PLAN ${query}`).all(...params) as Array<{ detail: string }>).map((r) => r.detail).join(" | ")
+
+/** A store file as the migrations up to `last` left it, seeded, and an open handle on it. */
+const seededStoreAt = async (last: keyof typeof migrationSteps) => {
+  const filename = join(mkdtempSync(join(tmpdir(), "tg-migrate-")), "t.db")
+  await migrateUpTo(filename, last)
+  const before = new BetterSqlite3(filename)
+  seed(before)
+  return { filename, before }
+}
 
 describe("migration 0003: leaner write indexes", () => {
   it("keeps every row of a store made before it, and the reads that need an index still use one", async () => {
-    const filename = join(mkdtempSync(join(tmpdir(), "tg-migrate-")), "t.db")
-    await migrateUpTo(filename, "0002_receipt_usage_columns")
-    const before = new BetterSqlite3(filename)
-    seed(before)
+    const { filename, before } = await seededStoreAt("0002_receipt_usage_columns")
     const rowsOf = (db: BetterSqlite3.Database) =>
       ["projects", "budget_windows", "requests", "reservations", "receipts"].map((t) => db.prepare(`SELECT * FROM ${t} ORDER BY 1`).all())
     const rows = rowsOf(before)
@@ -52,7 +60,8 @@ describe("migration 0003: leaner write indexes", () => {
 
     const indexes = db.prepare(`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name`).all()
     expect(indexes).toEqual([
-      { name: "api_keys_project", sql: "CREATE INDEX api_keys_project ON api_keys(project_id)" },
+      { name: "api_keys_listed", sql: "CREATE INDEX api_keys_listed ON api_keys(project_id, created_at, id)" },
+      { name: "projects_created", sql: "CREATE INDEX projects_created ON projects(created_at, id)" },
       { name: "receipts_window", sql: "CREATE INDEX receipts_window ON receipts(project_id, period, environment)" },
       { name: "reservations_held", sql: "CREATE INDEX reservations_held ON reservations(deadline) WHERE state = 'held'" }
     ])
@@ -71,10 +80,7 @@ describe("migration 0003: leaner write indexes", () => {
 
 describe("migration 0004: instance epochs", () => {
   it("adds the instances table and the epoch and progress columns; rows made before keep their values, with no epoch", async () => {
-    const filename = join(mkdtempSync(join(tmpdir(), "tg-migrate-")), "t.db")
-    await migrateUpTo(filename, "0003_leaner_write_indexes")
-    const before = new BetterSqlite3(filename)
-    seed(before)
+    const { filename, before } = await seededStoreAt("0003_leaner_write_indexes")
     before.prepare(`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at) VALUES ('prj_a', 'development', 'k', 'f', 'req_2', 'in_flight', 2, 200)`).run()
     const tables = ["reservations", "idempotency"]
     const rows = tables.map((t) => before.prepare(`SELECT * FROM ${t} ORDER BY 1`).all())
@@ -89,6 +95,36 @@ describe("migration 0004: instance epochs", () => {
     // Epochs count up from 1, one per process that opens the store.
     const insert = db.prepare(`INSERT INTO instances (instance_id, started_at, heartbeat_at) VALUES ('host', 0, 0) RETURNING epoch`)
     expect([insert.get(), insert.get()]).toEqual([{ epoch: 1 }, { epoch: 2 }])
+    db.close()
+  })
+})
+
+describe("migration 0006: the admin lists' indexes", () => {
+  it("a page of projects or keys is read by keyset on an index, never by scanning or sorting the table", async () => {
+    const { filename, before } = await seededStoreAt("0005_shared_rate_limit")
+    before.prepare(`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at) VALUES ('key_a', 'prj_a', 'development', 'h', 1)`).run()
+    before.close()
+    await migrate(filename)
+
+    // The statements the services run (src/store/adminLists.ts), compiled by the SQLite client.
+    const lists = await Effect.runPromise(Effect.map(SqlClient.SqlClient, makeAdminLists).pipe(Effect.provide(SqliteClient.layer({ filename }))))
+    const db = new BetterSqlite3(filename, { readonly: true })
+    const plan = (statement: Statement.Statement<unknown>) => planOf(db, ...statement.compile())
+    const position = { created_at: 0, id: "prj_a" }
+    for (const [statement, index] of [
+      [lists.projects("2026-11", undefined, 26, undefined), "projects_created"],
+      [lists.projects("2026-11", position, 26, undefined), "projects_created ((created_at,id)>(?,?))"],
+      [lists.keys("prj_a", undefined, undefined, 26), "api_keys_listed (project_id=?)"],
+      [lists.keys("prj_a", "development", { created_at: 0, id: "key_a" }, 26), "api_keys_listed (project_id=? AND (created_at,id)>(?,?))"]
+    ] as const) {
+      expect(plan(statement)).toContain(`USING INDEX ${index}`)
+      expect(plan(statement)).not.toContain("TEMP B-TREE")
+    }
+    // Each project's window: by its primary key, once per row of the page.
+    expect(plan(lists.projects("2026-11", undefined, 26, undefined))).toContain("sqlite_autoindex_budget_windows_1 (project_id=? AND period=?)")
+    // The rows made before it are listed through the new index.
+    const [text, params] = lists.keys("prj_a", undefined, undefined, 26).compile()
+    expect(db.prepare(text).all(...params)).toMatchObject([{ id: "key_a" }])
     db.close()
   })
 })
