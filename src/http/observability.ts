@@ -4,19 +4,22 @@
  * the same metric and log line with `endpointLabel` and `logAccess`.
  */
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Effect, FiberRef, Option, Redacted } from "effect"
+import { Effect, Either, FiberRef, Option, Redacted } from "effect"
 import { hashSecret, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
+import { AuthThrottle } from "../services/AuthThrottle.ts"
 import { Bootstrap } from "../services/Bootstrap.ts"
 import { Metrics } from "../services/Metrics.ts"
 import { CurrentCaller } from "./caller.ts"
-import { errorResponse } from "./errors.ts"
+import { errorResponse, wireError } from "./errors.ts"
 import { pathOf } from "./path.ts"
 import { header } from "./request.ts"
+import { clientOf } from "./session.ts"
 
 /**
  * GET /metrics carries every project's id and spend: it answers only `Authorization: Bearer` with
- * TOLLGATE_METRICS_TOKEN (for the scraper) or the admin token, compared in constant time.
+ * TOLLGATE_METRICS_TOKEN (for the scraper) or the admin token, compared in constant time; a wrong
+ * token is throttled with the admin token's other guesses (../services/AuthThrottle.ts).
  */
 const metrics = Effect.gen(function* () {
   const settings = yield* Settings
@@ -25,8 +28,15 @@ const metrics = Effect.gen(function* () {
   const authorization = header(req, "authorization")
   const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? "")?.[1]
   const scraper = Option.isSome(settings.metricsToken) && token !== undefined && sameHash(hashSecret(token), hashSecret(Redacted.value(settings.metricsToken.value)))
-  const allowed = scraper || Option.isSome(yield* Effect.option(bootstrap.authorizeAdmin(authorization)))
-  if (!allowed) {
+  if (scraper) return yield* metricsText
+  // Any other token is a guess at the admin token: throttled as the admin API's bearer is (429 before the check).
+  const admin = yield* Effect.either(
+    authorization === undefined
+      ? bootstrap.authorizeAdmin(authorization)
+      : (yield* AuthThrottle).guard({ surface: "admin_token", address: (yield* clientOf(req)).address, credential: { kind: "admin_token" } }, bootstrap.authorizeAdmin(authorization))
+  )
+  if (Either.isLeft(admin) && admin.left._tag === "RateLimited") return errorResponse(wireError(admin.left))
+  if (Either.isLeft(admin)) {
     return errorResponse({
       status: 401,
       type: "invalid_request_error",
@@ -36,9 +46,10 @@ const metrics = Effect.gen(function* () {
       headers: { "www-authenticate": "Bearer" }
     })
   }
-  const m = yield* Metrics
-  return HttpServerResponse.text(m.render(), { contentType: "text/plain; version=0.0.4" })
+  return yield* metricsText
 })
+
+const metricsText = Effect.map(Metrics, (m) => HttpServerResponse.text(m.render(), { contentType: "text/plain; version=0.0.4" }))
 
 export const metricsRoutes = HttpRouter.empty.pipe(HttpRouter.get("/metrics", metrics))
 

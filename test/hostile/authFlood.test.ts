@@ -7,7 +7,7 @@
  * in /metrics; and the client's address and scheme are believed from trusted proxies only.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, TestClock } from "effect"
+import { Effect, Layer, Option, Redacted, TestClock } from "effect"
 import { afterAll, beforeAll } from "vitest"
 import { formatKey, parseKey } from "../../src/domain/apiKey.ts"
 import { AUTH_LIMITS, addressBucket, AuthThrottle } from "../../src/services/AuthThrottle.ts"
@@ -49,7 +49,7 @@ const pool = async <A>(n: number, width: number, call: (i: number) => Promise<A>
   return out
 }
 
-const scrape = async (origin: string) => (await fetch(`${origin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text()
+const scrape = async (origin: string, token = ADMIN_TOKEN) => (await fetch(`${origin}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text()
 
 const expectRateLimited = (r: Reply) => {
   expect(r.status).toBe(429)
@@ -201,10 +201,20 @@ describe("failed sign-ins and admin-token checks are throttled per address and p
     // 10 at once, then one per 6 s while the flood lasts.
     expect(count(401)).toBeLessThanOrEqual(10 + Math.ceil(seconds / 6))
   })
+
+  it("GET /metrics: a wrong bearer token is a guess at the admin token, throttled the same (10 answered 401, then 429 even for the right token)", async () => {
+    const origin = env.gateway.origin
+    const statuses = []
+    for (let i = 0; i < 11; i++) statuses.push((await get(origin, "/metrics", { authorization: `Bearer wrong-${i}`, ...from("198.51.100.40") })).status)
+    expect(statuses).toEqual([...Array(10).fill(401), 429])
+    expectRateLimited(await get(origin, "/metrics", { authorization: `Bearer ${ADMIN_TOKEN}`, ...from("198.51.100.40") }))
+    expect((await fetch(`${origin}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...from("198.51.100.41") } })).status).toBe(200)
+  })
 })
 
 describe("the admin token's bucket is shared by every address", () => {
-  const env = useMockedGateway({ beforeAll, afterAll })
+  // The scraper's own token: /metrics read with the admin token is throttled with the admin token's guesses.
+  const env = useMockedGateway({ beforeAll, afterAll }, undefined, { metricsToken: Option.some(Redacted.make("scraper-token")) })
 
   it("60 failures spread over addresses close it to a 61st address; a signed-in operator's cookie still works", async () => {
     const origin = env.gateway.origin
@@ -227,7 +237,7 @@ describe("the admin token's bucket is shared by every address", () => {
     expect((await get(origin, `/admin/v1/projects/${env.gateway.projectId}`, { cookie: cookieOf(operator) })).status).toBe(200)
     // A project key is another credential: a team still signs in.
     expect((await signIn(origin, env.gateway.devKey, from("198.18.2.3"))).status).toBe(201)
-    expect(await scrape(origin)).toMatch(/^tollgate_auth_throttled_total\{surface="sign_in",limit="admin_token"\} 1$/m)
+    expect(await scrape(origin, "scraper-token")).toMatch(/^tollgate_auth_throttled_total\{surface="sign_in",limit="admin_token"\} 1$/m)
   })
 })
 
