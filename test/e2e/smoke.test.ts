@@ -15,7 +15,7 @@ describe("smoke: the governed path end to end", () => {
     const ready = await fetch(`${env.gateway.origin}/readyz`)
     // Shared through Redis, or through PostgreSQL when the store is PostgreSQL.
     const shared = process.env.TOLLGATE_TEST_REDIS === "1" || process.env.TOLLGATE_TEST_STORE === "pg"
-    expect([ready.status, await ready.json()]).toEqual([200, { status: "ready", rate_limit: shared ? { mode: "shared", status: "ok" } : { mode: "local" } }])
+    expect([ready.status, await ready.json()]).toEqual([200, { status: "ready", store: { status: "ok" }, rate_limit: shared ? { mode: "shared", status: "ok" } : { mode: "local" } }])
   })
 
   it("non-streaming completion carries governance evidence and a receipt", async () => {
