@@ -11,6 +11,7 @@
  */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Context, Schema } from "effect"
+import * as F from "../domain/adminFields.ts"
 import { AdminConflict, AdminForbidden, AdminNotFound, AdminUnauthorized, InvalidRequest, RateLimited, RequestNotFound } from "../domain/errors.ts"
 import type { Session, Viewer } from "../services/Sessions.ts"
 import { DEFAULT_PAGE_SIZE, PageCursor, PageLimit } from "../domain/paging.ts"
@@ -116,22 +117,24 @@ export const ProjectList = listPage(ProjectSummary, "ProjectList", "Oldest first
 
 export const ApiKeyList = listPage(ApiKey, "ApiKeyList", "Oldest first; a team session sees only the keys of its own environment.")
 
+// An admin's writes are bounded where they are decoded (src/domain/adminFields.ts); what the store
+// already holds is read back as it is (the answers' schemas above take any integer).
 export const NewProject = Schema.Struct({
-  name: Schema.String,
-  organization: Schema.optional(Schema.String),
-  budget_credits: Schema.Int,
-  rate_limit: Schema.Struct({ requests_per_minute: Schema.Int, burst: Schema.optional(Schema.Int) })
+  name: F.ProjectName,
+  organization: Schema.optional(F.Organization),
+  budget_credits: F.BudgetCredits,
+  rate_limit: Schema.Struct({ requests_per_minute: F.RequestsPerMinute, burst: Schema.optional(F.Burst) })
 })
 
 export const ProjectPatch = Schema.Struct({
-  name: Schema.optional(Schema.String),
-  budget_credits: Schema.optional(Schema.Int),
-  rate_limit: Schema.optional(Schema.Struct({ requests_per_minute: Schema.optional(Schema.Int), burst: Schema.optional(Schema.Int) }))
+  name: Schema.optional(F.ProjectName),
+  budget_credits: Schema.optional(F.BudgetCredits),
+  rate_limit: Schema.optional(Schema.Struct({ requests_per_minute: Schema.optional(F.RequestsPerMinute), burst: Schema.optional(F.Burst) }))
 })
 
 export const NewKey = Schema.Struct({ environment: Environment })
 
-export const Rotation = Schema.Struct({ grace_seconds: Schema.optional(Schema.Int.annotations({ description: "default 86400" })) })
+export const Rotation = Schema.Struct({ grace_seconds: Schema.optional(F.GraceSeconds) })
 
 export const SignIn = Schema.Struct({ token: Schema.String.annotations({ description: "The admin token (operator) or a project key (team, read-only)" }) })
 

@@ -9,6 +9,7 @@ import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option, Stream } from "effect"
 import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
+import { checkField, GraceSeconds } from "../domain/adminFields.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
@@ -65,7 +66,11 @@ export interface KeyInfo {
   readonly replaced_by: string | null
 }
 
-const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString())
+/** The latest instant a Date holds, in ms since the epoch. */
+const LATEST_DATE_MS = 8_640_000_000_000_000
+
+/** A stored time as ISO 8601; one past the Date range (an expiry an earlier version wrote, issue 38) reads as the latest instant, not a 500. */
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(Math.min(ms, LATEST_DATE_MS)).toISOString())
 
 const keyStatus = (row: Pick<KeyRow, "revoked_at" | "expires_at">, now: number): KeyInfo["status"] =>
   row.revoked_at !== null ? "revoked" : row.expires_at === null ? "active" : now < row.expires_at ? "rotated" : "expired"
@@ -178,23 +183,30 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         return "miss" in verdict ? authenticateMiss(verdict.miss, now) : asEffect(verdict)
       })
 
-    const issue = (projectId: string, environment: Environment, now: number, replaces: string | null) =>
-      Effect.gen(function* () {
-        const id = newKeyId()
-        cache.delete(id)
-        const secret = newSecret()
-        yield* sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces)
-                   VALUES (${id}, ${projectId}, ${environment}, ${hashSecret(secret)}, ${now}, ${replaces})`
-        const issued: IssuedKey = {
-          id,
-          object: "api_key",
-          project_id: projectId,
-          environment,
-          secret: formatKey(id, environment, secret),
-          created_at: new Date(now).toISOString()
-        }
-        return issued
-      }).pipe(Effect.orDie)
+    /**
+     * A key about to be issued: its row's values and the answer that shows its secret once, computed
+     * before anything is written, so that a write never commits a key whose answer then fails.
+     */
+    const prepareKey = (projectId: string, environment: Environment, now: number, replaces: string | null) => {
+      const id = newKeyId()
+      const secret = newSecret()
+      const issued: IssuedKey = {
+        id,
+        object: "api_key",
+        project_id: projectId,
+        environment,
+        secret: formatKey(id, environment, secret),
+        created_at: new Date(now).toISOString()
+      }
+      return { issued, secretSha256: hashSecret(secret), now, replaces }
+    }
+
+    const insertKey = (key: ReturnType<typeof prepareKey>) =>
+      Effect.zipRight(
+        Effect.sync(() => cache.delete(key.issued.id)), // an id guessed before it existed was cached as unknown
+        sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces)
+            VALUES (${key.issued.id}, ${key.issued.project_id}, ${key.issued.environment}, ${key.secretSha256}, ${key.now}, ${key.replaces})`
+      )
 
     const create = (projectId: string, environment: unknown): Effect.Effect<IssuedKey, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
@@ -202,8 +214,9 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
           return yield* new InvalidRequest({ message: "environment must be one of development, staging, production.", param: "environment" })
         }
         yield* projects.get(projectId)
-        const now = yield* Clock.currentTimeMillis
-        return yield* issue(projectId, environment, now, null)
+        const key = prepareKey(projectId, environment, yield* Clock.currentTimeMillis, null)
+        yield* insertKey(key).pipe(Effect.orDie)
+        return key.issued
       })
 
     const findKey = (keyId: string) =>
@@ -212,27 +225,36 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         onSome: Effect.succeed
       }))
 
-    /** New key works at once; the old one keeps working for `graceSeconds`, then fails. */
+    const notRotatable = (keyId: string, status: KeyInfo["status"]) => new AdminConflict({ message: `API key ${keyId} is ${status} and cannot be rotated.` })
+
+    /**
+     * New key works at once; the old one keeps working for `graceSeconds` (bounded: src/domain/adminFields.ts),
+     * then fails. Both answers are computed first; then one transaction claims the old key — guarded, so
+     * a rotation or revocation that won the race since the read writes nothing here — and adds the new one.
+     */
     const rotate = (keyId: string, graceSeconds: number) =>
       Effect.gen(function* () {
-        if (!Number.isSafeInteger(graceSeconds) || graceSeconds < 0) {
-          return yield* new InvalidRequest({ message: "grace_seconds must be a non-negative integer.", param: "grace_seconds" })
-        }
+        yield* checkField(GraceSeconds, "grace_seconds", graceSeconds)
         const old = yield* findKey(keyId)
         const now = yield* Clock.currentTimeMillis
         const status = keyStatus(old, now)
-        if (status !== "active") return yield* new AdminConflict({ message: `API key ${keyId} is ${status} and cannot be rotated.` })
+        if (status !== "active") return yield* notRotatable(keyId, status)
         const expiresAt = now + graceSeconds * 1000
-        const fresh = yield* sql.withTransaction(
+        const fresh = prepareKey(old.project_id, old.environment, now, keyId)
+        const answer = { ...fresh.issued, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
+        const claimed = yield* sql.withTransaction(
           Effect.gen(function* () {
-            const issued = yield* issue(old.project_id, old.environment, now, keyId)
-            yield* sql`UPDATE api_keys SET expires_at = ${expiresAt}, replaced_by = ${issued.id} WHERE id = ${keyId}`
-            return issued
+            const claim = yield* sql`UPDATE api_keys SET expires_at = ${expiresAt}, replaced_by = ${fresh.issued.id}
+                                     WHERE id = ${keyId} AND revoked_at IS NULL AND expires_at IS NULL RETURNING id`
+            if (claim.length === 0) return false
+            yield* insertKey(fresh)
+            return true
           })
         ).pipe(Effect.orDie)
+        if (!claimed) return yield* notRotatable(keyId, keyStatus(yield* findKey(keyId), now))
         cache.delete(keyId)
         yield* events.announce({ _tag: "Key", keyId })
-        return { ...fresh, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
+        return answer
       })
 
     const revoke = (keyId: string) =>

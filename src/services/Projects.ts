@@ -3,8 +3,9 @@
  * authenticates, and by the Ledger's guarded reservation (the cap is read inside the same statement).
  */
 import { SqlClient } from "@effect/sql"
-import { Clock, Effect, Option } from "effect"
+import { Clock, Effect, Option, type Schema } from "effect"
 import { defaultBurst } from "../../spec/rateLimit.ts"
+import { BudgetCredits, Burst, checkField, Organization, ProjectName, RequestsPerMinute } from "../domain/adminFields.ts"
 import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
 import { newOrganizationId, newProjectId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
@@ -61,7 +62,16 @@ export interface ProjectPatch {
   readonly rate_limit?: { readonly requests_per_minute?: number | undefined; readonly burst?: number | undefined } | undefined
 }
 
-const isCount = (n: unknown): n is number => typeof n === "number" && Number.isSafeInteger(n) && n >= 0
+/** A name within its bounds, trimmed; blank is refused with the service's own message (docs/contract.md §3). */
+const checkName = (name: string): Effect.Effect<string, InvalidRequest> =>
+  Effect.flatMap(checkField(ProjectName, "name", name), (checked) => {
+    const trimmed = checked.trim()
+    return trimmed.length === 0 ? Effect.fail(new InvalidRequest({ message: "name must be a non-empty string.", param: "name" })) : Effect.succeed(trimmed)
+  })
+
+/** A patched field checked, or the stored value when the patch leaves it out. */
+const patched = <A>(schema: Schema.Schema<A>, param: string, value: A | undefined, stored: A): Effect.Effect<A, InvalidRequest> =>
+  value === undefined ? Effect.succeed(stored) : checkField(schema, param, value)
 
 export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
   effect: Effect.gen(function* () {
@@ -80,28 +90,23 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
         }))
       )
 
+    /**
+     * A new project, every field checked before the one INSERT (the HTTP decode already bounded them,
+     * src/domain/adminFields.ts; the first start's default project comes from the config file).
+     */
     const create = (input: NewProject): Effect.Effect<Project, InvalidRequest> =>
       Effect.gen(function* () {
-        if (typeof input.name !== "string" || input.name.length === 0) {
-          return yield* new InvalidRequest({ message: "name must be a non-empty string.", param: "name" })
-        }
-        if (!isCount(input.budget_credits)) {
-          return yield* new InvalidRequest({ message: "budget_credits must be a non-negative integer.", param: "budget_credits" })
-        }
-        const rpm = input.rate_limit?.requests_per_minute
-        if (!isCount(rpm) || rpm === 0) {
-          return yield* new InvalidRequest({ message: "rate_limit.requests_per_minute must be a positive integer.", param: "rate_limit.requests_per_minute" })
-        }
-        const burst = input.rate_limit.burst ?? defaultBurst(rpm)
-        if (!isCount(burst) || burst === 0) {
-          return yield* new InvalidRequest({ message: "rate_limit.burst must be a positive integer.", param: "rate_limit.burst" })
-        }
+        const name = yield* checkName(input.name)
+        const organization = input.organization === undefined ? newOrganizationId() : yield* checkField(Organization, "organization", input.organization)
+        const budget = yield* checkField(BudgetCredits, "budget_credits", input.budget_credits)
+        const rpm = yield* checkField(RequestsPerMinute, "rate_limit.requests_per_minute", input.rate_limit.requests_per_minute)
+        const burst = yield* checkField(Burst, "rate_limit.burst", input.rate_limit.burst ?? defaultBurst(rpm))
         const now = yield* Clock.currentTimeMillis
         const row: ProjectRow = {
           id: newProjectId(),
-          organization: input.organization ?? newOrganizationId(),
-          name: input.name,
-          budget_credits: input.budget_credits,
+          organization,
+          name,
+          budget_credits: budget,
           requests_per_minute: rpm,
           burst,
           created_at: now,
@@ -111,21 +116,18 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
         return toProject(row)
       })
 
+    /** The fields a patch sets, checked as on create (the others kept as stored), written by one UPDATE. */
     const update = (id: string, patch: ProjectPatch): Effect.Effect<Project, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         const current = yield* get(id)
-        if (patch.budget_credits !== undefined && !isCount(patch.budget_credits)) {
-          return yield* new InvalidRequest({ message: "budget_credits must be a non-negative integer.", param: "budget_credits" })
-        }
-        const rpm = patch.rate_limit?.requests_per_minute ?? current.rate_limit.requests_per_minute
-        const burst = patch.rate_limit?.burst ?? current.rate_limit.burst
-        if (!isCount(rpm) || rpm === 0 || !isCount(burst) || burst === 0) {
-          return yield* new InvalidRequest({ message: "rate_limit values must be positive integers.", param: "rate_limit" })
-        }
+        const name = patch.name === undefined ? current.name : yield* checkName(patch.name)
+        const budget = yield* patched(BudgetCredits, "budget_credits", patch.budget_credits, current.budget_credits)
+        const rpm = yield* patched(RequestsPerMinute, "rate_limit.requests_per_minute", patch.rate_limit?.requests_per_minute, current.rate_limit.requests_per_minute)
+        const burst = yield* patched(Burst, "rate_limit.burst", patch.rate_limit?.burst, current.rate_limit.burst)
         const now = yield* Clock.currentTimeMillis
         yield* sql`UPDATE projects SET
-            name = ${patch.name ?? current.name},
-            budget_credits = ${patch.budget_credits ?? current.budget_credits},
+            name = ${name},
+            budget_credits = ${budget},
             requests_per_minute = ${rpm},
             burst = ${burst},
             updated_at = ${now}
