@@ -191,9 +191,11 @@ export const ReceiptView = Schema.Struct({
   next: ChainLink
 }).annotations({ identifier: "ReceiptView" })
 
-const ProjectPath = Schema.Struct({ id: Schema.String.annotations({ description: "A project id, prj_…" }) })
-const KeyPath = Schema.Struct({ id: Schema.String.annotations({ description: "A key id, key_…" }) })
-const RequestPath = Schema.Struct({ id: Schema.String, request_id: Schema.String.annotations({ description: "A request id, req_…" }) })
+/** An id in a path: letters, digits, `_` and `-`, at most 64 (anything else, a NUL say, is a 400 naming it, never a store error). */
+const PathId = (description: string) => Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)).annotations({ description })
+const ProjectPath = Schema.Struct({ id: PathId("A project id, prj_…") })
+const KeyPath = Schema.Struct({ id: PathId("A key id, key_…") })
+const RequestPath = Schema.Struct({ id: PathId("A project id, prj_…"), request_id: PathId("A request id, req_…") })
 
 const EnvironmentParam = Schema.optional(Environment.annotations({ description: "Operator: filter by environment. A team session always reads its own." }))
 

@@ -219,6 +219,16 @@ const adminListIndexes = Effect.gen(function* () {
   yield* ddl`DROP INDEX api_keys_project`
 })
 
+/**
+ * Keys an earlier version rotated with a far-future `grace_seconds` (issue 38, finding 2) hold an
+ * expiry past the last instant a date can hold, which PostgreSQL's reads refuse (above 2^53): such an
+ * expiry becomes that last instant (8.64e15 ms), which reads, lists and revokes like any other.
+ */
+const clampKeyExpiry = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`UPDATE api_keys SET expires_at = 8640000000000000 WHERE expires_at > 8640000000000000`
+})
+
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
 export const migrationSteps = {
   "0001_init": init,
@@ -226,7 +236,8 @@ export const migrationSteps = {
   "0003_leaner_write_indexes": leanerWriteIndexes,
   "0004_instance_epochs": instanceEpochs,
   "0005_shared_rate_limit": sharedRateLimit,
-  "0006_admin_list_indexes": adminListIndexes
+  "0006_admin_list_indexes": adminListIndexes,
+  "0007_clamp_key_expiry": clampKeyExpiry
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -128,3 +128,20 @@ describe("migration 0006: the admin lists' indexes", () => {
     db.close()
   })
 })
+
+describe("migration 0007: a key's expiry past the last date", () => {
+  it("an expiry an earlier version wrote past 8.64e15 ms (grace_seconds 1e13) becomes that last instant; others stay", async () => {
+    const { filename, before } = await seededStoreAt("0006_admin_list_indexes")
+    const key = before.prepare(`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, expires_at) VALUES (?, 'prj_a', 'development', 'h', 1, ?)`)
+    key.run("key_far", 1_764_000_000_000 + 10_000_000_000_000_000)
+    key.run("key_near", 1_764_000_000_000)
+    before.close()
+    await migrate(filename)
+    const db = new BetterSqlite3(filename, { readonly: true })
+    expect(db.prepare(`SELECT id, expires_at FROM api_keys ORDER BY id`).all()).toEqual([
+      { id: "key_far", expires_at: 8_640_000_000_000_000 },
+      { id: "key_near", expires_at: 1_764_000_000_000 }
+    ])
+    db.close()
+  })
+})
