@@ -24,7 +24,7 @@
  * after a jittered backoff and counted (`pgRetries`, exported in /metrics).
  */
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Duration, Effect, Layer, Option, Schedule } from "effect"
+import { Duration, Effect, Layer, Option } from "effect"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { available, checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
@@ -300,9 +300,12 @@ export const makePgChatStore = Effect.gen(function* () {
    * nothing charged), so a hold does not wait for the expiry sweep, nor its key for the TTL.
    */
   const abandon = (a: AbandonArgs): Effect.Effect<void> =>
-    Effect.tapDefect(abandonOnce(a), (d) => Effect.sync(() => void (d instanceof StoreUnavailable && owed.set(a.reservationId, a))))
+    Effect.tapDefect(abandonOnce(a), (d) => (d instanceof StoreUnavailable ? owe(a) : Effect.void))
 
+  /** Voids owed, by reservation; paid by one fiber (in the store's scope) that runs only while any is owed. */
   const owed = new Map<string, AbandonArgs>()
+  let paying = false
+  const storeScope = yield* Effect.scope
   const payOwed = Effect.suspend(() =>
     Effect.forEach(
       [...owed.values()],
@@ -310,7 +313,17 @@ export const makePgChatStore = Effect.gen(function* () {
       { discard: true }
     )
   )
-  yield* Effect.forkScoped(Effect.repeat(payOwed, Schedule.spaced(Duration.millis(OWED_RETRY_MS))))
+  const owe = (a: AbandonArgs) =>
+    Effect.suspend(() => {
+      owed.set(a.reservationId, a)
+      if (paying) return Effect.void
+      paying = true
+      const pay = Effect.zipRight(Effect.sleep(Duration.millis(OWED_RETRY_MS)), payOwed).pipe(
+        Effect.repeat({ until: () => owed.size === 0 }),
+        Effect.ensuring(Effect.sync(() => void (paying = false)))
+      )
+      return Effect.asVoid(Effect.forkIn(pay, storeScope))
+    })
 
   const abandonOnce = (a: AbandonArgs & { readonly fenced?: true }): Effect.Effect<void> =>
     transact(

@@ -12,7 +12,9 @@
  * - at run time, a connection the server refuses for a limit (SQLSTATE 53300) lowers the pool's
  *   ceiling to the connections it has, so the next statements queue for one of those instead of
  *   failing (other instances took the rest); after `RAISE_QUIET_MS` without a refusal the ceiling
- *   grows back by one a tick, up to what the limits read at start allow;
+ *   grows back by one every `RAISE_EVERY_MS` while the pool uses all of it, up to what the limits read
+ *   at start allow (checked when a connection is asked for: no loop runs, so a TestClock moved by a
+ *   day runs nothing);
  * - a wait for a connection is bounded (`TOLLGATE_PG_ACQUIRE_TIMEOUT_MS`): past it the statement fails,
  *   and the call answers 503 `store_unavailable` (src/store/storeFaults.ts);
  * - `connections.health()` tells GET /readyz whether the store serves: unavailable when the latest
@@ -23,7 +25,7 @@
  * open a connection (pg-pool's `_isFull`).
  */
 import { SqlError } from "@effect/sql"
-import { Context, Duration, Effect, Schedule } from "effect"
+import { Context, Duration, Effect } from "effect"
 import pg from "pg"
 import type { StoreHealth } from "./ChatStore.ts"
 
@@ -159,6 +161,18 @@ export const openPool = (options: PoolOptions) =>
       p.options.max = Math.max(1, Math.min(p.options.max ?? options.size, p.totalCount))
       tracker.refused(err.message)
     }
+    // The ceiling grows back, one connection every RAISE_EVERY_MS while the pool uses all of it, once
+    // refusals have stopped: checked when a connection is asked for (no loop runs meanwhile).
+    let grown = options.size
+    let lastRaiseAt = -Infinity
+    const growBack = (p: pg.Pool) => {
+      const max = p.options.max ?? options.size
+      const t = now()
+      if (max < grown && p.totalCount >= max && t - tracker.lastRefusalAt() >= RAISE_QUIET_MS && t - lastRaiseAt >= RAISE_EVERY_MS) {
+        p.options.max = max + 1
+        lastRaiseAt = t
+      }
+    }
     /**
      * node-postgres's pool, where a connection the server refuses for a limit lowers the ceiling and
      * the statement that asked for it asks again — now waiting for one of the connections the pool
@@ -169,6 +183,7 @@ export const openPool = (options: PoolOptions) =>
       override connect(callback: (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: any) => void) => void): void
       override connect(callback?: (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: any) => void) => void): Promise<pg.PoolClient> | void {
         if (callback === undefined) return super.connect()
+        growBack(this)
         const started = now()
         const ask = (): void =>
           super.connect((err, client, done) => {
@@ -205,23 +220,12 @@ export const openPool = (options: PoolOptions) =>
     // One connection of the allowance is the key-change listener's (src/store/keyEvents.ts).
     const fits = Math.max(1, allowance.connections - 1)
     // The ceiling never grows past what the limits read at start allow (raising them needs a restart).
-    const grown = Math.min(options.size, fits)
+    grown = Math.min(options.size, fits)
     if (fits < options.size) {
       pool.options.max = fits
       yield* Effect.logWarning(
         `TOLLGATE_PG_POOL_SIZE=${options.size} is more than ${allowance.source} (${allowance.connections}) allows: the pool starts at ${fits} connection(s) and grows only when PostgreSQL accepts more. Lower TOLLGATE_PG_POOL_SIZE (across all instances) or raise the limit.`
       )
     }
-    // The ceiling grows back, one connection a tick, once refusals have stopped.
-    yield* Effect.forkScoped(
-      Effect.repeat(
-        Effect.sync(() => {
-          const p = pool!
-          const max = p.options.max ?? options.size
-          if (max < grown && now() - tracker.lastRefusalAt() >= RAISE_QUIET_MS && p.totalCount >= max) p.options.max = max + 1
-        }),
-        Schedule.spaced(Duration.millis(RAISE_EVERY_MS))
-      )
-    )
     return { pool, connections: tracker as PgConnections }
   })
