@@ -75,7 +75,7 @@ export const makeConnectionsTracker = (now: () => number, configured: number, ce
         return { ok: true, degraded: `connections failed in the last ${RECENT_MS / 1000} s: ${lastFailure.reason}` }
       }
       if (current < configured) {
-        return { ok: true, degraded: `PostgreSQL refused connections beyond ${current}: the pool runs at ${current} of TOLLGATE_PG_POOL_SIZE=${configured}` }
+        return { ok: true, degraded: `the pool runs at ${current} of TOLLGATE_PG_POOL_SIZE=${configured} connections: PostgreSQL's connection limits allow no more` }
       }
       return { ok: true }
     }
