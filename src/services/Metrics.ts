@@ -4,6 +4,7 @@
  */
 import { Effect } from "effect"
 import { pgRetries } from "../store/pgChatStore.ts"
+import { pgRoundTrips } from "../store/pgPool.ts"
 import { rateLimitFallbacks } from "./RateLimiter.ts"
 
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const
@@ -76,6 +77,12 @@ const renderStoreRetries = (): string =>
     "# TYPE tollgate_store_retries_total counter",
     `tollgate_store_retries_total{reason="serialization_failure"} ${pgRetries["40001"]}`,
     `tollgate_store_retries_total{reason="deadlock"} ${pgRetries["40P01"]}`,
+    "# HELP tollgate_store_round_trips_total Statements sent to PostgreSQL, each one round trip (zero on SQLite).",
+    "# TYPE tollgate_store_round_trips_total counter",
+    `tollgate_store_round_trips_total ${pgRoundTrips.roundTrips}`,
+    "# HELP tollgate_store_checkouts_total Connections taken from the PostgreSQL pool: one a transaction, one a plain statement (zero on SQLite).",
+    "# TYPE tollgate_store_checkouts_total counter",
+    `tollgate_store_checkouts_total ${pgRoundTrips.checkouts}`,
     "# HELP tollgate_rate_limit_fallback_total Admissions decided by the instance's share of the limit because Redis could not answer.",
     "# TYPE tollgate_rate_limit_fallback_total counter",
     `tollgate_rate_limit_fallback_total ${rateLimitFallbacks.count}`

@@ -90,6 +90,23 @@ export class PgConnectionsTracker extends Context.Reference<PgConnectionsTracker
   defaultValue: (): PgConnections => makeConnectionsTracker(() => Date.now(), 1)
 }) {}
 
+/**
+ * Round trips to PostgreSQL (one `query` of a pooled connection: node-postgres sends each statement,
+ * with its parse, bind and execute, in one exchange), and the checkouts they were made in: a
+ * transaction is one checkout (its BEGIN and COMMIT included), a plain statement another. Read by
+ * /metrics (`tollgate_store_round_trips_total`, `tollgate_store_checkouts_total`); issue 40 counts
+ * a governed call's round trips by them.
+ */
+export const pgRoundTrips = { roundTrips: 0, checkouts: 0 }
+
+/** node-postgres's client, counting its round trips. */
+class CountingClient extends pg.Client {
+  override query(...args: Array<any>): any {
+    pgRoundTrips.roundTrips++
+    return (super.query as (...a: Array<any>) => any)(...args)
+  }
+}
+
 /** A refusal for a limit: too many connections for the role, the database or the server. */
 const refusedForLimit = (err: unknown) => (err as { code?: unknown } | undefined)?.code === "53300"
 
@@ -183,6 +200,7 @@ export const openPool = (options: PoolOptions) =>
       override connect(callback: (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: any) => void) => void): void
       override connect(callback?: (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: any) => void) => void): Promise<pg.PoolClient> | void {
         if (callback === undefined) return super.connect()
+        pgRoundTrips.checkouts++
         growBack(this)
         const started = now()
         const ask = (): void =>
@@ -205,6 +223,7 @@ export const openPool = (options: PoolOptions) =>
             connectionTimeoutMillis: options.acquireTimeoutMs,
             application_name: options.applicationName,
             types: options.types,
+            Client: CountingClient as unknown as typeof pg.Client
           })
       ),
       (p) => Effect.promise(() => p.end()).pipe(Effect.timeoutOption(Duration.seconds(1)))

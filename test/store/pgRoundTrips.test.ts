@@ -1,0 +1,67 @@
+/**
+ * How many round trips a governed call costs on PostgreSQL (issue 40 counts them before and after
+ * its one-statement transactions): measured through the counters /metrics exports
+ * (`tollgate_store_round_trips_total`, `tollgate_store_checkouts_total`, src/store/pgPool.ts), over
+ * sequential calls on a warm gateway. The bounds are today's counts: a change that adds a round trip
+ * to the call fails here, and issue 40 lowers them.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { pgRoundTrips } from "../../src/store/pgPool.ts"
+import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
+import { startMockUpstream, type MockUpstream } from "../support/mockUpstream.ts"
+import { freshSchema, onEngines, type TestSchema } from "../support/pg.ts"
+
+describe.runIf(onEngines("test/store/pgRoundTrips.test.ts"))("round trips of a governed call on PostgreSQL", () => {
+  let mock: MockUpstream
+  let schema: TestSchema
+  let gateway: TestGateway
+  beforeAll(async () => {
+    mock = await startMockUpstream()
+    schema = freshSchema()
+    // As production runs (assertion mode adds a read of the window to each settlement).
+    gateway = await startGateway(mockGatewayFile(mock.url), { databaseUrl: schema.url, assertInvariants: false })
+    expect((await gateway.admin("PATCH", `/admin/v1/projects/${gateway.projectId}`, { rate_limit: { requests_per_minute: 60_000, burst: 1_000 } })).status).toBe(200)
+  })
+  afterAll(async () => {
+    await gateway?.close()
+    schema?.drop()
+    await mock?.close()
+  })
+
+  const call = (body: Record<string, unknown>, headers: Record<string, string> = {}) =>
+    fetch(`${gateway.url}/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${gateway.devKey}`, "content-type": "application/json", ...headers },
+      body: JSON.stringify({ model: "auto", max_tokens: 16, messages: [{ role: "user", content: "count" }], ...body })
+    }).then(async (r) => ({ status: r.status, text: await r.text() }))
+
+  /** Round trips and checkouts per call over `n` sequential calls (the least of three samples: background beats only add). */
+  const perCall = async (n: number, one: (i: number) => Promise<{ status: number }>) => {
+    const samples = []
+    for (let s = 0; s < 3; s++) {
+      const before = { ...pgRoundTrips }
+      for (let i = 0; i < n; i++) expect((await one(s * n + i)).status).toBe(200)
+      samples.push({ roundTrips: (pgRoundTrips.roundTrips - before.roundTrips) / n, checkouts: (pgRoundTrips.checkouts - before.checkouts) / n })
+    }
+    return samples.reduce((a, b) => (b.roundTrips < a.roundTrips ? b : a))
+  }
+
+  it("a non-streamed call, a call with an idempotency key and a stream: today's round trips and checkouts a call", async () => {
+    await call({}) // warm: the key cache, the rate card, the budget window
+    const plain = await perCall(10, () => call({}))
+    const keyed = await perCall(10, (i) => call({}, { "idempotency-key": `rt-${i}-${Date.now()}` }))
+    const stream = await perCall(10, () => call({ stream: true }))
+    console.log(`[issue 40, before] round trips a call: plain ${plain.roundTrips} in ${plain.checkouts} checkouts, with an idempotency key ${keyed.roundTrips} in ${keyed.checkouts}, stream ${stream.roundTrips} in ${stream.checkouts}`)
+    for (const c of [plain, keyed, stream]) expect(c.roundTrips).toBeGreaterThan(0)
+    // Today's counts, in three checkouts: the shared rate limit's upsert (1); the reservation (BEGIN,
+    // the window read, the guarded CTE, COMMIT: 4, and the idempotency claim's INSERT: 5); the
+    // settlement (BEGIN, the hold's CTE, the chain head, the receipt, COMMIT: 5).
+    expect(plain.roundTrips).toBeLessThanOrEqual(PLAIN_ROUND_TRIPS)
+    expect(keyed.roundTrips).toBeLessThanOrEqual(KEYED_ROUND_TRIPS)
+    expect(stream.roundTrips).toBeLessThanOrEqual(STREAM_ROUND_TRIPS)
+  })
+})
+
+const PLAIN_ROUND_TRIPS = 10
+const KEYED_ROUND_TRIPS = 11
+const STREAM_ROUND_TRIPS = 10
