@@ -3,21 +3,21 @@
  * the receipt, in the settlement transaction) or `failed` — writes of the store port (src/store/ChatStore.ts). Reads are scoped to the caller's tenant: a
  * request of another project or environment answers exactly like an unknown id.
  */
-import { SqlClient } from "@effect/sql"
 import { Effect, Option } from "effect"
 import { RequestNotFound } from "../domain/errors.ts"
 import type { Scope } from "../store/idempotencyStatements.ts"
-import { type RequestRow, requestView } from "../store/requestStatements.ts"
+import { requestView } from "../store/requestStatements.ts"
+import { RequestsRepo } from "../store/requestsRepo.ts"
 
 export type { Attempt, Completion, Failure, NewRequest, Verification } from "../store/requestStatements.ts"
 
 export class Requests extends Effect.Service<Requests>()("tollgate/Requests", {
   effect: Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* RequestsRepo
 
     const find = (id: string, scope: Scope) =>
       Effect.flatMap(
-        sql<RequestRow>`SELECT * FROM requests WHERE id = ${id} AND project_id = ${scope.projectId} AND environment = ${scope.environment}`.pipe(Effect.orDie),
+        repo.find(id, scope).pipe(Effect.orDie),
         (rows) =>
           Option.match(Option.fromNullable(rows[0]), {
             onNone: () => Effect.fail(new RequestNotFound({ message: `No request with id ${id} in this project and environment.` })),
@@ -26,5 +26,6 @@ export class Requests extends Effect.Service<Requests>()("tollgate/Requests", {
       )
 
     return { find } as const
-  })
+  }),
+  dependencies: [RequestsRepo.Default]
 }) {}
