@@ -3,11 +3,11 @@
  * that was stored before with other prices stops the gateway, because a card is never edited once a
  * charge may have used it (a price change is a new version). Charge arithmetic lives in spec/pricing.ts.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect } from "effect"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { type Prices, type RateCard, rateCardAt } from "../../spec/pricing.ts"
 import { Settings } from "../domain/config.ts"
+import { RateCardsRepo } from "../store/rateCardsRepo.ts"
 
 export interface PricedRoute {
   readonly card: RateCard
@@ -18,17 +18,15 @@ export interface PricedRoute {
 export class Pricing extends Effect.Service<Pricing>()("tollgate/Pricing", {
   effect: Effect.gen(function* () {
     const settings = yield* Settings
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* RateCardsRepo
     const cards: ReadonlyArray<RateCard> = settings.gateway.rate_cards
     const now = yield* Clock.currentTimeMillis
     for (const card of cards) {
       const prices = canonicalJson(card.prices)
       // Insert-if-absent, then compare what is stored: instances starting together on one database
       // race to publish the same card; one INSERT wins, and every instance checks its card against it.
-      yield* sql`INSERT INTO rate_cards (version, effective_from, prices, created_at)
-                 VALUES (${card.version}, ${card.effective_from}, ${prices}, ${now}) ON CONFLICT (version) DO NOTHING`
-      const stored = yield* sql<{ prices: string; effective_from: string }>`
-        SELECT prices, effective_from FROM rate_cards WHERE version = ${card.version}`
+      yield* repo.publish({ version: card.version, effective_from: card.effective_from, prices }, now)
+      const stored = yield* repo.stored(card.version)
       const row = stored[0]!
       if (row.prices !== prices || Date.parse(row.effective_from) !== Date.parse(card.effective_from)) {
         return yield* Effect.dieMessage(
@@ -44,10 +42,11 @@ export class Pricing extends Effect.Service<Pricing>()("tollgate/Pricing", {
     }
     /** Every rate card ever stored, frozen: what a receipt's charge is recomputed against. */
     const published = Effect.map(
-      sql<{ version: string; effective_from: string; prices: string }>`SELECT version, effective_from, prices FROM rate_cards ORDER BY effective_from, version`,
+      repo.all(),
       (rows): ReadonlyArray<RateCard> => rows.map((r) => ({ version: r.version, effective_from: r.effective_from, prices: JSON.parse(r.prices) as RateCard["prices"] }))
     ).pipe(Effect.orDie)
 
     return { priceAt, cards, published } as const
-  })
+  }),
+  dependencies: [RateCardsRepo.Default]
 }) {}
