@@ -3,11 +3,11 @@
  * unless TOLLGATE_ADMIN_TOKEN is set. The secrets are returned once (main prints them once) and only
  * their SHA-256 is kept. Later starts find the project and return no secrets.
  */
-import { SqlClient } from "@effect/sql"
 import { Effect, Option, Redacted } from "effect"
 import { hashSecret, newAdminToken, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
 import { AdminUnauthorized } from "../domain/errors.ts"
+import { SettingsRepo } from "../store/settingsRepo.ts"
 import { KeyRegistry } from "./KeyRegistry.ts"
 import { Projects } from "./Projects.ts"
 
@@ -20,7 +20,7 @@ export interface FirstStart {
 
 export class Bootstrap extends Effect.Service<Bootstrap>()("tollgate/Bootstrap", {
   effect: Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* SettingsRepo
     const settings = yield* Settings
     const projects = yield* Projects
     const keys = yield* KeyRegistry
@@ -29,21 +29,19 @@ export class Bootstrap extends Effect.Service<Bootstrap>()("tollgate/Bootstrap",
     // INSERT on a primary key, so exactly one of them generates the admin token and exactly one
     // creates the default project (and prints its key); the others wait for its commit and find it.
     let adminToken: string | undefined
-    let stored = yield* sql<{ value: string }>`SELECT value FROM settings WHERE name = 'admin_token_sha256'`.pipe(Effect.orDie)
+    let stored = yield* repo.adminTokenHash().pipe(Effect.orDie)
     if (Option.isNone(settings.adminToken) && stored.length === 0) {
       const candidate = newAdminToken()
-      const won = yield* sql<{ value: string }>`INSERT INTO settings (name, value) VALUES ('admin_token_sha256', ${hashSecret(candidate)})
-        ON CONFLICT (name) DO NOTHING RETURNING value`.pipe(Effect.orDie)
+      const won = yield* repo.claimAdminToken(hashSecret(candidate)).pipe(Effect.orDie)
       if (won.length === 1) adminToken = candidate
-      else stored = yield* sql<{ value: string }>`SELECT value FROM settings WHERE name = 'admin_token_sha256'`.pipe(Effect.orDie)
+      else stored = yield* repo.adminTokenHash().pipe(Effect.orDie)
     }
     const adminHash = Option.isSome(settings.adminToken) ? hashSecret(Redacted.value(settings.adminToken.value)) : (stored[0]?.value ?? hashSecret(adminToken!))
 
-    const firstStart: FirstStart | undefined = yield* sql.withTransaction(
+    const firstStart: FirstStart | undefined = yield* repo.withTransaction(
       Effect.gen(function* () {
         // The claim: only on a store with no project yet, and only once (the settings row's key).
-        const won = yield* sql`INSERT INTO settings (name, value) SELECT 'default_project', '' WHERE NOT EXISTS (SELECT 1 FROM projects)
-          ON CONFLICT (name) DO NOTHING RETURNING value`
+        const won = yield* repo.claimDefaultProject()
         if (won.length === 0) return undefined
         const d = settings.gateway.default_project
         const project = yield* projects.create({
@@ -52,7 +50,7 @@ export class Bootstrap extends Effect.Service<Bootstrap>()("tollgate/Bootstrap",
           budget_credits: d?.budget_credits ?? 1_000_000,
           rate_limit: { requests_per_minute: d?.requests_per_minute ?? 600, burst: d?.burst ?? 60 }
         })
-        yield* sql`UPDATE settings SET value = ${project.id} WHERE name = 'default_project'`
+        yield* repo.setDefaultProject(project.id)
         const key = yield* keys.create(project.id, "development")
         return { projectId: project.id, developmentKey: key.secret, adminToken }
       })
@@ -66,5 +64,6 @@ export class Bootstrap extends Effect.Service<Bootstrap>()("tollgate/Bootstrap",
     }
 
     return { firstStart, authorizeAdmin } as const
-  })
+  }),
+  dependencies: [SettingsRepo.Default]
 }) {}
