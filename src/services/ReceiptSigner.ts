@@ -12,7 +12,6 @@
  * signs from then on; every other key stays in `receipt_keys` with `retired_at` set, so receipts it
  * signed keep verifying and the audit can tell that nothing was signed with it after retirement.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Layer, Option } from "effect"
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from "node:crypto"
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
@@ -22,6 +21,7 @@ import { type SealedReceipt, sealReceipt, type UnsignedReceipt } from "../../spe
 import { Settings } from "../domain/config.ts"
 import { ReceiptKey } from "../store/ChatStore.ts"
 import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
+import { ReceiptKeysRepo } from "../store/receiptKeysRepo.ts"
 import { fastestSealer } from "../store/sodium.ts"
 
 export interface PublicReceiptKey {
@@ -55,22 +55,21 @@ export { sealReceipt }
 export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/ReceiptSigner", {
   effect: Effect.gen(function* () {
     const settings = yield* Settings
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* ReceiptKeysRepo
     const privateKey = yield* Effect.try(() => loadOrCreate(keyFileFor(settings.databaseUrl, settings.receiptKeyFile))).pipe(Effect.orDie)
     const publicPem = createPublicKey(privateKey).export({ type: "spki", format: "pem" }) as string
     const keyId = receiptKeyId(publicPem)
     const now = yield* Clock.currentTimeMillis
     const shared = isPostgresUrl(settings.databaseUrl)
-    const retired = yield* sql.withTransaction(
+    const retired = yield* repo.withTransaction(
       Effect.gen(function* () {
-        yield* sql`INSERT INTO receipt_keys (id, public_key, created_at) VALUES (${keyId}, ${publicPem}, ${now})
-                   ON CONFLICT (id) DO NOTHING`
+        yield* repo.register(keyId, publicPem, now)
         // Back to a key that was retired: it signs again, so it is no longer retired.
-        yield* sql`UPDATE receipt_keys SET retired_at = NULL WHERE id = ${keyId}`
+        yield* repo.unretire(keyId)
         // PostgreSQL: several instances sign at once, each with its own key; starting one retires
         // no other instance's key: every registered key stays active (no automatic retirement).
         if (shared) return []
-        return yield* sql<{ id: string }>`UPDATE receipt_keys SET retired_at = ${now} WHERE id <> ${keyId} AND retired_at IS NULL RETURNING id`
+        return yield* repo.retireOthers(keyId, now)
       })
     ).pipe(Effect.orDie)
     if (retired.length > 0) {
@@ -80,8 +79,7 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
     const seal: (unsigned: UnsignedReceipt) => SealedReceipt = fastestSealer(privateKey)
 
     const publicKeys = Effect.map(
-      sql<{ id: string; public_key: string; created_at: number; retired_at: number | null }>`
-        SELECT id, public_key, created_at, retired_at FROM receipt_keys ORDER BY created_at`,
+      repo.all(),
       (rows): ReadonlyArray<PublicReceiptKey> =>
         rows.map((r) => ({
           id: r.id,
@@ -96,7 +94,8 @@ export class ReceiptSigner extends Effect.Service<ReceiptSigner>()("tollgate/Rec
     const signingKey = privateKey
 
     return { keyId, publicPem, seal, signingKey, publicKeys } as const
-  })
+  }),
+  dependencies: [ReceiptKeysRepo.Default]
 }) {}
 
 /** The signing key for the store port's settlement transaction (src/store/ChatStore.ts). */
