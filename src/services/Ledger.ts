@@ -4,14 +4,12 @@
  * (src/store/ChatStore.ts over src/store/ledgerStatements.ts), which the Gateway and the recovery
  * sweep call: one code path, the one the model tests drive.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect, Option } from "effect"
+import { Effect } from "effect"
 import { periodOf } from "../../spec/ledger.ts"
 import type { Receipt } from "../../spec/receipt.ts"
 import { RequestNotFound } from "../domain/errors.ts"
-import { Sqlite } from "../store/Database.ts"
 import type { Scope } from "../store/idempotencyStatements.ts"
-import { type BudgetWindow, makeLedgerStatements } from "../store/ledgerStatements.ts"
+import { LedgerRepo } from "../store/ledgerRepo.ts"
 
 export { periodOf }
 
@@ -19,35 +17,12 @@ export type { BudgetWindow, Hold, Sealer, Settlement } from "../store/ledgerStat
 
 export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
   effect: Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
-    // SQLite: the window is read synchronously on the store's connection (no statement compiled per
-    // call); PostgreSQL: through SqlClient.
-    const sqlite = yield* Effect.serviceOption(Sqlite)
-    const window = Option.match(sqlite, {
-      onSome: ({ db }) => {
-        // Reads only: the statements need no signer (nothing is settled through this connection here).
-        const { windowSync } = makeLedgerStatements(db, {
-          keyId: "",
-          seal: () => {
-            throw new Error("the Ledger service does not settle: settlements go through ChatStore")
-          }
-        })
-        return (projectId: string, period: string): Effect.Effect<BudgetWindow> => Effect.sync(() => windowSync(projectId, period))
-      },
-      onNone: () => (projectId: string, period: string): Effect.Effect<BudgetWindow> =>
-        Effect.map(
-          sql<{ cap: number; spent: number | null; reserved: number | null }>`
-            SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
-            FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
-            WHERE p.id = ${projectId}`.pipe(Effect.orDie),
-          ([row]) => ({ period, cap: row?.cap ?? 0, spent: row?.spent ?? 0, reserved: row?.reserved ?? 0 })
-        )
-    })
+    const repo = yield* LedgerRepo
+    const window = repo.window
 
     const receipt = (requestId: string, scope: Scope): Effect.Effect<Receipt, RequestNotFound> =>
       Effect.flatMap(
-        sql<{ body: string }>`SELECT body FROM receipts WHERE request_id = ${requestId}
-                              AND project_id = ${scope.projectId} AND environment = ${scope.environment}`.pipe(Effect.orDie),
+        repo.receipt(requestId, scope).pipe(Effect.orDie),
         (rows) =>
           rows[0] === undefined
             ? Effect.fail(new RequestNotFound({ message: `No settled request with id ${requestId} in this project and environment.` }))
@@ -57,19 +32,7 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
     /** Usage of one tenant scope in one window: every figure is a sum over that window's receipts. */
     const usage = (scope: Scope, period: string) =>
       Effect.gen(function* () {
-        const rows = yield* sql<{
-          route: string
-          requests: number
-          credits: number
-          input_tokens: number
-          cached_input_tokens: number
-          output_tokens: number
-          reasoning_tokens: number
-        }>`SELECT route, COUNT(*) AS requests, SUM(credits_charged) AS credits,
-             SUM(input_tokens) AS input_tokens, SUM(cached_input_tokens) AS cached_input_tokens,
-             SUM(output_tokens) AS output_tokens, SUM(reasoning_tokens) AS reasoning_tokens
-           FROM receipts WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND period = ${period}
-           GROUP BY route ORDER BY route`
+        const rows = yield* repo.usage(scope, period)
         return rows.map((r) => ({
           model: r.route,
           requests: Number(r.requests),
@@ -84,5 +47,6 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
       }).pipe(Effect.orDie)
 
     return { window, receipt, usage, periodOf } as const
-  })
+  }),
+  dependencies: [LedgerRepo.Default]
 }) {}
