@@ -6,14 +6,13 @@
  * src/store/idempotencyStatements.ts): a finished record replays its exact status and bytes; a
  * different fingerprint is a conflict; a failure that charged nothing frees the key.
  */
-import { SqlClient } from "@effect/sql"
-import { Clock, Duration, Effect, Either, Option } from "effect"
+import { Clock, Duration, Effect, Either } from "effect"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
 import { sha256Hex } from "../../spec/receipt.ts"
 import { isValidKey } from "../../spec/idempotency.ts"
 import { IdempotencyConflict, InvalidRequest } from "../domain/errors.ts"
-import { Sqlite } from "../store/Database.ts"
-import { type ClaimOutcome, type IdempotencyRow, makeIdempotencyStatements, outcomeOf, type Scope } from "../store/idempotencyStatements.ts"
+import { IdempotencyRepo } from "../store/idempotencyRepo.ts"
+import type { ClaimOutcome, Scope } from "../store/idempotencyStatements.ts"
 
 export type { ClaimOutcome, Scope, StoredResult } from "../store/idempotencyStatements.ts"
 
@@ -37,21 +36,8 @@ export const checkKey = (key: string, param: string): Either.Either<string, Inva
 
 export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollgate/IdempotencyStore", {
   effect: Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
-    const sqlite = yield* Effect.serviceOption(Sqlite)
-    /** Read-only look at `now`: what a claim would meet (synchronous on SQLite's connection, SqlClient otherwise). */
-    const peekAt: (scope: Scope, key: string, fingerprint: string, now: number) => Effect.Effect<ClaimOutcome> = Option.match(sqlite, {
-      onSome: ({ db }) => {
-        const statements = makeIdempotencyStatements(db)
-        return (scope: Scope, key: string, fingerprint: string, now: number) => Effect.sync(() => statements.peekAt(scope, key, fingerprint, now))
-      },
-      onNone: () => (scope: Scope, key: string, fingerprint: string, now: number) =>
-        Effect.map(
-          sql<IdempotencyRow>`SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
-            WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND key = ${key} AND expires_at > ${now}`.pipe(Effect.orDie),
-          ([row]): ClaimOutcome => (row === undefined ? { _tag: "Claimed" } : outcomeOf(row, fingerprint))
-        )
-    })
+    /** Read-only look at `now`: what a claim would meet (src/store/idempotencyRepo.ts: synchronous on SQLite's connection). */
+    const { peekAt } = yield* IdempotencyRepo
 
     const peek = (scope: Scope, key: string, fingerprint: string): Effect.Effect<ClaimOutcome> =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => peekAt(scope, key, fingerprint, now))
@@ -80,5 +66,6 @@ export class IdempotencyStore extends Effect.Service<IdempotencyStore>()("tollga
       })
 
     return { peek, peekAt, awaitSettled } as const
-  })
+  }),
+  dependencies: [IdempotencyRepo.Default]
 }) {}
