@@ -2,15 +2,14 @@
  * Projects: the tenant scope's budget cap and rate limit. Owned here; read by KeyRegistry when it
  * authenticates, and by the Ledger's guarded reservation (the cap is read inside the same statement).
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option, type Schema } from "effect"
 import { defaultBurst } from "../../spec/rateLimit.ts"
 import { BudgetCredits, Burst, checkField, Organization, ProjectName, RequestsPerMinute } from "../domain/adminFields.ts"
 import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
 import { newOrganizationId, newProjectId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
-import { makeAdminLists } from "../store/adminLists.ts"
 import type { BudgetWindow } from "../store/ledgerStatements.ts"
+import { type ProjectRow, ProjectsRepo } from "../store/projectsRepo.ts"
 
 export interface Project {
   readonly id: string
@@ -20,17 +19,6 @@ export interface Project {
   readonly rate_limit: { readonly requests_per_minute: number; readonly burst: number }
   readonly created_at: string
   readonly updated_at: string
-}
-
-interface ProjectRow {
-  readonly id: string
-  readonly organization: string
-  readonly name: string
-  readonly budget_credits: number
-  readonly requests_per_minute: number
-  readonly burst: number
-  readonly created_at: number
-  readonly updated_at: number
 }
 
 export const toProject = (r: ProjectRow): Project => ({
@@ -75,11 +63,10 @@ const patched = <A>(schema: Schema.Schema<A>, param: string, value: A | undefine
 
 export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
   effect: Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
-    const lists = makeAdminLists(sql)
+    const repo = yield* ProjectsRepo
 
     const find = (id: string) =>
-      Effect.map(sql<ProjectRow>`SELECT * FROM projects WHERE id = ${id}`, (rows) => Option.fromNullable(rows[0]))
+      Effect.map(repo.find(id), (rows) => Option.fromNullable(rows[0]))
 
     const get = (id: string): Effect.Effect<Project, AdminNotFound> =>
       find(id).pipe(
@@ -112,7 +99,7 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
           created_at: now,
           updated_at: now
         }
-        yield* sql`INSERT INTO projects ${sql.insert({ ...row })}`.pipe(Effect.orDie)
+        yield* repo.insert(row).pipe(Effect.orDie)
         return toProject(row)
       })
 
@@ -125,17 +112,11 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
         const rpm = yield* patched(RequestsPerMinute, "rate_limit.requests_per_minute", patch.rate_limit?.requests_per_minute, current.rate_limit.requests_per_minute)
         const burst = yield* patched(Burst, "rate_limit.burst", patch.rate_limit?.burst, current.rate_limit.burst)
         const now = yield* Clock.currentTimeMillis
-        yield* sql`UPDATE projects SET
-            name = ${name},
-            budget_credits = ${budget},
-            requests_per_minute = ${rpm},
-            burst = ${burst},
-            updated_at = ${now}
-          WHERE id = ${id}`.pipe(Effect.orDie)
+        yield* repo.update(id, { name, budget_credits: budget, requests_per_minute: rpm, burst, updated_at: now }).pipe(Effect.orDie)
         return yield* get(id)
       })
 
-    const count = Effect.map(sql<{ n: number }>`SELECT COUNT(*) AS n FROM projects`, (rows) => rows[0]?.n ?? 0).pipe(Effect.orDie)
+    const count = Effect.map(repo.count(), (rows) => rows[0]?.n ?? 0).pipe(Effect.orDie)
 
     /**
      * A page of projects, oldest first, each with its budget window of `period` (src/domain/paging.ts);
@@ -143,8 +124,8 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
      */
     const page = (period: string, request: PageRequest, only?: string): Effect.Effect<Page<ProjectWithWindow>, InvalidRequest> =>
       Effect.gen(function* () {
-        const position = yield* cursorPosition(request, (cursor) => Effect.orDie(lists.projectPosition(cursor, only)))
-        const rows = yield* Effect.orDie(lists.projects<ProjectRow>(period, position, request.limit + 1, only))
+        const position = yield* cursorPosition(request, (cursor) => Effect.orDie(repo.position(cursor, only)))
+        const rows = yield* Effect.orDie(repo.page(period, position, request.limit + 1, only))
         return pageOf(rows, request.limit, (r) => ({
           project: toProject(r),
           window: { period, cap: r.budget_credits, spent: r.window_spent, reserved: r.window_reserved }
@@ -152,5 +133,6 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
       })
 
     return { get, create, update, count, page } as const
-  })
+  }),
+  dependencies: [ProjectsRepo.Default]
 }) {}
