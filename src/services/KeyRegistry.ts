@@ -5,7 +5,6 @@
  * `keyCacheTtlMs` (default 1 s), which bounds how long a revocation made by another instance takes
  * to be seen; a revocation made through this instance drops the cache entry at once.
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Effect, Option, Stream } from "effect"
 import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
@@ -13,8 +12,8 @@ import { checkField, GraceSeconds } from "../domain/adminFields.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
-import { makeAdminLists } from "../store/adminLists.ts"
 import { makeKeyEvents } from "../store/keyEvents.ts"
+import { type KeyRow, KeysRepo } from "../store/keysRepo.ts"
 import { Projects } from "./Projects.ts"
 
 /** Who is calling: the tenant scope a request runs in. */
@@ -25,22 +24,6 @@ export interface Principal {
   readonly environment: Environment
   readonly budgetCredits: number
   readonly rateLimit: { readonly requestsPerMinute: number; readonly burst: number }
-}
-
-interface KeyRow {
-  readonly id: string
-  readonly project_id: string
-  readonly environment: Environment
-  readonly secret_sha256: string
-  readonly created_at: number
-  readonly expires_at: number | null
-  readonly revoked_at: number | null
-  readonly replaces: string | null
-  readonly replaced_by: string | null
-  readonly organization: string
-  readonly budget_credits: number
-  readonly requests_per_minute: number
-  readonly burst: number
 }
 
 export interface IssuedKey {
@@ -87,10 +70,9 @@ const BEARER = /^Bearer\s+(\S+)\s*$/i
 
 export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegistry", {
   scoped: Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
+    const repo = yield* KeysRepo
     const settings = yield* Settings
     const projects = yield* Projects
-    const lists = makeAdminLists(sql)
     /**
      * Key rows by id, and ids known to be unknown (row undefined): an unknown id is remembered for as
      * long as a known one, so a repeated guess costs exactly what a repeated wrong secret costs — one
@@ -116,8 +98,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
 
     const loadKey = (keyId: string) =>
       Effect.map(
-        sql<KeyRow>`SELECT k.*, p.organization, p.budget_credits, p.requests_per_minute, p.burst
-                    FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,
+        repo.find(keyId),
         (rows) => Option.fromNullable(rows[0])
       ).pipe(Effect.orDie)
 
@@ -204,8 +185,14 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     const insertKey = (key: ReturnType<typeof prepareKey>) =>
       Effect.zipRight(
         Effect.sync(() => cache.delete(key.issued.id)), // an id guessed before it existed was cached as unknown
-        sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces)
-            VALUES (${key.issued.id}, ${key.issued.project_id}, ${key.issued.environment}, ${key.secretSha256}, ${key.now}, ${key.replaces})`
+        repo.insert({
+          id: key.issued.id,
+          projectId: key.issued.project_id,
+          environment: key.issued.environment,
+          secretSha256: key.secretSha256,
+          createdAt: key.now,
+          replaces: key.replaces
+        })
       )
 
     const create = (projectId: string, environment: unknown): Effect.Effect<IssuedKey, AdminNotFound | InvalidRequest> =>
@@ -242,10 +229,9 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         const expiresAt = now + graceSeconds * 1000
         const fresh = prepareKey(old.project_id, old.environment, now, keyId)
         const answer = { ...fresh.issued, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
-        const claimed = yield* sql.withTransaction(
+        const claimed = yield* repo.withTransaction(
           Effect.gen(function* () {
-            const claim = yield* sql`UPDATE api_keys SET expires_at = ${expiresAt}, replaced_by = ${fresh.issued.id}
-                                     WHERE id = ${keyId} AND revoked_at IS NULL AND expires_at IS NULL RETURNING id`
+            const claim = yield* repo.claimRotation(keyId, expiresAt, fresh.issued.id)
             if (claim.length === 0) return false
             yield* insertKey(fresh)
             return true
@@ -262,7 +248,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         const old = yield* findKey(keyId)
         const now = yield* Clock.currentTimeMillis
         if (old.revoked_at === null) {
-          yield* sql`UPDATE api_keys SET revoked_at = ${now} WHERE id = ${keyId} AND revoked_at IS NULL`.pipe(Effect.orDie)
+          yield* repo.revoke(keyId, now).pipe(Effect.orDie)
         }
         cache.delete(keyId)
         yield* events.announce({ _tag: "Key", keyId })
@@ -296,9 +282,9 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     const list = (projectId: string, environment: Environment | undefined, request: PageRequest): Effect.Effect<Page<KeyInfo>, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         yield* projects.get(projectId)
-        const position = yield* cursorPosition(request, (cursor) => Effect.orDie(lists.keyPosition(projectId, environment, cursor)))
+        const position = yield* cursorPosition(request, (cursor) => Effect.orDie(repo.position(projectId, environment, cursor)))
         const now = yield* Clock.currentTimeMillis
-        const rows = yield* Effect.orDie(lists.keys<KeyRow>(projectId, environment, position, request.limit + 1))
+        const rows = yield* Effect.orDie(repo.page(projectId, environment, position, request.limit + 1))
         return pageOf(rows, request.limit, (r) => toInfo(r, now))
       })
 
@@ -307,5 +293,6 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
       Effect.zipRight(Effect.sync(() => dropProject(projectId)), events.announce({ _tag: "Project", projectId }))
 
     return { authenticate, authenticateCached, authenticateMiss, create, rotate, revoke, info, list, forgetProject } as const
-  })
+  }),
+  dependencies: [KeysRepo.Default]
 }) {}

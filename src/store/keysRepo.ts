@@ -1,0 +1,72 @@
+/**
+ * The KeyRegistry service's rows (`api_keys` table, src/services/KeyRegistry.ts): a key with its
+ * project's limits, the INSERT of a new key, the guarded claims of rotation and revocation, and the
+ * admin list's page (src/store/adminLists.ts).
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+import type { Environment } from "../domain/ids.ts"
+import { makeAdminLists, type Position } from "./adminLists.ts"
+
+/** A key as stored, joined with its project's limits. */
+export interface KeyRow {
+  readonly id: string
+  readonly project_id: string
+  readonly environment: Environment
+  readonly secret_sha256: string
+  readonly created_at: number
+  readonly expires_at: number | null
+  readonly revoked_at: number | null
+  readonly replaces: string | null
+  readonly replaced_by: string | null
+  readonly organization: string
+  readonly budget_credits: number
+  readonly requests_per_minute: number
+  readonly burst: number
+}
+
+/** A key to insert: only SHA-256(secret) is stored. */
+export interface NewKey {
+  readonly id: string
+  readonly projectId: string
+  readonly environment: Environment
+  readonly secretSha256: string
+  readonly createdAt: number
+  readonly replaces: string | null
+}
+
+/** The statements, and the transaction runner the service keeps its boundary with. */
+export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
+  const lists = makeAdminLists(sql)
+  return {
+    withTransaction: sql.withTransaction,
+
+    /** Key `keyId` with its project's organization, cap and rate limit. */
+    find: (keyId: string) =>
+      sql<KeyRow>`SELECT k.*, p.organization, p.budget_credits, p.requests_per_minute, p.burst
+                  FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,
+
+    insert: (key: NewKey) =>
+      sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces)
+          VALUES (${key.id}, ${key.projectId}, ${key.environment}, ${key.secretSha256}, ${key.createdAt}, ${key.replaces})`,
+
+    /** Rotation's claim on key `keyId`, only while it is active: a row back when it won. */
+    claimRotation: (keyId: string, expiresAt: number, replacedBy: string) =>
+      sql`UPDATE api_keys SET expires_at = ${expiresAt}, replaced_by = ${replacedBy}
+          WHERE id = ${keyId} AND revoked_at IS NULL AND expires_at IS NULL RETURNING id`,
+
+    /** Revoke key `keyId` at `now` unless it is revoked already. */
+    revoke: (keyId: string, now: number) => sql`UPDATE api_keys SET revoked_at = ${now} WHERE id = ${keyId} AND revoked_at IS NULL`,
+
+    /** Key `id`'s position among project `projectId`'s keys (of `environment`, when given). */
+    position: (projectId: string, environment: Environment | undefined, id: string) => lists.keyPosition(projectId, environment, id),
+
+    /** Up to `limit` of a project's keys after `position` (of `environment`, when given). */
+    page: (projectId: string, environment: Environment | undefined, position: Position | undefined, limit: number) =>
+      lists.keys<KeyRow>(projectId, environment, position, limit)
+  }
+}
+
+export class KeysRepo extends Effect.Service<KeysRepo>()("tollgate/KeysRepo", {
+  effect: Effect.map(SqlClient.SqlClient, makeKeysRepo)
+}) {}
