@@ -3,7 +3,6 @@
  * from Effect's Clock, so tests drive it with TestClock), or shared by every instance through Redis
  * when REDIS_URL is set (`RateLimiterShared`, on Redis's clock).
  */
-import { SqlClient } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Either, Layer, Option, Redacted, Schedule } from "effect"
 import { checkGcra, emissionIntervalMicros, type GcraState, type RateLimit } from "../../spec/rateLimit.ts"
 import { Settings } from "../domain/config.ts"
@@ -172,7 +171,7 @@ const makeShared = (
   })
 
 /** The limit shared through Redis (REDIS_URL). */
-export const RateLimiterShared = (redisUrl: string): Layer.Layer<RateLimiter, never, SqlClient.SqlClient | Settings> =>
+export const RateLimiterShared = (redisUrl: string) =>
   Layer.scoped(
     RateLimiter,
     Effect.gen(function* () {
@@ -187,7 +186,7 @@ export const RateLimiterShared = (redisUrl: string): Layer.Layer<RateLimiter, ne
   )
 
 /** The limit shared through PostgreSQL (a postgres:// DATABASE_URL and no REDIS_URL). */
-export const RateLimiterPostgres: Layer.Layer<RateLimiter, never, SqlClient.SqlClient | Settings> = Layer.scoped(
+export const RateLimiterPostgres = Layer.scoped(
   RateLimiter,
   Effect.flatMap(pgGcra, (admit) => makeShared("PostgreSQL", admit))
 )
@@ -200,7 +199,7 @@ export const rateLimitFallbacks = { count: 0 }
  * postgres:// DATABASE_URL: several instances may share it), else this instance's own (SQLite: one
  * instance, and the synchronous in-memory path).
  */
-export const RateLimiterLive: Layer.Layer<RateLimiter, never, Settings | SqlClient.SqlClient> = Layer.unwrapEffect(
+export const RateLimiterLive = Layer.unwrapEffect(
   Effect.map(Settings, (s) =>
     Option.isSome(s.redisUrl)
       ? RateLimiterShared(Redacted.value(s.redisUrl.value))
