@@ -172,18 +172,10 @@ export const makePgChatStore = Effect.gen(function* () {
         // (chatTransactions.ts, `mustSync`): there the only crash that loses it also ends its call;
         // here the database can crash while the gateway lives on, calls the upstream and then finds
         // no hold to charge — a lost charge.
-        const [w] = yield* sql<{ cap: number; spent: number | null; reserved: number | null }>`
-          SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
-          FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
-          WHERE p.id = ${projectId}`
-        const cap = w?.cap ?? 0
-        const sized = sizeReservation(a.sizing, cap, available({ cap, spent: w?.spent ?? 0, reserved: w?.reserved ?? 0 }))
-        if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
-        const { outputCap, reservation } = sized
         const r = a.request
         // ONE statement: the guard, and the request row and the hold only if it held. The window row
         // is locked from here to COMMIT: one round trip.
-        const guarded = sql<{ n: number }>`WITH held AS (
+        const guarded = (reservation: number) => sql<{ n: number }>`WITH held AS (
             UPDATE budget_windows SET reserved = reserved + ${reservation}
             WHERE project_id = ${projectId} AND period = ${period}
               AND spent + reserved + ${reservation} <= (SELECT budget_credits FROM projects WHERE id = ${projectId})
@@ -201,11 +193,25 @@ export const makePgChatStore = Effect.gen(function* () {
           -- The fence of the reservation, held to COMMIT: a void after a lost connection waits for it (voidedReservation).
           fence AS (SELECT pg_advisory_xact_lock(${RESERVATION_FENCE}, hashtext(${a.hold.reservationId})))
           SELECT COUNT(*) AS n FROM held, fence`
-        let held = (yield* guarded)[0]!.n === 1
+        // A call that names its max_tokens holds the same whatever the window has left (the rule,
+        // `decideChainCap`: its cap and hold do not depend on the remaining budget, only whether it
+        // fits): the guard is tried first, and the window read only when it refuses — one round trip
+        // fewer for such a call. What a refusal answers is decided below, on the read, as before.
+        const unbounded = a.sizing.requested === undefined ? undefined : sizeReservation(a.sizing, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER)
+        if (unbounded?._tag === "Fits" && (yield* guarded(unbounded.reservation))[0]!.n === 1) return { outputCap: unbounded.outputCap, reservation: unbounded.reservation }
+        const [w] = yield* sql<{ cap: number; spent: number | null; reserved: number | null }>`
+          SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
+          FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
+          WHERE p.id = ${projectId}`
+        const cap = w?.cap ?? 0
+        const sized = sizeReservation(a.sizing, cap, available({ cap, spent: w?.spent ?? 0, reserved: w?.reserved ?? 0 }))
+        if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
+        const { outputCap, reservation } = sized
+        let held = (yield* guarded(reservation))[0]!.n === 1
         if (!held && w?.spent === null) {
           // The window did not exist yet (first hold of the month): open it and try once more.
           yield* sql`INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
-          held = (yield* guarded)[0]!.n === 1
+          held = (yield* guarded(reservation))[0]!.n === 1
         }
         if (!held) return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(reservation, period), param: null })
         return { outputCap, reservation }
@@ -240,10 +246,13 @@ export const makePgChatStore = Effect.gen(function* () {
   const settle = (s: SettleArgs): Effect.Effect<void> =>
     transact(
       Effect.gen(function* () {
-        // The rows of this call only (nothing another call waits on): the hold resolved once, the
-        // request completed and the idempotent result stored, in one statement.
+        // ONE statement: this call's rows — the hold resolved once, the request completed, the
+        // idempotent result stored — and the project's two hot rows, locked from here to COMMIT (one
+        // more round trip and a signature): the charge posted to the window, and the chain head, one
+        // chain per project however many instances settle into it. Locks in the order every writer
+        // takes them: the hold, the window, the head.
         const idem = s.idempotent
-        const [row] = yield* sql<{ amount: number; charge: number; project_id: string; period: string }>`WITH resolved AS (
+        const [row] = yield* sql<{ amount: number; charge: number; project_id: string; period: string; seq: number | null; hash: string | null }>`WITH resolved AS (
             UPDATE reservations SET state = 'settled', resolved_at = ${s.now}, charge = LEAST(${s.charge}::bigint, amount)
             WHERE id = ${s.hold.reservationId} AND state = 'held' RETURNING amount, charge, project_id, period),
           completed AS (
@@ -255,8 +264,14 @@ export const makePgChatStore = Effect.gen(function* () {
               body = ${idem === undefined ? null : asBuffer(idem.result.body)}, expires_at = ${s.now + (idem?.ttlMs ?? 0)}
             WHERE ${idem !== undefined} AND project_id = ${idem?.scope.projectId ?? ""} AND environment = ${idem?.scope.environment ?? ""}
               AND key = ${idem?.key ?? ""} AND request_id = ${s.hold.requestId} AND state = 'in_flight' AND expires_at > ${s.now}
-              AND EXISTS (SELECT 1 FROM resolved))
-          SELECT amount, charge, project_id, period FROM resolved`
+              AND EXISTS (SELECT 1 FROM resolved)),
+          posted AS (
+            UPDATE budget_windows w SET spent = w.spent + r.charge, reserved = w.reserved - r.amount
+            FROM resolved r WHERE w.project_id = r.project_id AND w.period = r.period RETURNING w.project_id),
+          head AS (
+            INSERT INTO chain_heads (project_id, seq, hash) SELECT project_id, 0, ${GENESIS_HASH} FROM posted
+            ON CONFLICT (project_id) DO UPDATE SET seq = chain_heads.seq RETURNING seq, hash)
+          SELECT r.amount, r.charge, r.project_id, r.period, h.seq, h.hash FROM resolved r LEFT JOIN head h ON TRUE`
         if (row === undefined) {
           // This settlement's own earlier attempt committed before its connection was lost: done.
           const [mine] = yield* sql<{ one: number }>`SELECT 1 AS one FROM requests WHERE id = ${s.hold.requestId} AND receipt_id = ${s.receiptId} AND status = 'completed'`
@@ -264,14 +279,7 @@ export const makePgChatStore = Effect.gen(function* () {
           return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
         }
         const charge = row.charge
-        // The project's two hot rows, locked from here to COMMIT (two round trips and a signature):
-        // the charge posted to the window, and the chain head — one chain per project, however many
-        // instances settle into it.
-        const [head] = yield* sql<{ seq: number; hash: string }>`WITH posted AS (
-            UPDATE budget_windows SET spent = spent + ${charge}, reserved = reserved - ${row.amount}
-            WHERE project_id = ${row.project_id} AND period = ${row.period} RETURNING 1)
-          INSERT INTO chain_heads (project_id, seq, hash) SELECT ${row.project_id}, 0, ${GENESIS_HASH} FROM posted
-          ON CONFLICT (project_id) DO UPDATE SET seq = chain_heads.seq RETURNING seq, hash`
+        const head = row.seq === null || row.hash === null ? undefined : { seq: row.seq, hash: row.hash }
         if (head === undefined) return yield* Effect.dieMessage(`no budget window ${row.period} for project ${row.project_id}`)
         const seq = head.seq + 1
         const unsigned = unsignedReceipt(s, { ...row, charge }, { seq, prevHash: head.hash, now: s.now, keyId: signer.keyId })
