@@ -8,6 +8,7 @@
  */
 import { Migrator, SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { MAX_BUDGET_CREDITS, MAX_BURST, MAX_REQUESTS_PER_MINUTE } from "../domain/adminFields.ts"
 
 /** PostgreSQL's words for the two SQLite column types the schema uses. */
 export const pgDdl = (text: string): string => text.replace(/\bINTEGER\b/g, "BIGINT").replace(/\bBLOB\b/g, "BYTEA")
@@ -220,13 +221,19 @@ const adminListIndexes = Effect.gen(function* () {
 })
 
 /**
- * Keys an earlier version rotated with a far-future `grace_seconds` (issue 38, finding 2) hold an
- * expiry past the last instant a date can hold, which PostgreSQL's reads refuse (above 2^53): such an
- * expiry becomes that last instant (8.64e15 ms), which reads, lists and revokes like any other.
+ * What an earlier version let an admin store past the bounds decoded today (issue 38, finding 2;
+ * src/domain/adminFields.ts): a key rotated with a far-future `grace_seconds` holds an expiry past
+ * the last instant a date can hold, which PostgreSQL's reads refuse (above 2^53) — it becomes that
+ * last instant (8.64e15 ms), which reads, lists and revokes like any other; a project's rate and
+ * burst past their bounds (whose product the rate limiter's clock must hold exactly) and a cap past
+ * 2^53 − 1 come down to the bounds — lower, never higher, so no window can overspend.
  */
-const clampKeyExpiry = Effect.gen(function* () {
+const clampStoredBounds = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   yield* sql`UPDATE api_keys SET expires_at = 8640000000000000 WHERE expires_at > 8640000000000000`
+  yield* sql`UPDATE projects SET requests_per_minute = ${MAX_REQUESTS_PER_MINUTE} WHERE requests_per_minute > ${MAX_REQUESTS_PER_MINUTE}`
+  yield* sql`UPDATE projects SET burst = ${MAX_BURST} WHERE burst > ${MAX_BURST}`
+  yield* sql`UPDATE projects SET budget_credits = ${MAX_BUDGET_CREDITS} WHERE budget_credits > ${MAX_BUDGET_CREDITS}`
 })
 
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
@@ -237,7 +244,7 @@ export const migrationSteps = {
   "0004_instance_epochs": instanceEpochs,
   "0005_shared_rate_limit": sharedRateLimit,
   "0006_admin_list_indexes": adminListIndexes,
-  "0007_clamp_key_expiry": clampKeyExpiry
+  "0007_clamp_stored_bounds": clampStoredBounds
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

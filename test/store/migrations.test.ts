@@ -129,18 +129,23 @@ describe("migration 0006: the admin lists' indexes", () => {
   })
 })
 
-describe("migration 0007: a key's expiry past the last date", () => {
-  it("an expiry an earlier version wrote past 8.64e15 ms (grace_seconds 1e13) becomes that last instant; others stay", async () => {
+describe("migration 0007: what an earlier version stored past today's bounds", () => {
+  it("a key's expiry past 8.64e15 ms (grace_seconds 1e13) becomes that last instant; a rate, burst or cap past its bound comes down to it; others stay", async () => {
     const { filename, before } = await seededStoreAt("0006_admin_list_indexes")
     const key = before.prepare(`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, expires_at) VALUES (?, 'prj_a', 'development', 'h', 1, ?)`)
     key.run("key_far", 1_764_000_000_000 + 10_000_000_000_000_000)
     key.run("key_near", 1_764_000_000_000)
+    before.prepare(`INSERT INTO projects VALUES ('prj_huge', 'org_a', 'huge', 9000000000000000000, 900000000000, 900000000000, 0, 0)`).run()
     before.close()
     await migrate(filename)
     const db = new BetterSqlite3(filename, { readonly: true })
     expect(db.prepare(`SELECT id, expires_at FROM api_keys ORDER BY id`).all()).toEqual([
       { id: "key_far", expires_at: 8_640_000_000_000_000 },
       { id: "key_near", expires_at: 1_764_000_000_000 }
+    ])
+    expect(db.prepare(`SELECT id, budget_credits, requests_per_minute, burst FROM projects ORDER BY id`).all()).toEqual([
+      { id: "prj_a", budget_credits: 1000, requests_per_minute: 60, burst: 10 },
+      { id: "prj_huge", budget_credits: Number.MAX_SAFE_INTEGER, requests_per_minute: 60_000_000, burst: 10_000_000 }
     ])
     db.close()
   })
