@@ -184,7 +184,7 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
         }}>
           <p>A new key works at once. The old key keeps working until the grace period ends, so clients can switch without downtime.</p>
           <label for="r-grace">Grace period (seconds)</label>
-          <input id="r-grace" type="number" min="0" step="1" required value={grace} onInput={(e) => setGrace(e.currentTarget.value)} />
+          <input id="r-grace" type="number" min="0" max="31536000" step="1" required value={grace} onInput={(e) => setGrace(e.currentTarget.value)} />
           <div class="buttons"><button type="button" class="secondary" onClick={() => setRotating(null)}>Cancel</button><button type="submit">Rotate key</button></div>
         </form>
       </Dialog>
