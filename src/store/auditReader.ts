@@ -18,7 +18,6 @@ import {
   type BatchFacts,
   type Finding,
   type KeyRow,
-  ed25519At,
   makeAuditor,
   nodeEd25519,
   type ReceiptRow,
@@ -30,7 +29,7 @@ import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { isPostgresUrl, sqliteFilename } from "../domain/databaseUrl.ts"
 import { openPgAudit } from "./auditPg.ts"
 import { startSealPool, type SealPool, workerCode } from "./auditPool.ts"
-import { sodiumModule } from "./sodium.ts"
+import { ed25519At, sodiumModule } from "./sodium.ts"
 import {
   allRows,
   auditQueries,

@@ -12,7 +12,7 @@
  */
 import { parentPort, workerData } from "node:worker_threads"
 import { batchFacts, type BatchFacts, type ColumnBatch } from "../../spec/audit/facts.ts"
-import { ed25519At } from "../../spec/ed25519.ts"
+import { ed25519At } from "./ed25519Native.ts"
 import { type SealCode, sealOfBody, trustedKeyMap, type TrustedKeyData } from "../../spec/audit/seal.ts"
 
 export interface AuditWorkerData {

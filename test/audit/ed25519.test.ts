@@ -7,7 +7,8 @@
 import fc from "fast-check"
 import { generateKeyPairSync, type KeyObject, sign } from "node:crypto"
 import { describe, expect, it } from "vitest"
-import { type Ed25519, ed25519At, nodeEd25519, sodiumEd25519 } from "../../spec/ed25519.ts"
+import { type Ed25519, nodeEd25519 } from "../../spec/ed25519.ts"
+import { ed25519At, sodiumEd25519 } from "../../src/store/sodium.ts"
 import { sodiumModule } from "../../src/store/sodium.ts"
 
 const keys: ReadonlyArray<{ readonly privateKey: KeyObject; readonly publicKey: KeyObject }> = Array.from({ length: 4 }, () => generateKeyPairSync("ed25519"))
