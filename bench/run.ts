@@ -14,7 +14,9 @@
  * Flags: --quick (< 90 s), --one-caller (only the one-caller phases), --rounds N, --duration S,
  *        --warmup S, --rates 200,1000, --stream-rates 200, --callers 16 (the loaded closed phase),
  *        --connections N (saturating closed model), --delay MS (mock latency),
- *        --chunk-delay MS, --chunks N (content events per stream), --out DIR, --no-write,
+ *        --chunk-delay MS, --chunks N (content events per stream), --out DIR (default bench/results:
+ *        latest.md|json there, a timestamped copy in its runs/, and, but for --quick, the run's row
+ *        appended to its HISTORY.md when it has one), --no-write,
  *        --targets baseline,bare,bare-durable,floor,tollgate,portkey (default, without bare-durable
  *        under --quick; add `effect` for the Effect 3 HTTP floor; `bare-durable` is the bare proxy
  *        plus one synced commit before each answer, the disk's price; `floor` is the governed floor:
@@ -28,7 +30,7 @@
  *        stream-200, closed, …)
  */
 import { execSync } from "node:child_process"
-import { copyFileSync, mkdirSync, writeFileSync } from "node:fs"
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os"
 import { dirname, join, relative, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -38,6 +40,7 @@ import { callersLoad, closedLoad, openLoad, type PhaseResult, type TargetEndpoin
 import { type Child, cpuSplit, freePort, sampleProc, startChild } from "./lib/procs.ts"
 import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
+import { appendHistoryRow, historyRow } from "./lib/history.ts"
 import { judgeTargets, type OverReference, overDurable, overFloor, type TargetFigures } from "./lib/targets.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -609,15 +612,24 @@ const main = async () => {
 
   const report = { config, machine: { ...info, loadavgEnd }, command, started: started.toISOString(), finished: finished.toISOString(), summary, targets: verdicts, results }
   process.stdout.write(`\n${markdown}\n`)
+  const row = historyRow(report)
+  log(`history row: ${row}`)
   if (!flag("--no-write")) {
+    // The tree keeps latest.md|json and HISTORY.md's row; the timestamped copies go to runs/, ignored by git.
     const out = resolve(arg("--out") ?? join(here, "results"))
-    mkdirSync(out, { recursive: true })
+    const runs = join(out, "runs")
+    mkdirSync(runs, { recursive: true })
     const stamp = started.toISOString().replace(/[:.]/g, "-").slice(0, 19) + (quick ? "-quick" : "")
-    writeFileSync(join(out, `${stamp}.json`), JSON.stringify(report, null, 2) + "\n")
-    writeFileSync(join(out, `${stamp}.md`), markdown + "\n")
-    copyFileSync(join(out, `${stamp}.json`), join(out, "latest.json"))
-    copyFileSync(join(out, `${stamp}.md`), join(out, "latest.md"))
-    log(`wrote ${relative(process.cwd(), join(out, `${stamp}.md`))} and .json (also latest.md / latest.json)`)
+    writeFileSync(join(out, "latest.json"), JSON.stringify(report, null, 2) + "\n")
+    writeFileSync(join(out, "latest.md"), markdown + "\n")
+    copyFileSync(join(out, "latest.json"), join(runs, `${stamp}.json`))
+    copyFileSync(join(out, "latest.md"), join(runs, `${stamp}.md`))
+    log(`wrote ${relative(process.cwd(), join(out, "latest.md"))} and .json (a copy in ${relative(process.cwd(), runs)}/${stamp}.md|json)`)
+    const history = join(out, "HISTORY.md")
+    if (!quick && existsSync(history)) {
+      writeFileSync(history, appendHistoryRow(readFileSync(history, "utf8"), row))
+      log(`added the run's row to ${relative(process.cwd(), history)}`)
+    }
   }
   log(`took ${((finished.getTime() - started.getTime()) / 1000).toFixed(0)} s`)
 }
