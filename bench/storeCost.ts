@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/storeCost.ts [--calls N] [--rounds R] [--sync FULL|NORMAL] [--batch N] [--compare DIR]`: the CPU
+ * `npx tsx bench/storeCost.ts [--calls N] [--rounds R] [--sync FULL|NORMAL] [--batch N] [--frame-calls N] [--compare DIR]`: the CPU
  * the store worker spends on one governed call, and where it goes. Runs the production transaction
  * bodies (src/store/chatTransactions.ts, as the worker runs them: a reservation with an idempotency
  * claim, then a settlement with a signed receipt and a stored ≈ 1 KiB reply, each its own COMMIT as at
@@ -8,14 +8,17 @@
  *
  * - CPU µs (`process.cpuUsage`) of each transaction, its COMMIT included, and wall µs;
  * - each prepared statement's own time (its `run`/`get`/`all` timed by wrapping `db.prepare`);
- * - the receipt's seal (canonical JSON, SHA-256, Ed25519) alone; what is left is the bodies' own JS.
+ * - the receipt's seal (canonical JSON, SHA-256, Ed25519) alone; what is left is the bodies' own JS;
+ * - WAL frames a call (one 4 KiB page each, written by the committing thread), counted from the WAL's
+ *   growth over `--frame-calls` more calls with auto-checkpoints off: exact, the same on every machine
+ *   (docs/decisions/0009; bench/walFrames.ts counted them before issue 39 folded it in here).
  *
  * `--compare DIR` runs another checkout's store code (e.g. a checkout of main) interleaved with this one's in the
  * same process, round by round, so the two columns share the box's noise.
  */
 import type BetterSqlite3 from "better-sqlite3"
 import { generateKeyPairSync } from "node:crypto"
-import { existsSync, mkdtempSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { pathToFileURL } from "node:url"
@@ -31,6 +34,10 @@ const SYNC = arg("--sync") ?? "FULL"
 /** Calls per COMMIT: 1 is one caller; a busy worker commits the calls of one message together (e.g. 32). */
 const BATCH = numArg("--batch", 1)
 const compare = arg("--compare")
+/** Calls counted for the WAL frames, after the timed ones. */
+const FRAME_CALLS = numArg("--frame-calls", 500)
+/** A WAL frame: a 24-byte header and one 4 KiB page. */
+const FRAME_BYTES = 4096 + 24
 
 type ChatTransactionsModule = typeof import("../src/store/chatTransactions.ts")
 type SealModule = typeof import("../spec/receipt.ts")
@@ -107,11 +114,13 @@ interface Figures {
   reserveWall: number
   settleWall: number
   parts: Map<string, number>
+  /** WAL frames written per call. */
+  frames: number
 }
 
 const measure = async (tree: Tree): Promise<Figures> => {
   const dir = mkdtempSync(join(tmpdir(), "tg-cost-"))
-  const { db } = await openStore(dir, undefined, SYNC)
+  const { db, wal } = await openStore(dir, SYNC)
   const tally = new Tally()
   timeStatements(db, tally)
   const seal: Sealer["seal"] = (unsigned) => {
@@ -161,10 +170,17 @@ const measure = async (tree: Tree): Promise<Figures> => {
   reserveCpu = settleCpu = reserveWall = settleWall = sys = 0
   tally.on = true
   run(CALLS)
+  tally.on = false
+  const figures = { reserveCpu: reserveCpu / CALLS, settleCpu: settleCpu / CALLS, sys: sys / CALLS, reserveWall: reserveWall / CALLS, settleWall: settleWall / CALLS }
+  // Frames: an empty WAL and no checkpoint, so the file's growth over the calls is every frame they wrote.
+  db.pragma("wal_checkpoint(TRUNCATE)")
+  db.pragma("wal_autocheckpoint = 0")
+  run(FRAME_CALLS)
+  const frames = statSync(wal).size / FRAME_BYTES / FRAME_CALLS
   db.close()
   rmSync(dir, { recursive: true, force: true })
   const parts = new Map([...tally.ms].map(([k, ms]) => [k, (ms * 1000) / CALLS]))
-  return { reserveCpu: reserveCpu / CALLS, settleCpu: settleCpu / CALLS, sys: sys / CALLS, reserveWall: reserveWall / CALLS, settleWall: settleWall / CALLS, parts }
+  return { ...figures, parts, frames }
 }
 
 const results = new Map<string, Array<Figures>>()
@@ -191,6 +207,7 @@ row("of which in statements and seal (wall)", (r) => [...r.parts.values()].reduc
 row("of which kernel (write, fsync)", (r) => r.sys)
 row("reserve wall", (r) => r.reserveWall)
 row("settle wall", (r) => r.settleWall)
+console.log(`| WAL frames per call (4 KiB pages; ${FRAME_CALLS} more calls, auto-checkpoints off) | ${trees.map((t) => median(results.get(t.name)!.map((r) => r.frames)).toFixed(2)).join(" | ")} |`)
 const labels = [...new Set(trees.flatMap((t) => results.get(t.name)!.flatMap((r) => [...r.parts.keys()])))]
 const byCost = labels.sort((a, b) => median(results.get("this")!.map((r) => r.parts.get(b) ?? 0)) - median(results.get("this")!.map((r) => r.parts.get(a) ?? 0)))
 console.log(`\nPer statement (wall µs per call, the statement's run/get/all; BEGIN, COMMIT and the bodies' own JS are the rest)\n`)

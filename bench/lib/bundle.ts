@@ -1,8 +1,8 @@
 /**
  * A governed bench target runs as `npm start` runs the server: bundled by its checkout's
  * scripts/build.mjs with the store worker beside it, started with the node flags of that checkout's
- * `npm start` line (so its RSS, start-up and GC are the production ones). Shared by bench/run.ts and
- * bench/gcPauses.ts.
+ * `npm start` line (so its RSS, start-up and GC are the production ones). Shared by bench/run.ts,
+ * bench/threads.ts and bench/pairs.ts.
  */
 import { execFileSync } from "node:child_process"
 import { readFileSync } from "node:fs"

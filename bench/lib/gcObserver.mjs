@@ -1,5 +1,5 @@
 /**
- * Preload for bench/gcPauses.ts (`node --import …/gcObserver.mjs <target>`): records the main
+ * Preload for bench/threads.ts (`node --import …/gcObserver.mjs <target>`): records the main
  * thread's garbage-collector pauses as `[startedAt (ms since the epoch), duration ms, kind]` and, on
  * SIGUSR2, writes those recorded so far to $TOLLGATE_BENCH_GC_FILE as JSON and starts again. Uses
  * `performance.timeOrigin` so the times line up with the load generator's in another process.

@@ -1,6 +1,6 @@
 /**
- * One governed call as the store worker receives it, for the store benches (bench/walFrames.ts,
- * bench/storeCost.ts): a file store built by the migrations with the worker's pragmas, and the
+ * One governed call as the store worker receives it, for the store bench (bench/storeCost.ts):
+ * a file store built by the migrations with the worker's pragmas, and the
  * reservation (with an idempotency claim) and settlement (signed receipt, ≈ 1 KiB stored reply)
  * arguments of call `i`, shaped as the Gateway sends them.
  */
@@ -10,7 +10,7 @@ import { Effect } from "effect"
 import { join } from "node:path"
 import { newReceiptId, newRequestId, newReservationId } from "../../src/domain/ids.ts"
 import type { ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
-import { type migrationSteps, runMigrations, runMigrationsUpTo } from "../../src/store/migrations.ts"
+import { runMigrations } from "../../src/store/migrations.ts"
 
 const projectId = "prj_bench"
 const scope = { projectId, environment: "production" as const }
@@ -18,9 +18,9 @@ const model = "gpt-4o-mini"
 const reply = new TextEncoder().encode(JSON.stringify({ id: "chatcmpl-bench", object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: "x".repeat(900) } }] }))
 
 /** A migrated store file in `dir` with the bench's project, opened as the store worker opens it (WAL, `sync`, foreign keys). */
-export const openStore = async (dir: string, upTo: keyof typeof migrationSteps | undefined, sync: string) => {
+export const openStore = async (dir: string, sync: string) => {
   const filename = join(dir, "t.db")
-  await Effect.runPromise((upTo === undefined ? runMigrations : runMigrationsUpTo(upTo)).pipe(Effect.provide(SqliteClient.layer({ filename })), Effect.orDie))
+  await Effect.runPromise(runMigrations.pipe(Effect.provide(SqliteClient.layer({ filename })), Effect.orDie))
   const db = new BetterSqlite3(filename)
   db.pragma("journal_mode = WAL")
   db.pragma(`synchronous = ${sync}`)

@@ -188,8 +188,7 @@ export const cpuSplit = (pid: number, before: ProcSample, after: ProcSample): { 
 }
 
 /**
- * A report a bench preload in a child writes to `file` when it gets SIGUSR2 (bench/lib/gcObserver.mjs,
- * bench/lib/countEffectSteps.mjs): sent, then read as soon as the file holds whole JSON.
+ * A report a bench preload in a child writes to `file` when it gets SIGUSR2 (bench/lib/gcObserver.mjs): sent, then read as soon as the file holds whole JSON.
  */
 export const signalForJson = async <T>(pid: number, file: string, timeoutMs = 10_000): Promise<T> => {
   rmSync(file, { force: true })
