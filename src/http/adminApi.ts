@@ -11,11 +11,33 @@
  */
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
 import { Context, Schema } from "effect"
-import * as F from "../domain/adminFields.ts"
 import { AdminConflict, AdminForbidden, AdminNotFound, AdminUnauthorized, InvalidRequest, RateLimited, RequestNotFound } from "../domain/errors.ts"
 import type { Session, Viewer } from "../services/Sessions.ts"
-import { DEFAULT_PAGE_SIZE, PageCursor, PageLimit } from "../domain/paging.ts"
+import { PageCursor, PageLimit } from "../domain/paging.ts"
+import {
+  ApiKeyList,
+  DailyUsage,
+  Environment,
+  IssuedKey,
+  KeyInfo,
+  NewKey,
+  NewProject,
+  Project,
+  ProjectList,
+  ProjectPatch,
+  ReceiptView,
+  RequestListItem,
+  RequestPage,
+  RotatedKey,
+  Rotation,
+  SessionInfo,
+  SignedOut,
+  SignIn
+} from "../domain/wire/admin.ts"
 import * as S from "./schemas.ts"
+
+// The shapes are defined once in src/domain/wire/admin.ts (the services and the dashboard take them from there).
+export * from "../domain/wire/admin.ts"
 
 const errorAt = (errorClass: Schema.Schema.All, description: string) => S.errorBodyOf(errorClass, description, "AdminError")
 
@@ -52,150 +74,14 @@ export class SessionAuth extends HttpApiMiddleware.Tag<SessionAuth>()("SessionAu
   }
 }) {}
 
-const Environment = Schema.Literal("development", "staging", "production")
-
-const RateLimit = Schema.Struct({ requests_per_minute: Schema.Int, burst: Schema.Int })
-
-const Window = Schema.Struct({
-  period: Schema.String,
-  budget_credits: Schema.Int,
-  spent: Schema.Int,
-  reserved: Schema.Int,
-  remaining: Schema.Int
-}).annotations({ identifier: "BudgetWindow", description: "The project's budget window (all environments): spent + reserved ≤ budget_credits." })
-
-export const ApiKey = Schema.Struct({
-  id: Schema.String,
-  object: Schema.Literal("api_key"),
-  project_id: Schema.String,
-  environment: Environment,
-  status: Schema.Literal("active", "rotated", "expired", "revoked"),
-  created_at: Schema.String,
-  expires_at: Schema.NullOr(Schema.String),
-  revoked_at: Schema.NullOr(Schema.String),
-  replaces: Schema.NullOr(Schema.String),
-  replaced_by: Schema.NullOr(Schema.String),
-  last_used_at: Schema.NullOr(Schema.String).annotations({ description: "Start of the key's latest governed request (the request log)." })
-}).annotations({ identifier: "ApiKey" })
-
-const ProjectFields = {
-  id: Schema.String,
-  object: Schema.Literal("project"),
-  organization: Schema.String,
-  name: Schema.String,
-  budget_credits: Schema.Int,
-  rate_limit: RateLimit,
-  created_at: Schema.String,
-  updated_at: Schema.String,
-  current_window: Window
-}
-
-export const ProjectSummary = Schema.Struct(ProjectFields).annotations({ identifier: "ProjectSummary" })
-
-export const Project = Schema.Struct({
-  ...ProjectFields,
-  keys: Schema.Array(ApiKey).annotations({ description: `The first page of the project's keys, oldest first (${DEFAULT_PAGE_SIZE} at most); the rest from GET /admin/v1/projects/{id}/keys.` }),
-  keys_has_more: Schema.Boolean.annotations({ description: "More keys follow: GET /admin/v1/projects/{id}/keys?cursor=<the id of the last key here>." })
-}).annotations({
-  identifier: "Project",
-  description: "A team session sees only the keys of its own environment."
-})
-
-/** An admin list's page (src/domain/paging.ts): every admin list answers this shape. */
-const listPage = <A, I, R>(item: Schema.Schema<A, I, R>, identifier: string, description: string) =>
-  Schema.Struct({
-    object: Schema.Literal("list"),
-    data: Schema.Array(item),
-    has_more: Schema.Boolean,
-    next_cursor: Schema.NullOr(Schema.String).annotations({ description: "Pass it as cursor for the next page; null on the last page." })
-  }).annotations({ identifier, description })
-
-/** The query of every admin list: `limit` and `cursor` (src/domain/paging.ts). */
-const PageParams = { limit: Schema.optional(PageLimit), cursor: Schema.optional(PageCursor) }
-
-export const ProjectList = listPage(ProjectSummary, "ProjectList", "Oldest first; a team session sees its own project only.")
-
-export const ApiKeyList = listPage(ApiKey, "ApiKeyList", "Oldest first; a team session sees only the keys of its own environment.")
-
-// An admin's writes are bounded where they are decoded (src/domain/adminFields.ts); what the store
-// already holds is read back as it is (the answers' schemas above take any integer).
-export const NewProject = Schema.Struct({
-  name: F.ProjectName,
-  organization: Schema.optional(F.Organization),
-  budget_credits: F.BudgetCredits,
-  rate_limit: Schema.Struct({ requests_per_minute: F.RequestsPerMinute, burst: Schema.optional(F.Burst) })
-})
-
-export const ProjectPatch = Schema.Struct({
-  name: Schema.optional(F.ProjectName),
-  budget_credits: Schema.optional(F.BudgetCredits),
-  rate_limit: Schema.optional(Schema.Struct({ requests_per_minute: Schema.optional(F.RequestsPerMinute), burst: Schema.optional(F.Burst) }))
-})
-
-export const NewKey = Schema.Struct({ environment: Environment })
-
-export const Rotation = Schema.Struct({ grace_seconds: Schema.optional(F.GraceSeconds) })
-
-export const SignIn = Schema.Struct({ token: Schema.String.annotations({ description: "The admin token (operator) or a project key (team, read-only)" }) })
-
-export const IssuedKey = Schema.Struct({
-  id: Schema.String,
-  object: Schema.Literal("api_key"),
-  project_id: Schema.String,
-  environment: Environment,
-  secret: Schema.String.annotations({ description: "The full key. Shown once; only its hash is stored." }),
-  created_at: Schema.String
-}).annotations({ identifier: "IssuedKey" })
-
-export const RotatedKey = Schema.Struct({
-  ...IssuedKey.fields,
-  replaces: Schema.String,
-  old_key_expires_at: Schema.String
-}).annotations({ identifier: "RotatedKey" })
-
-export const SessionInfo = Schema.Struct({
-  object: Schema.Literal("session"),
-  role: Schema.Literal("operator", "team"),
-  project_id: Schema.NullOr(Schema.String),
-  environment: Schema.NullOr(Environment),
-  csrf_token: Schema.String.annotations({ description: "Send it as X-CSRF-Token on every cookie-authenticated write. Keep it in memory only." }),
-  expires_at: Schema.String
-}).annotations({ identifier: "Session" })
-
-export const DailyUsage = Schema.Struct({
-  object: Schema.Literal("project_usage"),
-  project_id: Schema.String,
-  environment: Schema.NullOr(Environment),
-  period: Schema.String,
-  budget: Window,
-  days: Schema.Array(Schema.Struct({ date: Schema.String, model: Schema.String, requests: Schema.Int, credits: Schema.Int })),
-  receipts: Schema.Int,
-  receipts_credits: Schema.Int.annotations({ description: "Σ credits_charged of the window's receipts; over all environments it equals budget.spent." })
-}).annotations({ identifier: "ProjectUsage", description: "Credits and requests per UTC day (of settlement) and model, from the window's receipts." })
-
-export const RequestListItem = Schema.Struct({
-  ...S.RequestStatus.fields,
-  environment: Environment,
-  key_id: Schema.String,
-  idempotency_key: Schema.NullOr(Schema.String)
-}).annotations({ identifier: "RequestLogEntry" })
-
-export const RequestPage = listPage(RequestListItem, "RequestPage", "Newest first; pass next_cursor as cursor for the next page.")
-
-const ChainLink = Schema.NullOr(Schema.Struct({ seq: Schema.Int, request_id: Schema.String, environment: Schema.String, hash: Schema.String }))
-
-export const ReceiptView = Schema.Struct({
-  object: Schema.Literal("receipt_view"),
-  receipt: S.Receipt,
-  previous: ChainLink.annotations({ description: "The receipt before it in the project's chain (its hash is this receipt's prev_hash); null for seq 1." }),
-  next: ChainLink
-}).annotations({ identifier: "ReceiptView" })
-
 /** An id in a path: letters, digits, `_` and `-`, at most 64 (anything else, a NUL say, is a 400 naming it, never a store error). */
 const PathId = (description: string) => Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)).annotations({ description })
 const ProjectPath = Schema.Struct({ id: PathId("A project id, prj_…") })
 const KeyPath = Schema.Struct({ id: PathId("A key id, key_…") })
 const RequestPath = Schema.Struct({ id: PathId("A project id, prj_…"), request_id: PathId("A request id, req_…") })
+
+/** The query of every admin list: `limit` and `cursor` (src/domain/paging.ts). */
+const PageParams = { limit: Schema.optional(PageLimit), cursor: Schema.optional(PageCursor) }
 
 const EnvironmentParam = Schema.optional(Environment.annotations({ description: "Operator: filter by environment. A team session always reads its own." }))
 
@@ -248,7 +134,7 @@ const admin = HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("revokeKey", "/admin/v1/keys/:id/revoke")
       .setPath(KeyPath)
-      .addSuccess(ApiKey.pipe(Schema.omit("last_used_at")).annotations({ identifier: "RevokedKey" }))
+      .addSuccess(KeyInfo.annotations({ identifier: "RevokedKey" }))
       .addError(E.forbidden)
       .addError(E.notFound)
   )
@@ -317,7 +203,7 @@ const signIn = HttpApiGroup.make("session").add(
     .annotate(OpenApi.Description, "The current dashboard session (cookie), with its CSRF token.")
 ).add(
   HttpApiEndpoint.del("signOut", "/admin/v1/session")
-    .addSuccess(Schema.Struct({ object: Schema.Literal("session"), signed_out: Schema.Literal(true) }))
+    .addSuccess(SignedOut)
     .addError(E.forbidden)
     .middleware(SessionAuth)
     .annotate(OpenApi.Identifier, "admin.signOut")

@@ -20,7 +20,7 @@ import { KeyRegistry } from "../services/KeyRegistry.ts"
 import { type BudgetWindow, Ledger } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
 import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
-import { AdminAuth, AdminCaller, type DailyUsage, NewKey, NewProject, ProjectPatch, type RequestListItem, type RequestPage, Rotation, SessionAuth, SignIn } from "./adminApi.ts"
+import { AdminAuth, AdminCaller, type ApiKey, type BudgetWindow as WindowView, type DailyUsage, NewKey, NewProject, type Project, ProjectPatch, type RequestListItem, type RequestPage, Rotation, SessionAuth, type SessionInfo, SignIn } from "./adminApi.ts"
 import { PublicApi } from "./api.ts"
 import { respondErrors } from "./caller.ts"
 import { decodedBody, header } from "./request.ts"
@@ -62,10 +62,10 @@ const keysPage = (projectId: string, viewer: Viewer, request: PageRequest) =>
   Effect.gen(function* () {
     const page = yield* (yield* KeyRegistry).list(projectId, teamEnvironment(viewer), request)
     const lastUsed = yield* (yield* Activity).keysLastUsed(projectId, page.data.map((k) => k.id))
-    return { ...page, data: page.data.map((k) => ({ ...k, last_used_at: lastUsed.get(k.id) ?? null })) }
+    return { ...page, data: page.data.map((k): typeof ApiKey.Type => ({ ...k, last_used_at: lastUsed.get(k.id) ?? null })) }
   })
 
-const windowView = (w: BudgetWindow) => ({ period: w.period, budget_credits: w.cap, spent: w.spent, reserved: w.reserved, remaining: available(w) })
+const windowView = (w: BudgetWindow): typeof WindowView.Type => ({ period: w.period, budget_credits: w.cap, spent: w.spent, reserved: w.reserved, remaining: available(w) })
 
 const budgetWindow = (projectId: string, period: string) => Effect.map(Effect.flatMap(Ledger, (ledger) => ledger.window(projectId, period)), windowView)
 
@@ -76,16 +76,17 @@ const projectView = (id: string, viewer: Viewer = { role: "operator" }) =>
   Effect.gen(function* () {
     const project = yield* (yield* Projects).get(id)
     const keys = yield* keysPage(id, viewer, pageRequest({}))
-    return {
+    const answer: typeof Project.Type = {
       ...project,
       object: "project" as const,
       current_window: yield* budgetWindow(id, yield* currentPeriod),
       keys: keys.data,
       keys_has_more: keys.has_more
     }
+    return answer
   })
 
-const sessionBody = (session: Session) => ({
+const sessionBody = (session: Session): typeof SessionInfo.Type => ({
   object: "session" as const,
   role: session.viewer.role,
   project_id: session.viewer.role === "team" ? session.viewer.projectId : null,

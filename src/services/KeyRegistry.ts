@@ -12,6 +12,7 @@ import { checkField, GraceSeconds } from "../domain/adminFields.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
+import type * as Wire from "../domain/wire/admin.ts"
 import { makeKeyEvents } from "../store/keyEvents.ts"
 import { type KeyRow, KeysRepo } from "../store/keysRepo.ts"
 import { Projects } from "./Projects.ts"
@@ -26,28 +27,14 @@ export interface Principal {
   readonly rateLimit: { readonly requestsPerMinute: number; readonly burst: number }
 }
 
-export interface IssuedKey {
-  readonly id: string
-  readonly object: "api_key"
-  readonly project_id: string
-  readonly environment: Environment
-  /** The full token. Shown once, never stored. */
-  readonly secret: string
-  readonly created_at: string
-}
+/** An issued key, its secret shown once (never stored): the admin API's `IssuedKey`. */
+export type IssuedKey = typeof Wire.IssuedKey.Type
 
-export interface KeyInfo {
-  readonly id: string
-  readonly object: "api_key"
-  readonly project_id: string
-  readonly environment: Environment
-  readonly status: "active" | "rotated" | "expired" | "revoked"
-  readonly created_at: string
-  readonly expires_at: string | null
-  readonly revoked_at: string | null
-  readonly replaces: string | null
-  readonly replaced_by: string | null
-}
+/** A rotation's answer: the new key and when the old one stops working. */
+export type RotatedKey = typeof Wire.RotatedKey.Type
+
+/** A key's state as the admin API shows it (its lists add `last_used_at`). */
+export type KeyInfo = typeof Wire.KeyInfo.Type
 
 /** The latest instant a Date holds, in ms since the epoch. */
 const LATEST_DATE_MS = 8_640_000_000_000_000
@@ -219,7 +206,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
      * then fails. Both answers are computed first; then one transaction claims the old key — guarded, so
      * a rotation or revocation that won the race since the read writes nothing here — and adds the new one.
      */
-    const rotate = (keyId: string, graceSeconds: number) =>
+    const rotate = (keyId: string, graceSeconds: number): Effect.Effect<RotatedKey, AdminNotFound | AdminConflict | InvalidRequest> =>
       Effect.gen(function* () {
         yield* checkField(GraceSeconds, "grace_seconds", graceSeconds)
         const old = yield* findKey(keyId)
@@ -228,7 +215,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         if (status !== "active") return yield* notRotatable(keyId, status)
         const expiresAt = now + graceSeconds * 1000
         const fresh = prepareKey(old.project_id, old.environment, now, keyId)
-        const answer = { ...fresh.issued, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
+        const answer: RotatedKey = { ...fresh.issued, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
         const claimed = yield* repo.withTransaction(
           Effect.gen(function* () {
             const claim = yield* repo.claimRotation(keyId, expiresAt, fresh.issued.id)
@@ -243,7 +230,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         return answer
       })
 
-    const revoke = (keyId: string) =>
+    const revoke = (keyId: string): Effect.Effect<KeyInfo, AdminNotFound> =>
       Effect.gen(function* () {
         const old = yield* findKey(keyId)
         const now = yield* Clock.currentTimeMillis

@@ -8,18 +8,12 @@ import { BudgetCredits, Burst, checkField, Organization, ProjectName, RequestsPe
 import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
 import { newOrganizationId, newProjectId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
+import type * as Wire from "../domain/wire/admin.ts"
 import type { BudgetWindow } from "../store/ledgerStatements.ts"
 import { type ProjectRow, ProjectsRepo } from "../store/projectsRepo.ts"
 
-export interface Project {
-  readonly id: string
-  readonly organization: string
-  readonly name: string
-  readonly budget_credits: number
-  readonly rate_limit: { readonly requests_per_minute: number; readonly burst: number }
-  readonly created_at: string
-  readonly updated_at: string
-}
+/** A project as stored: the admin API's answers (src/domain/wire/admin.ts) add `object` and its budget window. */
+export type Project = typeof Wire.ProjectRecord.Type
 
 export const toProject = (r: ProjectRow): Project => ({
   id: r.id,
@@ -37,18 +31,11 @@ export interface ProjectWithWindow {
   readonly window: BudgetWindow
 }
 
-export interface NewProject {
-  readonly name: string
-  readonly organization?: string | undefined
-  readonly budget_credits: number
-  readonly rate_limit: { readonly requests_per_minute: number; readonly burst?: number | undefined }
-}
+/** What a new project is made of: the admin API's payload (its fields bounded by src/domain/adminFields.ts). */
+export type NewProject = typeof Wire.NewProject.Type
 
-export interface ProjectPatch {
-  readonly name?: string | undefined
-  readonly budget_credits?: number | undefined
-  readonly rate_limit?: { readonly requests_per_minute?: number | undefined; readonly burst?: number | undefined } | undefined
-}
+/** The fields a patch may set: the admin API's payload. */
+export type ProjectPatch = typeof Wire.ProjectPatch.Type
 
 /** A name within its bounds, trimmed; blank is refused with the service's own message (docs/contract.md §3). */
 const checkName = (name: string): Effect.Effect<string, InvalidRequest> =>
