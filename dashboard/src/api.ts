@@ -4,144 +4,44 @@
  * kept in this module's memory only (never in storage or a URL) and sent on every write.
  */
 
-export interface Session {
-  readonly role: "operator" | "team"
-  readonly project_id: string | null
-  readonly environment: Environment | null
-  readonly csrf_token: string
-  readonly expires_at: string
-}
+import type { Schema } from "effect"
+import type * as A from "../../src/domain/wire/admin.ts"
+import type * as R from "../../src/domain/wire/records.ts"
 
-export type Environment = "development" | "staging" | "production"
-export const ENVIRONMENTS: ReadonlyArray<Environment> = ["development", "staging", "production"]
+// Every shape below is the encoded form (what the JSON carries) of the schema that serves it and
+// /openapi.json (src/domain/wire/): imported as types only, so none of Effect reaches the bundle, and
+// `npm run typecheck` (tsc -p dashboard) fails where the dashboard reads a field the API changed.
+// test/dashboard/wireTypes.test.ts holds that no wire shape is written here by hand.
+type Wire<S extends Schema.Schema.Any> = Schema.Schema.Encoded<S>
 
-export interface Window {
-  readonly period: string
-  readonly budget_credits: number
-  readonly spent: number
-  readonly reserved: number
-  readonly remaining: number
-}
+export type Session = Wire<typeof A.SessionInfo>
 
-export interface ApiKey {
-  readonly id: string
-  readonly environment: Environment
-  readonly status: "active" | "rotated" | "expired" | "revoked"
-  readonly created_at: string
-  readonly expires_at: string | null
-  readonly revoked_at: string | null
-  readonly replaces: string | null
-  readonly replaced_by: string | null
-  readonly last_used_at: string | null
-}
+export type Environment = Wire<typeof A.Environment>
+/** Every environment, in the API's order; `satisfies` and the check below keep it equal to the schema's literals. */
+export const ENVIRONMENTS = ["development", "staging", "production"] as const satisfies ReadonlyArray<Environment>
+type Exhaustive<T extends never> = T
+export type _EveryEnvironmentListed = Exhaustive<Exclude<Environment, (typeof ENVIRONMENTS)[number]>>
 
-export interface Project {
-  readonly id: string
-  readonly organization: string
-  readonly name: string
-  readonly budget_credits: number
-  readonly rate_limit: { readonly requests_per_minute: number; readonly burst: number }
-  readonly current_window: Window
-  /** The first page of keys (GET one project); the rest from the keys list. */
-  readonly keys?: ReadonlyArray<ApiKey>
-  readonly keys_has_more?: boolean
-}
+export type Window = Wire<typeof A.BudgetWindow>
+export type ApiKey = Wire<typeof A.ApiKey>
+/** A project in the list (GET /admin/v1/projects). */
+export type ProjectSummary = Wire<typeof A.ProjectSummary>
+/** One project (GET, POST, PATCH): its window and the first page of its keys. */
+export type Project = Wire<typeof A.Project>
+export type IssuedKey = Wire<typeof A.IssuedKey>
+export type RotatedKey = Wire<typeof A.RotatedKey>
+export type NewProject = Wire<typeof A.NewProject>
+export type ProjectPatch = Wire<typeof A.ProjectPatch>
+export type RequestEntry = Wire<typeof A.RequestListItem>
+export type ReceiptView = Wire<typeof A.ReceiptView>
+export type Receipt = Wire<typeof R.Receipt>
+export type Usage = Wire<typeof A.DailyUsage>
+export type PublicKey = Wire<typeof R.ReceiptKeys>["data"][number]
 
-export interface IssuedKey {
-  readonly id: string
-  readonly environment: Environment
-  readonly secret: string
-  readonly replaces?: string
-  readonly old_key_expires_at?: string
-}
+/** A page of an admin list (every list answers `listPage`'s shape): pass next_cursor as cursor for the next one. */
+export type Page<T> = Omit<Wire<typeof A.ApiKeyList>, "data"> & { readonly data: ReadonlyArray<T> }
 
-export interface Attempt {
-  readonly route: string
-  readonly provider: string
-  readonly outcome: string
-  readonly status?: number
-  readonly error?: string
-  readonly duration_ms: number
-}
-
-export interface RequestEntry {
-  readonly id: string
-  readonly status: "pending" | "completed" | "failed"
-  readonly endpoint: string
-  readonly model: string
-  readonly route: string | null
-  readonly stream: boolean
-  readonly verification: { readonly state: string; readonly checks: ReadonlyArray<string>; readonly failed_checks: ReadonlyArray<string> } | null
-  readonly credits_reserved: number
-  readonly credits_charged: number | null
-  readonly rate_card_version: string | null
-  readonly receipt_id: string | null
-  readonly attempts: ReadonlyArray<Attempt>
-  readonly error: { readonly code: string; readonly message: string | null } | null
-  readonly created_at: string
-  readonly completed_at: string | null
-  readonly environment: Environment
-  readonly key_id: string
-  readonly idempotency_key: string | null
-}
-
-/** A page of an admin list: pass next_cursor as cursor for the next one. */
-export interface Page<T> {
-  readonly data: ReadonlyArray<T>
-  readonly has_more: boolean
-  readonly next_cursor: string | null
-}
-
-export type RequestPage = Page<RequestEntry>
-
-export interface Receipt {
-  readonly receipt_id: string
-  readonly request_id: string
-  readonly project_id: string
-  readonly environment: string
-  readonly model: string
-  readonly route: string
-  readonly rate_card_version: string
-  readonly credits_charged: number
-  readonly credits_reserved: number
-  readonly tokens: Record<string, number>
-  readonly seq: number
-  readonly period: string
-  readonly created_at: string
-  readonly prev_hash: string
-  readonly signing_key_id: string
-  readonly hash: string
-  readonly signature: string
-  readonly [field: string]: unknown
-}
-
-export interface ChainLink {
-  readonly seq: number
-  readonly request_id: string
-  readonly environment: string
-  readonly hash: string
-}
-
-export interface ReceiptView {
-  readonly receipt: Receipt
-  readonly previous: ChainLink | null
-  readonly next: ChainLink | null
-}
-
-export interface Usage {
-  readonly period: string
-  readonly environment: Environment | null
-  readonly budget: Window
-  readonly days: ReadonlyArray<{ readonly date: string; readonly model: string; readonly requests: number; readonly credits: number }>
-  readonly receipts: number
-  readonly receipts_credits: number
-}
-
-export interface PublicKey {
-  readonly id: string
-  readonly algorithm: "Ed25519"
-  readonly public_key: string
-}
+export type RequestPage = Wire<typeof A.RequestPage>
 
 export class ApiError extends Error {
   constructor(readonly status: number, readonly code: string | null, message: string) {
@@ -190,16 +90,15 @@ export const api = {
     call<unknown>("DELETE", "/admin/v1/session").finally(() => {
       csrfToken = null
     }),
-  projects: (cursor: string | null) => call<Page<Project>>("GET", `/admin/v1/projects${q({ cursor })}`),
+  projects: (cursor: string | null) => call<Page<ProjectSummary>>("GET", `/admin/v1/projects${q({ cursor })}`),
   keys: (projectId: string, cursor: string | null) => call<Page<ApiKey>>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/keys${q({ cursor })}`),
   project: (id: string) => call<Project>("GET", `/admin/v1/projects/${encodeURIComponent(id)}`),
-  createProject: (body: { name: string; budget_credits: number; rate_limit: { requests_per_minute: number; burst?: number } }) =>
-    call<Project>("POST", "/admin/v1/projects", body),
-  updateProject: (id: string, body: { budget_credits?: number; rate_limit?: { requests_per_minute?: number; burst?: number } }) =>
+  createProject: (body: NewProject) => call<Project>("POST", "/admin/v1/projects", body),
+  updateProject: (id: string, body: ProjectPatch) =>
     call<Project>("PATCH", `/admin/v1/projects/${encodeURIComponent(id)}`, body),
   createKey: (projectId: string, environment: Environment) => call<IssuedKey>("POST", `/admin/v1/projects/${encodeURIComponent(projectId)}/keys`, { environment }),
-  rotateKey: (keyId: string, graceSeconds: number) => call<IssuedKey>("POST", `/admin/v1/keys/${encodeURIComponent(keyId)}/rotate`, { grace_seconds: graceSeconds }),
-  revokeKey: (keyId: string) => call<ApiKey>("POST", `/admin/v1/keys/${encodeURIComponent(keyId)}/revoke`),
+  rotateKey: (keyId: string, graceSeconds: number) => call<RotatedKey>("POST", `/admin/v1/keys/${encodeURIComponent(keyId)}/rotate`, { grace_seconds: graceSeconds }),
+  revokeKey: (keyId: string) => call<Wire<typeof A.KeyInfo>>("POST", `/admin/v1/keys/${encodeURIComponent(keyId)}/revoke`),
   usage: (projectId: string, period: string, environment?: string) =>
     call<Usage>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/usage${q({ period, environment })}`),
   requests: (projectId: string, filter: { environment?: string; status?: string; model?: string; q?: string; cursor?: string | null; limit?: string }) =>
@@ -208,5 +107,5 @@ export const api = {
     call<RequestEntry>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/requests/${encodeURIComponent(requestId)}`),
   receipt: (projectId: string, requestId: string) =>
     call<ReceiptView>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/requests/${encodeURIComponent(requestId)}/receipt`),
-  receiptKeys: () => call<{ data: ReadonlyArray<PublicKey> }>("GET", "/v1/receipts/keys").then((r) => r.data)
+  receiptKeys: () => call<Wire<typeof R.ReceiptKeys>>("GET", "/v1/receipts/keys").then((r) => r.data)
 }

@@ -1,5 +1,5 @@
 import { useEffect, useMemo, useState } from "preact/hooks"
-import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Page, type Project, type Session, type Usage } from "./api.ts"
+import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Page, type Project, type RotatedKey, type Session, type Usage } from "./api.ts"
 import { UsageChart } from "./chart.tsx"
 import { ago, BudgetBar, credits, Dialog, ErrorNote, message, More, Status, usePages, when } from "./ui.tsx"
 
@@ -112,7 +112,7 @@ const UsageSection = ({ project, session }: { project: Project; session: Session
 const KeysSection = ({ project, session, reload }: { project: Project; session: Session; reload: () => Promise<unknown> }) => {
   const operator = session.role === "operator"
   const [environment, setEnvironment] = useState<Environment>("development")
-  const [issued, setIssued] = useState<IssuedKey | null>(null)
+  const [issued, setIssued] = useState<IssuedKey | RotatedKey | null>(null)
   const [rotating, setRotating] = useState<ApiKey | null>(null)
   const [grace, setGrace] = useState("86400")
   const [revoking, setRevoking] = useState<ApiKey | null>(null)
@@ -128,8 +128,8 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
   }
   // The project embeds the first page of its keys; the rest come from its keys list.
   const first = useMemo((): Page<ApiKey> => {
-    const keys = project.keys ?? []
-    return { data: keys, has_more: project.keys_has_more === true, next_cursor: project.keys_has_more === true ? keys[keys.length - 1]!.id : null }
+    const keys = project.keys
+    return { object: "list", data: keys, has_more: project.keys_has_more, next_cursor: project.keys_has_more ? keys[keys.length - 1]!.id : null }
   }, [project])
   const list = usePages(first, (cursor) => api.keys(project.id, cursor))
   const keys = list.items ?? []
@@ -171,7 +171,7 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
         </form>
       ) : null}
 
-      <Dialog title={issued?.replaces === undefined ? "New API key" : "Rotated API key"} open={issued !== null} onClose={() => setIssued(null)}>
+      <Dialog title={issued === null || !("replaces" in issued) ? "New API key" : "Rotated API key"} open={issued !== null} onClose={() => setIssued(null)}>
         {issued === null ? null : <SecretOnce issued={issued} onDone={() => setIssued(null)} />}
       </Dialog>
 
@@ -213,12 +213,12 @@ const copy = async (text: string): Promise<boolean> => {
 }
 
 /** The secret, shown this once: a copy button and a warning. It is dropped from memory when the dialog closes. */
-const SecretOnce = ({ issued, onDone }: { issued: IssuedKey; onDone: () => void }) => {
+const SecretOnce = ({ issued, onDone }: { issued: IssuedKey | RotatedKey; onDone: () => void }) => {
   const [copied, setCopied] = useState(false)
   return (
     <div class="secret">
       <p class="warn" role="alert"><strong>Copy this key now.</strong> It is shown only once; Tollgate keeps only its hash and cannot show it again.</p>
-      {issued.replaces === undefined ? null : <p>It replaces <code>{issued.replaces}</code>, which keeps working until {when(issued.old_key_expires_at ?? null)}.</p>}
+      {"replaces" in issued ? <p>It replaces <code>{issued.replaces}</code>, which keeps working until {when(issued.old_key_expires_at)}.</p> : null}
       <label for="secret">{issued.environment} key <code>{issued.id}</code></label>
       <input id="secret" readOnly value={issued.secret} spellcheck={false} onFocus={(e) => e.currentTarget.select()} data-secret />
       <div class="buttons">

@@ -1,10 +1,10 @@
 import { useEffect, useState } from "preact/hooks"
-import { api, type Page, type Project } from "./api.ts"
+import { api, type Page, type ProjectSummary } from "./api.ts"
 import { BudgetBar, credits, ErrorNote, message, More, usePages } from "./ui.tsx"
 
 /** The operator's list of projects, oldest first a page at a time, each with its window's budget bar, and a form to create one. */
 export const Projects = ({ go }: { go: (hash: string) => void }) => {
-  const [first, setFirst] = useState<Page<Project> | null>(null)
+  const [first, setFirst] = useState<Page<ProjectSummary> | null>(null)
   const list = usePages(first, api.projects)
   const projects = list.items
   const [error, setError] = useState<string | null>(null)
