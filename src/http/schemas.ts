@@ -18,11 +18,13 @@ import {
   UnsupportedWorkflow,
   wireCodeOf
 } from "../domain/errors.ts"
+import { Extra, Metadata } from "../domain/wire/chat.ts"
 import { TokenCounts, Verification } from "../domain/wire/records.ts"
+
+export { ChatCompletionRequest, ChatMessage } from "../domain/wire/chat.ts"
 
 export { Attempt, Receipt, ReceiptKeys, RequestStatus, TokenCounts, Verification } from "../domain/wire/records.ts"
 
-const Extra = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
 export const ErrorBody = Schema.Struct({
   error: Schema.Struct({
@@ -66,55 +68,6 @@ export const Governance = Schema.Struct({
   rate_card_version: Schema.String.pipe(Schema.pattern(/^rc_/)),
   receipt_id: Schema.String.pipe(Schema.pattern(/^rcpt_/))
 }).annotations({ identifier: "Governance", description: "Evidence of a governed request." })
-
-const Metadata = Schema.Record({ key: Schema.String, value: Schema.String }).annotations({
-  description: "OpenAI metadata. Tollgate reads project_id, environment, idempotency_key and max_credits (a decimal integer string) and does not forward them."
-})
-
-const TextPart = Schema.Struct({ type: Schema.Literal("text"), text: Schema.String })
-
-export const ChatMessage = Schema.Struct(
-  {
-    role: Schema.Literal("system", "developer", "user", "assistant", "tool", "function"),
-    content: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(TextPart))))
-  },
-  Extra
-).annotations({ identifier: "ChatMessage" })
-
-export const ChatCompletionRequest = Schema.Struct(
-  {
-    model: Schema.String.annotations({ description: "A route name, or `auto`." }),
-    messages: Schema.NonEmptyArray(ChatMessage),
-    metadata: Schema.optional(Metadata),
-    max_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
-    max_completion_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
-    stream: Schema.optional(Schema.NullOr(Schema.Boolean)),
-    stream_options: Schema.optional(Schema.NullOr(Schema.Struct({ include_usage: Schema.optional(Schema.Boolean) }))),
-    // Passed upstream, but their types are checked (400 naming the field): src/domain/chat.ts.
-    temperature: Schema.optional(Schema.NullOr(Schema.Number)),
-    top_p: Schema.optional(Schema.NullOr(Schema.Number)),
-    presence_penalty: Schema.optional(Schema.NullOr(Schema.Number)),
-    frequency_penalty: Schema.optional(Schema.NullOr(Schema.Number)),
-    seed: Schema.optional(Schema.NullOr(Schema.Int)),
-    n: Schema.optional(Schema.NullOr(Schema.Literal(1))),
-    logprobs: Schema.optional(Schema.NullOr(Schema.Boolean)),
-    top_logprobs: Schema.optional(Schema.NullOr(Schema.Int)),
-    parallel_tool_calls: Schema.optional(Schema.NullOr(Schema.Boolean)),
-    store: Schema.optional(Schema.NullOr(Schema.Boolean)),
-    user: Schema.optional(Schema.NullOr(Schema.String)),
-    service_tier: Schema.optional(Schema.NullOr(Schema.String)),
-    reasoning_effort: Schema.optional(Schema.NullOr(Schema.String)),
-    stop: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.String)))),
-    logit_bias: Schema.optional(Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Number }))),
-    tools: Schema.optional(Schema.NullOr(Schema.Array(Extra))),
-    tool_choice: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Extra))),
-    response_format: Schema.optional(Schema.NullOr(Extra))
-  },
-  Extra
-).annotations({
-  identifier: "ChatCompletionRequest",
-  description: "Other OpenAI fields pass through to the upstream unchecked. A body may be nested at most TOLLGATE_MAX_JSON_DEPTH (64) levels deep."
-})
 
 export const ChatCompletion = Schema.Struct(
   {
