@@ -2,8 +2,9 @@
  * The hot path on raw node:http: `POST /v1/chat/completions` and `POST /v1/responses` are served by a
  * plain request listener that calls the same services as the Effect handlers in src/http/app.ts, and
  * every other request goes to the Effect app unchanged. The Effect HTTP server costs several hundred
- * µs of CPU per request (bench/README.md); here the per-request work is one fiber for the governed
- * call, headers read straight from IncomingMessage, and one write.
+ * µs of CPU per request (bench/README.md); here the per-request work is the governed call's own
+ * callbacks (a fiber only where a step needs one), headers read straight from IncomingMessage, and
+ * one write.
  *
  * What a client sees is the same as through `app`: the same statuses, headers and bodies (errors
  * through src/http/errors.ts, bodies read by src/http/body.ts), the same metric and access log line.
@@ -20,7 +21,7 @@ import { Settings } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
 import { type GovernanceError, InvalidApiKey, RouteUnavailable, type TollgateError } from "../domain/errors.ts"
 import { storeUnavailableIn } from "../store/storeFaults.ts"
-import { type ChatCall, Gateway, type GatewayReply, type SseReply } from "../services/Gateway.ts"
+import { Gateway, type GatewayReply, type SseReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
 import { logAccess } from "./app.ts"
@@ -106,8 +107,6 @@ interface FastCall {
   /** The reply's headers, gathered along the pipeline (request id, rate limit). */
   readonly headers: Record<string, string>
   caller: Principal | undefined
-  /** An answer came through `deliver` (ChatCall.deliver): the call's fiber ending answers nothing more. */
-  delivered: boolean
 }
 
 /**
@@ -151,30 +150,13 @@ export const makeFastHandler = Effect.gen(function* () {
     pipeFrames(reply, res).catch((error: unknown) => runFork(logDefect(Cause.die(error))))
   }
 
-  /**
-   * `ChatCall.deliver`: the answer handed over apart from the call's fiber — a stream from its
-   * upstream's callback, a non-streamed reply (or failure) once its settlement is written. From here
-   * the fiber's own end answers nothing (`ended`). Never throws: `settle` does not.
-   */
+  /** `ChatCall.deliver`: the call's answer, told once (src/services/gateway/inflight.ts). Never throws: `settle` does not. */
   const deliverTo =
     (c: FastCall) =>
     (answer: Exit.Exit<GatewayReply, GovernanceError>): void => {
-      c.delivered = true
+      timeline.mark("the call is answered")
       settle(c, answer)
     }
-
-  /** The call's fiber ended: answer with its exit, unless the answer was, or will be, delivered. */
-  const ended = (c: FastCall, exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
-    if (c.delivered) {
-      // A stream delivered when its upstream opened answers for itself and settles its own hold;
-      // only a defect of the call's last steps is worth a line.
-      if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) runFork(logDefect(exit.cause))
-      return
-    }
-    if (Exit.isSuccess(exit) && exit.value._tag === "Delivered") return
-    timeline.mark("the call's fiber ends")
-    settle(c, exit)
-  }
 
   const respond = (c: FastCall, exit: Exit.Exit<GatewayReply, GovernanceError>): void => {
     const { res, headers } = c
@@ -185,8 +167,6 @@ export const makeFastHandler = Effect.gen(function* () {
         writeBody(res, reply, headers)
         return timeline.end("write the response")
       }
-      // Never handed to `respond`: `ended` leaves it to the delivery.
-      if (reply._tag === "Delivered") return
       return stream(c, reply)
     }
     const failure = Cause.failureOption(exit.cause)
@@ -232,58 +212,49 @@ export const makeFastHandler = Effect.gen(function* () {
   }
 
   /**
-   * Run the governed call in a fiber the Gateway owns: no client hang-up interrupts it, shutdown does
-   * (and voids its hold). A non-streamed call's fiber ends once its upstream is called; its answer
-   * comes through `deliver` (docs/decisions/0033).
+   * The governed call, taken by the Gateway (Gateway.begin): no client hang-up stops it, shutdown
+   * does (and voids its hold); its answer comes through `deliver`. Called from a body's 'end' or a
+   * fiber's observer: a throw of ours is answered here as a defect.
    */
-  const run = (c: FastCall, call: Effect.Effect<GatewayReply, GovernanceError>): void => {
-    const fiber = runFork(call)
-    gateway.adopt(fiber)
-    fiber.addObserver((exit) => ended(c, exit))
+  const governed = (c: FastCall, principal: Principal, clientBody: unknown): void => {
+    try {
+      const governedCall = governedNow[c.path](clientBody)
+      if (Either.isLeft(governedCall)) return settle(c, Exit.fail(governedCall.left))
+      gateway.begin(chatCallOf(principal, governedCall.right.surface, governedCall.right.body, clientBody, c.req, c.headers, deliverTo(c)), runtime, clock)
+    } catch (error) {
+      settle(c, Exit.die(error))
+    }
   }
 
-  const governed = (c: FastCall, principal: Principal, clientBody: unknown) =>
-    Effect.flatMap(governedNow[c.path](clientBody), ({ body, surface }) =>
-      gateway.handle(chatCallOf(principal, surface, body, clientBody, c.req, c.headers, deliverTo(c)))
-    )
-
-  /** The call's first steps, up to its fiber. */
+  /** The call's first steps, up to the Gateway. */
   const enter = (c: FastCall): void => {
     const now = clock.unsafeCurrentTimeMillis()
     const verdict = keys.authenticateCached(header(c.req, "authorization"), now)
     if (verdict instanceof InvalidApiKey) return settle(c, Exit.fail(verdict))
     if ("miss" in verdict) {
-      // The header is parsed once: the miss carries the parsed key to the store's lookup.
-      const call = Effect.flatMap(keys.authenticateMiss(verdict.miss, now), (principal) => {
+      // A key not in the cache is read from the store, in a fiber the Gateway owns (shutdown stops
+      // it); the header is parsed once: the miss carries the parsed key to the store's lookup.
+      const prefix = Effect.flatMap(keys.authenticateMiss(verdict.miss, now), (principal) => {
         c.caller = principal
         timeline.mark("auth")
-        return Effect.flatMap(readJson(c.req), (clientBody) => (timeline.mark("read + parse body"), governed(c, principal, clientBody)))
+        return Effect.map(readJson(c.req), (clientBody) => (timeline.mark("read + parse body"), [principal, clientBody] as const))
       })
-      return run(c, call)
+      const fiber = runFork(prefix)
+      gateway.adopt(fiber)
+      fiber.addObserver((exit) => (Exit.isSuccess(exit) ? governed(c, exit.value[0], exit.value[1]) : settle(c, Exit.failCause(exit.cause))))
+      return
     }
     c.caller = verdict
     timeline.mark("auth")
     readJsonBody(c.req, settings, (body) => {
       if (!body.ok) return settle(c, Exit.fail(body.error))
       timeline.mark("read + parse body")
-      // The common path with no fiber at all (Gateway.begin, docs/decisions/0037); from a body's
-      // 'end', so a throw of ours is answered here as the fiber would have answered it. A call it
-      // declines (a stopping service, a store or limiter it does not cover) runs as it is, in a fiber.
-      let call: ChatCall
-      try {
-        const governedCall = governedNow[c.path](body.value)
-        if (Either.isLeft(governedCall)) return settle(c, Exit.fail(governedCall.left))
-        call = chatCallOf(verdict, governedCall.right.surface, governedCall.right.body, body.value, c.req, c.headers, deliverTo(c))
-        if (gateway.begin(call, runtime, clock)) return
-      } catch (error) {
-        return settle(c, Exit.die(error))
-      }
-      run(c, Effect.suspend(() => gateway.handle(call)))
+      governed(c, verdict, body.value)
     })
   }
 
   return (req: IncomingMessage, res: ServerResponse, path: FastPath): void => {
-    const c: FastCall = { req, res, path, start: performance.now(), headers: {}, caller: undefined, delivered: false }
+    const c: FastCall = { req, res, path, start: performance.now(), headers: {}, caller: undefined }
     timeline.begin()
     try {
       enter(c)

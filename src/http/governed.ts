@@ -26,8 +26,7 @@ export const governedNow: Readonly<Record<GovernedPath, (body: unknown) => Eithe
 
 /**
  * The governed call a request makes — its caller, surface and body, with its Idempotency-Key and
- * X-Max-Credits headers —: the one place a governed call is built. `deliver`: where its answer may
- * be sent apart from the call's effect (ChatCall.deliver).
+ * X-Max-Credits headers —: the one place a governed call is built. `deliver`: where its answer goes (ChatCall.deliver).
  */
 export const chatCallOf = (
   principal: Principal,
@@ -36,7 +35,7 @@ export const chatCallOf = (
   clientBody: unknown,
   request: Parameters<typeof header>[0],
   headers: Record<string, string>,
-  deliver?: ChatCall["deliver"]
+  deliver: ChatCall["deliver"]
 ): ChatCall => ({
   principal,
   surface,

@@ -16,14 +16,14 @@ import { Settings } from "../domain/config.ts"
 import { upstreamBody } from "../domain/chat.ts"
 import { crashPoint } from "../domain/crashPoint.ts"
 import type { GovernanceError } from "../domain/errors.ts"
-import { ChatStore } from "../store/ChatStore.ts"
-import type { Abortable } from "../providers/Provider.ts"
-import type { ProgressMark } from "../store/epochs.ts"
+import { callbackPort, ChatStore } from "../store/ChatStore.ts"
+import type { Reserved, ReserveRefused } from "../store/ChatStore.ts"
 import { makeEvaluate } from "./gateway/evaluate.ts"
-import { makePlanning } from "./gateway/plan.ts"
+import { Calls, childSpan, endSpan, InFlight, type LifecycleViolation } from "./gateway/inflight.ts"
+import { makePlanning, type PlanRest, type Reservation } from "./gateway/plan.ts"
 import { makeSettlement } from "./gateway/settlement.ts"
 import { makeStreaming } from "./gateway/streaming.ts"
-import type { ChatCall, GatewayContext, GatewayReply, Plan, SpanOf } from "./gateway/types.ts"
+import type { ChatCall, GatewayContext, GatewayReply, SpanOf } from "./gateway/types.ts"
 import { IdempotencyStore } from "./IdempotencyStore.ts"
 import { Instance } from "./Instance.ts"
 import { Ledger } from "./Ledger.ts"
@@ -31,52 +31,58 @@ import { Metrics } from "./Metrics.ts"
 import { Pricing } from "./Pricing.ts"
 import { RateLimiter } from "./RateLimiter.ts"
 import { Router, type StartedStream } from "./Router.ts"
-import type { Reservation } from "./gateway/plan.ts"
-import type { Reserved, ReserveRefused } from "../store/ChatStore.ts"
 
 export type { Evaluation } from "./gateway/evaluate.ts"
 export { completedGovernance, verificationOf } from "./gateway/settlement.ts"
 export type { ChatCall, GatewayReply, Quote, ReplyHeaders, SseReply } from "./gateway/types.ts"
 export type { Governance } from "./surfaces/Surface.ts"
 
-/** A call whose answer goes to its `deliver` (ChatCall.deliver). */
-const delivered: GatewayReply = { _tag: "Delivered" }
-
 export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
   scoped: Effect.gen(function* () {
     const settings = yield* Settings
+    const traced = Option.isSome(settings.otlpTracesUrl)
     /**
      * A span of the governed call, only when traces are exported (OTEL_EXPORTER_OTLP_ENDPOINT): even a
      * disabled tracer's no-op spans cost the chat path measurably (≈ 35% of closed-loop throughput in
      * `npm run bench -- --quick`, five spans a call), so without an exporter the call runs unwrapped.
      */
-    const span: SpanOf = Option.isSome(settings.otlpTracesUrl) ? (name, options) => Effect.withSpan(name, options) : () => (self) => self
-    const store = yield* ChatStore
+    const span: SpanOf = traced ? (name, options) => Effect.withSpan(name, options) : () => (self) => self
+    const runtime = yield* Effect.runtime<never>()
+    const store = callbackPort(yield* ChatStore, runtime)
     const rateLimiter = yield* RateLimiter
     const idempotency = yield* IdempotencyStore
     const router = yield* Router
     const pricing = yield* Pricing
     const ledger = yield* Ledger
     const metrics = yield* Metrics
-    // The callers' fibers the service owns (`adopt`): a client that hangs up does not abandon a call
-    // whose charge must still be settled; shutdown interrupts them and their holds are voided. A
-    // non-streamed call's upstream leg is in `legs` (below), held by callbacks (docs/decisions/0033).
-    const inflight = yield* FiberSet.make<unknown, unknown>()
-
     const instance = yield* Instance
 
+    // Every call taken and not finished (answered, and done with its hold): the keep-alive, the
+    // heartbeat, `inFlight` and shutdown read it, and nothing else.
+    const calls = new Calls({
+      strict: settings.assertInvariants,
+      report: (violation: LifecycleViolation) => {
+        metrics.lifecycleViolation(violation.kind)
+        Runtime.runFork(runtime)(Effect.logError(`lifecycle violation: ${violation.message}`, Cause.pretty(Cause.die(violation))))
+      }
+    })
+    // The effects of the calls (a plan's rest, a stream, a void): shutdown interrupts them, and a hold
+    // one of them knows is voided. And the callers' fibers the service adopted (`adopt`: a key read
+    // from the store before the call begins).
+    const fibers = yield* FiberSet.make<unknown, unknown>()
+    const callers = yield* FiberSet.make<unknown, unknown>()
+
     // A call may outlive the reservation TTL (a stream always can; a non-streamed call whose upstream
-    // trickles its body can): while it runs, its hold and idempotency claim are pushed a TTL ahead
-    // every third of a TTL, so the recovery sweep never takes them and a retry never runs it twice
-    // (issue 19, finding 3). One timer for every call in flight (a call registers for its lifetime),
-    // not a fiber and a timer per call.
-    const liveCalls = new Set<Plan>()
+    // trickles its body can): while it holds a reservation, its hold and idempotency claim are pushed
+    // a TTL ahead every third of a TTL, so the recovery sweep never takes them and a retry never runs
+    // it twice (issue 19, finding 3). One timer for every call in flight.
     const keepCallsAlive = Effect.gen(function* () {
-      if (liveCalls.size === 0) return
+      const holding = calls.holding()
+      if (holding.length === 0) return
       const deadline = (yield* Clock.currentTimeMillis) + settings.reservationTtlMs
       yield* store.extend({
         deadline,
-        streams: Array.from(liveCalls, (p) => ({
+        streams: holding.map(({ plan: p }) => ({
           reservationId: p.hold.reservationId,
           requestId: p.requestId,
           idempotent: p.idempotency === undefined ? undefined : { scope: p.scope, key: p.idempotency.key }
@@ -91,284 +97,219 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     // the tokens delivered so far) is written durably when it changed, so a crash charges what the
     // client received (src/services/Recovery.ts). What a stream delivered after its last mark — at
     // most one beat — is not charged if the process dies.
-    const streamMarks = new Map<Plan, () => ProgressMark | undefined>()
-    /** How to end each open stream (shutdown past its grace). */
-    const streamCancels = new Map<Plan, () => void>()
     const beat = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      const marks: Array<{ reservationId: string; mark: ProgressMark }> = []
-      for (const [p, next] of streamMarks) {
-        const mark = next()
-        if (mark !== undefined) marks.push({ reservationId: p.hold.reservationId, mark: { ...mark, at: now } })
-      }
+      const marks = calls.marks().map(({ reservationId, mark }) => ({ reservationId, mark: { ...mark, at: now } }))
       yield* store.heartbeat({ epoch: instance.epoch, now, marks })
     })
     yield* Effect.forkScoped(Effect.repeat(Effect.delay(logged("heartbeat")(beat), Duration.millis(settings.heartbeatMs)), Schedule.forever))
-    const delivering = new WeakSet<Plan>()
-    const legs = new Map<Plan, Abortable>()
-    /** Stop every non-streamed call's upstream leg: each then voids its hold, on its own. */
-    const stopLegs = () => {
-      for (const leg of Array.from(legs.values())) leg.abort()
+
+    /** Run an effect of the call's in a fiber the service owns, under the call's span when traced. */
+    const fork: GatewayContext["fork"] = (f, effect, k) => {
+      const fiber = Runtime.runFork(f.runtime)(f.span === undefined ? effect : Effect.withParentSpan(effect, f.span))
+      FiberSet.unsafeAdd(fibers, fiber)
+      fiber.addObserver(k)
     }
-    /** Wait (up to 2 s) until no call is `left`: their settlements and voids are on their way to the store. */
-    const drained = (left: () => number) =>
-      Effect.gen(function* () {
-        for (let i = 0; i < 200 && left() > 0; i++) yield* Effect.sleep(Duration.millis(10))
-      })
-    // No fiber holds a leg, so closing the service stops them itself, as closing `inflight` interrupts
-    // its fibers: before those (a traced call waits for its leg) and before the store closes.
-    // A call begun with no fiber whose reservation commits meanwhile is voided (`stopping`), before the store closes too.
-    yield* Effect.addFinalizer(() =>
-      Effect.zipRight(
-        Effect.sync(() => {
-          stopping = true
-          stopLegs()
-        }),
-        Effect.zipRight(drained(() => reserving), drained(() => legs.size))
-      )
-    )
-    const ctx: GatewayContext = {
-      settings,
-      span,
-      traced: Option.isSome(settings.otlpTracesUrl),
-      store,
-      rateLimiter,
-      idempotency,
-      router,
-      pricing,
-      ledger,
-      metrics,
-      instance,
-      liveCalls,
-      legs,
-      streamMarks,
-      streamCancels,
-      delivering
-    }
+
+    const ctx: GatewayContext = { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, metrics, instance, fork }
     const planning = makePlanning(ctx)
-    const { plan } = planning
     const settlement = makeSettlement(ctx)
-    const { abandonInterrupted, leg, startLeg } = settlement
+    const { abandon, abandonInterrupted, startLeg } = settlement
     const completeStreaming = makeStreaming(ctx, settlement)
     const evaluate = makeEvaluate(planning)
 
-    /** Run one governed call on the given surface. */
-    const handle = (call: ChatCall): Effect.Effect<GatewayReply, GovernanceError> => governedFrom(call, (onReserved) => plan(call, onReserved))
+    /** Set when the service stops: a call taken then is answered 503 at once, a reservation committed then voided. */
+    let stopping = false
 
-    /** A governed call from `planStep` on — the whole plan, or what is left of one begun with no fiber — under the call's mask. */
-    const governedFrom = (
-      call: ChatCall,
-      planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>,
-      underway?: StartedStream
-    ): Effect.Effect<GatewayReply, GovernanceError> =>
-      // The governed call's trace (exported only when an OTLP endpoint is configured: src/server.ts).
-      // Ids only: never a key, a secret or a prompt.
-      span("tollgate.governed_call", {
-        kind: "server",
-        attributes: { "tollgate.endpoint": call.surface.path, "tollgate.project_id": call.principal.projectId, "tollgate.environment": call.principal.environment }
-      })(
-        Effect.uninterruptibleMask((restore) => {
-          // The hold this call made, if any: interrupted (shutdown) between its reservation and the
-          // step that settles or voids it — a stream still opening — it is voided here. Every write of
-          // `abandon` is guarded, so voiding a call already resolved is a no-op. Only the plan, the
-          // upstream leg and a stream run interruptibly (`restore`); the steps between them do not,
-          // so a call with a hold always reaches the step that settles or voids it. One mask for the
-          // call and its upstream leg, not suspend + onInterrupt + a mask of its own (docs/decisions/0027).
-          let reserved: Plan | undefined
-          return Effect.catchAllCause(
-            Effect.flatMap(restore(planStep((p) => (reserved = p))), (planned) => {
-              if ("_tag" in planned) return Effect.succeed(planned)
-              if (planned.request.stream) return restore(completeStreaming(planned, call.principal, call.deliver, underway))
-              // The leg owns the hold from here: it settles or voids it however this fiber ends.
-              reserved = undefined
-              const deliver = call.deliver
-              // The fast path's call ends here; its answer comes from the leg. A traced call, or a caller
-              // without `deliver`, waits for it (uninterruptibly: shutdown stops the leg, not the wait).
-              if (deliver !== undefined && !ctx.traced) return Effect.as(leg(planned, call.principal, deliver), delivered)
-              return Effect.asyncEffect<GatewayReply, GovernanceError, never, never, never, never>((resume) => leg(planned, call.principal, resume))
-            }),
-            (cause) =>
-              reserved !== undefined && Cause.isInterruptedOnly(cause)
-                ? abandonInterrupted(reserved, cause)
-                : Effect.failCause(cause)
+    /** Wait (up to 2 s) until no call is left: their settlements and voids are on their way to the store. */
+    const drained = Effect.gen(function* () {
+      for (let i = 0; i < 200 && calls.size > 0; i++) yield* Effect.sleep(Duration.millis(10))
+    })
+    // Closing the service stops every call still in flight, as `stopCalls` does, before the store closes.
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        stopping = true
+        calls.stopAll()
+        return Effect.zipRight(Effect.zipRight(FiberSet.clear(callers), FiberSet.clear(fibers)), drained)
+      })
+    )
+
+    /**
+     * Take a governed call (the one way a call runs: src/services/gateway/inflight.ts). Its plan's pure
+     * steps run here, with no fiber (docs/decisions/0037); its reservation, a non-streamed call's
+     * upstream and its settlement are callbacks (0033, 0036); a step that needs an effect — a shared
+     * rate limiter, a prompt counted slice by slice, the wait for an original in flight, a stream —
+     * runs as that effect in a fiber the service owns. The answer goes to `call.deliver`, once.
+     * `runtime` and `clock` are the caller's.
+     */
+    const begin = (call: ChatCall, runtime: Runtime.Runtime<never>, clock: Clock.Clock): void => {
+      const root = traced
+        ? Runtime.runSync(runtime)(
+            // The governed call's trace. Ids only: never a key, a secret or a prompt.
+            Effect.makeSpan("tollgate.governed_call", {
+              kind: "server",
+              attributes: { "tollgate.endpoint": call.surface.path, "tollgate.project_id": call.principal.projectId, "tollgate.environment": call.principal.environment }
+            })
           )
+        : undefined
+      const f = new InFlight(call, calls, runtime, clock, root)
+      calls.add(f)
+      // Stopping, the call is answered as a call shutdown interrupted: 503, nothing held.
+      if (stopping) return decline(f, Exit.interrupt(FiberId.none))
+      guarded(f, () => planned(f, planning.planNow(call, clock.unsafeCurrentTimeMillis())))
+    }
+
+    /** Answer a call that holds nothing: a refusal, a replay, a failure before its reservation. */
+    const decline = (f: InFlight, answer: Exit.Exit<GatewayReply, GovernanceError>): void => {
+      f.to("declined")
+      f.answer(answer)
+    }
+
+    /**
+     * A step of the call, from a callback (the store's message loop, undici's, a check phase): nothing
+     * of ours may throw there. A throw is the call's defect: its hold voided, if it holds one, and the
+     * defect its answer, unless it was answered.
+     */
+    const guarded = (f: InFlight, step: () => void): void => {
+      try {
+        step()
+      } catch (defect) {
+        failed(f, defect)
+      }
+    }
+    const failed = (f: InFlight, defect: unknown): void => {
+      try {
+        if (f.holds) {
+          return fork(f, Effect.zipRight(abandon(f, "internal_error", "The gateway failed during the call; nothing was charged.", []), Effect.die(defect)), (end) => f.answer(end))
+        }
+        if (f.phase === "planning") f.to("declined")
+        if (!f.answered) return f.answer(Exit.die(defect))
+      } catch {
+        // The defect's own handling broke the lifecycle: reported there; the defect is logged below.
+      }
+      Runtime.runFork(f.runtime)(Effect.logError("a governed call failed after it was answered", Cause.pretty(Cause.die(defect))))
+    }
+
+    /** Where the plan's pure steps stopped: a refusal, the reservation to make, or the rest as an effect. */
+    const planned = (f: InFlight, next: Either.Either<Reservation | PlanRest, GovernanceError>): void => {
+      if (Either.isLeft(next)) return decline(f, Exit.fail(next.left))
+      const r = next.right
+      if (!Effect.isEffect(r)) return reserve(f, r)
+      fork(f, r, (exit) =>
+        guarded(f, () => {
+          if (Exit.isFailure(exit)) return decline(f, Exit.failCause(exit.cause))
+          const v = exit.value
+          return "_tag" in v ? decline(f, Exit.succeed(v)) : reserve(f, v)
         })
       )
-
-    /**
-     * Take ownership of a caller's fiber (the fast path's): shutdown interrupts it with the service's
-     * other calls (a hold it reserved is then voided), and nothing else may.
-     */
-    const adopt = (fiber: Fiber.RuntimeFiber<unknown, unknown>): void => {
-      FiberSet.unsafeAdd(inflight, fiber)
     }
 
-    // Calls begun with no fiber (`begin`) whose reservation is on its way to the store, and whether
-    // the service is stopping: a reservation that commits then is voided as an interrupted call's.
-    let reserving = 0
-    let stopping = false
-    const reserveThen = store.reserveThen
-
-    /**
-     * Begin a governed call with no fiber at all (docs/decisions/0037): a call answered through
-     * `deliver`, on the store worker (`reserveThen`), no trace exported. Its plan's pure steps run here
-     * (`planNow`, the same steps in the same order as `plan`); its reservation is the store's
-     * callback; a non-streamed call's leg starts from there (held by callbacks, 0033) and settles by
-     * the store's callback too; a stream goes on from its committed reservation in a fiber the
-     * Gateway owns (0038). True when it took the call — whose answer then goes to `deliver` — false
-     * when nothing was done and the caller must run `handle`. Where a step needs an effect (a shared
-     * rate limiter, a prompt counted slice by slice, no route for a keyed call, a refused
-     * reservation), the call goes on as that effect, from that step, in a fiber the Gateway owns.
-     */
-    const begin = (call: ChatCall, runtime: Runtime.Runtime<never>, clock: Clock.Clock): boolean => {
-      const deliver = call.deliver
-      // Stopping, a call goes the way it always went: `handle` in a fiber the stopping service interrupts.
-      if (stopping || deliver === undefined || ctx.traced || reserveThen === undefined) return false
-      const next = planning.planNow(call, clock.unsafeCurrentTimeMillis())
-      if (Either.isLeft(next)) return answered(deliver, Exit.fail(next.left))
-      const r = next.right
-      if (typeof r === "function") return goOn(call, runtime, r)
-      reserving++
-      reserveThen(r.args, (outcome) => stillReserving(deliver, () => reservedThen(call, deliver, runtime, clock, r, outcome)))
-      return true
-    }
-
-    /**
-     * A step of a call counted in `reserving`, from a callback (the store's message loop, a check
-     * phase): nothing of ours may throw there — a throw is the call's defect. The call stops counting
-     * once the step returns false: answered, its leg or stream started. True: a later step (its hold's
-     * void, its stream's start) is on its way and stops counting it when done.
-     */
-    const stillReserving = (deliver: NonNullable<ChatCall["deliver"]>, step: () => boolean): void => {
-      let later = false
-      try {
-        later = step()
-      } catch (defect) {
-        deliver(Exit.die(defect))
-      } finally {
-        if (!later) reserving--
-      }
-    }
-
-    const answered = (deliver: NonNullable<ChatCall["deliver"]>, answer: Exit.Exit<GatewayReply, GovernanceError>): true => {
-      deliver(answer)
-      return true
-    }
-
-    /**
-     * A call begun with no fiber goes on from `planStep` in a fiber the Gateway owns, as `handle` would
-     * have. The fiber starts at once, inside the call's mask before `runFork` returns: a hold its step
-     * knows is voided by shutdown's interruption like any other. A stream `underway` before it is
-     * taken by it; if the fiber ends without having taken it (interrupted first), it is stopped.
-     */
-    const goOn = (
-      call: ChatCall,
-      runtime: Runtime.Runtime<never>,
-      planStep: (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>,
-      underway?: StartedStream
-    ): true => {
-      const deliver = deliveredOnce(call.deliver!, runtime)
-      const fiber = Runtime.runFork(runtime)(governedFrom({ ...call, deliver }, planStep, underway))
-      adopt(fiber)
-      fiber.addObserver((exit) => {
-        underway?.abort()
-        // A leg started in that fiber answers through `deliver` itself.
-        if (Exit.isSuccess(exit) && exit.value._tag === "Delivered") return
-        deliver(exit)
+    /** The one reserve transaction (claim, sizing, pending row, hold), by the store's callback. */
+    const reserve = (f: InFlight, r: Reservation): void => {
+      f.to("reserving")
+      const traced = childSpan(f, "tollgate.reserve", { "tollgate.request_id": r.requestId, "tollgate.route": r.chain[0]!.name })
+      store.reserveThen(r.args, (outcome) => {
+        endSpan(f, traced, outcome)
+        guarded(f, () => reserved(f, r, outcome))
       })
-      return true
     }
 
     /**
-     * `deliver`, told once: a stream delivered from its upstream's open ends its fiber with the same
-     * reply, which is not an answer again. A defect after the answer is only worth a line.
+     * The reservation answered: start the call's leg or its stream — or void its hold if the service is
+     * stopping —, or take up its refusal (over budget; a replay, a conflict, an original to wait for).
      */
-    const deliveredOnce = (deliver: NonNullable<ChatCall["deliver"]>, runtime: Runtime.Runtime<never>): NonNullable<ChatCall["deliver"]> => {
-      let told = false
-      return (answer) => {
-        if (!told) {
-          told = true
-          return deliver(answer)
-        }
-        if (Exit.isFailure(answer) && !Cause.isInterruptedOnly(answer.cause)) {
-          Runtime.runFork(runtime)(Effect.logError("unhandled failure after the call was answered", Cause.pretty(answer.cause)))
-        }
-      }
-    }
-
-    /**
-     * A begun call's reservation answered: start its leg or its stream — or void its hold if the
-     * service is stopping —, or go on with a refusal. True while the call still counts as reserving
-     * (`reserving`): its void, or its stream's fiber, is on its way, and stops counting it then.
-     */
-    const reservedThen = (
-      call: ChatCall,
-      deliver: NonNullable<ChatCall["deliver"]>,
-      runtime: Runtime.Runtime<never>,
-      clock: Clock.Clock,
-      r: Reservation,
-      outcome: Exit.Exit<Reserved, ReserveRefused>
-    ): boolean => {
+    const reserved = (f: InFlight, r: Reservation, outcome: Exit.Exit<Reserved, ReserveRefused>): void => {
       if (Exit.isFailure(outcome)) {
         const refused = Cause.failureOption(outcome.cause)
-        if (Option.isSome(refused)) goOn(call, runtime, (onReserved) => planning.refusal(call, onReserved, r, refused.value))
-        else deliver(Exit.failCause(outcome.cause as Cause.Cause<never>))
-        return false
+        if (Option.isNone(refused)) return decline(f, Exit.failCause(outcome.cause as Cause.Cause<never>))
+        return fork(f, planning.refusal(f.call, r, refused.value), (exit) =>
+          guarded(f, () => {
+            if (Exit.isFailure(exit)) return decline(f, Exit.failCause(exit.cause))
+            if (Option.isSome(exit.value)) return decline(f, Exit.succeed(exit.value.value))
+            // The original was released while the call waited: it plans again, as a fresh request.
+            f.to("planning")
+            planned(f, planning.planNow(f.call, f.clock.unsafeCurrentTimeMillis()))
+          })
+        )
       }
-      const p = planning.plannedOf(call, r, outcome.value)
+      const p = planning.plannedOf(f.call, r, outcome.value)
+      f.reserved(p)
       crashPoint("reserved")
-      if (stopping) return voidStopping(p, deliver, runtime)
-      if (!p.request.stream) {
-        startLeg(p, call.principal, runtime, clock, deliver)
-        return false
-      }
-      // A stream's upstream request leaves from here; the rest of its start — the fiber that runs it as
-      // `handle` would, its sync, its set-up — waits for the loop's check phase: the request is on its
-      // way before the gateway spends CPU on anything else (docs/decisions/0039).
-      const underway = router.startStream(clock, p.chain, () => upstreamBody(p.body, p.request, p.outputCap))
+      if (stopping) return voidStopping(f)
+      if (!p.request.stream) return startLeg(f)
+      // A stream's upstream request leaves from here; the rest of its start — the fiber that runs it,
+      // its sync, its set-up — waits for the loop's check phase: the request is on its way before the
+      // gateway spends CPU on anything else (docs/decisions/0039).
+      f.to("upstream")
+      const underway = router.startStream(f.clock, p.chain, () => upstreamBody(p.body, p.request, p.outputCap))
+      f.stop = () => underway.abort()
       setImmediate(() =>
-        stillReserving(deliver, () => {
+        guarded(f, () => {
           if (stopping) {
             underway.abort()
-            return voidStopping(p, deliver, runtime)
+            return voidStopping(f)
           }
-          goOn(call, runtime, (onReserved) => Effect.sync(() => (onReserved(p), p)), underway)
-          return false
+          fork(f, streamed(f, underway), (exit) => streamEnded(f, exit, underway))
         })
       )
-      return true
     }
 
     /**
-     * A reservation committed while the service is stopping is voided as an interrupted call's: the hold
-     * voided, the request failed, the client told 503. The call stops counting as reserving once done.
+     * The stream's fiber: the stream opened, delivered and settled by its own steps
+     * (src/services/gateway/streaming.ts). Interrupted (shutdown) while its hold is still the call's
+     * — before it was delivered — the hold is voided here; a stream already delivering settles its own.
      */
-    const voidStopping = (p: Plan, deliver: NonNullable<ChatCall["deliver"]>, runtime: Runtime.Runtime<never>): true => {
-      Runtime.runFork(runtime)(abandonInterrupted(p, Cause.interrupt(FiberId.none))).addObserver((exit) => {
-        reserving--
-        deliver(exit)
-      })
-      return true
+    const streamed = (f: InFlight, underway: StartedStream): Effect.Effect<GatewayReply, GovernanceError> =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.catchAllCause(restore(completeStreaming(f, underway)), (cause) =>
+          Cause.isInterruptedOnly(cause) && f.holds ? abandonInterrupted(f, cause) : Effect.failCause(cause)
+        )
+      )
+
+    /** The stream's fiber ended: its reply, unless the stream was delivered from its upstream's open. */
+    const streamEnded = (f: InFlight, exit: Exit.Exit<GatewayReply, GovernanceError>, underway: StartedStream): void => {
+      // Ended before it took the stream (interrupted first): the request already sent is stopped.
+      underway.abort()
+      if (!f.answered) return f.answer(exit)
+      // Delivered already: only a defect of the fiber's last steps is worth a line.
+      if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
+        Runtime.runFork(f.runtime)(Effect.logError("a stream's fiber failed after it was delivered", Cause.pretty(exit.cause)))
+      }
     }
 
-    /** Governed calls running now: the callers' fibers it owns, calls begun with no fiber, non-streamed legs, and open streams. */
-    const inFlight = Effect.map(FiberSet.size(inflight), (n) => n + reserving + streamCancels.size + legs.size)
+    /** A reservation committed while the service is stopping is voided as an interrupted call's: 503, nothing held. */
+    const voidStopping = (f: InFlight): void => fork(f, abandonInterrupted(f, Cause.interrupt(FiberId.none)), (exit) => f.answer(exit))
 
     /**
-     * Shutdown past its grace (src/server.ts): end every call still in flight now. A non-streamed
-     * call is interrupted and its hold voided (a settlement already under way completes first); an
-     * open stream ends as a client hang-up does, charged for what it delivered. Waits (bounded) for
-     * their settlements.
+     * The call as an effect, for a caller that holds a fiber: `begin`, its answer awaited. Interrupting
+     * the wait does not stop the call (the service owns it; shutdown stops it).
      */
-    const stopCalls = Effect.gen(function* () {
+    const handle = (call: Omit<ChatCall, "deliver">): Effect.Effect<GatewayReply, GovernanceError> =>
+      Effect.flatMap(Effect.runtime<never>(), (rt) =>
+        Effect.clockWith((clock) => Effect.async<GatewayReply, GovernanceError>((resume) => begin({ ...call, deliver: (answer) => resume(answer) }, rt, clock)))
+      )
+
+    /**
+     * Take ownership of a caller's fiber (the fast path's key lookup before its call begins): shutdown
+     * interrupts it with the service's calls, and nothing else may.
+     */
+    const adopt = (fiber: Fiber.RuntimeFiber<unknown, unknown>): void => {
+      FiberSet.unsafeAdd(callers, fiber)
+    }
+
+    /** Governed calls running now: the calls taken and not finished, and the callers' fibers adopted. */
+    const inFlight = Effect.map(FiberSet.size(callers), (n) => n + calls.size)
+
+    /**
+     * Shutdown past its grace (src/server.ts): end every call still in flight now. A non-streamed call's
+     * upstream is stopped and its hold voided (a settlement already under way completes first); an
+     * open stream ends as an upstream cut does, charged for what it delivered; a call still planning
+     * is interrupted. Waits (bounded) for their settlements and voids.
+     */
+    const stopCalls = Effect.suspend(() => {
       stopping = true
-      for (const cancel of Array.from(streamCancels.values())) cancel()
-      // Before the fibers: a call waiting for its leg (traced) ends once the leg is stopped.
-      stopLegs()
-      yield* FiberSet.clear(inflight)
-      // A reservation on its way is voided when it commits; legs are live calls too, until settled or voided.
-      yield* drained(() => reserving)
-      yield* drained(() => liveCalls.size)
+      calls.stopAll()
+      return Effect.zipRight(Effect.zipRight(FiberSet.clear(callers), FiberSet.clear(fibers)), drained)
     })
 
     return { handle, begin, adopt, evaluate, inFlight, stopCalls } as const

@@ -97,7 +97,12 @@ export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {
     const attempts = new Counter("tollgate_upstream_attempts_total", "Upstream attempts by route and outcome.")
     const authFailures = new Counter("tollgate_auth_failures_total", "Failed dashboard sign-ins and admin-token checks, by surface (sign_in, admin_token).")
     const authThrottled = new Counter("tollgate_auth_throttled_total", "Sign-ins and admin-token checks answered 429 before their credential was checked, by surface and the limit that refused (address, project_key, admin_token).")
+    const violations = new Counter(
+      "tollgate_lifecycle_violations_total",
+      "Governed calls that broke their lifecycle (a move it does not allow, a second answer): a bug of the gateway's, by kind (move, answer). Alert on any."
+    )
     for (const surface of ["sign_in", "admin_token"]) authFailures.inc({ surface }, 0)
+    for (const kind of ["move", "answer"]) violations.inc({ kind }, 0)
     return {
       request: (endpoint: string, status: number, seconds: number) => {
         requests.inc({ endpoint, status: String(status) })
@@ -110,7 +115,8 @@ export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {
       attempt: (route: string, outcome: string) => attempts.inc({ route, outcome }),
       authFailure: (surface: string) => authFailures.inc({ surface }),
       authThrottled: (surface: string, limit: string) => authThrottled.inc({ surface, limit }),
-      render: (): string => [requests, duration, credits, settled, attempts, authFailures, authThrottled].map((m) => m.render()).join("\n\n") + "\n\n" + renderStoreRetries() + "\n"
+      lifecycleViolation: (kind: "move" | "answer") => violations.inc({ kind }),
+      render: (): string => [requests, duration, credits, settled, attempts, authFailures, authThrottled, violations].map((m) => m.render()).join("\n\n") + "\n\n" + renderStoreRetries() + "\n"
     } as const
   }
 }) {}

@@ -78,6 +78,32 @@ export interface ChatStoreApi {
   readonly runsIn: "worker" | "inline"
 }
 
+/**
+ * The port as the governed call uses it: every transaction it waits for by callback, the one style
+ * of the call's lifecycle (src/services/gateway/inflight.ts).
+ */
+export interface ChatPort extends ChatStoreApi {
+  readonly syncThen: NonNullable<ChatStoreApi["syncThen"]>
+  readonly reserveThen: NonNullable<ChatStoreApi["reserveThen"]>
+  readonly settleThen: NonNullable<ChatStoreApi["settleThen"]>
+}
+
+/**
+ * The store's callback forms: its own where it has them (the store worker's); otherwise — inline
+ * SQLite, PostgreSQL, whose transactions are effects — each transaction run in a fiber of `runtime`
+ * that nothing interrupts (it was sent: the caller must see how it ended), and a sync that has nothing
+ * to wait for (every commit there that needs the disk waited for it). Built once, when the Gateway starts.
+ */
+export const callbackPort = (store: ChatStoreApi, runtime: Runtime.Runtime<never>): ChatPort => {
+  const runFork = Runtime.runFork(runtime)
+  return {
+    ...store,
+    syncThen: store.syncThen ?? ((done) => done(Exit.void)),
+    reserveThen: store.reserveThen ?? ((args, done) => void runFork(store.reserve(args)).addObserver(done)),
+    settleThen: store.settleThen ?? ((args, done) => void runFork(store.settle(args)).addObserver(done))
+  }
+}
+
 /** Whether the store serves: unavailable (GET /readyz answers 503), or serving, possibly degraded (said, 200). */
 export type StoreHealth = { readonly ok: true; readonly degraded?: string } | { readonly ok: false; readonly reason: string }
 

@@ -7,7 +7,6 @@ import { Effect, Either, Option } from "effect"
 import type { Prices } from "../../../spec/pricing.ts"
 import { sizeReservation, type SizingRequest } from "../../domain/budgetSizing.ts"
 import { type ChatRequest, IDEMPOTENCY_KEY, MAX_CREDITS, oneValueOf, parseChatRequest, parseMaxCredits } from "../../domain/chat.ts"
-import { crashPoint } from "../../domain/crashPoint.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, type RateLimited, RouteUnavailable, type UnsupportedWorkflow } from "../../domain/errors.ts"
 import { newRequestId, newReservationId } from "../../domain/ids.ts"
 import { timeline } from "../../domain/timeline.ts"
@@ -45,8 +44,11 @@ export interface Reservation {
   readonly scope: TenantScope
 }
 
-/** The rest of a plan as an effect, from the step its pure steps could not take (`planNow`). */
-export type PlanRest = (onReserved: (p: Plan) => void) => Effect.Effect<Plan | GatewayReply, GovernanceError>
+/**
+ * The rest of a plan as an effect, from the step its pure steps could not take (`planNow`): the
+ * reservation to make, or the reply that answers the call without one (a replay).
+ */
+export type PlanRest = Effect.Effect<Reservation | GatewayReply, GovernanceError>
 
 const scopeOf = (principal: Principal): TenantScope => ({ projectId: principal.projectId, environment: principal.environment })
 
@@ -77,7 +79,7 @@ export const admitRequest = (
 }
 
 export const makePlanning = (ctx: GatewayContext) => {
-  const { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, instance } = ctx
+  const { settings, rateLimiter, idempotency, router, pricing, ledger, instance } = ctx
 
   const replay = (result: StoredResult, headers: ReplyHeaders): GatewayReply => {
     headers["x-request-id"] = result.requestId
@@ -214,56 +216,47 @@ export const makePlanning = (ctx: GatewayContext) => {
    * count, route, price, ids. Where they stop: a refusal; the reservation to make; or, when a step
    * needs an effect — a shared rate limiter's round trip, a prompt counted slice by slice, no route
    * for a keyed call (a replay still answers) —, the rest of the plan as that effect (`PlanRest`).
-   * `plan` runs what it answers as effects; Gateway.begin, with no fiber (docs/decisions/0037).
+   * The Gateway runs them with no fiber (docs/decisions/0037), and the rest in one.
    */
   const planNow = (call: ChatCall, now: number): Either.Either<Reservation | PlanRest, GovernanceError> => {
     const admitted = admitCall(call)
     if (Either.isLeft(admitted)) return Either.left(admitted.left)
     const a = admitted.right
     const rate = admitRateNow(call.principal, now, call.headers)
-    if (rate === undefined) return Either.right((onReserved) => admitRate(call.principal, now, call.headers, () => planAdmitted(call, onReserved, now, a)))
+    if (rate === undefined) return Either.right(admitRate(call.principal, now, call.headers, () => planAdmitted(call, now, a)))
     if (Either.isLeft(rate)) return Either.left(rate.left)
     const counted = countChatInputNow(a.request.messages, a.request.tools)
-    if (counted === undefined) return Either.right((onReserved) => planAdmitted(call, onReserved, now, a))
+    if (counted === undefined) return Either.right(planAdmitted(call, now, a))
     timeline.mark("count input tokens")
     return planCounted(call, now, a, counted)
   }
 
-  /** Everything up to and including the reservation. */
-  const plan = (call: ChatCall, onReserved: (p: Plan) => void): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
-    // One reading of the Clock for the whole plan: rate check, idempotency, routing, pricing, hold.
-    Effect.clockWith((clock) => planFrom(call, onReserved, planNow(call, clock.unsafeCurrentTimeMillis())))
-
   /** Where the pure steps stopped, taken on as an effect: the refusal, the reservation, or the rest. */
-  const planFrom = (
-    call: ChatCall,
-    onReserved: (p: Plan) => void,
-    next: Either.Either<Reservation | PlanRest, GovernanceError>
-  ): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
-    Either.isLeft(next) ? Effect.fail(next.left) : typeof next.right === "function" ? next.right(onReserved) : reserve(call, onReserved, next.right)
+  const planFrom = (next: Either.Either<Reservation | PlanRest, GovernanceError>): PlanRest =>
+    Either.isLeft(next) ? Effect.fail(next.left) : Effect.isEffect(next.right) ? next.right : Effect.succeed(next.right)
 
   /** The request's idempotency fingerprint (the client's body, as sent), when it carries a key. */
   const fingerprintOf_ = (call: ChatCall, key: string | undefined): string =>
     key === undefined ? "" : fingerprintOf("POST", call.surface.path, call.clientBody ?? call.body)
 
   /** The rest of the plan once the rate limit admitted the call, its prompt counted in bounded slices. */
-  const planAdmitted = (call: ChatCall, onReserved: (p: Plan) => void, now: number, admitted: Keyed): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+  const planAdmitted = (call: ChatCall, now: number, admitted: Keyed): PlanRest =>
     // Counted after the rate check, in bounded slices (src/services/Tokenizer.ts): a long prompt
     // never holds the event loop, and a limited caller gets no tokenizer time.
     Effect.flatMap(countChatInput(admitted.request.messages, admitted.request.tools), (counted) => {
       timeline.mark("count input tokens")
-      return planFrom(call, onReserved, planCounted(call, now, admitted, counted))
+      return planFrom(planCounted(call, now, admitted, counted))
     })
 
   /** A counted call: its reservation, or — no route for a keyed call — the lookup of its key as the rest. */
   const planCounted = (call: ChatCall, now: number, admitted: Keyed, counted: number): Either.Either<Reservation | PlanRest, never> => {
     const fingerprint = fingerprintOf_(call, admitted.key)
     const r = reservationOf(call, now, admitted, fingerprint, counted)
-    return Either.right(Either.isLeft(r) ? () => unroutable(call, now, admitted, fingerprint, r.left) : r.right)
+    return Either.right(Either.isLeft(r) ? unroutable(call, now, admitted, fingerprint, r.left) : r.right)
   }
 
   /** No route: a replay (or a conflict, or an original in flight) answers even when the route is gone. */
-  const unroutable = (call: ChatCall, now: number, admitted: Keyed, fingerprint: string, error: RouteUnavailable): Effect.Effect<Plan | GatewayReply, GovernanceError> => {
+  const unroutable = (call: ChatCall, now: number, admitted: Keyed, fingerprint: string, error: RouteUnavailable): PlanRest => {
     const key = admitted.key
     if (key === undefined) return Effect.fail(error)
     const scope = scopeOf(call.principal)
@@ -271,7 +264,7 @@ export const makePlanning = (ctx: GatewayContext) => {
       seen._tag === "Claimed"
         ? Effect.fail(error)
         : Effect.flatMap(settleClaimOutcome(seen, scope, key, fingerprint, call.headers), (reply) =>
-            Option.isSome(reply) ? Effect.succeed<Plan | GatewayReply>(reply.value) : Effect.fail(error)
+            Option.isSome(reply) ? Effect.succeed<GatewayReply>(reply.value) : Effect.fail(error)
           )
     )
   }
@@ -342,34 +335,15 @@ export const makePlanning = (ctx: GatewayContext) => {
     }
   }
 
-  /** The reservation, as an effect: the plan once it committed, or what its refusal answers. */
-  const reserve = (call: ChatCall, onReserved: (p: Plan) => void, r: Reservation): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
-    store.reserve(r.args).pipe(
-      span("tollgate.reserve", { attributes: { "tollgate.request_id": r.requestId, "tollgate.route": r.chain[0]!.name } }),
-      Effect.map((reserved): Plan | GatewayReply => {
-        const p = plannedOf(call, r, reserved)
-        onReserved(p)
-        crashPoint("reserved")
-        return p
-      }),
-      // The round trip and `onReserved` as one step: an interruption (shutdown) that arrives while the
-      // reservation is committing takes effect once the call knows its hold, so Gateway.handle voids
-      // it, instead of leaving a committed hold and a pending request to the recovery sweep.
-      Effect.uninterruptible,
-      Effect.catchAll((refused) => refusal(call, onReserved, r, refused))
-    )
-
-  /** A reservation refused: over budget, or its idempotency key claimed already (a replay, a conflict, an original in flight). */
-  const refusal = (call: ChatCall, onReserved: (p: Plan) => void, r: Reservation, refused: ReserveRefused): Effect.Effect<Plan | GatewayReply, GovernanceError> =>
+  /**
+   * A reservation refused: over budget, or its idempotency key claimed already — a replay, a
+   * conflict, or an original in flight, waited for. None: the original was released while the call
+   * waited, and the call plans again, as a fresh request.
+   */
+  const refusal = (call: ChatCall, r: Reservation, refused: ReserveRefused): Effect.Effect<Option.Option<GatewayReply>, GovernanceError> =>
     refused._tag === "OverBudget"
       ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
-      : settleClaimOutcome(refused.outcome, r.scope, r.key!, r.fingerprint, call.headers).pipe(
-          Effect.flatMap(Option.match({
-            // The original was released while we waited: run again as a fresh request.
-            onNone: () => plan(call, onReserved),
-            onSome: (reply) => Effect.succeed<Plan | GatewayReply>(reply)
-          }))
-        )
+      : settleClaimOutcome(refused.outcome, r.scope, r.key!, r.fingerprint, call.headers)
 
-  return { plan, planNow, quote, admitRate, plannedOf, refusal } as const
+  return { planNow, quote, admitRate, plannedOf, refusal } as const
 }

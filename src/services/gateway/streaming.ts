@@ -4,16 +4,15 @@
  */
 import { Cause, Deferred, Effect, Exit, FiberId, Runtime, Scope } from "effect"
 import { chargedTokens, countedTokens, type UsageReport } from "../../../spec/pricing.ts"
-import { upstreamBody } from "../../domain/chat.ts"
 import type { GovernanceError } from "../../domain/errors.ts"
 import { type DataEvents, UpstreamFailure } from "../../providers/Provider.ts"
 import { timeline } from "../../domain/timeline.ts"
-import type { Principal } from "../KeyRegistry.ts"
 import type { Served, StartedStream } from "../Router.ts"
 import { deliveredText } from "../surfaces/Surface.ts"
 import { countBounded } from "../Tokenizer.ts"
+import type { InFlight } from "./inflight.ts"
 import type { Charged, Settlement } from "./settlement.ts"
-import type { ChatCall, GatewayContext, GatewayReply, Plan, SseReply } from "./types.ts"
+import type { GatewayContext, GatewayReply, SseReply } from "./types.ts"
 
 const NONE: ReadonlyArray<Uint8Array> = []
 
@@ -36,8 +35,8 @@ const concat = (frames: ReadonlyArray<Uint8Array>): Uint8Array => {
 }
 
 export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
-  const { span, store, router, liveCalls, streamMarks, streamCancels, delivering } = ctx
-  const { abandon, settle, settleNow, fromRouteFailure } = settlement
+  const { span, store } = ctx
+  const { abandon, settle, fromRouteFailure } = settlement
 
   /**
    * Stream: chunks are forwarded as they arrive; the surface decides what the client sees and puts
@@ -45,32 +44,30 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
    * the client is charged for what was delivered (counted), never zero once a token went out; a
    * failure before any token charges nothing.
    *
-   * `deliver` (the fast path's): the reply is handed to it the moment the upstream stream opens, from
-   * the transport's callback, when the reservation is already on disk — the client's first byte then
-   * does not wait for this fiber to resume and return (docs/decisions/0031). Everything the reply
-   * needs is set up before the upstream is called. Without `deliver`, or when the reservation's fsync
-   * is still running, the fiber returns the reply as before.
+   * The reply is the call's answer the moment the upstream stream opens, from the transport's
+   * callback, when the reservation is already on disk — the client's first byte then does not wait
+   * for this fiber to resume and return (docs/decisions/0031). Everything the reply needs is set up
+   * before the upstream opens. When the reservation's fsync is still running then, the fiber returns
+   * the reply once it is done.
    *
-   * `underway`: the upstream request already left (Gateway.begin, from the reservation's callback:
-   * docs/decisions/0039); this fiber takes its opening instead of starting one.
+   * `underway`: the upstream request, already on its way (it left from the reservation's callback:
+   * docs/decisions/0039); this fiber takes its opening.
    */
-  const completeStreaming = (p: Plan, principal: Principal, deliver?: ChatCall["deliver"], underway?: StartedStream): Effect.Effect<GatewayReply, GovernanceError> =>
+  const completeStreaming = (f: InFlight, underway: StartedStream): Effect.Effect<GatewayReply, GovernanceError> =>
     Effect.gen(function* () {
+      const p = f.plan
       // The reservation is committed, durable against a crash of the process; its fsync runs while
       // the upstream opens, and the stream's headers wait for it (docs/decisions/0013).
       // By the store's callback (docs/decisions/0038): `synced` is how it ended once it answered, and
       // `durable` what the one effect that may wait for it awaits.
       let synced: Exit.Exit<void> | undefined
-      let durable: Deferred.Deferred<void> | undefined
-      if (store.syncThen !== undefined) {
-        const answered = (durable = Deferred.unsafeMake<void>(FiberId.none))
-        store.syncThen((outcome) => {
-          synced = outcome
-          Deferred.unsafeDone(answered, outcome)
-        })
-      }
-      /** The reservation is on disk: no sync to wait for, or it answered so. */
-      const onDisk = (): boolean => durable === undefined || (synced !== undefined && Exit.isSuccess(synced))
+      const durable = Deferred.unsafeMake<void>(FiberId.none)
+      store.syncThen((outcome) => {
+        synced = outcome
+        Deferred.unsafeDone(durable, outcome)
+      })
+      /** The reservation is on disk: the sync answered so. */
+      const onDisk = (): boolean => synced !== undefined && Exit.isSuccess(synced)
       const connection = yield* Scope.make()
       const clock = yield* Effect.clock
       // Set up while the upstream opens, not after: from the open on, every step is on the way to the first byte.
@@ -82,8 +79,8 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       // However the connection closes (a failed open, the stream's end, a cancel, shutdown), there is no
       // more progress to mark and nothing to cancel, and the upstream read ends — also when the
       // transport's own finalizer is not in the scope yet (a stream delivered from the open's callback
-      // before its fiber resumed). The call stays in flight (`liveCalls`) until it is settled: `close`.
-      yield* Scope.addFinalizer(connection, Effect.sync(() => (streamMarks.delete(p), streamCancels.delete(p), void events?.return?.())))
+      // before its fiber resumed). The call stays in flight (the Gateway's registry) until it is settled.
+      yield* Scope.addFinalizer(connection, Effect.sync(() => ((f.progress = undefined), (f.stop = undefined), void events?.return?.())))
       // Every frame sent, kept only when an idempotency key will store the stream for replay.
       const keep = p.idempotency !== undefined
       const sent: Array<Uint8Array> = []
@@ -122,8 +119,8 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       }
 
       /**
-       * Settle once, however the stream ends: the last frames to send. By the store's callback where it
-       * has one (`settleNow`: no fiber, docs/decisions/0038); a stream that delivered nothing is voided.
+       * Settle once, however the stream ends: the last frames to send. By the store's callback (no
+       * fiber, docs/decisions/0038); a stream that delivered nothing is voided.
        * Async: a throw of ours is its rejection, never an exception in the caller's way (`close`).
        */
       const finish = async (how: "complete" | "cut" | "disconnect", failure?: UpstreamFailure): Promise<ReadonlyArray<Uint8Array>> => {
@@ -136,7 +133,7 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
           const message = failure?.message ?? "the client disconnected before any token was delivered"
           return run(
             Effect.as(
-              abandon(p, how === "cut" ? "route_unavailable" : "client_disconnected", message, attempts),
+              abandon(f, how === "cut" ? "route_unavailable" : "client_disconnected", message, attempts),
               renderer.broken(`The upstream stream failed before any token: ${message}. Nothing was charged.`, undefined)
             )
           )
@@ -155,22 +152,17 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
             return { status: 200, contentType: "text/event-stream", body: keep ? concat([...sent, ...tail]) : new Uint8Array() }
           }
         }
-        if (settleNow === undefined) return run(settle(p, principal, charged, () => tail))
         return new Promise((resolve, reject) =>
-          settleNow(p, principal, charged, clock.unsafeCurrentTimeMillis(), (written) => (Exit.isSuccess(written) ? resolve(tail) : reject(Cause.squash(written.cause))))
+          settle(f, charged, clock.unsafeCurrentTimeMillis(), (written) => (Exit.isSuccess(written) ? resolve(tail) : reject(Cause.squash(written.cause))))
         )
       }
 
       // The per-event path is plain JavaScript over an async iterable: an Effect Stream would cost
       // ≈ 50–100 µs of CPU per element pulled (bench/README.md). Effects run only to settle.
-      // Every stream that began ends here, settled (or voided) once: only then is it out of `liveCalls`,
-      // which shutdown waits to empty (Gateway.stopCalls) — a stream it stopped is still being settled
-      // after its connection closed.
-      // The connection closes however the settlement ended.
-      const close = () =>
-        finish("disconnect")
-          .finally(() => run(Scope.close(connection, Exit.void)))
-          .finally(() => liveCalls.delete(p))
+      // Every stream that began ends here, settled (or voided) once: only then is it out of the
+      // Gateway's registry, which shutdown waits to empty (Gateway.stopCalls) — a stream it stopped is
+      // still being settled after its connection closed. The connection closes however the settlement ended.
+      const close = () => finish("disconnect").finally(() => run(Scope.close(connection, Exit.void)))
       let started = false
       let cancelled = false
       const cancel = () => {
@@ -223,38 +215,34 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
       }
       const reply: SseReply = { _tag: "Sse", frames, cancel }
 
-      /** The stream is the client's from here: kept alive by `keepCallsAlive` until settled, marked by the heartbeat, ended by shutdown. */
+      /** The stream is the client's from here: kept alive until settled, marked by the heartbeat, ended by shutdown. */
       const begin = (s: Served<DataEvents>) => {
         // The one step that could throw first; then only registrations.
         events = s.value[Symbol.asyncIterator]()
         served = s
-        liveCalls.add(p)
-        streamMarks.set(p, progress)
-        streamCancels.set(p, stop)
+        f.progress = progress
+        f.stop = stop
       }
       // The open's callback: deliver at once if the reservation is on disk (usually, its fsync ran
       // while the upstream opened). From then on the hold is the stream's to settle, whatever this
       // fiber meets before it resumes (`delivering`: `abandonInterrupted` leaves the hold alone).
-      const opened =
-        deliver === undefined
-          ? undefined
-          : (s: Served<DataEvents>): boolean => {
-              if (!onDisk()) return false
-              begin(s)
-              // Delivered from here (`deliver` never throws).
-              delivering.add(p)
-              timeline.mark("upstream stream open (headers)")
-              deliver(Exit.succeed(reply))
-              return true
-            }
-      const early = () => delivering.has(p)
+      const opened = (s: Served<DataEvents>): boolean => {
+        if (!onDisk()) return false
+        begin(s)
+        // Delivered from here (`deliver` never throws).
+        f.delivering = true
+        timeline.mark("upstream stream open (headers)")
+        f.answer(Exit.succeed(reply))
+        return true
+      }
+      const early = () => f.delivering
 
-      const opening = yield* (underway === undefined ? router.openStream(p.chain, () => upstreamBody(p.body, p.request, p.outputCap), opened) : underway.take(opened)).pipe(
+      const opening = yield* underway.take(opened).pipe(
         span("tollgate.upstream_open", { kind: "client", attributes: { "tollgate.request_id": p.requestId } }),
         Scope.extend(connection),
         Effect.onExit((exit) => (Exit.isSuccess(exit) || early() ? Effect.void : Scope.close(connection, Exit.void))),
-        Effect.tapDefect(() => (early() ? Effect.void : abandon(p, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", []))),
-        Effect.catchAll((failed) => fromRouteFailure(p, failed))
+        Effect.tapDefect(() => (early() ? Effect.void : abandon(f, "internal_error", "The gateway failed while calling the upstream; nothing was charged.", []))),
+        Effect.catchAll((failed) => fromRouteFailure(f, failed))
       )
       if (early()) {
         // Already delivering: the Router's own record of the attempts replaces the callback's.
@@ -262,20 +250,18 @@ export const makeStreaming = (ctx: GatewayContext, settlement: Settlement) => {
         return reply
       }
       timeline.mark("upstream stream open (headers)")
-      if (durable !== undefined) {
-        // Usually the sync is long done when the headers come (its fsync ran while the upstream
-        // opened): then there is nothing to wait for, and no effect waits for it.
-        if (!onDisk()) {
-          yield* Deferred.await(durable).pipe(
-            Effect.tapDefect(() =>
-              Effect.zipRight(Scope.close(connection, Exit.void), abandon(p, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", opening.attempts))
-            ),
-            // Shutdown while it waits: the upstream connection closes here (the hold is voided by `handle`).
-            Effect.onInterrupt(() => Scope.close(connection, Exit.void))
-          )
-        }
-        timeline.mark("reservation on disk (after the upstream opened)")
+      // Usually the sync is long done when the headers come (its fsync ran while the upstream
+      // opened): then there is nothing to wait for, and no effect waits for it.
+      if (!onDisk()) {
+        yield* Deferred.await(durable).pipe(
+          Effect.tapDefect(() =>
+            Effect.zipRight(Scope.close(connection, Exit.void), abandon(f, "internal_error", "The gateway could not make the reservation durable; nothing was charged.", opening.attempts))
+          ),
+          // Shutdown while it waits: the upstream connection closes here (the Gateway voids the hold).
+          Effect.onInterrupt(() => Scope.close(connection, Exit.void))
+        )
       }
+      timeline.mark("reservation on disk (after the upstream opened)")
       begin(opening)
       return reply
     })

@@ -7,9 +7,7 @@ import type { Prices } from "../../../spec/pricing.ts"
 import type { ChatRequest } from "../../domain/chat.ts"
 import type { GatewaySettings } from "../../domain/config.ts"
 import type { BudgetExceeded, GovernanceError } from "../../domain/errors.ts"
-import type { ChatStoreApi } from "../../store/ChatStore.ts"
-import type { ProgressMark } from "../../store/epochs.ts"
-import type { Abortable } from "../../providers/Provider.ts"
+import type { ChatPort } from "../../store/ChatStore.ts"
 import type { SizingRequest } from "../../domain/budgetSizing.ts"
 import type { IdempotencyStore, Scope as TenantScope } from "../IdempotencyStore.ts"
 import type { Instance } from "../Instance.ts"
@@ -20,6 +18,7 @@ import type { Pricing } from "../Pricing.ts"
 import type { RateLimiterApi } from "../RateLimiter.ts"
 import type { Route, Router } from "../Router.ts"
 import type { Surface } from "../surfaces/Surface.ts"
+import type { InFlight } from "./inflight.ts"
 
 /** A streamed reply. */
 export interface SseReply {
@@ -33,8 +32,6 @@ export interface SseReply {
 export type GatewayReply =
   | { readonly _tag: "Body"; readonly status: number; readonly contentType: string; readonly body: Uint8Array | string }
   | SseReply
-  /** The answer is, or will be, handed to the call's `deliver` (ChatCall.deliver): nothing more to answer. */
-  | { readonly _tag: "Delivered" }
 
 /** Headers gathered along the pipeline (rate limit, request id, replay flag), sent with success or error. */
 export type ReplyHeaders = Record<string, string>
@@ -51,14 +48,11 @@ export interface ChatCall {
   /** Filled as the pipeline proceeds. */
   readonly headers: ReplyHeaders
   /**
-   * Where the call's answer may be sent apart from the call's effect: a stream's reply the moment its
-   * upstream opened, before the effect ends (src/services/gateway/streaming.ts); a non-streamed
-   * call's reply, or its failure, once its settlement is written, after the effect ended with
-   * `Delivered` (the leg held by callbacks, src/services/gateway/settlement.ts). Once it was given an
-   * answer, the caller answers with it and leaves the effect's own end aside. Called at most once;
-   * must not throw.
+   * Where the call's answer goes, once (src/services/gateway/inflight.ts): a stream's reply the moment
+   * its upstream opened, a non-streamed call's reply once its settlement is written, or the failure.
+   * Called from callbacks (the store's, the upstream's): must not throw.
    */
-  readonly deliver?: ((answer: Exit.Exit<GatewayReply, GovernanceError>) => void) | undefined
+  readonly deliver: (answer: Exit.Exit<GatewayReply, GovernanceError>) => void
 }
 /** Where a request would go and what it would cost per token: routing and pricing, before any budget question. */
 export interface Routed {
@@ -101,13 +95,13 @@ export type SpanOf = (
   options: { readonly kind?: "server" | "client"; readonly attributes: Record<string, unknown> }
 ) => <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
 
-/** The services a governed call uses, and the service's bookkeeping of the calls in flight. */
+/** The services a governed call uses. The calls in flight are the Gateway's registry (./inflight.ts). */
 export interface GatewayContext {
   readonly settings: GatewaySettings
+  /** A span around an effect of the call's, or nothing when traces are not exported. */
   readonly span: SpanOf
-  /** Spans are exported (OTEL_EXPORTER_OTLP_ENDPOINT): the governed call's span then lasts until its answer. */
-  readonly traced: boolean
-  readonly store: ChatStoreApi
+  /** The store port, every transaction by callback (src/store/ChatStore.ts, `callbackPort`). */
+  readonly store: ChatPort
   readonly rateLimiter: RateLimiterApi
   readonly idempotency: IdempotencyStore
   readonly router: Router
@@ -115,17 +109,9 @@ export interface GatewayContext {
   readonly ledger: Ledger
   readonly metrics: Metrics
   readonly instance: Instance
-  /** Calls whose hold and claim the keep-alive pushes ahead, for their lifetime. */
-  readonly liveCalls: Set<Plan>
-  /** How to stop each non-streamed call's upstream leg (shutdown past its grace), until it is settled or voided. */
-  readonly legs: Map<Plan, Abortable>
-  /** Each open stream's progress mark, written by the heartbeat. */
-  readonly streamMarks: Map<Plan, () => ProgressMark | undefined>
-  /** How to end each open stream (shutdown past its grace). */
-  readonly streamCancels: Map<Plan, () => void>
   /**
-   * Streams delivered from their upstream's callback (ChatCall.deliver): their hold is settled by the
-   * stream however the call's fiber ends, so an interruption of that fiber never voids it.
+   * Run an effect of the call's in a fiber the Gateway owns (shutdown interrupts it), under the
+   * call's span when traced, and tell `k` how it ended.
    */
-  readonly delivering: WeakSet<Plan>
+  readonly fork: <A, E>(f: InFlight, effect: Effect.Effect<A, E>, k: (exit: Exit.Exit<A, E>) => void) => void
 }
