@@ -2,6 +2,11 @@
  * The chat completion request as Tollgate reads it. Only the fields governance needs are checked;
  * every other field passes through to the upstream untouched (docs/contract.md §3). Errors name the
  * offending field the way OpenAI does (`messages[0].content`).
+ *
+ * What it accepts is the wire schema's (`ChatCompletionRequest`, src/domain/wire/chat.ts, which
+ * /openapi.json documents): test/domain/chatParser.property.test.ts holds the two to the same verdict
+ * and the same request on generated bodies. A rule changes in both. The parser stays by hand for its
+ * errors (the field named, 400 or 422) and its cost on the hot path (≈ 1/7 of the decoder's).
  */
 import { Either } from "effect"
 import { InvalidRequest, UnsupportedWorkflow } from "./errors.ts"
