@@ -224,7 +224,14 @@ describe("a defect on the fast path", () => {
     const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
     const dying = Layer.succeed(
       Gateway,
-      Gateway.make({ handle: () => Effect.die(new Error("secret internals")), begin: () => false, adopt: () => undefined, evaluate: () => Effect.die("unused"), inFlight: Effect.succeed(0), stopCalls: Effect.void })
+      Gateway.make({
+        handle: () => Effect.die("unused"),
+        begin: (call) => call.deliver(Exit.die(new Error("secret internals"))),
+        adopt: () => undefined,
+        evaluate: () => Effect.die("unused"),
+        inFlight: Effect.succeed(0),
+        stopCalls: Effect.void
+      })
     )
     const runtime = ManagedRuntime.make(
       Layer.merge(ServicesLive, dying).pipe(Layer.provideMerge(Layer.succeed(Settings, settings)), Layer.provide(Logger.json))
@@ -254,17 +261,13 @@ describe("a defect on the fast path", () => {
   })
 })
 
-describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisions/0031)", () => {
+describe("a stream delivered while its call still runs (ChatCall.deliver, docs/decisions/0031)", () => {
   const utf8 = new TextEncoder()
   /**
-   * A server whose Gateway delivers a two-frame stream the moment its call starts, then waits until
-   * the test says the client has read it, and ends as `end` says; and the log lines written meanwhile.
-   * `early: false` leaves the stream to the call's end; `badHeader` gathers a header node refuses.
+   * A server whose Gateway delivers a two-frame stream the moment its call starts (or, `early: false`,
+   * once the test says so), and the log lines written meanwhile. `badHeader` gathers a header node refuses.
    */
-  const deliveringServer = async (
-    end: (reply: GatewayReply) => Effect.Effect<GatewayReply>,
-    o: { readonly early?: boolean; readonly badHeader?: boolean } = {}
-  ) => {
+  const deliveringServer = async (o: { readonly early?: boolean; readonly badHeader?: boolean } = {}) => {
     const upstream = await startMockUpstream()
     const settings = makeSettings({ gateway: mockGatewayFile(upstream.url) })
     const read = Effect.runSync(Deferred.make<void>())
@@ -280,13 +283,12 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
     const gateway = Layer.succeed(
       Gateway,
       Gateway.make({
-        begin: () => false,
-        handle: (call) =>
-          Effect.suspend(() => {
-            if (o.badHeader === true) call.headers["x-gathered"] = "line\nbreak"
-            if (o.early !== false) call.deliver!(Exit.succeed(reply))
-            return Effect.zipRight(Deferred.await(read), end(reply))
-          }),
+        handle: () => Effect.die("unused"),
+        begin: (call) => {
+          if (o.badHeader === true) call.headers["x-gathered"] = "line\nbreak"
+          if (o.early !== false) return call.deliver(Exit.succeed(reply))
+          Effect.runFork(Deferred.await(read)).addObserver(() => call.deliver(Exit.succeed(reply)))
+        },
         adopt: () => undefined,
         evaluate: () => Effect.die("unused"),
         inFlight: Effect.succeed(0),
@@ -326,8 +328,8 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
     }
   }
 
-  it("the client reads the whole stream while the call still runs; the call's end then writes nothing more", async () => {
-    const t = await deliveringServer((reply) => Effect.succeed(reply))
+  it("the client reads the whole stream while the call still runs", async () => {
+    const t = await deliveringServer()
     try {
       const got = await t.stream()
       expect(got.status).toBe(200)
@@ -342,7 +344,7 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
 
   it("a stream whose head cannot be written is answered 500 and cancelled, so its hold is resolved (early or at the call's end)", async () => {
     for (const early of [true, false]) {
-      const t = await deliveringServer((reply) => Effect.succeed(reply), { early, badHeader: true })
+      const t = await deliveringServer({ early, badHeader: true })
       try {
         const answer = t.stream()
         await t.endCall()
@@ -353,18 +355,6 @@ describe("a stream delivered before its call ends (ChatCall.deliver, docs/decisi
       } finally {
         await t.close()
       }
-    }
-  })
-
-  it("a defect of the call after it delivered is logged once, and the stream the client read stays whole", async () => {
-    const t = await deliveringServer(() => Effect.die(new Error("a late defect")))
-    try {
-      const got = await t.stream()
-      expect(got.body).toBe('data: {"n":1}\n\ndata: [DONE]\n\n')
-      await t.endCall()
-      expect(t.lines.filter((l) => l.includes("unhandled failure") && l.includes("a late defect"))).toHaveLength(1)
-    } finally {
-      await t.close()
     }
   })
 })
@@ -640,7 +630,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       let resolve: (answer: Exit.Exit<GatewayReply, GovernanceError>) => void = () => {}
       const answer = new Promise<Exit.Exit<GatewayReply, GovernanceError>>((r) => (resolve = r))
       const told = { answers: 0 }
-      const took = gateway.begin(
+      gateway.begin(
         {
           principal,
           surface: chatCompletionsSurface,
@@ -656,7 +646,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
         rt,
         clock
       )
-      return { took, answer, headers, told }
+      return { answer, headers, told }
     }
     const rows = () => {
       const db = new Database(file, { readonly: true })
@@ -676,13 +666,12 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
     return { runtime, gateway, forks, begin, rows, close }
   }
 
-  it("on the store worker, takes a non-streamed call and answers it through deliver, settled, with no fiber at any point; in memory it leaves the call to handle", async () => {
+  it("takes a non-streamed call and answers it through deliver, settled, with no fiber of the caller's at any point — on the store worker and in memory (whose transactions, effects, run in the store adapter's own fibers)", async () => {
     const upstream = await startMockUpstream()
     const onFile = await services(true, mockGatewayFile(upstream.url))
     const inMemory = await services(false, mockGatewayFile(upstream.url))
     try {
-      const { took, answer } = onFile.begin("begun with no fiber")
-      expect(took).toBe(true)
+      const { answer, told } = onFile.begin("begun with no fiber")
       const exit = await answer
       if (!Exit.isSuccess(exit) || exit.value._tag !== "Body") throw new Error(`expected a settled body, got ${String(exit)}`)
       const body = JSON.parse(new TextDecoder().decode(exit.value.body as Uint8Array)) as { governance: { status: string; credits_charged: number } }
@@ -691,7 +680,13 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       expect(onFile.forks.started).toBe(0)
       expect(await onFile.runtime.runPromise(onFile.gateway.inFlight)).toBe(0)
       expect(onFile.rows()).toEqual({ reservations: [{ state: "settled" }], requests: [{ status: "completed", error_code: null }] })
-      expect(inMemory.begin("in memory").took).toBe(false)
+      expect(told.answers).toBe(1)
+      const inMemoryCall = inMemory.begin("in memory")
+      const inMemoryExit = await inMemoryCall.answer
+      expect(Exit.isSuccess(inMemoryExit) && inMemoryExit.value._tag).toBe("Body")
+      expect(inMemory.forks.started).toBe(0)
+      expect(inMemoryCall.told.answers).toBe(1)
+      await expect.poll(() => inMemory.runtime.runPromise(inMemory.gateway.inFlight)).toBe(0)
     } finally {
       await onFile.close()
       await inMemory.close()
@@ -721,8 +716,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
 
   it("on the store worker, takes a stream: reserved by callback, then run from its committed reservation in one fiber of the Gateway's, delivered once, settled (docs/decisions/0038)", () =>
     onFileStore(async (s) => {
-      const { took, answer, told } = s.begin("a stream begun with no fiber", undefined, true)
-      expect(took).toBe(true)
+      const { answer, told } = s.begin("a stream begun with no fiber", undefined, true)
       // Synchronously: the reservation is on its way, no fiber yet.
       expect(s.forks.started).toBe(0)
       const text = await readStream(await answer)
@@ -757,8 +751,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
     () =>
       onFileStore(
         async (s) => {
-          const { took, answer, headers, told } = s.begin("a shared limit")
-          expect(took).toBe(true)
+          const { answer, headers, told } = s.begin("a shared limit")
           const exit = await answer
           if (!Exit.isSuccess(exit) || exit.value._tag !== "Body") throw new Error(`expected a settled body, got ${String(exit)}`)
           expect(told.answers).toBe(1)
@@ -775,11 +768,9 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
   it("answers a refused reservation — its key claimed already: a replay, a conflict — as handle does, in a fiber it owns, with no second upstream call", () =>
     onFileStore(async (s, upstream) => {
       const first = s.begin("the original", "key-1")
-      expect(first.took).toBe(true)
       expect(Exit.isSuccess(await first.answer)).toBe(true)
       const forksBefore = s.forks.started
       const replay = s.begin("the original", "key-1")
-      expect(replay.took).toBe(true)
       const replayed = await replay.answer
       if (!Exit.isSuccess(replayed) || replayed.value._tag !== "Body") throw new Error(`expected a replayed body, got ${String(replayed)}`)
       expect(replay.headers["idempotent-replayed"]).toBe("true")
@@ -794,8 +785,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
 
   it("stopped while its reservation is on its way to the store (shutdown): the hold is voided when it commits, the request failed, the call answered as interrupted (503), no upstream called", () =>
     onFileStore(async (s, upstream) => {
-      const { took, answer } = s.begin("stopped on its way")
-      expect(took).toBe(true)
+      const { answer } = s.begin("stopped on its way")
       // Synchronously after `begin`: the reservation is posted, its answer not yet read.
       const stopped = s.runtime.runPromise(s.gateway.stopCalls)
       const exit = await answer
@@ -804,8 +794,12 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       expect(s.rows()).toEqual({ reservations: [{ state: "voided" }], requests: [{ status: "failed", error_code: "interrupted" }] })
       expect(upstream.calls).toBe(0)
       expect(await s.runtime.runPromise(s.gateway.inFlight)).toBe(0)
-      // Stopping, a new call is left to handle.
-      expect(s.begin("after the stop").took).toBe(false)
+      // Stopping, a new call is answered as interrupted at once (503), nothing reserved.
+      const late = s.begin("after the stop")
+      const lateExit = await late.answer
+      expect(Exit.isFailure(lateExit) && Cause.isInterruptedOnly(lateExit.cause)).toBe(true)
+      expect(late.told.answers).toBe(1)
+      expect(s.rows().reservations).toHaveLength(1)
     }))
 
   it("stopped between a stream's committed reservation and its fiber's start (docs/decisions/0039): the upstream request already sent is aborted, the hold voided, the call answered as interrupted", () =>
@@ -821,8 +815,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
         return real(callback, ...args)
       }) as typeof setImmediate
       try {
-        const { took, answer, told } = s.begin("stopped before its fiber", undefined, true)
-        expect(took).toBe(true)
+        const { answer, told } = s.begin("stopped before its fiber", undefined, true)
         const exit = await answer
         expect(stopped).toBeDefined()
         await stopped
@@ -841,13 +834,13 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
     }))
 })
 
-describe("a non-streamed call with `deliver` (the fast path's)", () => {
+describe("a non-streamed call (the fast path's)", () => {
   it.each([
-    // In memory the transactions run inline, as effects: the settlement takes a fiber of its own.
-    ["in memory", false, 1],
-    // On a file they run in the store worker, whose callback settles the call: no fiber at all (0036).
-    ["on a file", true, 0]
-  ])("ends its effect once the upstream is called: no fiber waits for the upstream, shutdown sees the call in flight, and the settled reply comes through deliver (a store %s)", async (_store, onFile, settlementForks) => {
+    // In memory the transactions run inline, as effects, in the store adapter's fibers (src/store/ChatStore.ts, callbackPort).
+    ["in memory", false],
+    // On a file they run in the store worker, whose callbacks reserve and settle the call (0036, 0037).
+    ["on a file", true]
+  ])("holds no fiber of the caller's while its upstream answers: shutdown sees the call in flight, and the settled reply comes through deliver, once (a store %s)", async (_store, onFile) => {
     const upstream = await startMockUpstream()
     upstream.setBehavior({ delayMs: 1_000 })
     const dir = mkdtempSync(join(tmpdir(), "tollgate-fast-deliver-"))
@@ -860,25 +853,34 @@ describe("a non-streamed call with `deliver` (the fast path's)", () => {
           const key = (yield* Bootstrap).firstStart!.developmentKey
           const principal = yield* Effect.orDie((yield* KeyRegistry).authenticate(`Bearer ${key}`))
           const forks = new Forks()
+          const rt = yield* Effect.supervised(Effect.runtime<never>(), forks)
           const answered = yield* Deferred.make<Exit.Exit<GatewayReply, GovernanceError>>()
-          const reply = yield* gateway
-            .handle({
+          let answers = 0
+          gateway.begin(
+            {
               principal,
               surface: chatCompletionsSurface,
               body: { model: "auto", messages: [{ role: "user", content: "held by callbacks" }] },
               idempotencyKeyHeader: undefined,
               maxCreditsHeader: undefined,
               headers: {},
-              deliver: (answer) => Deferred.unsafeDone(answered, Exit.succeed(answer))
-            })
-            .pipe(Effect.supervised(forks), Effect.orDie)
-          const waiting = { tag: reply._tag, forks: forks.started, inFlight: yield* gateway.inFlight, answered: yield* Deferred.isDone(answered) }
+              deliver: (answer) => {
+                answers++
+                Deferred.unsafeDone(answered, Exit.succeed(answer))
+              }
+            },
+            rt,
+            yield* Effect.clock
+          )
+          yield* Effect.sleep("300 millis")
+          const waiting = { forks: forks.started, inFlight: yield* gateway.inFlight, answered: yield* Deferred.isDone(answered) }
           const answer = yield* Deferred.await(answered)
-          return { waiting, answer, inFlightAfter: yield* gateway.inFlight, forksAfter: forks.started }
+          return { waiting, answer, answers, inFlightAfter: yield* gateway.inFlight, forksAfter: forks.started }
         })
       )
-      expect(result.waiting).toEqual({ tag: "Delivered", forks: 0, inFlight: 1, answered: false })
-      expect(result.forksAfter).toBe(settlementForks)
+      expect(result.waiting).toEqual({ forks: 0, inFlight: 1, answered: false })
+      expect(result.forksAfter).toBe(0)
+      expect(result.answers).toBe(1)
       const answer = result.answer
       if (!Exit.isSuccess(answer) || answer.value._tag !== "Body") throw new Error(`expected a settled body, got ${String(answer)}`)
       expect(answer.value.status).toBe(200)

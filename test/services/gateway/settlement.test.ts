@@ -1,47 +1,49 @@
 /**
  * The non-streamed upstream leg's exits (src/services/gateway/settlement.ts): every way the leg ends
- * without an answer voids the hold exactly once, with its reason, and the call leaves the keep-alive
- * set (and shutdown's list of legs) only after that. The store and the router are stand-ins: the leg's own handling is under test
- * (the real store's writes are covered by the e2e and crash suites).
+ * without an answer voids the hold exactly once, with its reason, and the call leaves the Gateway's
+ * registry (the keep-alive's and shutdown's list) only once answered, after that. The store and the
+ * router are stand-ins: the leg's own handling is under test (the real store's writes are covered by
+ * the e2e and crash suites).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Deferred, Effect, Exit, FiberId } from "effect"
+import { Cause, Deferred, Effect, Exit, FiberId, Runtime } from "effect"
 import { type GovernanceError, RouteUnavailable } from "../../../src/domain/errors.ts"
 import type { Abortable, UpstreamReply } from "../../../src/providers/Provider.ts"
 import type { AbandonArgs } from "../../../src/store/ChatStore.ts"
+import { Calls, InFlight } from "../../../src/services/gateway/inflight.ts"
 import { makeSettlement } from "../../../src/services/gateway/settlement.ts"
-import type { GatewayContext, GatewayReply, Plan } from "../../../src/services/gateway/types.ts"
+import type { ChatCall, GatewayContext, GatewayReply, Plan } from "../../../src/services/gateway/types.ts"
 import { RouteFailed, type Served } from "../../../src/services/Router.ts"
 
 const plan = { requestId: "req_1", hold: { reservationId: "res_1" }, scope: { projectId: "prj_1", environment: "development" } } as unknown as Plan
-const principal = {} as Parameters<ReturnType<typeof makeSettlement>["leg"]>[1]
 
 /** How the stand-in router answers a leg: it gets `done`, and returns the abort. */
 type Answer = (done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void) => Abortable
 
-/** A settlement whose router answers with `answer`; the abandons it writes, and the keep-alive set as each was written. */
+/** A settlement whose router answers with `answer`; the abandons it writes (and whether the call was still registered then), the call and the registry. */
 const withLeg = (answer: Answer) => {
   const abandoned: Array<{ code: string; live: boolean }> = []
-  const liveCalls = new Set<Plan>()
-  const legs = new Map<Plan, Abortable>()
-  const delivering = new WeakSet<Plan>()
+  const calls = new Calls({ strict: true, report: () => {} })
   const ctx = {
     span: () => (self: unknown) => self,
-    traced: false,
-    liveCalls,
-    legs,
-    delivering,
     router: { start: (_runtime: unknown, _clock: unknown, _chain: unknown, _body: unknown, done: Parameters<Answer>[0]) => answer(done) },
-    store: { abandon: (args: AbandonArgs) => Effect.sync(() => void abandoned.push({ code: args.code, live: liveCalls.has(plan) })) }
+    store: { abandon: (args: AbandonArgs) => Effect.sync(() => void abandoned.push({ code: args.code, live: calls.size === 1 })) },
+    fork: <A, E>(_f: InFlight, effect: Effect.Effect<A, E>, k: (exit: Exit.Exit<A, E>) => void) => Effect.runFork(effect).addObserver(k)
   } as unknown as GatewayContext
   const settlement = makeSettlement(ctx)
-  /** Start the leg; the effect that waits for its answer. */
+  /** Start the leg of a call that holds its reservation; the effect that waits for its answer. */
   const started = Effect.gen(function* () {
     const answered = yield* Deferred.make<Exit.Exit<GatewayReply, GovernanceError>>()
-    yield* settlement.leg(plan, principal, (exit) => Deferred.unsafeDone(answered, Exit.succeed(exit)))
-    return Deferred.await(answered)
+    const deliver = (exit: Exit.Exit<GatewayReply, GovernanceError>) => Deferred.unsafeDone(answered, Exit.succeed(exit))
+    const call = { principal: {}, deliver } as unknown as ChatCall
+    const f = new InFlight(call, calls, Runtime.defaultRuntime, yield* Effect.clock, undefined)
+    calls.add(f)
+    f.to("reserving")
+    f.reserved(plan)
+    settlement.startLeg(f)
+    return { f, answer: Deferred.await(answered) }
   })
-  return { settlement, started, abandoned, liveCalls, legs, delivering }
+  return { settlement, started, abandoned, calls }
 }
 
 /** The router answers `exit` a turn after the leg started. */
@@ -55,62 +57,63 @@ const later =
 describe("the non-streamed leg's exits", () => {
   it.effect("a defect in the upstream leg voids the hold once (internal_error) and the call fails with the defect", () =>
     Effect.gen(function* () {
-      const { started, abandoned, liveCalls, legs } = withLeg(later(Exit.die(new Error("boom"))))
-      const exit = yield* yield* started
+      const { started, abandoned, calls } = withLeg(later(Exit.die(new Error("boom"))))
+      const { f, answer } = yield* started
+      const exit = yield* answer
       expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
       expect(abandoned).toEqual([{ code: "internal_error", live: true }])
-      expect(liveCalls.size).toBe(0)
-      expect(legs.size).toBe(0)
+      expect(f.phase).toBe("voided")
+      expect(calls.size).toBe(0)
     }))
 
   it.effect("no route answering voids the hold once (route_unavailable) and fails with the route's error", () =>
     Effect.gen(function* () {
       const error = new RouteUnavailable({ message: "every route failed", retryable: true })
-      const { started, abandoned, liveCalls } = withLeg(later(Exit.fail(new RouteFailed(error, []))))
-      const exit = yield* yield* started
+      const { started, abandoned, calls } = withLeg(later(Exit.fail(new RouteFailed(error, []))))
+      const exit = yield* (yield* started).answer
       expect(exit).toEqual(Exit.fail(error))
       expect(abandoned).toEqual([{ code: "route_unavailable", live: true }])
-      expect(liveCalls.size).toBe(0)
+      expect(calls.size).toBe(0)
     }))
 
-  it.effect("a throw of ours while reading the upstream's answer (in undici's callback) is the call's defect: answered, and the call leaves the keep-alive set", () =>
+  it.effect("a throw of ours while reading the upstream's answer (in undici's callback) is the call's defect: its hold voided, answered, and the call leaves the registry", () =>
     Effect.gen(function* () {
       const unreadable = new Proxy({}, { get: () => { throw new Error("a reply we cannot read") } })
       const served = { route: { name: "r" }, value: { raw: "{}", json: unreadable }, attempts: [] } as unknown as Served<UpstreamReply>
-      const { started, liveCalls, legs } = withLeg(later(Exit.succeed(served)))
-      const exit = yield* yield* started
+      const { started, abandoned, calls } = withLeg(later(Exit.succeed(served)))
+      const exit = yield* (yield* started).answer
       expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
-      expect(liveCalls.size).toBe(0)
-      expect(legs.size).toBe(0)
+      expect(abandoned).toEqual([{ code: "internal_error", live: true }])
+      expect(calls.size).toBe(0)
     }))
 
-  it.effect("stopped while upstream (shutdown): the upstream is aborted, the hold voided once (interrupted) before the call leaves the keep-alive set, and the answer is an interruption", () =>
+  it.effect("stopped while upstream (shutdown): the upstream is aborted, the hold voided once (interrupted) before the call leaves the registry, and the answer is an interruption", () =>
     Effect.gen(function* () {
       let aborted = 0
-      const { started, abandoned, liveCalls, legs } = withLeg((done) => ({
+      const { started, abandoned, calls } = withLeg((done) => ({
         abort: () => {
           aborted++
           done(Exit.interrupt(FiberId.none))
         }
       }))
-      const answer = yield* started
-      // Nothing waits in a fiber: the leg is known only to the keep-alive set and to shutdown.
-      expect(liveCalls.size).toBe(1)
-      expect(legs.size).toBe(1)
-      legs.get(plan)!.abort()
+      const { f, answer } = yield* started
+      // Nothing waits in a fiber: the leg is known only to the registry (the keep-alive, shutdown).
+      expect(calls.size).toBe(1)
+      expect(calls.holding()).toEqual([f])
+      calls.stopAll()
       const exit = yield* answer
       expect(aborted).toBe(1)
       expect(Exit.isInterrupted(exit)).toBe(true)
       expect(abandoned).toEqual([{ code: "interrupted", live: true }])
-      expect(liveCalls.size).toBe(0)
-      expect(legs.size).toBe(0)
+      expect(calls.size).toBe(0)
     }))
 
   it.effect("shutdown interrupting a stream already delivering (ChatCall.deliver) leaves its hold to the stream: nothing is voided", () =>
     Effect.gen(function* () {
-      const { settlement, abandoned, delivering } = withLeg(() => ({ abort: () => {} }))
-      delivering.add(plan)
-      const exit = yield* Effect.exit(settlement.abandonInterrupted(plan, Cause.interrupt(FiberId.none)))
+      const { settlement, started, abandoned } = withLeg(() => ({ abort: () => {} }))
+      const { f } = yield* started
+      f.delivering = true
+      const exit = yield* Effect.exit(settlement.abandonInterrupted(f, Cause.interrupt(FiberId.none)))
       expect(Exit.isInterrupted(exit)).toBe(true)
       expect(abandoned).toEqual([])
     }))

@@ -9,11 +9,12 @@
  * test/e2e/streaming.test.ts).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Deferred, Effect, Exit, Fiber } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, Runtime } from "effect"
 import type { DataEvents } from "../../../src/providers/Provider.ts"
+import { Calls, InFlight } from "../../../src/services/gateway/inflight.ts"
 import type { Settlement } from "../../../src/services/gateway/settlement.ts"
 import { makeStreaming } from "../../../src/services/gateway/streaming.ts"
-import type { GatewayContext, GatewayReply, Plan, SseReply } from "../../../src/services/gateway/types.ts"
+import type { ChatCall, GatewayContext, GatewayReply, Plan, SseReply } from "../../../src/services/gateway/types.ts"
 import type { GovernanceError } from "../../../src/domain/errors.ts"
 import type { Served } from "../../../src/services/Router.ts"
 
@@ -34,7 +35,6 @@ const plan = {
   idempotency: undefined,
   inputTokens: 1
 } as unknown as Plan
-const principal = {} as Parameters<ReturnType<typeof makeStreaming>>[1]
 const utf8 = new TextEncoder()
 const hello = JSON.stringify({ choices: [{ index: 0, delta: { content: "hello" } }] })
 
@@ -73,56 +73,70 @@ const withSync = (
     })
   }
   const served: Served<DataEvents> = { route: route as Served<DataEvents>["route"], value: events, attempts: [] }
-  const delivering = new WeakSet<Plan>()
-  const liveCalls = new Set<Plan>()
-  const streamCancels = new Map<Plan, () => void>()
+  const calls = new Calls({ strict: true, report: () => {} })
+  // The upstream request already on its way (Router.startStream); the stream's fiber takes its opening.
+  // It takes a few turns to open, so a sync that needs none has ended by then.
+  const underway = {
+    abort: () => {},
+    take: (tell?: (s: Served<DataEvents>) => boolean) =>
+      Effect.gen(function* () {
+        yield* Effect.repeatN(Effect.yieldNow(), 10)
+        yield* Effect.addFinalizer(() => Effect.sync(() => (released = true)))
+        const took = tell?.(served) ?? false
+        yield* Deferred.succeed(opened, undefined)
+        if (took) yield* resume
+        return served
+      })
+  }
   const ctx = {
     span: () => (self: unknown) => self,
-    liveCalls,
-    streamMarks: new Map(),
-    streamCancels,
-    delivering,
-    router: {
-      // The upstream takes a few turns to open, so a sync that needs none has ended by then.
-      openStream: (_chain: unknown, _bodyFor: unknown, tell?: (s: Served<DataEvents>) => boolean) =>
-        Effect.gen(function* () {
-          yield* Effect.repeatN(Effect.yieldNow(), 10)
-          yield* Effect.addFinalizer(() => Effect.sync(() => (released = true)))
-          const took = tell?.(served) ?? false
-          yield* Deferred.succeed(opened, undefined)
-          if (took) yield* resume
-          return served
-        })
-    },
     // The store's sync by callback, as the worker store answers it.
     store: { syncThen: (done: (outcome: Exit.Exit<void>) => void) => Effect.runFork(sync).addObserver(done) }
   } as unknown as GatewayContext
+  // Stand-ins that move the call as the real settlement does.
   const settlement = {
-    abandon: (_: Plan, code: string) =>
-      o.abandonDies === true ? Effect.die(new Error("the store is closed")) : Effect.sync(() => void abandoned.push(code)),
+    abandon: (f: InFlight, code: string) =>
+      Effect.suspend(() => {
+        f.to("voided")
+        return o.abandonDies === true ? Effect.die(new Error("the store is closed")) : Effect.sync(() => void abandoned.push(code))
+      }),
     settle: (
-      _p: Plan,
-      _principal: unknown,
+      f: InFlight,
       charged: { served: Served<DataEvents>; tokens: { output: number }; render: (g: unknown, now: number) => unknown },
-      then: (stored: unknown) => unknown
-    ) =>
-      Effect.zipRight(
-        o.settling ?? Effect.void,
-        Effect.sync(() => {
-          settled.push({ route: charged.served.route.name, output: charged.tokens.output })
-          charged.render({}, 0)
-          return then({})
-        })
-      ),
+      _now: number,
+      done: (written: Exit.Exit<unknown>) => void
+    ) => {
+      f.to("settling")
+      Effect.runFork(o.settling ?? Effect.void).addObserver(() => {
+        settled.push({ route: charged.served.route.name, output: charged.tokens.output })
+        charged.render({}, 0)
+        f.to("settled")
+        done(Exit.succeed({}))
+      })
+    },
     fromRouteFailure: () => Effect.die("no route failure in these tests")
   } as unknown as Settlement
+  const completeStreaming = makeStreaming(ctx, settlement)
+  /** The stream's fiber for a call that holds its reservation and whose upstream request left; what is delivered goes to `delivered`. */
+  const stream = (delivered: Array<SseReply> = []) =>
+    Effect.flatMap(Effect.clock, (clock) => {
+      const call = { principal: {}, deliver: into(delivered) } as unknown as ChatCall
+      const f = new InFlight(call, calls, Runtime.defaultRuntime, clock, undefined)
+      calls.add(f)
+      f.to("reserving")
+      f.reserved(plan)
+      f.to("upstream")
+      last = f
+      return completeStreaming(f, underway)
+    })
+  let last: InFlight | undefined
   return {
-    completeStreaming: makeStreaming(ctx, settlement),
+    stream,
+    /** The call of the last stream begun. */
+    call: () => last!,
+    calls,
     abandoned,
     settled,
-    delivering,
-    liveCalls,
-    streamCancels,
     released: () => released,
     opened: Deferred.await(opened)
   }
@@ -148,9 +162,9 @@ describe("a stream's opening and its reservation's sync", () => {
   it.effect("the upstream opens before the sync answers: nothing is delivered from the open, and the call's own reply waits for the disk", () =>
     Effect.gen(function* () {
       const disk = yield* Deferred.make<void>()
-      const { completeStreaming, abandoned, delivering, opened } = withSync(Deferred.await(disk))
+      const { stream, call, abandoned, opened } = withSync(Deferred.await(disk))
       const delivered: Array<SseReply> = []
-      const opening = yield* Effect.fork(completeStreaming(plan, principal, into(delivered)))
+      const opening = yield* Effect.fork(stream(delivered))
       yield* opened
       // Long enough for the rest of the opening to run, were it not waiting.
       for (let i = 0; i < 200; i++) yield* Effect.yieldNow()
@@ -159,14 +173,16 @@ describe("a stream's opening and its reservation's sync", () => {
       const reply = yield* Fiber.join(opening)
       expect(reply._tag).toBe("Sse")
       expect(delivered).toEqual([])
-      expect(delivering.has(plan)).toBe(false)
+      expect(call().delivering).toBe(false)
       expect(abandoned).toEqual([])
     }))
 
   it.effect("the sync answered first: the reply goes at once", () =>
     Effect.gen(function* () {
-      const { completeStreaming, abandoned } = withSync(Effect.void)
-      const reply = yield* completeStreaming(plan, principal)
+      const { stream, abandoned } = withSync(Effect.void)
+      const delivered: Array<SseReply> = []
+      const reply = yield* stream(delivered)
+      expect(delivered).toEqual([reply])
       expect(reply._tag).toBe("Sse")
       expect(abandoned).toEqual([])
     }))
@@ -174,8 +190,8 @@ describe("a stream's opening and its reservation's sync", () => {
   it.effect("the sync dies: the hold is voided once (internal_error), the upstream connection released, and the call dies without a reply", () =>
     Effect.gen(function* () {
       const disk = yield* Deferred.make<void>()
-      const { completeStreaming, abandoned, released } = withSync(Effect.zipRight(Deferred.await(disk), Effect.die(new Error("the store worker stopped"))))
-      const opening = yield* Effect.fork(completeStreaming(plan, principal))
+      const { stream, abandoned, released } = withSync(Effect.zipRight(Deferred.await(disk), Effect.die(new Error("the store worker stopped"))))
+      const opening = yield* Effect.fork(stream())
       for (let i = 0; i < 20; i++) yield* Effect.yieldNow()
       yield* Deferred.succeed(disk, undefined)
       const exit = yield* Fiber.await(opening)
@@ -187,15 +203,15 @@ describe("a stream's opening and its reservation's sync", () => {
   it.effect("the reservation is on disk when the upstream opens: the stream is delivered from the open's callback, before the call's fiber resumes", () =>
     Effect.gen(function* () {
       const gate = yield* Deferred.make<void>()
-      const { completeStreaming, abandoned, settled, delivering, opened } = withSync(Effect.void, Deferred.await(gate))
+      const { stream, call, abandoned, settled, opened } = withSync(Effect.void, Deferred.await(gate))
       const delivered: Array<SseReply> = []
-      const opening = yield* Effect.fork(completeStreaming(plan, principal, into(delivered)))
+      const opening = yield* Effect.fork(stream(delivered))
       yield* opened
       expect(delivered.length).toBe(1)
-      expect(delivering.has(plan)).toBe(true)
+      expect(call().delivering).toBe(true)
       expect(opening.unsafePoll()).toBeNull()
       yield* Deferred.succeed(gate, undefined)
-      // The fiber ends with the same reply; the caller that was given it ignores that end.
+      // The fiber ends with the same reply; the Gateway, whose call was answered, ignores that end.
       expect(yield* Fiber.join(opening)).toBe(delivered[0])
       expect(yield* readAll(delivered[0]!)).toEqual([`data: ${hello}\n\n`, "data: [DONE]\n\n"])
       expect(settled).toEqual([{ route: "r", output: 1 }])
@@ -204,12 +220,12 @@ describe("a stream's opening and its reservation's sync", () => {
 
   it.effect("interrupted after it was delivered (shutdown): the hold is neither voided nor its connection closed by the fiber; the stream settles what it delivered", () =>
     Effect.gen(function* () {
-      const { completeStreaming, abandoned, settled, delivering, released, opened } = withSync(Effect.void, Effect.never)
+      const { stream, call, abandoned, settled, released, opened } = withSync(Effect.void, Effect.never)
       const delivered: Array<SseReply> = []
-      const opening = yield* Effect.fork(completeStreaming(plan, principal, into(delivered)))
+      const opening = yield* Effect.fork(stream(delivered))
       yield* opened
       yield* Fiber.interrupt(opening)
-      expect(delivering.has(plan)).toBe(true)
+      expect(call().delivering).toBe(true)
       expect(abandoned).toEqual([])
       expect(released()).toBe(false)
       expect(yield* readAll(delivered[0]!)).toEqual([`data: ${hello}\n\n`, "data: [DONE]\n\n"])
@@ -220,8 +236,8 @@ describe("a stream's opening and its reservation's sync", () => {
 
   it.effect("the sync died before the upstream opened: the same, though nothing was left to wait for", () =>
     Effect.gen(function* () {
-      const { completeStreaming, abandoned, released } = withSync(Effect.die(new Error("the store worker stopped")))
-      const exit = yield* Effect.exit(completeStreaming(plan, principal))
+      const { stream, abandoned, released } = withSync(Effect.die(new Error("the store worker stopped")))
+      const exit = yield* Effect.exit(stream())
       expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
       expect(abandoned).toEqual(["internal_error"])
       expect(released()).toBe(true)
@@ -230,8 +246,8 @@ describe("a stream's opening and its reservation's sync", () => {
   it.effect("shutdown stops a stream it already read from: the call stays in flight until its settlement is written, then leaves", () =>
     Effect.gen(function* () {
       const written = yield* Deferred.make<void>()
-      const { completeStreaming, settled, liveCalls, streamCancels } = withSync(Effect.void, Effect.void, { open: true, settling: Deferred.await(written) })
-      const reply = yield* completeStreaming(plan, principal)
+      const { stream, calls, settled } = withSync(Effect.void, Effect.void, { open: true, settling: Deferred.await(written) })
+      const reply = yield* stream()
       if (reply._tag !== "Sse") throw new Error("not a stream")
       const frames = reply.frames[Symbol.asyncIterator]()
       expect(new TextDecoder().decode((yield* Effect.promise(() => frames.next())).value)).toBe(`data: ${hello}\n\n`)
@@ -240,24 +256,24 @@ describe("a stream's opening and its reservation's sync", () => {
         for (let f = await frames.next(); f.done !== true; f = await frames.next()) out.push(new TextDecoder().decode(f.value))
         return out
       }))
-      expect(liveCalls.has(plan)).toBe(true)
-      // Gateway.stopCalls: each open stream's stop, then a wait for `liveCalls` to empty.
-      streamCancels.get(plan)!()
+      expect(calls.size).toBe(1)
+      // Gateway.stopCalls: each call's stop, then a wait for the registry to empty.
+      calls.stopAll()
       yield* Effect.promise(() => new Promise((r) => setTimeout(r, 20)))
       expect(settled).toEqual([])
-      expect(liveCalls.has(plan)).toBe(true)
+      expect(calls.size).toBe(1)
       yield* Deferred.succeed(written, undefined)
       expect(yield* Effect.promise(() => rest)).toEqual(["data: broken\n\n"])
       expect(settled).toEqual([{ route: "r", output: 1 }])
-      expect(liveCalls.has(plan)).toBe(false)
+      expect(calls.size).toBe(0)
     }))
 
   it.effect("a stream cancelled before it was read, whose void dies (the store gone under shutdown): logged, the call out of flight, no unhandled rejection", () =>
     Effect.gen(function* () {
-      const { completeStreaming, liveCalls, released } = withSync(Effect.void, Effect.void, { abandonDies: true })
-      const reply = yield* completeStreaming(plan, principal)
+      const { stream, calls, released } = withSync(Effect.void, Effect.void, { abandonDies: true })
+      const reply = yield* stream()
       if (reply._tag !== "Sse") throw new Error("not a stream")
-      expect(liveCalls.has(plan)).toBe(true)
+      expect(calls.size).toBe(1)
       const unhandled: Array<unknown> = []
       const listener = (e: unknown) => void unhandled.push(e)
       process.prependListener("unhandledRejection", listener)
@@ -269,7 +285,7 @@ describe("a stream's opening and its reservation's sync", () => {
         process.removeListener("unhandledRejection", listener)
       }
       expect(unhandled).toEqual([])
-      expect(liveCalls.has(plan)).toBe(false)
+      expect(calls.size).toBe(0)
       expect(released()).toBe(true)
     }))
 })
