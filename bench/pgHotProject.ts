@@ -5,9 +5,11 @@
  *
  *   scripts/services.sh && npx tsx bench/pgHotProject.ts [--seconds 5] [--concurrency 16] [--instances 1]
  *
- * What limits it: the budget row and the chain head row are locked from their UPDATE to COMMIT, so
- * one project's reservations and settlements go one at a time through those rows (with fsync on, a
- * COMMIT's WAL flush is inside that window). On a shared 2-core box the figures are about cost, not scale.
+ * Each transaction is one statement, a function of migration 0008 (docs/decisions/0043): a reservation
+ * one round trip, a settlement one — sealed on the chain head this instance last saw, so one project's
+ * settlements go through one lane of the instance, `SETTLE_BATCH` at a time, each lane's call one
+ * commit (with fsync on, a WAL flush). It reports the round trips (= statements) and pool checkouts a
+ * governed call (reserve + settle) cost. On a shared 2-core box the figures are about cost, not scale.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect, Layer, ManagedRuntime, Option } from "effect"
@@ -19,6 +21,7 @@ import { Projects } from "../src/services/Projects.ts"
 import { ReceiptKeyLive, ReceiptSigner } from "../src/services/ReceiptSigner.ts"
 import { ChatStore } from "../src/store/ChatStore.ts"
 import { pgRetries, PgChatStoreLive } from "../src/store/pgChatStore.ts"
+import { pgRoundTrips } from "../src/store/pgPool.ts"
 import { PostgresLive } from "../src/store/Postgres.ts"
 import { freshSchema } from "../test/support/pg.ts"
 import { reserveArgs, settleArgs } from "../test/support/portArgs.ts"
@@ -71,8 +74,13 @@ try {
     }
   }
   const started = Date.now()
+  const counted = { ...pgRoundTrips }
   await Promise.all(Array.from({ length: concurrency }, (_, i) => loop(nodes[i % nodes.length]!)))
   const elapsed = (Date.now() - started) / 1000
+  // Each round trip is one statement (node-postgres sends a statement's parse, bind and execute in one exchange).
+  const perCall = (n: number) => Number((n / Math.max(1, settles)).toFixed(2))
+  const roundTripsPerCall = perCall(pgRoundTrips.roundTrips - counted.roundTrips)
+  const checkoutsPerCall = perCall(pgRoundTrips.checkouts - counted.checkouts)
   const p = (xs: Array<number>, q: number) => xs.sort((a, b) => a - b)[Math.floor(q * (xs.length - 1))]!.toFixed(1)
   const [w] = await nodes[0]!.runPromise(
     Effect.flatMap(SqlClient.SqlClient, (sql) => sql<{ spent: number; reserved: number }>`SELECT spent, reserved FROM budget_windows WHERE project_id = ${project.id}`)
@@ -87,6 +95,8 @@ try {
       governedCallsPerSecond: Math.round(settles / elapsed),
       reserveMs: { p50: p(reserveMs, 0.5), p99: p(reserveMs, 0.99) },
       settleMs: { p50: p(settleMs, 0.5), p99: p(settleMs, 0.99) },
+      roundTripsPerCall,
+      checkoutsPerCall,
       retries: pgRetries,
       check: { spent: w!.spent, expected: settles * 7, reserved: w!.reserved }
     })

@@ -236,6 +236,260 @@ const clampStoredBounds = Effect.gen(function* () {
   yield* sql`UPDATE projects SET budget_credits = ${MAX_BUDGET_CREDITS} WHERE budget_credits > ${MAX_BUDGET_CREDITS}`
 })
 
+/**
+ * One round trip per governed transaction on PostgreSQL (issue 40, item 1; docs/decisions/0043): the
+ * reservation, the settlement, the abandonment as server-side functions, each called as ONE statement
+ * in its own implicit transaction (no BEGIN, no COMMIT round trips), each guard still evaluated by
+ * PostgreSQL on the locked row. src/store/pgChatStore.ts calls them; SQLite has nothing to install
+ * (its transactions run in-process, src/store/chatTransactions.ts). Functions resolve their tables on
+ * the caller's search_path, as the statements they replace did.
+ */
+const pgGovernedFunctions = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql.onDialectOrElse({
+    orElse: () => Effect.void,
+    pg: () =>
+      Effect.gen(function* () {
+        // The reservation: the fence (held to the end of the statement's transaction, for a void after
+        // a lost connection), the idempotency claim (the INSERT on its primary key; an expired claim
+        // deleted; a live one answered), and — when an amount is named — the guarded UPDATE of the
+        // window (opened when it did not exist), the pending request and the hold, only if it held.
+        // Refused or not sized: the claim taken here is undone, and the window's figures answered, on
+        // which the caller sizes and asks again.
+        yield* sql.unsafe(`CREATE FUNCTION tollgate_reserve(
+    p_now BIGINT, p_epoch BIGINT, p_fence INTEGER,
+    c_project TEXT, c_environment TEXT, c_key TEXT, c_fingerprint TEXT,
+    r_id TEXT, r_project TEXT, r_environment TEXT, r_key_id TEXT, r_endpoint TEXT, r_model TEXT, r_route TEXT,
+    r_stream BIGINT, r_idempotency_key TEXT, r_rate_card_version TEXT, r_created_at BIGINT,
+    h_reservation TEXT, h_request TEXT, h_project TEXT, h_period TEXT, h_deadline BIGINT,
+    p_amount BIGINT)
+  RETURNS TABLE (o_outcome TEXT, o_cap BIGINT, o_spent BIGINT, o_reserved BIGINT, o_fingerprint TEXT, o_request_id TEXT,
+    o_state TEXT, o_status BIGINT, o_content_type TEXT, o_body BYTEA, o_expires_at BIGINT)
+  LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_round INTEGER;
+  v_claimed BOOLEAN := FALSE;
+  v_live RECORD;
+BEGIN
+  PERFORM pg_advisory_xact_lock(p_fence, hashtext(h_reservation));
+  IF c_key IS NOT NULL THEN
+    FOR v_round IN 1..3 LOOP
+      INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
+        VALUES (c_project, c_environment, c_key, c_fingerprint, r_id, 'in_flight', p_now, h_deadline, p_epoch)
+        ON CONFLICT DO NOTHING;
+      IF FOUND THEN v_claimed := TRUE; EXIT; END IF;
+      DELETE FROM idempotency i WHERE i.project_id = c_project AND i.environment = c_environment AND i.key = c_key AND i.expires_at <= p_now;
+      IF FOUND THEN
+        INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
+          VALUES (c_project, c_environment, c_key, c_fingerprint, r_id, 'in_flight', p_now, h_deadline, p_epoch)
+          ON CONFLICT DO NOTHING;
+        IF FOUND THEN v_claimed := TRUE; EXIT; END IF;
+      END IF;
+      SELECT i.fingerprint, i.request_id, i.state, i.status, i.content_type, i.body, i.expires_at INTO v_live
+        FROM idempotency i WHERE i.project_id = c_project AND i.environment = c_environment AND i.key = c_key AND i.expires_at > p_now;
+      IF FOUND THEN
+        RETURN QUERY SELECT 'claim'::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, v_live.fingerprint::TEXT, v_live.request_id::TEXT,
+          v_live.state::TEXT, v_live.status::BIGINT, v_live.content_type::TEXT, v_live.body::BYTEA, v_live.expires_at::BIGINT;
+        RETURN;
+      END IF;
+    END LOOP;
+    IF NOT v_claimed THEN
+      RAISE EXCEPTION 'idempotency key %: claim neither won nor found after 3 rounds', c_key;
+    END IF;
+  END IF;
+  IF p_amount IS NOT NULL THEN
+    FOR v_round IN 1..2 LOOP
+      UPDATE budget_windows w SET reserved = w.reserved + p_amount
+        WHERE w.project_id = h_project AND w.period = h_period
+          AND w.spent + w.reserved + p_amount <= (SELECT p.budget_credits FROM projects p WHERE p.id = h_project);
+      IF FOUND THEN
+        INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
+            idempotency_key, rate_card_version, credits_reserved, created_at)
+          VALUES (r_id, r_project, r_environment, r_key_id, r_endpoint, r_model, r_route, r_stream, 'pending',
+            r_idempotency_key, r_rate_card_version, p_amount, r_created_at);
+        INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at, epoch)
+          VALUES (h_reservation, h_request, h_project, h_period, p_amount, 'held', h_deadline, p_now, p_epoch);
+        RETURN QUERY SELECT 'held'::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT, NULL::TEXT, NULL::BYTEA, NULL::BIGINT;
+        RETURN;
+      END IF;
+      -- The window did not exist yet (first hold of the month): open it and try once more.
+      EXIT WHEN v_round = 2 OR EXISTS (SELECT 1 FROM budget_windows w WHERE w.project_id = h_project AND w.period = h_period);
+      INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (h_project, h_period, 0, 0) ON CONFLICT DO NOTHING;
+    END LOOP;
+  END IF;
+  IF v_claimed THEN
+    DELETE FROM idempotency i WHERE i.project_id = c_project AND i.environment = c_environment AND i.key = c_key AND i.request_id = r_id;
+  END IF;
+  RETURN QUERY SELECT 'window'::TEXT, p.budget_credits::BIGINT, w.spent::BIGINT, w.reserved::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT, NULL::TEXT, NULL::BYTEA, NULL::BIGINT
+    FROM (SELECT 1) AS one
+    LEFT JOIN projects p ON p.id = h_project
+    LEFT JOIN budget_windows w ON w.project_id = h_project AND w.period = h_period;
+END
+$fn$`)
+        // The settlement of a batch (one or more calls, in order), all or nothing. Its holds are locked
+        // first, in id order: one not held (resolved by this batch's own earlier commit: "done"; by
+        // another: "gone") or not as the caller knows it ("mismatch") — or a chain head that is not the
+        // one the caller sealed on — answers with what it found and writes nothing. Otherwise the holds
+        // move held → settled, the requests complete, the idempotent results are stored, the charges
+        // posted to the windows (locked in (project, period) order), and the receipts appended to the
+        // chains (heads locked in project order), each receipt checked to extend its chain: seq one
+        // more, prev_hash the hash before it. A head moved between the first read and its lock raises
+        // SQLSTATE TG001 (everything rolled back): the caller reads the head again.
+        yield* sql.unsafe(`CREATE FUNCTION tollgate_settle(p_batch JSONB) RETURNS JSONB LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_genesis CONSTANT TEXT := repeat('0', 64);
+  v_row RECORD;
+  v_found JSONB := '[]'::JSONB;
+  v_chain JSONB := '{}'::JSONB;
+  v_moved JSONB := '[]'::JSONB;
+  v_expected JSONB;
+  v_head RECORD;
+  v_item JSONB;
+  v_receipt JSONB;
+  v_link JSONB;
+  v_groups INTEGER;
+  v_posted INTEGER;
+BEGIN
+  PERFORM 1 FROM reservations r
+    WHERE r.id IN (SELECT b.item->>'reservation_id' FROM jsonb_array_elements(p_batch->'items') AS b(item))
+    ORDER BY r.id FOR UPDATE;
+  FOR v_row IN
+    SELECT (b.ord - 1)::INTEGER AS i, b.item, r.state, r.amount, r.project_id, r.period, q.status AS request_status, q.receipt_id AS request_receipt
+    FROM jsonb_array_elements(p_batch->'items') WITH ORDINALITY AS b(item, ord)
+    LEFT JOIN reservations r ON r.id = b.item->>'reservation_id'
+    LEFT JOIN requests q ON q.id = b.item->>'request_id'
+  LOOP
+    IF v_row.state IS DISTINCT FROM 'held' THEN
+      v_found := v_found || jsonb_build_object('i', v_row.i, 'outcome',
+        CASE WHEN v_row.request_status = 'completed' AND v_row.request_receipt = v_row.item->>'receipt_id' THEN 'done' ELSE 'gone' END);
+    ELSIF v_row.amount <> (v_row.item->>'amount')::BIGINT OR v_row.project_id <> v_row.item->>'project_id' OR v_row.period <> v_row.item->>'period'
+      OR (v_row.item->>'charge')::BIGINT < 0 OR (v_row.item->>'charge')::BIGINT > v_row.amount THEN
+      v_found := v_found || jsonb_build_object('i', v_row.i, 'outcome', 'mismatch');
+    END IF;
+  END LOOP;
+  IF jsonb_array_length(v_found) > 0 THEN RETURN jsonb_build_object('items', v_found); END IF;
+  FOR v_expected IN SELECT value FROM jsonb_array_elements(p_batch->'heads') LOOP
+    SELECT h.seq, h.hash INTO v_head FROM chain_heads h WHERE h.project_id = v_expected->>'project_id';
+    IF COALESCE(v_head.seq, 0) <> (v_expected->>'seq')::BIGINT OR COALESCE(v_head.hash, v_genesis) <> v_expected->>'hash' THEN
+      v_moved := v_moved || jsonb_build_object('project_id', v_expected->>'project_id', 'seq', COALESCE(v_head.seq, 0), 'hash', COALESCE(v_head.hash, v_genesis));
+    END IF;
+  END LOOP;
+  IF jsonb_array_length(v_moved) > 0 THEN RETURN jsonb_build_object('heads', v_moved); END IF;
+
+  UPDATE reservations r SET state = 'settled', resolved_at = (b.item->>'now')::BIGINT, charge = (b.item->>'charge')::BIGINT
+    FROM jsonb_array_elements(p_batch->'items') AS b(item)
+    WHERE r.id = b.item->>'reservation_id' AND r.state = 'held';
+  UPDATE requests q SET status = 'completed', route = b.item->>'route', credits_charged = (b.item->>'charge')::BIGINT,
+      receipt_id = b.item->>'receipt_id', verification = b.item->>'verification', attempts = b.item->>'attempts', completed_at = (b.item->>'now')::BIGINT
+    FROM jsonb_array_elements(p_batch->'items') AS b(item)
+    WHERE q.id = b.item->>'request_id' AND q.status = 'pending';
+  UPDATE idempotency i SET state = 'finished', status = (b.item->'idem'->>'status')::BIGINT, content_type = b.item->'idem'->>'content_type',
+      body = decode(b.item->'idem'->>'body', 'base64'), expires_at = (b.item->'idem'->>'expires_at')::BIGINT
+    FROM jsonb_array_elements(p_batch->'items') AS b(item)
+    WHERE jsonb_typeof(b.item->'idem') = 'object' AND i.project_id = b.item->'idem'->>'project_id'
+      AND i.environment = b.item->'idem'->>'environment' AND i.key = b.item->'idem'->>'key'
+      AND i.request_id = b.item->>'request_id' AND i.state = 'in_flight' AND i.expires_at > (b.item->>'now')::BIGINT;
+
+  PERFORM 1 FROM budget_windows w
+    WHERE (w.project_id, w.period) IN (SELECT b.item->>'project_id', b.item->>'period' FROM jsonb_array_elements(p_batch->'items') AS b(item))
+    ORDER BY w.project_id, w.period FOR UPDATE;
+  SELECT COUNT(*) INTO v_groups FROM (SELECT DISTINCT b.item->>'project_id', b.item->>'period' FROM jsonb_array_elements(p_batch->'items') AS b(item)) AS g;
+  UPDATE budget_windows w SET spent = w.spent + t.charge, reserved = w.reserved - t.amount
+    FROM (SELECT b.item->>'project_id' AS project_id, b.item->>'period' AS period,
+            SUM((b.item->>'charge')::BIGINT)::BIGINT AS charge, SUM((b.item->>'amount')::BIGINT)::BIGINT AS amount
+          FROM jsonb_array_elements(p_batch->'items') AS b(item) GROUP BY 1, 2) AS t
+    WHERE w.project_id = t.project_id AND w.period = t.period;
+  GET DIAGNOSTICS v_posted = ROW_COUNT;
+  IF v_posted <> v_groups THEN
+    RAISE EXCEPTION 'tollgate_settle: a budget window of the batch does not exist';
+  END IF;
+
+  FOR v_expected IN SELECT value FROM jsonb_array_elements(p_batch->'heads') ORDER BY value->>'project_id' LOOP
+    IF (v_expected->>'seq')::BIGINT = 0 THEN
+      INSERT INTO chain_heads (project_id, seq, hash) VALUES (v_expected->>'project_id', 0, v_genesis) ON CONFLICT DO NOTHING;
+    END IF;
+    SELECT h.seq, h.hash INTO v_head FROM chain_heads h WHERE h.project_id = v_expected->>'project_id' FOR UPDATE;
+    IF v_head.seq IS DISTINCT FROM (v_expected->>'seq')::BIGINT OR v_head.hash IS DISTINCT FROM v_expected->>'hash' THEN
+      RAISE EXCEPTION 'tollgate_settle: the chain head of % moved', v_expected->>'project_id' USING ERRCODE = 'TG001';
+    END IF;
+    v_chain := v_chain || jsonb_build_object(v_expected->>'project_id', jsonb_build_object('seq', v_head.seq, 'hash', v_head.hash));
+  END LOOP;
+  FOR v_item IN SELECT b.item FROM jsonb_array_elements(p_batch->'items') WITH ORDINALITY AS b(item, ord) ORDER BY b.ord LOOP
+    v_receipt := v_item->'receipt';
+    v_link := v_chain->(v_item->>'project_id');
+    IF v_link IS NULL OR (v_receipt->>'seq')::BIGINT <> (v_link->>'seq')::BIGINT + 1 OR v_receipt->>'prev_hash' <> v_link->>'hash' THEN
+      RAISE EXCEPTION 'tollgate_settle: receipt % (seq %, prev_hash %) does not extend its chain at seq %, hash %',
+        v_receipt->>'id', v_receipt->>'seq', v_receipt->>'prev_hash', v_link->>'seq', v_link->>'hash';
+    END IF;
+    INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
+        body, prev_hash, hash, signature, signing_key_id, created_at, route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
+      VALUES (v_receipt->>'id', v_item->>'request_id', v_item->>'project_id', v_receipt->>'environment', v_item->>'period',
+        (v_receipt->>'seq')::BIGINT, (v_item->>'charge')::BIGINT, v_receipt->>'rate_card_version', v_receipt->>'body',
+        v_receipt->>'prev_hash', v_receipt->>'hash', v_receipt->>'signature', v_receipt->>'signing_key_id', (v_item->>'now')::BIGINT,
+        v_item->>'route', (v_receipt->>'input_tokens')::BIGINT, (v_receipt->>'cached_input_tokens')::BIGINT,
+        (v_receipt->>'output_tokens')::BIGINT, (v_receipt->>'reasoning_tokens')::BIGINT);
+    v_chain := v_chain || jsonb_build_object(v_item->>'project_id', jsonb_build_object('seq', (v_receipt->>'seq')::BIGINT, 'hash', v_receipt->>'hash'));
+  END LOOP;
+  UPDATE chain_heads h SET seq = (c.value->>'seq')::BIGINT, hash = c.value->>'hash'
+    FROM jsonb_each(v_chain) AS c WHERE h.project_id = c.key;
+  RETURN jsonb_build_object('ok', TRUE, 'heads', v_chain);
+END
+$fn$`)
+        // The settlement's locks, taken in the order every writer takes them (holds, windows, heads)
+        // at the start of a transaction, and the heads they locked: what a settlement seals on when
+        // another instance keeps moving its project's head (src/store/pgChatStore.ts, the locked path).
+        yield* sql.unsafe(`CREATE FUNCTION tollgate_settle_lock(p_batch JSONB) RETURNS JSONB LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_genesis CONSTANT TEXT := repeat('0', 64);
+  v_project TEXT;
+  v_head RECORD;
+  v_chain JSONB := '{}'::JSONB;
+BEGIN
+  PERFORM 1 FROM reservations r
+    WHERE r.id IN (SELECT b.item->>'reservation_id' FROM jsonb_array_elements(p_batch->'items') AS b(item))
+    ORDER BY r.id FOR UPDATE;
+  PERFORM 1 FROM budget_windows w
+    WHERE (w.project_id, w.period) IN (SELECT b.item->>'project_id', b.item->>'period' FROM jsonb_array_elements(p_batch->'items') AS b(item))
+    ORDER BY w.project_id, w.period FOR UPDATE;
+  FOR v_project IN SELECT DISTINCT b.item->>'project_id' FROM jsonb_array_elements(p_batch->'items') AS b(item) ORDER BY 1 LOOP
+    INSERT INTO chain_heads (project_id, seq, hash) VALUES (v_project, 0, v_genesis) ON CONFLICT DO NOTHING;
+    SELECT h.seq, h.hash INTO v_head FROM chain_heads h WHERE h.project_id = v_project FOR UPDATE;
+    v_chain := v_chain || jsonb_build_object(v_project, jsonb_build_object('seq', v_head.seq, 'hash', v_head.hash));
+  END LOOP;
+  RETURN v_chain;
+END
+$fn$`)
+        // The abandonment: the hold voided once, its request failed, its claim freed, the window's
+        // reservation released — fenced (after a lost reservation) only once that reservation's fence
+        // is free, else "fenced" and nothing written.
+        yield* sql.unsafe(`CREATE FUNCTION tollgate_abandon(
+    p_now BIGINT, p_reservation TEXT, p_request TEXT, p_code TEXT, p_message TEXT, p_attempts TEXT,
+    c_project TEXT, c_environment TEXT, c_key TEXT, p_fence INTEGER)
+  RETURNS TEXT LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_hold RECORD;
+BEGIN
+  IF p_fence IS NOT NULL AND NOT pg_try_advisory_xact_lock(p_fence, hashtext(p_reservation)) THEN
+    RETURN 'fenced';
+  END IF;
+  UPDATE reservations r SET state = 'voided', charge = 0, resolved_at = p_now
+    WHERE r.id = p_reservation AND r.state = 'held' RETURNING r.amount, r.project_id, r.period INTO v_hold;
+  UPDATE requests q SET status = 'failed', credits_charged = 0, error_code = p_code, error_message = p_message,
+      attempts = p_attempts, completed_at = p_now
+    WHERE q.id = p_request AND q.status = 'pending';
+  IF c_key IS NOT NULL THEN
+    DELETE FROM idempotency i WHERE i.project_id = c_project AND i.environment = c_environment
+      AND i.key = c_key AND i.request_id = p_request AND i.state = 'in_flight';
+  END IF;
+  IF v_hold.project_id IS NULL THEN RETURN 'none'; END IF;
+  UPDATE budget_windows w SET reserved = w.reserved - v_hold.amount WHERE w.project_id = v_hold.project_id AND w.period = v_hold.period;
+  RETURN 'voided';
+END
+$fn$`)
+      })
+  })
+})
+
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
 export const migrationSteps = {
   "0001_init": init,
@@ -244,7 +498,8 @@ export const migrationSteps = {
   "0004_instance_epochs": instanceEpochs,
   "0005_shared_rate_limit": sharedRateLimit,
   "0006_admin_list_indexes": adminListIndexes,
-  "0007_clamp_stored_bounds": clampStoredBounds
+  "0007_clamp_stored_bounds": clampStoredBounds,
+  "0008_pg_governed_functions": pgGovernedFunctions
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -1,18 +1,24 @@
 /**
  * The store port (`ChatStoreApi`, src/store/ChatStore.ts) on PostgreSQL: the same five transactions
  * as src/store/chatTransactions.ts, with the same arguments and results, for several instances on
- * one database. What keeps the guarantees when instances race (READ COMMITTED):
+ * one database. Each governed transaction is ONE statement — a server-side function installed by
+ * migration 0008 (src/store/migrations.ts), called in its own implicit transaction: one round trip,
+ * its return its commit (docs/decisions/0043). What keeps the guarantees when instances race (READ COMMITTED):
  *
- * - reserve: the idempotency claim is one INSERT … ON CONFLICT DO NOTHING on the primary key (a
- *   racing claim waits for the first to commit or roll back, then loses or wins); the hold is ONE
- *   guarded UPDATE `spent + reserved + amount ≤ cap`, which PostgreSQL evaluates again on the locked,
- *   latest version of the window row, so no interleaving can overspend. It runs last, just before
- *   COMMIT, so the hot row is locked for one round trip. The sizing reads the window without a lock:
- *   if another instance took budget meanwhile, the guard refuses (402), it never overspends.
- * - settle: the hold moves `held → settled` once (guarded on its state); the project's chain head row
- *   is locked (upserted FOR UPDATE) before its receipt is sealed, so settlements of several instances
- *   append to one chain, one after the other; the charge, the receipt, the head, the request's
- *   completion and the idempotent result commit together.
+ * - reserve (`tollgate_reserve`): the idempotency claim is one INSERT … ON CONFLICT DO NOTHING on the
+ *   primary key (a racing claim waits for the first to commit or roll back, then loses or wins); the
+ *   hold is ONE guarded UPDATE `spent + reserved + amount ≤ cap`, which PostgreSQL evaluates again on
+ *   the locked, latest version of the window row, so no interleaving can overspend. The hold is sized
+ *   as if the window were unbounded, which is what sizing on the window gives whenever the guard
+ *   accepts it; refused, the function answers the window's figures and the call is sized on them and
+ *   tried once more (a second round trip, only near the cap).
+ * - settle (`tollgate_settle`): the hold moves `held → settled` once (its row locked, its state and
+ *   amount checked); the receipt is sealed here before the statement, on the project's chain head this
+ *   instance last saw, and the function appends it only if that is still the head (locked): else it
+ *   writes nothing and answers the head, and the receipt is sealed again. One project's settlements
+ *   go through one lane of this instance, so they do not race each other for the head; a head other
+ *   instances keep moving is locked first (`tollgate_settle_lock`, in one transaction). The charge,
+ *   the receipt, the head, the request's completion and the idempotent result commit together.
  * - reserve marks the claim and the hold with the process's epoch, and heartbeat writes the epoch's
  *   heartbeat and open streams' progress marks (src/store/epochs.ts): a survivor or a restart resolves
  *   a dead epoch's holds through settle and abandon (src/services/Recovery.ts), each guarded on the
@@ -20,12 +26,12 @@
  * - expire: the sweep takes expired holds with FOR UPDATE SKIP LOCKED and moves each `held → voided`
  *   once: several instances sweeping at once split the work, none voids a hold twice.
  *
- * A serialization failure (40001) or deadlock (40P01) rolls the transaction back; it is run again
- * after a jittered backoff and counted (`pgRetries`, exported in /metrics).
+ * Locks are taken in one order by every writer: holds (by id), windows (by project, period), heads
+ * (by project). A serialization failure (40001) or deadlock (40P01) rolls the statement back; it is
+ * run again after a jittered backoff and counted (`pgRetries`, exported in /metrics).
  */
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Duration, Effect, Layer, Option } from "effect"
-import { GENESIS_HASH } from "../../spec/receipt.ts"
+import { Cause, Duration, Effect, Exit, Layer, Option, Runtime } from "effect"
 import { available, checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
@@ -35,7 +41,7 @@ import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
 import { PgConnectionsTracker } from "./pgPool.ts"
 import { fastestSealer } from "./sodium.ts"
 import { faultOf, storeUnavailable } from "./storeFaults.ts"
-import { asBuffer, type ClaimOutcome, type IdempotencyRow, outcomeOf } from "./idempotencyStatements.ts"
+import { asBuffer, type ClaimOutcome, outcomeOf } from "./idempotencyStatements.ts"
 import { unsignedReceipt, type WindowFactsRow, windowFactsOf } from "./ledgerStatements.ts"
 
 /** Transactions run again after a serialization failure or a deadlock, by SQLSTATE (read by /metrics). */
@@ -61,6 +67,12 @@ const OWED_RETRY_MS = 250
 
 /** Holds the sweep voids per transaction. */
 const SWEEP_BATCH = 500
+
+/** Settlements of one project one `tollgate_settle` call takes (its lane runs one call at a time). */
+const SETTLE_BATCH = 1
+
+/** How many times in a row a settlement is sealed again on a head another instance moved, before it gives up. */
+const HEAD_ROUNDS = 20
 
 
 
@@ -101,11 +113,11 @@ export const makePgChatStore = Effect.gen(function* () {
    * `StoreUnavailable`, which the call answers 503. Any other store error is a defect. Once started it
    * is uninterruptible: it will commit or roll back, and the caller sees which.
    */
-  const transact = <A, E>(body: Effect.Effect<A, E>, repeatable = true): Effect.Effect<A, Exclude<E, SqlError.SqlError>> =>
+  const transact = <A, E>(body: Effect.Effect<A, E>, repeatable = true, inTransaction = true): Effect.Effect<A, Exclude<E, SqlError.SqlError>> =>
     Effect.clockWith((clock) => {
       const deadline = clock.unsafeCurrentTimeMillis() + pgAcquireTimeoutMs
       const attempt = (n: number): Effect.Effect<A, E> =>
-        (sql.withTransaction(body) as Effect.Effect<A, E>).pipe(
+        ((inTransaction ? sql.withTransaction(body) : body) as Effect.Effect<A, E>).pipe(
           // @effect/sql raises a failed COMMIT or ROLLBACK as a defect: the same store error here.
           Effect.catchSomeDefect((d) => ((d as { _tag?: unknown })._tag === "SqlError" ? Option.some(Effect.fail(d as E)) : Option.none())),
           Effect.catchIf(
@@ -137,87 +149,89 @@ export const makePgChatStore = Effect.gen(function* () {
       ) as Effect.Effect<A, Exclude<E, SqlError.SqlError>>
     })
 
-  const selectLiveClaim = (a: NonNullable<ReserveArgs["claim"]>, now: number) =>
-    sql<IdempotencyRow>`SELECT fingerprint, request_id, state, status, content_type, body, expires_at FROM idempotency
-      WHERE project_id = ${a.scope.projectId} AND environment = ${a.scope.environment} AND key = ${a.key} AND expires_at > ${now}`
+  /**
+   * One statement in its own implicit transaction — a server-side function of migration 0008 — with
+   * `transact`'s retries and faults: one round trip, no BEGIN, no COMMIT (its return is its commit,
+   * flushed: synchronous_commit as the server has it). In assertion mode (TOLLGATE_ASSERT) the
+   * statement and `check`'s reads of the rows it wrote run in one transaction instead, so a broken
+   * rule rolls the statement back.
+   */
+  const once = <A>(statement: Effect.Effect<A, SqlError.SqlError>, check?: (a: A) => Effect.Effect<void, SqlError.SqlError>, repeatable = true): Effect.Effect<A> =>
+    assertInvariants && check !== undefined ? transact(Effect.tap(statement, check), repeatable) : transact(statement, repeatable, false)
 
-  /** The atomic claim (one INSERT on the primary key); what it met when another claim holds the key. */
-  const claim = (a: ReserveArgs): Effect.Effect<ClaimOutcome, SqlError.SqlError> =>
-    Effect.gen(function* () {
-      const c = a.claim!
-      const insert = sql<{ one: number }>`INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
-        VALUES (${c.scope.projectId}, ${c.scope.environment}, ${c.key}, ${c.fingerprint}, ${a.request.id}, 'in_flight', ${a.now}, ${a.hold.deadline}, ${a.epoch})
-        ON CONFLICT DO NOTHING RETURNING 1 AS one`
-      // A few rounds: between a lost INSERT and the read, the holder may release the key (its call failed).
-      for (let round = 0; round < 3; round++) {
-        if ((yield* insert).length === 1) return { _tag: "Claimed" } as const
-        const expired = yield* sql`DELETE FROM idempotency WHERE project_id = ${c.scope.projectId} AND environment = ${c.scope.environment}
-          AND key = ${c.key} AND expires_at <= ${a.now} RETURNING 1 AS one`
-        if (expired.length > 0 && (yield* insert).length === 1) return { _tag: "Claimed" } as const
-        const live = yield* selectLiveClaim(c, a.now)
-        if (live[0] !== undefined) return outcomeOf(live[0], c.fingerprint)
-      }
-      return yield* Effect.dieMessage(`idempotency key ${c.key}: claim neither won nor found after 3 rounds`)
-    })
+  /** What `tollgate_reserve` answers: held, a live claim met, or the window's figures (refused or not sized). */
+  interface ReserveRow {
+    readonly o_outcome: "held" | "claim" | "window"
+    readonly o_cap: number | null
+    readonly o_spent: number | null
+    readonly o_reserved: number | null
+    readonly o_fingerprint: string | null
+    readonly o_request_id: string | null
+    readonly o_state: "in_flight" | "finished" | null
+    readonly o_status: number | null
+    readonly o_content_type: string | null
+    readonly o_body: Uint8Array | null
+    readonly o_expires_at: number | null
+  }
 
+  /** One call of `tollgate_reserve` (migration 0008): `amount` null only claims and reads the window. */
+  const reserveStatement = (a: ReserveArgs, amount: number | null) => {
+    const c = a.claim
+    const r = a.request
+    const h = a.hold
+    return Effect.map(
+      sql<ReserveRow>`SELECT * FROM tollgate_reserve(${a.now}, ${a.epoch}, ${RESERVATION_FENCE},
+        ${c?.scope.projectId ?? null}, ${c?.scope.environment ?? null}, ${c?.key ?? null}, ${c?.fingerprint ?? null},
+        ${r.id}, ${r.projectId}, ${r.environment}, ${r.keyId}, ${r.endpoint}, ${r.model}, ${r.route}, ${r.stream ? 1 : 0},
+        ${r.idempotencyKey}, ${r.rateCardVersion}, ${r.createdAt},
+        ${h.reservationId}, ${h.requestId}, ${h.projectId}, ${h.period}, ${h.deadline}, ${amount})`,
+      (rows) => rows[0]!
+    )
+  }
+
+  const claimOutcome = (row: ReserveRow, fingerprint: string): ClaimOutcome =>
+    outcomeOf(
+      {
+        fingerprint: row.o_fingerprint!,
+        request_id: row.o_request_id!,
+        state: row.o_state!,
+        status: row.o_status,
+        content_type: row.o_content_type,
+        body: row.o_body,
+        expires_at: row.o_expires_at!
+      },
+      fingerprint
+    )
+
+  /**
+   * The reservation, in one round trip when the window has room: the hold is sized as if the window
+   * were unbounded — which, when the guard then accepts it (spent + reserved + amount ≤ cap on the
+   * locked row), is exactly what sizing on the window's figures gives (`decideChainCap` caps each
+   * route at its limit once the remaining budget covers the worst case at that limit). When the guard
+   * refuses, the function answers the window's figures in the same round trip and the call is sized on
+   * them and tried once more — the only reservations with a second round trip: those near the cap.
+   *
+   * Every reservation commits synchronously, unlike SQLite's unsynced non-streamed one
+   * (chatTransactions.ts, `mustSync`): there the only crash that loses it also ends its call; here the
+   * database can crash while the gateway lives on, calls the upstream and then finds no hold to charge.
+   */
   const reserve = (a: ReserveArgs): Effect.Effect<Reserved, ReserveRefused> =>
-    transact(
-      Effect.gen(function* () {
-        if (a.claim !== undefined) {
-          const claimed = yield* claim(a)
-          if (claimed._tag !== "Claimed") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimed })
-        }
-        const { projectId, period } = a.hold
-        // Every reservation commits synchronously, unlike SQLite's unsynced non-streamed one
-        // (chatTransactions.ts, `mustSync`): there the only crash that loses it also ends its call;
-        // here the database can crash while the gateway lives on, calls the upstream and then finds
-        // no hold to charge — a lost charge.
-        const r = a.request
-        // ONE statement: the guard, and the request row and the hold only if it held. The window row
-        // is locked from here to COMMIT: one round trip.
-        const guarded = (reservation: number) => sql<{ n: number }>`WITH held AS (
-            UPDATE budget_windows SET reserved = reserved + ${reservation}
-            WHERE project_id = ${projectId} AND period = ${period}
-              AND spent + reserved + ${reservation} <= (SELECT budget_credits FROM projects WHERE id = ${projectId})
-            RETURNING 1),
-          request AS (
-            INSERT INTO requests (id, project_id, environment, key_id, endpoint, model, route, stream, status,
-              idempotency_key, rate_card_version, credits_reserved, created_at)
-            SELECT ${r.id}, ${r.projectId}, ${r.environment}, ${r.keyId}, ${r.endpoint}, ${r.model}, ${r.route}, ${r.stream ? 1 : 0}::bigint, 'pending',
-              ${r.idempotencyKey}, ${r.rateCardVersion}, ${reservation}::bigint, ${r.createdAt}::bigint
-            WHERE EXISTS (SELECT 1 FROM held)),
-          hold AS (
-            INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at, epoch)
-            SELECT ${a.hold.reservationId}, ${a.hold.requestId}, ${projectId}, ${period}, ${reservation}::bigint, 'held', ${a.hold.deadline}::bigint, ${a.now}::bigint, ${a.epoch}::bigint
-            WHERE EXISTS (SELECT 1 FROM held)),
-          -- The fence of the reservation, held to COMMIT: a void after a lost connection waits for it (voidedReservation).
-          fence AS (SELECT pg_advisory_xact_lock(${RESERVATION_FENCE}, hashtext(${a.hold.reservationId})))
-          SELECT COUNT(*) AS n FROM held, fence`
-        // A call that names its max_tokens holds the same whatever the window has left (the rule,
-        // `decideChainCap`: its cap and hold do not depend on the remaining budget, only whether it
-        // fits): the guard is tried first, and the window read only when it refuses — one round trip
-        // fewer for such a call. What a refusal answers is decided below, on the read, as before.
-        const unbounded = a.sizing.requested === undefined ? undefined : sizeReservation(a.sizing, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER)
-        if (unbounded?._tag === "Fits" && (yield* guarded(unbounded.reservation))[0]!.n === 1) return { outputCap: unbounded.outputCap, reservation: unbounded.reservation }
-        const [w] = yield* sql<{ cap: number; spent: number | null; reserved: number | null }>`
-          SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved
-          FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
-          WHERE p.id = ${projectId}`
-        const cap = w?.cap ?? 0
-        const sized = sizeReservation(a.sizing, cap, available({ cap, spent: w?.spent ?? 0, reserved: w?.reserved ?? 0 }))
-        if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
-        const { outputCap, reservation } = sized
-        let held = (yield* guarded(reservation))[0]!.n === 1
-        if (!held && w?.spent === null) {
-          // The window did not exist yet (first hold of the month): open it and try once more.
-          yield* sql`INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (${projectId}, ${period}, 0, 0) ON CONFLICT DO NOTHING`
-          held = (yield* guarded(reservation))[0]!.n === 1
-        }
-        if (!held) return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(reservation, period), param: null })
-        return { outputCap, reservation }
-      }),
-      false
-    ).pipe(
+    Effect.gen(function* () {
+      const fingerprint = a.claim?.fingerprint ?? ""
+      const unbounded = sizeReservation(a.sizing, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER)
+      const first = yield* once(reserveStatement(a, unbounded._tag === "Fits" ? unbounded.reservation : null), undefined, false)
+      if (first.o_outcome === "claim") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimOutcome(first, fingerprint) })
+      if (first.o_outcome === "held" && unbounded._tag === "Fits") return { outputCap: unbounded.outputCap, reservation: unbounded.reservation }
+      const cap = first.o_cap ?? 0
+      const sized = sizeReservation(a.sizing, cap, available({ cap, spent: first.o_spent ?? 0, reserved: first.o_reserved ?? 0 }))
+      if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
+      const second = yield* once(reserveStatement(a, sized.reservation), undefined, false)
+      if (second.o_outcome === "claim") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimOutcome(second, fingerprint) })
+      if (second.o_outcome !== "held") {
+        return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(sized.reservation, a.hold.period), param: null })
+      }
+      return { outputCap: sized.outputCap, reservation: sized.reservation }
+    }).pipe(
       // Its connection lost mid-way, the reservation may have committed: void what it may have taken
       // (the hold, the claim; a no-op when it did not commit), then answer that the store is unavailable.
       Effect.catchSomeDefect((d) =>
@@ -243,64 +257,203 @@ export const makePgChatStore = Effect.gen(function* () {
     idempotent: a.claim === undefined ? undefined : { scope: a.claim.scope, key: a.claim.key }
   })
 
-  const settle = (s: SettleArgs): Effect.Effect<void> =>
+  /**
+   * Settlements, by project: each project's chain is appended by one `tollgate_settle` call at a time
+   * from this instance (a lane), sealed on the head this instance last saw — the receipts are signed
+   * here, before the statement, so the statement must know the hash they extend. The function checks
+   * that head on the locked row: when another instance moved it, nothing is written and the head it
+   * found comes back, and the settlement is sealed again on it (a second round trip, only then).
+   * What a lane runs at once is `SETTLE_BATCH` settlements.
+   */
+  type Head = { readonly seq: number; readonly hash: string }
+  const heads = new Map<string, Head>()
+  interface Pending {
+    readonly s: SettleArgs
+    readonly done: (outcome: Exit.Exit<void>) => void
+  }
+  interface Lane {
+    readonly queue: Array<Pending>
+    busy: boolean
+  }
+  const lanes = new Map<string, Lane>()
+  const runtime = yield* Effect.runtime<never>()
+  const runFork = Runtime.runFork(runtime)
+
+  /** An unknown head: the function finds it different from any, and answers the real one. */
+  const UNKNOWN_HEAD: Head = { seq: -1, hash: "" }
+
+  type SettleAnswer =
+    | { readonly ok: true; readonly heads: Record<string, Head> }
+    | { readonly ok?: undefined; readonly heads: ReadonlyArray<Head & { readonly project_id: string }> }
+    | { readonly ok?: undefined; readonly items: ReadonlyArray<{ readonly i: number; readonly outcome: "done" | "gone" | "mismatch" }> }
+
+  /** The settlements sealed in order on `head`, as `tollgate_settle`'s batch. */
+  const sealBatch = (projectId: string, batch: ReadonlyArray<Pending>, head: Head) => {
+    let link = head
+    const items = batch.map(({ s }) => {
+      const charge = Math.min(s.charge, s.hold.amount)
+      const seq = link.seq + 1
+      const unsigned = unsignedReceipt(s, { project_id: s.hold.projectId, period: s.hold.period, amount: s.hold.amount, charge }, { seq, prevHash: link.hash, now: s.now, keyId: signer.keyId })
+      const { receipt, body } = seal(unsigned)
+      link = { seq, hash: receipt.hash }
+      const idem = s.idempotent
+      return {
+        reservation_id: s.hold.reservationId,
+        request_id: s.hold.requestId,
+        project_id: s.hold.projectId,
+        period: s.hold.period,
+        amount: s.hold.amount,
+        charge,
+        now: s.now,
+        route: s.route,
+        receipt_id: s.receiptId,
+        verification: JSON.stringify(s.verification),
+        attempts: JSON.stringify(s.attempts),
+        idem:
+          idem === undefined
+            ? null
+            : {
+                project_id: idem.scope.projectId,
+                environment: idem.scope.environment,
+                key: idem.key,
+                status: idem.result.status,
+                content_type: idem.result.contentType,
+                body: asBuffer(idem.result.body).toString("base64"),
+                expires_at: s.now + idem.ttlMs
+              },
+        receipt: {
+          id: receipt.receipt_id,
+          environment: receipt.environment,
+          seq,
+          rate_card_version: receipt.rate_card_version,
+          body,
+          prev_hash: receipt.prev_hash,
+          hash: receipt.hash,
+          signature: receipt.signature,
+          signing_key_id: receipt.signing_key_id,
+          input_tokens: s.tokens.input,
+          cached_input_tokens: s.tokens.cached_input,
+          output_tokens: s.tokens.output,
+          reasoning_tokens: s.tokens.reasoning
+        }
+      }
+    })
+    return { heads: [{ project_id: projectId, seq: head.seq, hash: head.hash }], items }
+  }
+
+  const settleStatement = (batch: ReturnType<typeof sealBatch>) =>
+    once(
+      Effect.map(sql<{ r: SettleAnswer }>`SELECT tollgate_settle(${JSON.stringify(batch)}::jsonb) AS r`, (rows) => rows[0]!.r),
+      (answer) =>
+        answer.ok === true
+          ? Effect.forEach(
+              new Map(batch.items.map((i) => [`${i.project_id}\u0000${i.period}`, i])).values(),
+              (i) => assertWindow(i.project_id, i.period, `settling ${i.reservation_id}`),
+              { discard: true }
+            )
+          : Effect.void
+    )
+
+  /**
+   * The locked path, for a project whose head other instances keep moving: in one transaction, the
+   * batch's locks taken in the order every writer takes them (`tollgate_settle_lock`: holds, windows,
+   * heads) and the head read under its lock, the batch sealed on it, then `tollgate_settle` — which
+   * then cannot find the head moved. Four round trips (BEGIN, the locks, the settlement, COMMIT).
+   */
+  const settleLocked = (projectId: string, live: ReadonlyArray<Pending>) =>
     transact(
       Effect.gen(function* () {
-        // ONE statement: this call's rows — the hold resolved once, the request completed, the
-        // idempotent result stored — and the project's two hot rows, locked from here to COMMIT (one
-        // more round trip and a signature): the charge posted to the window, and the chain head, one
-        // chain per project however many instances settle into it. Locks in the order every writer
-        // takes them: the hold, the window, the head.
-        const idem = s.idempotent
-        const [row] = yield* sql<{ amount: number; charge: number; project_id: string; period: string; seq: number | null; hash: string | null }>`WITH resolved AS (
-            UPDATE reservations SET state = 'settled', resolved_at = ${s.now}, charge = LEAST(${s.charge}::bigint, amount)
-            WHERE id = ${s.hold.reservationId} AND state = 'held' RETURNING amount, charge, project_id, period),
-          completed AS (
-            UPDATE requests SET status = 'completed', route = ${s.route}, credits_charged = (SELECT charge FROM resolved), receipt_id = ${s.receiptId},
-              verification = ${JSON.stringify(s.verification)}, attempts = ${JSON.stringify(s.attempts)}, completed_at = ${s.now}
-            WHERE id = ${s.hold.requestId} AND status = 'pending' AND EXISTS (SELECT 1 FROM resolved)),
-          finished AS (
-            UPDATE idempotency SET state = 'finished', status = ${idem?.result.status ?? null}, content_type = ${idem?.result.contentType ?? null},
-              body = ${idem === undefined ? null : asBuffer(idem.result.body)}, expires_at = ${s.now + (idem?.ttlMs ?? 0)}
-            WHERE ${idem !== undefined} AND project_id = ${idem?.scope.projectId ?? ""} AND environment = ${idem?.scope.environment ?? ""}
-              AND key = ${idem?.key ?? ""} AND request_id = ${s.hold.requestId} AND state = 'in_flight' AND expires_at > ${s.now}
-              AND EXISTS (SELECT 1 FROM resolved)),
-          posted AS (
-            UPDATE budget_windows w SET spent = w.spent + r.charge, reserved = w.reserved - r.amount
-            FROM resolved r WHERE w.project_id = r.project_id AND w.period = r.period RETURNING w.project_id),
-          head AS (
-            INSERT INTO chain_heads (project_id, seq, hash) SELECT project_id, 0, ${GENESIS_HASH} FROM posted
-            ON CONFLICT (project_id) DO UPDATE SET seq = chain_heads.seq RETURNING seq, hash)
-          SELECT r.amount, r.charge, r.project_id, r.period, h.seq, h.hash FROM resolved r LEFT JOIN head h ON TRUE`
-        if (row === undefined) {
-          // This settlement's own earlier attempt committed before its connection was lost: done.
-          const [mine] = yield* sql<{ one: number }>`SELECT 1 AS one FROM requests WHERE id = ${s.hold.requestId} AND receipt_id = ${s.receiptId} AND status = 'completed'`
-          if (mine !== undefined) return
-          return yield* Effect.dieMessage(`reservation ${s.hold.reservationId} was already resolved`)
+        const lock = { items: live.map(({ s }) => ({ reservation_id: s.hold.reservationId, project_id: s.hold.projectId, period: s.hold.period })) }
+        const [row] = yield* sql<{ h: Record<string, Head> }>`SELECT tollgate_settle_lock(${JSON.stringify(lock)}::jsonb) AS h`
+        const sealed = sealBatch(projectId, live, row!.h[projectId] ?? UNKNOWN_HEAD)
+        const [answer] = yield* sql<{ r: SettleAnswer }>`SELECT tollgate_settle(${JSON.stringify(sealed)}::jsonb) AS r`
+        if (answer!.r.ok === true && assertInvariants) {
+          for (const i of new Map(sealed.items.map((i) => [`${i.project_id}\u0000${i.period}`, i])).values()) {
+            yield* assertWindow(i.project_id, i.period, `settling ${i.reservation_id}`)
+          }
         }
-        const charge = row.charge
-        const head = row.seq === null || row.hash === null ? undefined : { seq: row.seq, hash: row.hash }
-        if (head === undefined) return yield* Effect.dieMessage(`no budget window ${row.period} for project ${row.project_id}`)
-        const seq = head.seq + 1
-        const unsigned = unsignedReceipt(s, { ...row, charge }, { seq, prevHash: head.hash, now: s.now, keyId: signer.keyId })
-        const { receipt, body } = seal(unsigned)
-        yield* sql`WITH appended AS (
-            INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
-              body, prev_hash, hash, signature, signing_key_id, created_at,
-              route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
-            VALUES (${receipt.receipt_id}, ${receipt.request_id}, ${receipt.project_id}, ${receipt.environment}, ${receipt.period},
-              ${seq}, ${charge}, ${receipt.rate_card_version}, ${body}, ${receipt.prev_hash}, ${receipt.hash},
-              ${receipt.signature}, ${receipt.signing_key_id}, ${s.now},
-              ${s.route}, ${s.tokens.input}, ${s.tokens.cached_input}, ${s.tokens.output}, ${s.tokens.reasoning}))
-          UPDATE chain_heads SET seq = ${seq}, hash = ${receipt.hash} WHERE project_id = ${row.project_id}`
-        yield* assertWindow(row.project_id, row.period, `settling ${s.hold.reservationId}`)
+        return answer!.r
       })
     )
 
-  const failRequest = (requestId: string, f: { code: string; message: string; attempts: ReadonlyArray<unknown>; completedAt: number }) =>
-    sql`UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ${f.code}, error_message = ${f.message},
-        attempts = ${JSON.stringify(f.attempts)}, completed_at = ${f.completedAt}
-      WHERE id = ${requestId} AND status = 'pending'`
+  /** A head moved between the function's read and its lock (SQLSTATE TG001): everything rolled back. */
+  const headMoved = (cause: Cause.Cause<unknown>): boolean =>
+    Cause.defects(cause).pipe((ds) => [...ds].some((d) => (d as { _tag?: unknown })._tag === "SqlError" && (d as SqlError.SqlError).cause !== undefined && ((d as SqlError.SqlError).cause as { code?: unknown }).code === "TG001"))
+
+  /** Settle `batch` (one project's, in order); each caller told once how its settlement ended. */
+  const runBatch = (projectId: string, batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
+    Effect.gen(function* () {
+      let live = batch
+      let contended = false
+      for (let round = 0; live.length > 0; round++) {
+        if (round >= HEAD_ROUNDS) {
+          const exit = Exit.die(new Error(`settlement of project ${projectId}: its chain head moved ${HEAD_ROUNDS} times in a row`))
+          for (const p of live) p.done(exit)
+          return
+        }
+        const exit: Exit.Exit<SettleAnswer> = yield* Effect.exit(contended ? settleLocked(projectId, live) : settleStatement(sealBatch(projectId, live, heads.get(projectId) ?? UNKNOWN_HEAD)))
+        if (Exit.isFailure(exit)) {
+          heads.delete(projectId)
+          if (headMoved(exit.cause)) {
+            contended = true
+            continue
+          }
+          if (live.length === 1) return live[0]!.done(Exit.failCause(exit.cause))
+          // One call's failure must not fail its neighbours: each settles alone.
+          for (const p of live) yield* runBatch(projectId, [p])
+          return
+        }
+        const answer: SettleAnswer = exit.value
+        if (answer.ok === true) {
+          const head = answer.heads[projectId]
+          if (head !== undefined) heads.set(projectId, head)
+          for (const p of live) p.done(Exit.void)
+          return
+        }
+        if ("heads" in answer) {
+          for (const h of answer.heads) heads.set(h.project_id, { seq: h.seq, hash: h.hash })
+          // A head this instance did not know: another instance appends to this chain too, or this
+          // lane had not settled yet. Known but moved, the batch takes the head's lock first.
+          if (round > 0) contended = true
+          continue
+        }
+        // Some holds are not as this batch knew them: nothing was written; those answered, the rest again.
+        const found = new Map(answer.items.map((f) => [f.i, f.outcome]))
+        for (const [i, outcome] of found) {
+          const p = live[i]!
+          p.done(
+            outcome === "done"
+              ? Exit.void // its own earlier attempt committed before its connection was lost
+              : outcome === "gone"
+                ? Exit.die(new Error(`reservation ${p.s.hold.reservationId} was already resolved`))
+                : Exit.die(new Error(`reservation ${p.s.hold.reservationId} is not the hold its settlement names (amount, project, period or charge)`))
+          )
+        }
+        live = live.filter((_, i) => !found.has(i))
+      }
+    })
+
+  const drain = (projectId: string, lane: Lane): void => {
+    lane.busy = true
+    const batch = lane.queue.splice(0, SETTLE_BATCH)
+    runFork(runBatch(projectId, batch)).addObserver(() => {
+      if (lane.queue.length > 0) return drain(projectId, lane)
+      lane.busy = false
+      lanes.delete(projectId)
+    })
+  }
+
+  /** The settlement by callback: queued on its project's lane, `done` told once how it ended. */
+  const settleThen = (s: SettleArgs, done: (outcome: Exit.Exit<void>) => void): void => {
+    const projectId = s.hold.projectId
+    let lane = lanes.get(projectId)
+    if (lane === undefined) lanes.set(projectId, (lane = { queue: [], busy: false }))
+    lane.queue.push({ s, done })
+    if (!lane.busy) drain(projectId, lane)
+  }
+
+  const settle = (s: SettleArgs): Effect.Effect<void> =>
+    Effect.async<void>((resume) => settleThen(s, (outcome) => resume(outcome))).pipe(Effect.uninterruptible)
 
   /**
    * Void a hold, fail its request and free its key. When the database cannot take it within the bound,
@@ -333,45 +486,49 @@ export const makePgChatStore = Effect.gen(function* () {
       return Effect.asVoid(Effect.forkIn(pay, storeScope))
     })
 
+  /** One `tollgate_abandon` (migration 0008): one round trip. */
   const abandonOnce = (a: AbandonArgs & { readonly fenced?: true }): Effect.Effect<void> =>
-    transact(
-      Effect.gen(function* () {
-        if (a.fenced === true) {
-          const [fence] = yield* sql<{ free: boolean }>`SELECT pg_try_advisory_xact_lock(${RESERVATION_FENCE}, hashtext(${a.reservationId})) AS free`
-          if (fence?.free !== true) return yield* Effect.die(storeUnavailable("a lost reservation is still committing"))
-        }
-        const [row] = yield* sql<{ amount: number; project_id: string; period: string }>`
-          UPDATE reservations SET state = 'voided', charge = 0, resolved_at = ${a.now}
-          WHERE id = ${a.reservationId} AND state = 'held' RETURNING amount, project_id, period`
-        yield* failRequest(a.requestId, { code: a.code, message: a.message, attempts: a.attempts, completedAt: a.now })
-        if (a.idempotent !== undefined) {
-          yield* sql`DELETE FROM idempotency WHERE project_id = ${a.idempotent.scope.projectId} AND environment = ${a.idempotent.scope.environment}
-            AND key = ${a.idempotent.key} AND request_id = ${a.requestId} AND state = 'in_flight'`
-        }
-        if (row !== undefined) {
-          yield* sql`UPDATE budget_windows SET reserved = reserved - ${row.amount} WHERE project_id = ${row.project_id} AND period = ${row.period}`
-          yield* assertWindow(row.project_id, row.period, `abandoning ${a.reservationId}`)
-        }
-      })
+    Effect.flatMap(
+      once(
+        Effect.map(
+          sql<{ outcome: "fenced" | "none" | "voided" }>`SELECT tollgate_abandon(${a.now}, ${a.reservationId}, ${a.requestId}, ${a.code}, ${a.message},
+            ${JSON.stringify(a.attempts)}, ${a.idempotent?.scope.projectId ?? null}, ${a.idempotent?.scope.environment ?? null}, ${a.idempotent?.key ?? null},
+            ${a.fenced === true ? RESERVATION_FENCE : null}) AS outcome`,
+          (rows) => rows[0]!.outcome
+        ),
+        (outcome) =>
+          outcome !== "voided"
+            ? Effect.void
+            : Effect.flatMap(
+                sql<{ project_id: string; period: string }>`SELECT project_id, period FROM reservations WHERE id = ${a.reservationId}`,
+                ([r]) => (r === undefined ? Effect.void : assertWindow(r.project_id, r.period, `abandoning ${a.reservationId}`))
+              )
+      ),
+      (outcome) => (outcome === "fenced" ? Effect.die(storeUnavailable("a lost reservation is still committing")) : Effect.void)
     )
 
+  /** Open streams' holds and claims kept past their deadline: one statement, the holds locked in id order. */
   const extend = (a: ExtendArgs): Effect.Effect<void> =>
     a.streams.length === 0
       ? Effect.void
-      : transact(
-          Effect.forEach(
-            a.streams,
-            (s) =>
-              Effect.zipRight(
-                sql`UPDATE reservations SET deadline = ${a.deadline} WHERE id = ${s.reservationId} AND state = 'held'`,
-                s.idempotent === undefined
-                  ? Effect.succeed([])
-                  : sql`UPDATE idempotency SET expires_at = ${a.deadline} WHERE project_id = ${s.idempotent.scope.projectId}
-                      AND environment = ${s.idempotent.scope.environment} AND key = ${s.idempotent.key}
-                      AND request_id = ${s.requestId} AND state = 'in_flight'`
-              ),
-            { discard: true }
-          )
+      : Effect.asVoid(
+          once(sql`WITH s AS (
+              SELECT x->>'reservation_id' AS rid, x->>'request_id' AS req, x->>'project_id' AS pid, x->>'environment' AS env, x->>'key' AS k
+              FROM jsonb_array_elements(${JSON.stringify(
+                a.streams.map((s) => ({
+                  reservation_id: s.reservationId,
+                  request_id: s.requestId,
+                  project_id: s.idempotent?.scope.projectId ?? null,
+                  environment: s.idempotent?.scope.environment ?? null,
+                  key: s.idempotent?.key ?? null
+                }))
+              )}::jsonb) AS x),
+            locked AS (SELECT r.id FROM reservations r WHERE r.id IN (SELECT rid FROM s) AND r.state = 'held' ORDER BY r.id FOR UPDATE),
+            holds AS (UPDATE reservations r SET deadline = ${a.deadline} FROM locked WHERE r.id = locked.id RETURNING 1),
+            claims AS (UPDATE idempotency i SET expires_at = ${a.deadline} FROM s
+              WHERE s.k IS NOT NULL AND i.project_id = s.pid AND i.environment = s.env AND i.key = s.k AND i.request_id = s.req AND i.state = 'in_flight'
+              RETURNING 1)
+            SELECT (SELECT COUNT(*) FROM holds) AS holds, (SELECT COUNT(*) FROM claims) AS claims`)
         )
 
   /**
@@ -432,6 +589,7 @@ export const makePgChatStore = Effect.gen(function* () {
   const api: ChatStoreApi = {
     reserve,
     settle,
+    settleThen,
     abandon,
     extend,
     expire,

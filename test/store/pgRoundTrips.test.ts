@@ -3,7 +3,7 @@
  * its one-statement transactions): measured through the counters /metrics exports
  * (`tollgate_store_round_trips_total`, `tollgate_store_checkouts_total`, src/store/pgPool.ts), over
  * sequential calls on a warm gateway. The bounds are today's counts: a change that adds a round trip
- * to the call fails here, and issue 40 lowers them.
+ * to the call fails here.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { pgRoundTrips } from "../../src/store/pgPool.ts"
@@ -53,16 +53,18 @@ describe.runIf(onEngines("test/store/pgRoundTrips.test.ts"))("round trips of a g
     const stream = await perCall(10, () => call({ stream: true }))
     console.log(`[issue 40] round trips a call: plain ${plain.roundTrips} in ${plain.checkouts} checkouts, with an idempotency key ${keyed.roundTrips} in ${keyed.checkouts}, stream ${stream.roundTrips} in ${stream.checkouts}`)
     for (const c of [plain, keyed, stream]) expect(c.roundTrips).toBeGreaterThan(0)
-    // Today's counts, in three checkouts: the shared rate limit's upsert (1); the reservation (BEGIN,
-    // the guarded CTE, COMMIT: 3 when max_tokens is named — the window is read only when the guard
-    // refuses — and the idempotency claim's INSERT: 4); the settlement (BEGIN, one statement for the
-    // hold, the window and the chain head, the receipt, COMMIT: 4). Before: 10, 11 and 10.
+    // Three round trips, in three checkouts (docs/decisions/0043): the shared rate limit's upsert (1);
+    // the reservation, one `tollgate_reserve` call with the claim, the guard, the request and the hold
+    // (1); the settlement, one `tollgate_settle` call with the hold, the request, the idempotent result,
+    // the window, the receipt and the head (1). Before migration 0008: 8, 9 and 8 (BEGIN and COMMIT
+    // each a round trip, a statement each for the claim, the guard, the hold and the head, the receipt);
+    // before that, 10, 11 and 10.
     expect(plain.roundTrips).toBeLessThanOrEqual(PLAIN_ROUND_TRIPS)
     expect(keyed.roundTrips).toBeLessThanOrEqual(KEYED_ROUND_TRIPS)
     expect(stream.roundTrips).toBeLessThanOrEqual(STREAM_ROUND_TRIPS)
   })
 })
 
-const PLAIN_ROUND_TRIPS = 8
-const KEYED_ROUND_TRIPS = 9
-const STREAM_ROUND_TRIPS = 8
+const PLAIN_ROUND_TRIPS = 3
+const KEYED_ROUND_TRIPS = 3
+const STREAM_ROUND_TRIPS = 3
