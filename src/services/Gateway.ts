@@ -281,15 +281,6 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const voidStopping = (f: InFlight): void => fork(f, abandonInterrupted(f, Cause.interrupt(FiberId.none)), (exit) => f.answer(exit))
 
     /**
-     * The call as an effect, for a caller that holds a fiber: `begin`, its answer awaited. Interrupting
-     * the wait does not stop the call (the service owns it; shutdown stops it).
-     */
-    const handle = (call: Omit<ChatCall, "deliver">): Effect.Effect<GatewayReply, GovernanceError> =>
-      Effect.flatMap(Effect.runtime<never>(), (rt) =>
-        Effect.clockWith((clock) => Effect.async<GatewayReply, GovernanceError>((resume) => begin({ ...call, deliver: (answer) => resume(answer) }, rt, clock)))
-      )
-
-    /**
      * Take ownership of a caller's fiber (the fast path's key lookup before its call begins): shutdown
      * interrupts it with the service's calls, and nothing else may.
      */
@@ -312,6 +303,6 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       return Effect.zipRight(Effect.zipRight(FiberSet.clear(callers), FiberSet.clear(fibers)), drained)
     })
 
-    return { handle, begin, adopt, evaluate, inFlight, stopCalls } as const
+    return { begin, adopt, evaluate, inFlight, stopCalls } as const
   })
 }) {}

@@ -22,6 +22,7 @@ import { makeRequestListener } from "../../src/http/fast.ts"
 import { ServicesLive } from "../../src/server.ts"
 import { Bootstrap } from "../../src/services/Bootstrap.ts"
 import { KeyRegistry } from "../../src/services/KeyRegistry.ts"
+import { Metrics } from "../../src/services/Metrics.ts"
 import { chatCompletionsSurface } from "../../src/services/surfaces/chatCompletions.ts"
 import { Gateway, type GatewayReply } from "../../src/services/Gateway.ts"
 import type { GovernanceError } from "../../src/domain/errors.ts"
@@ -225,7 +226,6 @@ describe("a defect on the fast path", () => {
     const dying = Layer.succeed(
       Gateway,
       Gateway.make({
-        handle: () => Effect.die("unused"),
         begin: (call) => call.deliver(Exit.die(new Error("secret internals"))),
         adopt: () => undefined,
         evaluate: () => Effect.die("unused"),
@@ -283,7 +283,6 @@ describe("a stream delivered while its call still runs (ChatCall.deliver, docs/d
     const gateway = Layer.succeed(
       Gateway,
       Gateway.make({
-        handle: () => Effect.die("unused"),
         begin: (call) => {
           if (o.badHeader === true) call.headers["x-gathered"] = "line\nbreak"
           if (o.early !== false) return call.deliver(Exit.succeed(reply))
@@ -663,7 +662,13 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       await runtime.dispose()
       rmSync(dir, { recursive: true, force: true })
     }
-    return { runtime, gateway, forks, begin, rows, close }
+    /** The lifecycle violations the Gateway counted (tollgate_lifecycle_violations_total), by kind. */
+    const violations = async () => {
+      const text = await runtime.runPromise(Effect.map(Metrics, (m) => m.render()))
+      const count = (kind: string) => Number(new RegExp(`tollgate_lifecycle_violations_total\\{kind="${kind}"\\} (\\d+)`).exec(text)?.[1] ?? NaN)
+      return { move: count("move"), answer: count("answer") }
+    }
+    return { runtime, gateway, forks, begin, rows, close, violations }
   }
 
   it("takes a non-streamed call and answers it through deliver, settled, with no fiber of the caller's at any point — on the store worker and in memory (whose transactions, effects, run in the store adapter's own fibers)", async () => {
@@ -727,6 +732,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       expect(s.rows()).toEqual({ reservations: [{ state: "settled" }], requests: [{ status: "completed", error_code: null }] })
       // The stream's own fiber, and the one effect that closes its upstream connection's scope.
       expect(s.forks.started).toBe(2)
+      expect(await s.violations()).toEqual({ move: 0, answer: 0 })
     }))
 
   it("a stream whose original (same key) was in flight and then failed runs again as a fresh stream, answered once: its fiber's end is not a second answer", () =>
@@ -743,6 +749,7 @@ describe("a call begun with no fiber (Gateway.begin, docs/decisions/0037)", () =
       await expect.poll(() => s.runtime.runPromise(s.gateway.inFlight)).toBe(0)
       expect(original.told.answers).toBe(1)
       expect(second.told.answers).toBe(1)
+      expect(await s.violations()).toEqual({ move: 0, answer: 0 })
       expect(upstream.calls).toBe(2)
     }, 0))
 

@@ -9,25 +9,40 @@ import { describe, expect, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, FiberId, Runtime } from "effect"
 import { type GovernanceError, RouteUnavailable } from "../../../src/domain/errors.ts"
 import type { Abortable, UpstreamReply } from "../../../src/providers/Provider.ts"
-import type { AbandonArgs } from "../../../src/store/ChatStore.ts"
+import type { AbandonArgs, SettleArgs } from "../../../src/store/ChatStore.ts"
 import { Calls, InFlight } from "../../../src/services/gateway/inflight.ts"
 import { makeSettlement } from "../../../src/services/gateway/settlement.ts"
 import type { ChatCall, GatewayContext, GatewayReply, Plan } from "../../../src/services/gateway/types.ts"
 import { RouteFailed, type Served } from "../../../src/services/Router.ts"
 
-const plan = { requestId: "req_1", hold: { reservationId: "res_1" }, scope: { projectId: "prj_1", environment: "development" } } as unknown as Plan
+const plan = {
+  requestId: "req_1",
+  hold: { reservationId: "res_1", amount: 1_000 },
+  scope: { projectId: "prj_1", environment: "development" },
+  prices: new Map([["r", { prices: { input: 1, output: 2 }, version: "rc_test" }]]),
+  request: { model: "auto" },
+  surface: { renderBody: () => "{}" },
+  inputTokens: 3,
+  idempotency: undefined
+} as unknown as Plan
 
 /** How the stand-in router answers a leg: it gets `done`, and returns the abort. */
 type Answer = (done: (exit: Exit.Exit<Served<UpstreamReply>, RouteFailed>) => void) => Abortable
 
 /** A settlement whose router answers with `answer`; the abandons it writes (and whether the call was still registered then), the call and the registry. */
-const withLeg = (answer: Answer) => {
+const withLeg = (answer: Answer, settling: Effect.Effect<void> = Effect.void) => {
   const abandoned: Array<{ code: string; live: boolean }> = []
+  const settled: Array<number> = []
   const calls = new Calls({ strict: true, report: () => {} })
   const ctx = {
     span: () => (self: unknown) => self,
     router: { start: (_runtime: unknown, _clock: unknown, _chain: unknown, _body: unknown, done: Parameters<Answer>[0]) => answer(done) },
-    store: { abandon: (args: AbandonArgs) => Effect.sync(() => void abandoned.push({ code: args.code, live: calls.size === 1 })) },
+    store: {
+      abandon: (args: AbandonArgs) => Effect.sync(() => void abandoned.push({ code: args.code, live: calls.size === 1 })),
+      // The settlement's commit, once `settling` is done.
+      settleThen: (args: SettleArgs, done: (outcome: Exit.Exit<void>) => void) => Effect.runFork(Effect.as(settling, void settled.push(args.charge))).addObserver(done)
+    },
+    metrics: { settled: () => {} },
     fork: <A, E>(_f: InFlight, effect: Effect.Effect<A, E>, k: (exit: Exit.Exit<A, E>) => void) => Effect.runFork(effect).addObserver(k)
   } as unknown as GatewayContext
   const settlement = makeSettlement(ctx)
@@ -43,7 +58,7 @@ const withLeg = (answer: Answer) => {
     settlement.startLeg(f)
     return { f, answer: Deferred.await(answered) }
   })
-  return { settlement, started, abandoned, calls }
+  return { settlement, started, abandoned, settled, calls }
 }
 
 /** The router answers `exit` a turn after the leg started. */
@@ -116,5 +131,23 @@ describe("the non-streamed leg's exits", () => {
       const exit = yield* Effect.exit(settlement.abandonInterrupted(f, Cause.interrupt(FiberId.none)))
       expect(Exit.isInterrupted(exit)).toBe(true)
       expect(abandoned).toEqual([])
+    }))
+
+  it.effect("shutdown stopping a call whose settlement is being written: the settlement commits, the call is answered with its reply, nothing is voided", () =>
+    Effect.gen(function* () {
+      const commit = yield* Deferred.make<void>()
+      const served = { route: { name: "r" }, value: { raw: "{}", json: { choices: [{ message: { content: "hi" } }], usage: { prompt_tokens: 3, completion_tokens: 5 } } }, attempts: [] } as unknown as Served<UpstreamReply>
+      const { started, abandoned, settled, calls } = withLeg(later(Exit.succeed(served)), Deferred.await(commit))
+      const { f, answer } = yield* started
+      while (f.phase !== "settling") yield* Effect.promise(() => new Promise((r) => setImmediate(r)))
+      // Gateway.stopCalls: each call's stop — here the leg's, whose upstream already answered.
+      calls.stopAll()
+      yield* Deferred.succeed(commit, undefined)
+      const exit = yield* answer
+      expect(Exit.isSuccess(exit) && exit.value._tag).toBe("Body")
+      expect(f.phase).toBe("settled")
+      expect(settled).toHaveLength(1)
+      expect(abandoned).toEqual([])
+      expect(calls.size).toBe(0)
     }))
 })
