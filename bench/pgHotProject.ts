@@ -20,7 +20,7 @@ import { makeSettings, Settings } from "../src/domain/config.ts"
 import { Projects } from "../src/services/Projects.ts"
 import { ReceiptKeyLive, ReceiptSigner } from "../src/services/ReceiptSigner.ts"
 import { ChatStore } from "../src/store/ChatStore.ts"
-import { pgRetries, PgChatStoreLive } from "../src/store/pgChatStore.ts"
+import { pgRetries, pgSettleBatches, PgChatStoreLive } from "../src/store/pgChatStore.ts"
 import { pgRoundTrips } from "../src/store/pgPool.ts"
 import { PostgresLive } from "../src/store/Postgres.ts"
 import { freshSchema } from "../test/support/pg.ts"
@@ -97,6 +97,7 @@ try {
       settleMs: { p50: p(settleMs, 0.5), p99: p(settleMs, 0.99) },
       roundTripsPerCall,
       checkoutsPerCall,
+      settleBatches: { ...pgSettleBatches, meanSize: Number((pgSettleBatches.settlements / Math.max(1, pgSettleBatches.batches)).toFixed(1)) },
       retries: pgRetries,
       check: { spent: w!.spent, expected: settles * 7, reserved: w!.reserved }
     })

@@ -490,6 +490,130 @@ $fn$`)
   })
 })
 
+/**
+ * Group commit on PostgreSQL (issue 40, item 2; docs/decisions/0043): `tollgate_settle` takes batches
+ * of several calls, and the same hold may come twice in one (its settlement sent again while the first
+ * was queued). Both would pass the hold's check, and the window would be posted the charge twice: the
+ * later one is now answered "again" (nothing written), and goes in the next batch, which finds the
+ * first's outcome. Otherwise as migration 0008's.
+ */
+const pgSettleOnceABatch = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql.onDialectOrElse({
+    orElse: () => Effect.void,
+    pg: () =>
+      Effect.gen(function* () {
+        yield* sql.unsafe(`CREATE OR REPLACE FUNCTION tollgate_settle(p_batch JSONB) RETURNS JSONB LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_genesis CONSTANT TEXT := repeat('0', 64);
+  v_row RECORD;
+  v_found JSONB := '[]'::JSONB;
+  v_chain JSONB := '{}'::JSONB;
+  v_moved JSONB := '[]'::JSONB;
+  v_expected JSONB;
+  v_head RECORD;
+  v_item JSONB;
+  v_receipt JSONB;
+  v_link JSONB;
+  v_groups INTEGER;
+  v_posted INTEGER;
+  v_seen TEXT[] := '{}';
+BEGIN
+  PERFORM 1 FROM reservations r
+    WHERE r.id IN (SELECT b.item->>'reservation_id' FROM jsonb_array_elements(p_batch->'items') AS b(item))
+    ORDER BY r.id FOR UPDATE;
+  FOR v_row IN
+    SELECT (b.ord - 1)::INTEGER AS i, b.item, r.state, r.amount, r.project_id, r.period, q.status AS request_status, q.receipt_id AS request_receipt
+    FROM jsonb_array_elements(p_batch->'items') WITH ORDINALITY AS b(item, ord)
+    LEFT JOIN reservations r ON r.id = b.item->>'reservation_id'
+    LEFT JOIN requests q ON q.id = b.item->>'request_id'
+    ORDER BY b.ord
+  LOOP
+    IF (v_row.item->>'reservation_id') = ANY (v_seen) THEN
+      v_found := v_found || jsonb_build_object('i', v_row.i, 'outcome', 'again');
+      CONTINUE;
+    END IF;
+    v_seen := v_seen || (v_row.item->>'reservation_id');
+    IF v_row.state IS DISTINCT FROM 'held' THEN
+      v_found := v_found || jsonb_build_object('i', v_row.i, 'outcome',
+        CASE WHEN v_row.request_status = 'completed' AND v_row.request_receipt = v_row.item->>'receipt_id' THEN 'done' ELSE 'gone' END);
+    ELSIF v_row.amount <> (v_row.item->>'amount')::BIGINT OR v_row.project_id <> v_row.item->>'project_id' OR v_row.period <> v_row.item->>'period'
+      OR (v_row.item->>'charge')::BIGINT < 0 OR (v_row.item->>'charge')::BIGINT > v_row.amount THEN
+      v_found := v_found || jsonb_build_object('i', v_row.i, 'outcome', 'mismatch');
+    END IF;
+  END LOOP;
+  IF jsonb_array_length(v_found) > 0 THEN RETURN jsonb_build_object('items', v_found); END IF;
+  FOR v_expected IN SELECT value FROM jsonb_array_elements(p_batch->'heads') LOOP
+    SELECT h.seq, h.hash INTO v_head FROM chain_heads h WHERE h.project_id = v_expected->>'project_id';
+    IF COALESCE(v_head.seq, 0) <> (v_expected->>'seq')::BIGINT OR COALESCE(v_head.hash, v_genesis) <> v_expected->>'hash' THEN
+      v_moved := v_moved || jsonb_build_object('project_id', v_expected->>'project_id', 'seq', COALESCE(v_head.seq, 0), 'hash', COALESCE(v_head.hash, v_genesis));
+    END IF;
+  END LOOP;
+  IF jsonb_array_length(v_moved) > 0 THEN RETURN jsonb_build_object('heads', v_moved); END IF;
+
+  UPDATE reservations r SET state = 'settled', resolved_at = (b.item->>'now')::BIGINT, charge = (b.item->>'charge')::BIGINT
+    FROM jsonb_array_elements(p_batch->'items') AS b(item)
+    WHERE r.id = b.item->>'reservation_id' AND r.state = 'held';
+  UPDATE requests q SET status = 'completed', route = b.item->>'route', credits_charged = (b.item->>'charge')::BIGINT,
+      receipt_id = b.item->>'receipt_id', verification = b.item->>'verification', attempts = b.item->>'attempts', completed_at = (b.item->>'now')::BIGINT
+    FROM jsonb_array_elements(p_batch->'items') AS b(item)
+    WHERE q.id = b.item->>'request_id' AND q.status = 'pending';
+  UPDATE idempotency i SET state = 'finished', status = (b.item->'idem'->>'status')::BIGINT, content_type = b.item->'idem'->>'content_type',
+      body = decode(b.item->'idem'->>'body', 'base64'), expires_at = (b.item->'idem'->>'expires_at')::BIGINT
+    FROM jsonb_array_elements(p_batch->'items') AS b(item)
+    WHERE jsonb_typeof(b.item->'idem') = 'object' AND i.project_id = b.item->'idem'->>'project_id'
+      AND i.environment = b.item->'idem'->>'environment' AND i.key = b.item->'idem'->>'key'
+      AND i.request_id = b.item->>'request_id' AND i.state = 'in_flight' AND i.expires_at > (b.item->>'now')::BIGINT;
+
+  PERFORM 1 FROM budget_windows w
+    WHERE (w.project_id, w.period) IN (SELECT b.item->>'project_id', b.item->>'period' FROM jsonb_array_elements(p_batch->'items') AS b(item))
+    ORDER BY w.project_id, w.period FOR UPDATE;
+  SELECT COUNT(*) INTO v_groups FROM (SELECT DISTINCT b.item->>'project_id', b.item->>'period' FROM jsonb_array_elements(p_batch->'items') AS b(item)) AS g;
+  UPDATE budget_windows w SET spent = w.spent + t.charge, reserved = w.reserved - t.amount
+    FROM (SELECT b.item->>'project_id' AS project_id, b.item->>'period' AS period,
+            SUM((b.item->>'charge')::BIGINT)::BIGINT AS charge, SUM((b.item->>'amount')::BIGINT)::BIGINT AS amount
+          FROM jsonb_array_elements(p_batch->'items') AS b(item) GROUP BY 1, 2) AS t
+    WHERE w.project_id = t.project_id AND w.period = t.period;
+  GET DIAGNOSTICS v_posted = ROW_COUNT;
+  IF v_posted <> v_groups THEN
+    RAISE EXCEPTION 'tollgate_settle: a budget window of the batch does not exist';
+  END IF;
+
+  FOR v_expected IN SELECT value FROM jsonb_array_elements(p_batch->'heads') ORDER BY value->>'project_id' LOOP
+    IF (v_expected->>'seq')::BIGINT = 0 THEN
+      INSERT INTO chain_heads (project_id, seq, hash) VALUES (v_expected->>'project_id', 0, v_genesis) ON CONFLICT DO NOTHING;
+    END IF;
+    SELECT h.seq, h.hash INTO v_head FROM chain_heads h WHERE h.project_id = v_expected->>'project_id' FOR UPDATE;
+    IF v_head.seq IS DISTINCT FROM (v_expected->>'seq')::BIGINT OR v_head.hash IS DISTINCT FROM v_expected->>'hash' THEN
+      RAISE EXCEPTION 'tollgate_settle: the chain head of % moved', v_expected->>'project_id' USING ERRCODE = 'TG001';
+    END IF;
+    v_chain := v_chain || jsonb_build_object(v_expected->>'project_id', jsonb_build_object('seq', v_head.seq, 'hash', v_head.hash));
+  END LOOP;
+  FOR v_item IN SELECT b.item FROM jsonb_array_elements(p_batch->'items') WITH ORDINALITY AS b(item, ord) ORDER BY b.ord LOOP
+    v_receipt := v_item->'receipt';
+    v_link := v_chain->(v_item->>'project_id');
+    IF v_link IS NULL OR (v_receipt->>'seq')::BIGINT <> (v_link->>'seq')::BIGINT + 1 OR v_receipt->>'prev_hash' <> v_link->>'hash' THEN
+      RAISE EXCEPTION 'tollgate_settle: receipt % (seq %, prev_hash %) does not extend its chain at seq %, hash %',
+        v_receipt->>'id', v_receipt->>'seq', v_receipt->>'prev_hash', v_link->>'seq', v_link->>'hash';
+    END IF;
+    INSERT INTO receipts (id, request_id, project_id, environment, period, seq, credits_charged, rate_card_version,
+        body, prev_hash, hash, signature, signing_key_id, created_at, route, input_tokens, cached_input_tokens, output_tokens, reasoning_tokens)
+      VALUES (v_receipt->>'id', v_item->>'request_id', v_item->>'project_id', v_receipt->>'environment', v_item->>'period',
+        (v_receipt->>'seq')::BIGINT, (v_item->>'charge')::BIGINT, v_receipt->>'rate_card_version', v_receipt->>'body',
+        v_receipt->>'prev_hash', v_receipt->>'hash', v_receipt->>'signature', v_receipt->>'signing_key_id', (v_item->>'now')::BIGINT,
+        v_item->>'route', (v_receipt->>'input_tokens')::BIGINT, (v_receipt->>'cached_input_tokens')::BIGINT,
+        (v_receipt->>'output_tokens')::BIGINT, (v_receipt->>'reasoning_tokens')::BIGINT);
+    v_chain := v_chain || jsonb_build_object(v_item->>'project_id', jsonb_build_object('seq', (v_receipt->>'seq')::BIGINT, 'hash', v_receipt->>'hash'));
+  END LOOP;
+  UPDATE chain_heads h SET seq = (c.value->>'seq')::BIGINT, hash = c.value->>'hash'
+    FROM jsonb_each(v_chain) AS c WHERE h.project_id = c.key;
+  RETURN jsonb_build_object('ok', TRUE, 'heads', v_chain);
+END
+$fn$`)
+      })
+  })
+})
+
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
 export const migrationSteps = {
   "0001_init": init,
@@ -499,7 +623,8 @@ export const migrationSteps = {
   "0005_shared_rate_limit": sharedRateLimit,
   "0006_admin_list_indexes": adminListIndexes,
   "0007_clamp_stored_bounds": clampStoredBounds,
-  "0008_pg_governed_functions": pgGovernedFunctions
+  "0008_pg_governed_functions": pgGovernedFunctions,
+  "0009_pg_settle_once_a_batch": pgSettleOnceABatch
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

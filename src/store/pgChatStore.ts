@@ -49,6 +49,13 @@ export const pgRetries: Record<"40001" | "40P01", number> = { "40001": 0, "40P01
 
 const RETRY_LIMIT = 10
 
+/**
+ * Group commit's counts (issue 40, item 2): `tollgate_settle` statements that committed a batch, the
+ * settlements they carried, and batches split after the database refused them (each call then run
+ * alone: a split hides a failing call from its neighbours, and is logged — a bug's trace when it recurs).
+ */
+export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0 }
+
 const retryableCode = (e: SqlError.SqlError): "40001" | "40P01" | undefined => {
   const code = (e.cause as { code?: unknown } | undefined)?.code
   return code === "40001" || code === "40P01" ? code : undefined
@@ -68,8 +75,11 @@ const OWED_RETRY_MS = 250
 /** Holds the sweep voids per transaction. */
 const SWEEP_BATCH = 500
 
-/** Settlements of one project one `tollgate_settle` call takes (its lane runs one call at a time). */
-const SETTLE_BATCH = 1
+/** Lanes of settlements (a project's are always in the same one); each runs one `tollgate_settle` call at a time. */
+const SETTLE_LANES = 4
+
+/** Settlements one `tollgate_settle` call takes at most: one transaction, one WAL flush. */
+const SETTLE_BATCH = 128
 
 /** How many times in a row a settlement is sealed again on a head another instance moved, before it gives up. */
 const HEAD_ROUNDS = 20
@@ -258,12 +268,23 @@ export const makePgChatStore = Effect.gen(function* () {
   })
 
   /**
-   * Settlements, by project: each project's chain is appended by one `tollgate_settle` call at a time
-   * from this instance (a lane), sealed on the head this instance last saw — the receipts are signed
-   * here, before the statement, so the statement must know the hash they extend. The function checks
-   * that head on the locked row: when another instance moved it, nothing is written and the head it
-   * found comes back, and the settlement is sealed again on it (a second round trip, only then).
-   * What a lane runs at once is `SETTLE_BATCH` settlements.
+   * Settlements, group-committed (issue 40, item 2; docs/decisions/0043). Each project belongs to one
+   * of `SETTLE_LANES` lanes of this instance, and a lane runs one `tollgate_settle` call at a time:
+   * idle, a settlement goes at once (nobody else waits to share its commit); busy, the settlements
+   * that arrive meanwhile — of every project of the lane — wait and go together as the next batch, up
+   * to `SETTLE_BATCH`: one statement, one transaction, one WAL flush for all of them, each project's
+   * receipts chained in order inside it. A caller is told its settlement ended only when the statement
+   * that carried it returned (committed); nothing answers on a batch still in flight.
+   *
+   * The receipts are signed here, before the statement, so the statement must know the hash each
+   * extends: the head this instance last saw of each project (one lane per project, so an instance's
+   * own batches never race for a head). The function checks those heads on the locked rows: when
+   * another instance moved one, nothing is written, the heads it found come back and the batch is
+   * sealed again on them (a second round trip, only then); a head that keeps moving is locked first
+   * (`settleLocked`). A batch is all or nothing: a hold not as the batch knew it (resolved, or not the
+   * hold named) is answered alone and the rest go again; a batch the database refuses for another
+   * reason is split, each of its settlements run alone, so one call's failure never fails its
+   * neighbours' money.
    */
   type Head = { readonly seq: number; readonly hash: string }
   const heads = new Map<string, Head>()
@@ -272,10 +293,15 @@ export const makePgChatStore = Effect.gen(function* () {
     readonly done: (outcome: Exit.Exit<void>) => void
   }
   interface Lane {
-    readonly queue: Array<Pending>
+    queue: Array<Pending>
     busy: boolean
   }
-  const lanes = new Map<string, Lane>()
+  const lanes: ReadonlyArray<Lane> = Array.from({ length: SETTLE_LANES }, () => ({ queue: [], busy: false }))
+  const laneOf = (projectId: string): Lane => {
+    let h = 0
+    for (let i = 0; i < projectId.length; i++) h = (h * 31 + projectId.charCodeAt(i)) | 0
+    return lanes[Math.abs(h) % SETTLE_LANES]!
+  }
   const runtime = yield* Effect.runtime<never>()
   const runFork = Runtime.runFork(runtime)
 
@@ -285,22 +311,29 @@ export const makePgChatStore = Effect.gen(function* () {
   type SettleAnswer =
     | { readonly ok: true; readonly heads: Record<string, Head> }
     | { readonly ok?: undefined; readonly heads: ReadonlyArray<Head & { readonly project_id: string }> }
-    | { readonly ok?: undefined; readonly items: ReadonlyArray<{ readonly i: number; readonly outcome: "done" | "gone" | "mismatch" }> }
+    | { readonly ok?: undefined; readonly items: ReadonlyArray<{ readonly i: number; readonly outcome: "done" | "gone" | "mismatch" | "again" }> }
 
-  /** The settlements sealed in order on `head`, as `tollgate_settle`'s batch. */
-  const sealBatch = (projectId: string, batch: ReadonlyArray<Pending>, head: Head) => {
-    let link = head
+  /** The settlements sealed in order, each project's on its head (`headOf`), as `tollgate_settle`'s batch. */
+  const sealBatch = (batch: ReadonlyArray<Pending>, headOf: (projectId: string) => Head) => {
+    const expected = new Map<string, Head>()
+    const links = new Map<string, Head>()
     const items = batch.map(({ s }) => {
+      const projectId = s.hold.projectId
+      let link = links.get(projectId)
+      if (link === undefined) {
+        link = headOf(projectId)
+        expected.set(projectId, link)
+      }
       const charge = Math.min(s.charge, s.hold.amount)
       const seq = link.seq + 1
-      const unsigned = unsignedReceipt(s, { project_id: s.hold.projectId, period: s.hold.period, amount: s.hold.amount, charge }, { seq, prevHash: link.hash, now: s.now, keyId: signer.keyId })
+      const unsigned = unsignedReceipt(s, { project_id: projectId, period: s.hold.period, amount: s.hold.amount, charge }, { seq, prevHash: link.hash, now: s.now, keyId: signer.keyId })
       const { receipt, body } = seal(unsigned)
-      link = { seq, hash: receipt.hash }
+      links.set(projectId, { seq, hash: receipt.hash })
       const idem = s.idempotent
       return {
         reservation_id: s.hold.reservationId,
         request_id: s.hold.requestId,
-        project_id: s.hold.projectId,
+        project_id: projectId,
         period: s.hold.period,
         amount: s.hold.amount,
         charge,
@@ -338,82 +371,83 @@ export const makePgChatStore = Effect.gen(function* () {
         }
       }
     })
-    return { heads: [{ project_id: projectId, seq: head.seq, hash: head.hash }], items }
+    return { heads: [...expected].map(([project_id, h]) => ({ project_id, seq: h.seq, hash: h.hash })), items }
   }
+
+  /** Assertion mode: the windows a committed batch wrote, checked inside its transaction. */
+  const assertBatch = (batch: ReturnType<typeof sealBatch>) =>
+    Effect.forEach(
+      new Map(batch.items.map((i) => [`${i.project_id}\u0000${i.period}`, i])).values(),
+      (i) => assertWindow(i.project_id, i.period, `settling ${i.reservation_id}`),
+      { discard: true }
+    )
 
   const settleStatement = (batch: ReturnType<typeof sealBatch>) =>
     once(
       Effect.map(sql<{ r: SettleAnswer }>`SELECT tollgate_settle(${JSON.stringify(batch)}::jsonb) AS r`, (rows) => rows[0]!.r),
-      (answer) =>
-        answer.ok === true
-          ? Effect.forEach(
-              new Map(batch.items.map((i) => [`${i.project_id}\u0000${i.period}`, i])).values(),
-              (i) => assertWindow(i.project_id, i.period, `settling ${i.reservation_id}`),
-              { discard: true }
-            )
-          : Effect.void
+      (answer) => (answer.ok === true ? assertBatch(batch) : Effect.void)
     )
 
   /**
-   * The locked path, for a project whose head other instances keep moving: in one transaction, the
+   * The locked path, for a batch whose heads other instances keep moving: in one transaction, the
    * batch's locks taken in the order every writer takes them (`tollgate_settle_lock`: holds, windows,
-   * heads) and the head read under its lock, the batch sealed on it, then `tollgate_settle` — which
-   * then cannot find the head moved. Four round trips (BEGIN, the locks, the settlement, COMMIT).
+   * heads) and the heads read under their locks, the batch sealed on them, then `tollgate_settle` —
+   * which then cannot find a head moved. Four round trips (BEGIN, the locks, the settlement, COMMIT).
    */
-  const settleLocked = (projectId: string, live: ReadonlyArray<Pending>) =>
+  const settleLocked = (live: ReadonlyArray<Pending>) =>
     transact(
       Effect.gen(function* () {
         const lock = { items: live.map(({ s }) => ({ reservation_id: s.hold.reservationId, project_id: s.hold.projectId, period: s.hold.period })) }
         const [row] = yield* sql<{ h: Record<string, Head> }>`SELECT tollgate_settle_lock(${JSON.stringify(lock)}::jsonb) AS h`
-        const sealed = sealBatch(projectId, live, row!.h[projectId] ?? UNKNOWN_HEAD)
+        const sealed = sealBatch(live, (projectId) => row!.h[projectId] ?? UNKNOWN_HEAD)
         const [answer] = yield* sql<{ r: SettleAnswer }>`SELECT tollgate_settle(${JSON.stringify(sealed)}::jsonb) AS r`
-        if (answer!.r.ok === true && assertInvariants) {
-          for (const i of new Map(sealed.items.map((i) => [`${i.project_id}\u0000${i.period}`, i])).values()) {
-            yield* assertWindow(i.project_id, i.period, `settling ${i.reservation_id}`)
-          }
-        }
+        if (answer!.r.ok === true) yield* assertBatch(sealed)
         return answer!.r
       })
     )
 
   /** A head moved between the function's read and its lock (SQLSTATE TG001): everything rolled back. */
   const headMoved = (cause: Cause.Cause<unknown>): boolean =>
-    Cause.defects(cause).pipe((ds) => [...ds].some((d) => (d as { _tag?: unknown })._tag === "SqlError" && (d as SqlError.SqlError).cause !== undefined && ((d as SqlError.SqlError).cause as { code?: unknown }).code === "TG001"))
+    [...Cause.defects(cause)].some((d) => (d as { _tag?: unknown })._tag === "SqlError" && ((d as SqlError.SqlError).cause as { code?: unknown } | undefined)?.code === "TG001")
 
-  /** Settle `batch` (one project's, in order); each caller told once how its settlement ended. */
-  const runBatch = (projectId: string, batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
+  /** Settle `batch` (in order); each caller told once how its settlement ended. */
+  const runBatch = (lane: Lane, batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
     Effect.gen(function* () {
       let live = batch
       let contended = false
       for (let round = 0; live.length > 0; round++) {
         if (round >= HEAD_ROUNDS) {
-          const exit = Exit.die(new Error(`settlement of project ${projectId}: its chain head moved ${HEAD_ROUNDS} times in a row`))
+          const exit = Exit.die(new Error(`settlement: a chain head moved ${HEAD_ROUNDS} times in a row`))
           for (const p of live) p.done(exit)
           return
         }
-        const exit: Exit.Exit<SettleAnswer> = yield* Effect.exit(contended ? settleLocked(projectId, live) : settleStatement(sealBatch(projectId, live, heads.get(projectId) ?? UNKNOWN_HEAD)))
+        const exit: Exit.Exit<SettleAnswer> = yield* Effect.exit(
+          contended ? settleLocked(live) : settleStatement(sealBatch(live, (projectId) => heads.get(projectId) ?? UNKNOWN_HEAD))
+        )
         if (Exit.isFailure(exit)) {
-          heads.delete(projectId)
+          for (const p of live) heads.delete(p.s.hold.projectId)
           if (headMoved(exit.cause)) {
             contended = true
             continue
           }
           if (live.length === 1) return live[0]!.done(Exit.failCause(exit.cause))
           // One call's failure must not fail its neighbours: each settles alone.
-          for (const p of live) yield* runBatch(projectId, [p])
+          pgSettleBatches.splits++
+          yield* Effect.logWarning(`store: a batch of ${live.length} settlements was refused; each runs alone: ${Cause.pretty(exit.cause).split("\n")[0]}`)
+          for (const p of live) yield* runBatch(lane, [p])
           return
         }
         const answer: SettleAnswer = exit.value
         if (answer.ok === true) {
-          const head = answer.heads[projectId]
-          if (head !== undefined) heads.set(projectId, head)
+          pgSettleBatches.batches++
+          pgSettleBatches.settlements += live.length
+          for (const [projectId, head] of Object.entries(answer.heads)) heads.set(projectId, head)
           for (const p of live) p.done(Exit.void)
           return
         }
         if ("heads" in answer) {
           for (const h of answer.heads) heads.set(h.project_id, { seq: h.seq, hash: h.hash })
-          // A head this instance did not know: another instance appends to this chain too, or this
-          // lane had not settled yet. Known but moved, the batch takes the head's lock first.
+          // Known and moved again: another instance appends to this chain too; take its lock first.
           if (round > 0) contended = true
           continue
         }
@@ -421,6 +455,12 @@ export const makePgChatStore = Effect.gen(function* () {
         const found = new Map(answer.items.map((f) => [f.i, f.outcome]))
         for (const [i, outcome] of found) {
           const p = live[i]!
+          if (outcome === "again") {
+            // The same hold twice in one batch (its settlement sent again while the first was queued):
+            // the later one waits for the next batch, which finds the first's outcome.
+            lane.queue.push(p)
+            continue
+          }
           p.done(
             outcome === "done"
               ? Exit.void // its own earlier attempt committed before its connection was lost
@@ -433,23 +473,21 @@ export const makePgChatStore = Effect.gen(function* () {
       }
     })
 
-  const drain = (projectId: string, lane: Lane): void => {
+  const drain = (lane: Lane): void => {
     lane.busy = true
-    const batch = lane.queue.splice(0, SETTLE_BATCH)
-    runFork(runBatch(projectId, batch)).addObserver(() => {
-      if (lane.queue.length > 0) return drain(projectId, lane)
+    const batch = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
+    lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
+    runFork(runBatch(lane, batch)).addObserver(() => {
+      if (lane.queue.length > 0) return drain(lane)
       lane.busy = false
-      lanes.delete(projectId)
     })
   }
 
-  /** The settlement by callback: queued on its project's lane, `done` told once how it ended. */
+  /** The settlement by callback: queued on its project's lane, `done` told once how it ended (committed). */
   const settleThen = (s: SettleArgs, done: (outcome: Exit.Exit<void>) => void): void => {
-    const projectId = s.hold.projectId
-    let lane = lanes.get(projectId)
-    if (lane === undefined) lanes.set(projectId, (lane = { queue: [], busy: false }))
+    const lane = laneOf(s.hold.projectId)
     lane.queue.push({ s, done })
-    if (!lane.busy) drain(projectId, lane)
+    if (!lane.busy) drain(lane)
   }
 
   const settle = (s: SettleArgs): Effect.Effect<void> =>
