@@ -156,6 +156,16 @@ export const settledCharge = (tokens: TokenCounts, prices: Prices, reserved: num
 export const chargeWithinReservation = (tokens: TokenCounts, prices: Prices, reserved: number): boolean =>
   chargeFor(tokens, prices) <= reserved
 
+/**
+ * A settlement's charge and its `budget` check from one pricing of the tokens: `settledCharge` and
+ * `chargeWithinReservation` at once (what the gateway's settlement takes; the audit recomputes the
+ * charge with `settledCharge`).
+ */
+export const settlementCharge = (tokens: TokenCounts, prices: Prices, reserved: number): { readonly charge: number; readonly withinReservation: boolean } => {
+  const full = chargeFor(tokens, prices)
+  return { charge: Math.min(full, reserved), withinReservation: full <= reserved }
+}
+
 /** What the recovery does with a hold whose process died (`orphanCharge`). */
 export type OrphanCharge =
   | { readonly _tag: "Charge"; readonly charge: number; readonly withinReservation: boolean }

@@ -4,7 +4,7 @@
  * non-streamed call's upstream leg, which ends in one of the two.
  */
 import { Cause, Chunk, Clock, Effect, Exit, Option } from "effect"
-import { chargedTokens, chargeWithinReservation, settledCharge, type TokenCounts } from "../../../spec/pricing.ts"
+import { chargedTokens, settlementCharge, type TokenCounts } from "../../../spec/pricing.ts"
 import { upstreamBody } from "../../domain/chat.ts"
 import { crashPoint } from "../../domain/crashPoint.ts"
 import { type GovernanceError, StoreUnavailable } from "../../domain/errors.ts"
@@ -87,7 +87,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
   /**
    * What one settlement writes, at `now`: the charge, the receipt's id, the rendered reply (encoded
    * once: the same bytes are stored for replay and sent) and the transaction's arguments. Pure but for
-   * its assertion: the charge is within the hold (`settledCharge` clamps it so; a charge past it is a
+   * its assertion: the charge is within the hold (`settlementCharge` clamps it so; a charge past it is a
    * bug, and never reaches the store).
    */
   const settlementAt = (f: InFlight, charged: Charged, now: number) => {
@@ -95,11 +95,11 @@ export const makeSettlement = (ctx: GatewayContext) => {
     const principal = f.call.principal
     const { served, tokens, usageSource, schemaOk, render } = charged
     const { prices, version } = p.prices.get(served.route.name)!
-    const charge = settledCharge(tokens, prices, p.hold.amount)
+    const { charge, withinReservation } = settlementCharge(tokens, prices, p.hold.amount)
     if (!(Number.isSafeInteger(charge) && charge >= 0 && charge <= p.hold.amount)) {
       throw new LifecycleViolation(`a charge of ${charge} against a hold of ${p.hold.amount} (request ${p.requestId})`)
     }
-    const governance = completedGovernance(p.requestId, { route: true, schema: schemaOk, budget: chargeWithinReservation(tokens, prices, p.hold.amount) }, charge, version, now)
+    const governance = completedGovernance(p.requestId, { route: true, schema: schemaOk, budget: withinReservation }, charge, version, now)
     const rendered = render(governance, now)
     const stored = { status: rendered.status, contentType: rendered.contentType, body: typeof rendered.body === "string" ? utf8.encode(rendered.body) : rendered.body }
     timeline.mark("settle: charge, render, encode")
