@@ -614,6 +614,41 @@ $fn$`)
   })
 })
 
+/**
+ * Group commit of reservations on PostgreSQL (issue 40, item 2; docs/decisions/0043): several calls'
+ * `tollgate_reserve` in one statement, one transaction, one WAL flush, each answered on its own row
+ * (held, a claim met, or the window's figures). In (project, period) order, each project's in arrival
+ * order, so two batches lock their windows in one order.
+ */
+const pgReserveMany = Effect.gen(function* () {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql.onDialectOrElse({
+    orElse: () => Effect.void,
+    pg: () =>
+      sql.unsafe(`CREATE FUNCTION tollgate_reserve_many(p_batch JSONB)
+  RETURNS TABLE (o_i INTEGER, o_outcome TEXT, o_cap BIGINT, o_spent BIGINT, o_reserved BIGINT, o_fingerprint TEXT, o_request_id TEXT,
+    o_state TEXT, o_status BIGINT, o_content_type TEXT, o_body BYTEA, o_expires_at BIGINT)
+  LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_i INTEGER;
+  v JSONB;
+BEGIN
+  FOR v_i, v IN
+    SELECT (b.ord - 1)::INTEGER, b.item FROM jsonb_array_elements(p_batch) WITH ORDINALITY AS b(item, ord)
+    ORDER BY b.item->>'h_project', b.item->>'h_period', b.ord
+  LOOP
+    RETURN QUERY SELECT v_i, r.* FROM tollgate_reserve((v->>'now')::BIGINT, (v->>'epoch')::BIGINT, (v->>'fence')::INTEGER,
+      v->>'c_project', v->>'c_environment', v->>'c_key', v->>'c_fingerprint',
+      v->>'r_id', v->>'r_project', v->>'r_environment', v->>'r_key_id', v->>'r_endpoint', v->>'r_model', v->>'r_route',
+      (v->>'r_stream')::BIGINT, v->>'r_idempotency_key', v->>'r_rate_card_version', (v->>'r_created_at')::BIGINT,
+      v->>'h_reservation', v->>'h_request', v->>'h_project', v->>'h_period', (v->>'h_deadline')::BIGINT,
+      (v->>'amount')::BIGINT) AS r;
+  END LOOP;
+END
+$fn$`)
+  })
+})
+
 /** The migrations by id, in order (a test replays a prefix of them to build an older store). */
 export const migrationSteps = {
   "0001_init": init,
@@ -624,7 +659,8 @@ export const migrationSteps = {
   "0006_admin_list_indexes": adminListIndexes,
   "0007_clamp_stored_bounds": clampStoredBounds,
   "0008_pg_governed_functions": pgGovernedFunctions,
-  "0009_pg_settle_once_a_batch": pgSettleOnceABatch
+  "0009_pg_settle_once_a_batch": pgSettleOnceABatch,
+  "0010_pg_reserve_many": pgReserveMany
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

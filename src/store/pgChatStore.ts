@@ -78,6 +78,13 @@ const SWEEP_BATCH = 500
 /** Lanes of settlements (a project's are always in the same one); each runs one `tollgate_settle` call at a time. */
 const SETTLE_LANES = 4
 
+/** The lane of a project's settlements and reservations: always the same one. */
+const laneIndex = (projectId: string): number => {
+  let h = 0
+  for (let i = 0; i < projectId.length; i++) h = (h * 31 + projectId.charCodeAt(i)) | 0
+  return Math.abs(h) % SETTLE_LANES
+}
+
 /** Settlements one `tollgate_settle` call takes at most: one transaction, one WAL flush. */
 const SETTLE_BATCH = 128
 
@@ -214,6 +221,105 @@ export const makePgChatStore = Effect.gen(function* () {
     )
 
   /**
+   * Reservations, group-committed like settlements (below): one lane per project (of `SETTLE_LANES`),
+   * one statement at a time per lane; those that arrive while it is in flight go together as the next
+   * `tollgate_reserve_many` (migration 0010) — one transaction, one WAL flush — each answered on its
+   * own row. A batch the database refuses is split, each reservation run alone; a connection lost
+   * under a batch is each of its callers' lost connection (each voids, fenced, what it may have taken).
+   */
+  interface PendingReserve {
+    readonly a: ReserveArgs
+    readonly amount: number | null
+    readonly done: (outcome: Exit.Exit<ReserveRow>) => void
+  }
+  interface ReserveLane {
+    queue: Array<PendingReserve>
+    busy: boolean
+  }
+  const reserveLanes: ReadonlyArray<ReserveLane> = Array.from({ length: SETTLE_LANES }, () => ({ queue: [], busy: false }))
+
+  const reserveItem = (a: ReserveArgs, amount: number | null) => {
+    const c = a.claim
+    const r = a.request
+    const h = a.hold
+    return {
+      now: a.now,
+      epoch: a.epoch,
+      fence: RESERVATION_FENCE,
+      c_project: c?.scope.projectId ?? null,
+      c_environment: c?.scope.environment ?? null,
+      c_key: c?.key ?? null,
+      c_fingerprint: c?.fingerprint ?? null,
+      r_id: r.id,
+      r_project: r.projectId,
+      r_environment: r.environment,
+      r_key_id: r.keyId,
+      r_endpoint: r.endpoint,
+      r_model: r.model,
+      r_route: r.route,
+      r_stream: r.stream ? 1 : 0,
+      r_idempotency_key: r.idempotencyKey,
+      r_rate_card_version: r.rateCardVersion,
+      r_created_at: r.createdAt,
+      h_reservation: h.reservationId,
+      h_request: h.requestId,
+      h_project: h.projectId,
+      h_period: h.period,
+      h_deadline: h.deadline,
+      amount
+    }
+  }
+
+  const runReserveBatch = (batch: ReadonlyArray<PendingReserve>): Effect.Effect<void> =>
+    Effect.gen(function* () {
+      if (batch.length === 1) {
+        const only = batch[0]!
+        return only.done(yield* Effect.exit(once(reserveStatement(only.a, only.amount), undefined, false)))
+      }
+      const exit = yield* Effect.exit(
+        once(
+          sql<ReserveRow & { o_i: number }>`SELECT * FROM tollgate_reserve_many(${JSON.stringify(batch.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
+          undefined,
+          false
+        )
+      )
+      if (Exit.isFailure(exit)) {
+        const lost = [...Cause.defects(exit.cause)].some((d) => d instanceof MayHaveCommitted || d instanceof StoreUnavailable)
+        if (lost) {
+          for (const p of batch) p.done(Exit.failCause(exit.cause))
+          return
+        }
+        pgSettleBatches.splits++
+        yield* Effect.logWarning(`store: a batch of ${batch.length} reservations was refused; each runs alone: ${Cause.pretty(exit.cause).split("\n")[0]}`)
+        for (const p of batch) yield* runReserveBatch([p])
+        return
+      }
+      const byIndex = new Map(exit.value.map((row) => [row.o_i, row]))
+      batch.forEach((p, i) => {
+        const row = byIndex.get(i)
+        p.done(row === undefined ? Exit.die(new Error(`tollgate_reserve_many answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
+      })
+    })
+
+  const drainReserves = (lane: ReserveLane): void => {
+    lane.busy = true
+    const batch = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
+    lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
+    runFork(runReserveBatch(batch)).addObserver(() => {
+      if (lane.queue.length > 0) return drainReserves(lane)
+      lane.busy = false
+    })
+  }
+
+  /** One attempt of a reservation, in its lane's next batch. */
+  const reserveAttempt = (a: ReserveArgs, amount: number | null): Effect.Effect<ReserveRow> =>
+    Effect.async<ReserveRow>((resume) => {
+      const lane = reserveLanes[laneIndex(a.hold.projectId)]!
+      lane.queue.push({ a, amount, done: (outcome) => resume(outcome) })
+      if (!lane.busy) drainReserves(lane)
+    }).pipe(Effect.uninterruptible)
+
+  /**
    * The reservation, in one round trip when the window has room: the hold is sized as if the window
    * were unbounded — which, when the guard then accepts it (spent + reserved + amount ≤ cap on the
    * locked row), is exactly what sizing on the window's figures gives (`decideChainCap` caps each
@@ -229,13 +335,13 @@ export const makePgChatStore = Effect.gen(function* () {
     Effect.gen(function* () {
       const fingerprint = a.claim?.fingerprint ?? ""
       const unbounded = sizeReservation(a.sizing, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER)
-      const first = yield* once(reserveStatement(a, unbounded._tag === "Fits" ? unbounded.reservation : null), undefined, false)
+      const first = yield* reserveAttempt(a, unbounded._tag === "Fits" ? unbounded.reservation : null)
       if (first.o_outcome === "claim") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimOutcome(first, fingerprint) })
       if (first.o_outcome === "held" && unbounded._tag === "Fits") return { outputCap: unbounded.outputCap, reservation: unbounded.reservation }
       const cap = first.o_cap ?? 0
       const sized = sizeReservation(a.sizing, cap, available({ cap, spent: first.o_spent ?? 0, reserved: first.o_reserved ?? 0 }))
       if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
-      const second = yield* once(reserveStatement(a, sized.reservation), undefined, false)
+      const second = yield* reserveAttempt(a, sized.reservation)
       if (second.o_outcome === "claim") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimOutcome(second, fingerprint) })
       if (second.o_outcome !== "held") {
         return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(sized.reservation, a.hold.period), param: null })
@@ -297,11 +403,7 @@ export const makePgChatStore = Effect.gen(function* () {
     busy: boolean
   }
   const lanes: ReadonlyArray<Lane> = Array.from({ length: SETTLE_LANES }, () => ({ queue: [], busy: false }))
-  const laneOf = (projectId: string): Lane => {
-    let h = 0
-    for (let i = 0; i < projectId.length; i++) h = (h * 31 + projectId.charCodeAt(i)) | 0
-    return lanes[Math.abs(h) % SETTLE_LANES]!
-  }
+  const laneOf = (projectId: string): Lane => lanes[laneIndex(projectId)]!
   const runtime = yield* Effect.runtime<never>()
   const runFork = Runtime.runFork(runtime)
 

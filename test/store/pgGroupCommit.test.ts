@@ -195,6 +195,40 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
     expect(await checkBooks(project.id)).toEqual({ spent: 0, receipts: 0 })
   })
 
+  it("reservations batched at the budget's edge: some held, the rest refused, never overspent; one key claimed once in a batch", async () => {
+    const project = await newProject(100)
+    const args = Array.from({ length: 16 }, (_, i) => reserveArgs(project.id, 10, i < 2 ? { claim: { key: "same-key", fingerprint: "f" } } : {}))
+    const before = pgRoundTrips.roundTrips
+    const exits = await Promise.all(args.map((a) => node.runPromiseExit(store.reserve(a))))
+    console.log(`[issue 40] 16 reservations at the edge of one window: ${pgRoundTrips.roundTrips - before} round trips`)
+    const held = exits.filter(Exit.isSuccess).length
+    const failures = exits.filter(Exit.isFailure).map((e) => String(e.cause))
+    // 10 fit (100 Credits, 10 each); of the two with one key, one wins and the other meets it in flight.
+    expect(held).toBe(10)
+    expect(failures.filter((f) => f.includes("ClaimLost")).length).toBe(1)
+    expect(failures.filter((f) => f.includes("OverBudget")).length).toBe(5)
+    const [w] = await rows<{ spent: number; reserved: number }>((sql) => sql`SELECT spent, reserved FROM budget_windows WHERE project_id = ${project.id}`)
+    expect(w).toEqual({ spent: 0, reserved: 100 })
+    const [claims] = await rows<{ n: number }>((sql) => sql`SELECT COUNT(*) AS n FROM idempotency WHERE project_id = ${project.id}`)
+    expect(claims!.n).toBe(1)
+  })
+
+  it("a batch of reservations the database refuses (one request id taken): split, the others held", async () => {
+    const project = await newProject()
+    const [first] = await reserved(project.id, 1)
+    const args = Array.from({ length: 6 }, () => reserveArgs(project.id, 10))
+    // The fourth reuses the first's request id: requests' primary key refuses the whole statement.
+    args[3] = { ...args[3]!, request: { ...args[3]!.request, id: first!.request.id } }
+    const splits = pgSettleBatches.splits
+    const settled = node.runPromiseExit(store.settle(settleArgs(first!, 10, 1)))
+    const exits = await Promise.all(args.map((a) => node.runPromiseExit(store.reserve(a))))
+    expect(Exit.isSuccess(await settled)).toBe(true)
+    expect(exits.map((e) => Exit.isSuccess(e))).toEqual([true, true, true, false, true, true])
+    expect(pgSettleBatches.splits).toBeGreaterThan(splits)
+    const [w] = await rows<{ spent: number; reserved: number }>((sql) => sql`SELECT spent, reserved FROM budget_windows WHERE project_id = ${project.id}`)
+    expect(w).toEqual({ spent: 1, reserved: 50 })
+  })
+
   it("batched settlements raced by abandons, extends and the sweep: every hold resolved once, every window's books and chain whole", async () => {
     const projects = await Promise.all([newProject(50_000), newProject(50_000), newProject(50_000)])
     const outcomes: Array<Promise<unknown>> = []
