@@ -26,10 +26,17 @@
  *        --compare-node-flags "FLAGS" (node flags for tollgate-b only, e.g. "--max-semi-space-size=32";
  *        with --compare . the same tree is measured with and without them),
  *        --compare-args "ARGS" (arguments for tollgate-b's bench target only, e.g. "--access-log"),
- *        --only ID,ID (run only those phases: one-caller, one-caller-stream, callers-16, open-200,
- *        stream-200, closed, …)
+ *        --only ID,ID (run only those phases: one-caller, one-caller-stream, callers-16, projects-8,
+ *        open-200, stream-200, closed, …; the --curve phases run whatever it says),
+ *        --projects 8 --project-callers 64 (issue 40's many-projects phase: a Tollgate target gets
+ *        7 more projects through the admin API, caller i calls with project i mod 8's key),
+ *        --curve 16,32,64,128,256,512 (issue 40: a closed loop at each count, `closed-N`; the point at
+ *        --connections is `closed`), --no-port-alone, --port-alone-seconds S (with a tollgate-pg
+ *        target, bench/pgHotProject.ts runs first and its rate goes into the report).
+ * With tollgate and the tollgate-pg targets the report adds the scale-out table, issue 40's verdicts
+ * (bench/lib/scaleOut.ts), the store's round trips a call (each instance's /metrics) and the curve.
  */
-import { execSync } from "node:child_process"
+import { execFileSync, execSync } from "node:child_process"
 import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs"
 import { cpus, loadavg, release, tmpdir, totalmem } from "node:os"
 import { dirname, join, relative, resolve } from "node:path"
@@ -42,6 +49,7 @@ import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { appendHistoryRow, historyRow } from "./lib/history.ts"
 import { judgeTargets, type OverReference, overDurable, overFloor, type TargetFigures } from "./lib/targets.ts"
+import { curvePoints, judgeScaleOut, type ScaleFigures, storeCounters } from "./lib/scaleOut.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, "..")
@@ -62,6 +70,11 @@ const config = {
   rates: oneCallerOnly ? [] : list("--rates", quick ? "200" : "200,1000").map(Number),
   streamRates: oneCallerOnly ? [] : list("--stream-rates", "200").map(Number),
   callers: numArg("--callers", 16),
+  // Issue 40: the 8-projects phase (keys of `projects` projects, `projectCallers` callers spread over them).
+  projects: numArg("--projects", 8),
+  projectCallers: numArg("--project-callers", 64),
+  // `--curve 16,32,64,128,256,512`: a closed loop at each connection count (the point at --connections is the `closed` phase).
+  curve: curvePoints(arg("--curve")),
   // 512, not 128: at 128 connections and a 20 ms upstream a closed loop cannot pass ≈ 128 / 24 ms
   // ≈ 5,300 RPS, and the bare proxy stopped there with most of a core idle (bench/README.md).
   connections: numArg("--connections", 512),
@@ -118,6 +131,10 @@ interface Target {
   readonly child: Child<unknown>
   readonly endpoint: TargetEndpoint
   readonly idleRssMb: number
+  /** The keys of the 8-projects phase (the governed Tollgate targets: the default project's and those made at start); one key elsewhere. */
+  keys?: ReadonlyArray<string>
+  /** Each instance's port, to read its /metrics (the PostgreSQL targets: store round trips and checkouts a call). */
+  readonly metricsPorts?: ReadonlyArray<number>
 }
 
 const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, nodeFlags: ReadonlyArray<string> = []) =>
@@ -197,6 +214,21 @@ const allScenarios: Array<Scenario> = [
           label: `non-streaming, closed model ${config.callers} callers`,
           run: (t: Target, round: number) =>
             callersLoad(t.endpoint, { callers: config.callers, durationMs: config.durationS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-k-r${round}-${n}`) })
+        },
+        {
+          // Issue 40: many projects, no hot row. Caller i calls with project i mod N's key (targets without project keys use their one key).
+          id: `projects-${config.projects}`,
+          label: `non-streaming, closed model ${config.projectCallers} callers spread over ${config.projects} projects`,
+          run: (t: Target, round: number) => {
+            const keys = t.keys ?? []
+            return callersLoad(t.endpoint, {
+              callers: config.projectCallers,
+              durationMs: config.durationS * 1000,
+              stream: false,
+              body: (n) => bodyText(false, `bench-${runId}-${t.name}-p-r${round}-${n}`),
+              ...(keys.length > 1 ? { headersFor: (i: number) => ({ authorization: `Bearer ${keys[i % keys.length]!}` }) } : {})
+            })
+          }
         }
       ]),
   ...config.rates.map(
@@ -216,6 +248,14 @@ const allScenarios: Array<Scenario> = [
         openLoad(t.endpoint, { rate, durationMs: config.durationS * 1000, drainMs: config.drainS * 1000, stream: true, body: (n) => bodyText(true, `bench-${runId}-${t.name}-s${rate}-r${round}-${n}`) })
     })
   ),
+  // Issue 40's connections curve: the closed loop at each `--curve` point (the one at --connections is the `closed` phase below).
+  ...(oneCallerOnly ? [] : config.curve.filter((c) => c !== config.connections)).map(
+    (connections): Scenario => ({
+      id: `closed-${connections}`,
+      label: `non-streaming, closed model ${connections} connections (connections curve)`,
+      run: (t, round) => closedLoad(t.endpoint, { connections, durationMs: config.durationS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-c${connections}-r${round}-${n}`) })
+    })
+  ),
   ...(oneCallerOnly
     ? []
     : [
@@ -228,9 +268,10 @@ const allScenarios: Array<Scenario> = [
       ])
 ]
 
-/** `--only ID,ID` keeps those phases (e.g. `one-caller-stream,stream-200` for an A/B of streams). */
+/** `--only ID,ID` keeps those phases (e.g. `one-caller-stream,stream-200` for an A/B of streams); the `--curve` phases (and `closed`, its point at --connections) run whatever it says. */
 const only = arg("--only")?.split(",")
-const scenarios = only === undefined ? allScenarios : allScenarios.filter((s) => only.includes(s.id))
+const onCurve = (id: string) => (id === "closed" && config.curve.includes(config.connections)) || config.curve.some((c) => id === `closed-${c}`)
+const scenarios = only === undefined ? allScenarios : allScenarios.filter((s) => only.includes(s.id) || onCurve(s.id))
 if (scenarios.length === 0) throw new Error(`--only ${only!.join(",")}: no such phase (${allScenarios.map((s) => s.id).join(", ")})`)
 
 interface Measured extends PhaseResult {
@@ -251,9 +292,29 @@ interface Measured extends PhaseResult {
   readonly generatorCores: number
   /** 1-minute load average at the end of the phase: how busy the shared machine was. */
   readonly loadavg: number
+  /** The PostgreSQL targets: statements sent (each one round trip) and pool checkouts a successful call, all instances (their /metrics); NaN elsewhere. */
+  readonly roundTripsPerCall: number
+  readonly checkoutsPerCall: number
+}
+
+const ADMIN_TOKEN = "bench-admin-token"
+
+/** The store counters of every instance of a target, summed (from each one's /metrics); undefined when it has none to read. */
+const readStoreCounters = async (t: Target) => {
+  if (t.metricsPorts === undefined || t.metricsPorts.length === 0) return undefined
+  let roundTrips = 0
+  let checkouts = 0
+  for (const port of t.metricsPorts) {
+    const res = await request(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })
+    const c = storeCounters(await res.body.text())
+    roundTrips += c.roundTrips
+    checkouts += c.checkouts
+  }
+  return { roundTrips, checkouts }
 }
 
 const measure = async (t: Target, s: Scenario, round: number): Promise<Measured> => {
+  const countersBefore = await readStoreCounters(t)
   const before = sampleProc(t.child.pid)
   const self = process.cpuUsage()
   const t0 = performance.now()
@@ -264,6 +325,9 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
   const cpuMs = after.cpuMs - before.cpuMs
   const split = cpuSplit(t.child.pid, before, after)
   const perReq = (ms: number) => (r.ok > 0 ? (ms * 1000) / r.ok : NaN)
+  const countersAfter = countersBefore === undefined ? undefined : await readStoreCounters(t)
+  const perCall = (pick: (c: { roundTrips: number; checkouts: number }) => number) =>
+    countersBefore === undefined || countersAfter === undefined || r.ok === 0 ? NaN : (pick(countersAfter) - pick(countersBefore)) / r.ok
   return {
     ...r,
     target: t.name,
@@ -276,11 +340,43 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
     busiestOtherCpuUsPerReq: perReq(split.busiestOther),
     restCpuUsPerReq: perReq(split.rest),
     generatorCores: (own.user + own.system) / 1000 / wallMs,
-    loadavg: loadavg()[0]!
+    loadavg: loadavg()[0]!,
+    roundTripsPerCall: perCall((c) => c.roundTrips),
+    checkoutsPerCall: perCall((c) => c.checkouts)
   }
 }
 
 const pause = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+/** What bench/pgHotProject.ts prints (the part the report quotes). */
+interface PortAlone {
+  readonly concurrency: number
+  readonly seconds: number
+  readonly governedCallsPerSecond: number
+  readonly roundTripsPerCall: number
+  readonly checkoutsPerCall: number
+  readonly settleBatches?: { readonly meanSize: number }
+}
+
+/** `npx tsx bench/pgHotProject.ts --seconds S --concurrency 16` (one instance, one hot project, through the store port); undefined if it fails. */
+const runPortAlone = async (): Promise<PortAlone | undefined> => {
+  const seconds = numArg("--port-alone-seconds", config.quick ? 2 : 5)
+  try {
+    const out = execFileSync(process.execPath, ["--import", "tsx", join(here, "pgHotProject.ts"), "--seconds", String(seconds), "--concurrency", String(config.callers)], {
+      cwd: root,
+      stdio: ["ignore", "pipe", "pipe"],
+      timeout: (seconds + 60) * 1000
+    }).toString()
+    const line = out.trim().split("\n").reverse().find((l) => l.startsWith("{"))
+    const r = JSON.parse(line ?? "null") as PortAlone | null
+    if (r === null) throw new Error(`no JSON line in: ${out.slice(-300)}`)
+    log(`port alone (bench/pgHotProject.ts): ${r.governedCallsPerSecond} governed calls/s at ${r.concurrency} callers, ${r.roundTripsPerCall} round trips a call, batches of ${r.settleBatches?.meanSize ?? "?"}`)
+    return r
+  } catch (e) {
+    log(`port alone (bench/pgHotProject.ts) failed, left out of the report: ${e instanceof Error ? e.message.slice(0, 500) : String(e)}`)
+    return undefined
+  }
+}
 
 // ---- Report ----
 
@@ -326,14 +422,42 @@ const main = async () => {
     const [c, a] = fromSources
       ? tsxNode(script, targetArgs, join(dir, "bench"), o.nodeFlags ?? [])
       : ([process.execPath, [...startFlags(dir), ...(o.nodeFlags ?? []), bundleTarget(dir, script, name), ...targetArgs]] as const)
-    const child = await startChild<{ port: number; key: string }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
+    const child = await startChild<{ port: number; key: string; ports?: ReadonlyArray<number> }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {
       name,
       child,
       endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
-      idleRssMb: sampleProc(child.pid).rssMb
+      idleRssMb: sampleProc(child.pid).rssMb,
+      ...(child.ready.ports === undefined ? {} : { metricsPorts: child.ready.ports })
     }
+  }
+
+  /**
+   * The 8-projects phase's keys on a Tollgate target: the default project's, and `config.projects − 1`
+   * projects made through the admin API (budget and rate limit as the default project's: never binding), one key each.
+   */
+  const projectKeys = async (t: Target): Promise<ReadonlyArray<string>> => {
+    const admin = async (path: string, body: unknown) => {
+      const res = await request(`${t.endpoint.origin}${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify(body)
+      })
+      const text = await res.body.text()
+      if (res.statusCode !== 201) throw new Error(`${t.name}: POST ${path} answered ${res.statusCode}: ${text.slice(0, 300)}`)
+      return JSON.parse(text) as { id: string; secret: string }
+    }
+    const keys = [t.endpoint.headers.authorization!.replace(/^Bearer /, "")]
+    for (let i = 1; i < config.projects; i++) {
+      const project = await admin("/admin/v1/projects", {
+        name: `bench-${i}`,
+        budget_credits: 1_000_000_000_000_000,
+        rate_limit: { requests_per_minute: 60_000_000, burst: 1_000_000 }
+      })
+      keys.push((await admin(`/admin/v1/projects/${project.id}/keys`, { environment: "production" })).secret)
+    }
+    return keys
   }
 
   const starters: Record<string, () => Promise<Target>> = {
@@ -387,8 +511,14 @@ const main = async () => {
     }
   }
 
+  // Issue 40: the store port alone on one hot project (bench/pgHotProject.ts), before the targets start, when a PostgreSQL target runs.
+  const portAlone = config.targets.some((t) => t.startsWith("tollgate-pg")) && !flag("--no-port-alone") ? await runPortAlone() : undefined
+
   const targets = await Promise.all(config.targets.map((name) => starters[name]!()))
   for (const t of targets) await checkTarget(t.endpoint)
+  if (scenarios.some((s) => s.id === `projects-${config.projects}`)) {
+    for (const t of targets) if (t.name.startsWith("tollgate")) t.keys = await projectKeys(t)
+  }
   log(`targets up: ${targets.map((t) => `${t.name} (pid ${t.child.pid}, ${t.endpoint.origin})`).join(", ")}`)
 
   // Warm-up (JIT, connection pools, SQLite page cache): closed loop, not recorded.
@@ -410,7 +540,8 @@ const main = async () => {
             `${f0(m.achievedRps).padStart(6)} rps  p50 ${f2(m.latencyMs.p50)} p90 ${f2(m.latencyMs.p90)} p99 ${f2(m.latencyMs.p99)} ms` +
             (m.ttfbMs ? `  ttfb p50 ${f2(m.ttfbMs.p50)}` : "") +
             `  cpu ${f0(m.cpuUsPerReq)} µs/req (main ${f0(m.mainCpuUsPerReq)} at ${f2(m.mainCores)} cores, busiest other thread ${f0(m.busiestOtherCpuUsPerReq)}, rest ${f0(m.restCpuUsPerReq)}), gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
-            (m.lagP99Ms !== undefined && m.lagP99Ms > 2 ? `  (generator lag p99 ${f1(m.lagP99Ms)} ms)` : "")
+            (m.lagP99Ms !== undefined && m.lagP99Ms > 2 ? `  (generator lag p99 ${f1(m.lagP99Ms)} ms)` : "") +
+            (Number.isFinite(m.roundTripsPerCall) ? `  store ${f2(m.roundTripsPerCall)} round trips, ${f2(m.checkoutsPerCall)} checkouts a call` : "")
         )
         await pause(300)
       }
@@ -583,6 +714,106 @@ const main = async () => {
   }
   overLine(overDurable(figures), "added p50 over the durable bare proxy of this run, the disk's price taken out (docs/decisions/0040)")
   overLine(overFloor(figures), "added p50 over the governed floor of this run, what Tollgate's pipeline adds to the guarantees' own cost (docs/decisions/0041)")
+
+  // ---- Issue 40: the scale-out store side by side with SQLite, its verdicts, and the connections curve ----
+  const hotId = `callers-${config.callers}`
+  const projectsId = `projects-${config.projects}`
+  const curveId = (c: number) => (c === config.connections ? "closed" : `closed-${c}`)
+  const hotIds = [hotId, ...config.curve.map(curveId), "closed"].filter((id, i, xs) => xs.indexOf(id) === i && scenarios.some((s) => s.id === id))
+  const at512 = config.connections === 512 ? "closed" : config.curve.includes(512) ? "closed-512" : undefined
+  const governedNames = targets.map((t) => t.name).filter((n) => n.startsWith("tollgate"))
+  const scaleRows = governedNames.map((name) => ({
+    target: name,
+    hot16Rps: med(name, hotId, (r) => r.achievedRps),
+    hot16CpuUs: med(name, hotId, (r) => r.cpuUsPerReq),
+    hot16P50: med(name, hotId, (r) => r.latencyMs.p50),
+    hot16RoundTrips: med(name, hotId, (r) => r.roundTripsPerCall),
+    hot16Checkouts: med(name, hotId, (r) => r.checkoutsPerCall),
+    projectsRps: med(name, projectsId, (r) => r.achievedRps),
+    projectsCpuUs: med(name, projectsId, (r) => r.cpuUsPerReq),
+    projectsRoundTrips: med(name, projectsId, (r) => r.roundTripsPerCall),
+    at512Rps: at512 === undefined ? NaN : med(name, at512, (r) => r.achievedRps),
+    at512CpuUs: at512 === undefined ? NaN : med(name, at512, (r) => r.cpuUsPerReq),
+    at512Errors: at512 === undefined ? NaN : results.filter((r) => r.target === name && r.scenario === at512).reduce((n, r) => n + r.errors, 0),
+    at512Sent: at512 === undefined ? NaN : results.filter((r) => r.target === name && r.scenario === at512).reduce((n, r) => n + r.sent, 0),
+    bestHotRps: Math.max(...hotIds.map((id) => med(name, id, (r) => r.achievedRps)).filter(Number.isFinite)),
+    bestHotPhase: hotIds.reduce((best, id) => (med(name, id, (r) => r.achievedRps) > med(name, best, (r) => r.achievedRps) ? id : best), hotIds[0] ?? "")
+  }))
+  const scaleVerdicts = judgeScaleOut(scaleRows satisfies ReadonlyArray<ScaleFigures>, portAlone?.governedCallsPerSecond)
+  const curve = config.curve.map((connections) => ({
+    connections,
+    phase: curveId(connections),
+    byTarget: Object.fromEntries(
+      targets.map((t) => [
+        t.name,
+        {
+          rps: med(t.name, curveId(connections), (r) => r.achievedRps),
+          cpuUsPerCall: med(t.name, curveId(connections), (r) => r.cpuUsPerReq),
+          p50: med(t.name, curveId(connections), (r) => r.latencyMs.p50),
+          p99: med(t.name, curveId(connections), (r) => r.latencyMs.p99),
+          errors: results.filter((r) => r.target === t.name && r.scenario === curveId(connections)).reduce((n, r) => n + r.errors, 0),
+          roundTripsPerCall: med(t.name, curveId(connections), (r) => r.roundTripsPerCall)
+        }
+      ])
+    )
+  }))
+  const scaleRan = governedNames.some((n) => n.startsWith("tollgate-pg")) || config.curve.length > 0 || scenarios.some((s) => s.id === projectsId)
+  if (scaleRan && scaleRows.length > 0) {
+    const short = (name: string) => names[name]!.replace(/ \(.*$/, "")
+    md.push(
+      `Scale-out (issue 40): SQLite and PostgreSQL + Redis side by side, this run. "Hot" is one project (the default): every call on one budget row and one receipt chain. ` +
+        `CPU is the gateway's own process (every instance of it), not PostgreSQL's, Redis's or the mock's; round trips are statements sent to PostgreSQL a call (tollgate_store_round_trips_total, all instances), checkouts the pool's.`,
+      ""
+    )
+    md.push(
+      `| target | hot, ${config.callers} callers: calls/s | CPU µs a call | p50 ms | ${config.projects} projects, ${config.projectCallers} callers: calls/s | CPU µs a call | hot, 512 connections: calls/s | CPU µs a call | errors at 512 | best hot phase: calls/s | round trips / checkouts a call (${config.callers} callers; ${config.projects} projects) |`,
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    )
+    for (const r of scaleRows) {
+      const rt = Number.isFinite(r.hot16RoundTrips) ? `${f2(r.hot16RoundTrips)} / ${f2(r.hot16Checkouts)}; ${f2(r.projectsRoundTrips)}` : "–"
+      md.push(
+        `| ${short(r.target)} | ${f0(r.hot16Rps)} | ${f0(r.hot16CpuUs)} | ${f2(r.hot16P50)} | ${f0(r.projectsRps)} | ${f0(r.projectsCpuUs)} | ${f0(r.at512Rps)} | ${f0(r.at512CpuUs)} | ` +
+          `${Number.isFinite(r.at512Sent) ? `${r.at512Errors} / ${f0(r.at512Sent)}` : "–"} | ${f0(r.bestHotRps)} (${r.bestHotPhase}) | ${rt} |`
+      )
+    }
+    md.push("")
+    if (scaleVerdicts.length > 0) {
+      md.push("| target (issue 40) | figure | verdict |", "| --- | ---: | --- |")
+      for (const v of scaleVerdicts) md.push(`| ${v.check} | ${v.value} | ${v.met === undefined ? "not measured" : v.met ? "**met**" : "not met"} |`)
+      md.push("")
+    }
+    if (portAlone !== undefined) {
+      md.push(
+        `Store port alone (\`npx tsx bench/pgHotProject.ts --concurrency ${portAlone.concurrency}\`, run before the targets started, one instance, one hot project, no HTTP): ` +
+          `**${f0(portAlone.governedCallsPerSecond)} governed calls/s** (reserve + settle), ${portAlone.roundTripsPerCall} round trips and ${portAlone.checkoutsPerCall} checkouts a call` +
+          `${portAlone.settleBatches === undefined ? "" : `, settlement batches of ${portAlone.settleBatches.meanSize} on average`}.`,
+        ""
+      )
+    }
+    if (curve.length > 0) {
+      md.push(
+        "Connections curve (closed loop, one hot project, autocannon): successful calls/s, and CPU µs a call / p50 ms / errors.",
+        "",
+        `| connections | ${targets.map((t) => short(t.name)).join(" | ")} |`,
+        `| ---: |${targets.map(() => " ---: |").join("")}`
+      )
+      for (const c of curve) {
+        md.push(
+          `| ${c.connections} | ${targets
+            .map((t) => {
+              const x = c.byTarget[t.name]!
+              return `${f0(x.rps)} (${f0(x.cpuUsPerCall)} µs, ${f0(x.p50)} ms, ${x.errors} err)`
+            })
+            .join(" | ")} |`
+        )
+      }
+      md.push("")
+    }
+    md.push(
+      "On this box the generator, the mock, PostgreSQL, Redis and every instance share the same cores: these figures say what a call costs on each store, not how instances scale (docs/decisions/0045).",
+      ""
+    )
+  }
   // Under 95% of the offered rate a target was saturated: its latency at 200 RPS measures a backlog.
   const saturated = summary.filter((s) => s.target !== "baseline" && (s.latency["open-200"]?.achievedRps ?? Infinity) < 0.95 * 200).map((s) => s.target)
   if (saturated.length > 0) md.push(`Saturated at 200 RPS offered (achieved < 95%), so their latency there is a backlog's: ${saturated.join(", ")}.`, "")
@@ -610,7 +841,17 @@ const main = async () => {
   )
   const markdown = md.join("\n")
 
-  const report = { config, machine: { ...info, loadavgEnd }, command, started: started.toISOString(), finished: finished.toISOString(), summary, targets: verdicts, results }
+  const report = {
+    config,
+    machine: { ...info, loadavgEnd },
+    command,
+    started: started.toISOString(),
+    finished: finished.toISOString(),
+    summary,
+    targets: verdicts,
+    scaleOut: { rows: scaleRows, verdicts: scaleVerdicts, portAlone, curve },
+    results
+  }
   process.stdout.write(`\n${markdown}\n`)
   const row = historyRow(report)
   log(`history row: ${row}`)

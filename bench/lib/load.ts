@@ -227,6 +227,8 @@ export interface CallersOptions {
   readonly stream: boolean
   readonly body: (n: number) => string
   readonly timeoutMs?: number
+  /** Caller i's own headers over the target's (e.g. its project's key: the 8-projects phase spreads callers over projects). */
+  readonly headersFor?: (caller: number) => Readonly<Record<string, string>>
 }
 
 /**
@@ -246,12 +248,13 @@ export const callersLoad = async (t: TargetEndpoint, o: CallersOptions): Promise
   let n = 0
   const start = performance.now()
   const end = start + o.durationMs
-  const caller = async () => {
+  const caller = async (_: unknown, i: number) => {
+    const own = o.headersFor === undefined ? headers : { ...headers, ...o.headersFor(i) }
     while (performance.now() < end) {
       const body = o.body(n++)
       const t0 = performance.now()
       try {
-        const res = await pool.request({ method: "POST", path: t.path, headers, body })
+        const res = await pool.request({ method: "POST", path: t.path, headers: own, body })
         let first = -1
         for await (const _chunk of res.body) if (first < 0) first = performance.now()
         const t1 = performance.now()

@@ -8,7 +8,8 @@
  * epoch, instance id and receipt key: instance 0 on the main thread, the others on worker threads of
  * this process (so the bench's CPU figure, read from this pid, covers all of them), behind a
  * round-robin TCP splice on one port (connection-level, as an L4 load balancer; with N = 1 there is
- * no splice). Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…}`.
+ * no splice). Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
+ * each instance's own, for its /metrics).
  *
  * Engines: TOLLGATE_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test) and
  * TOLLGATE_BENCH_REDIS_URL (default redis://127.0.0.1:6379); scripts/services.sh starts both.
@@ -104,7 +105,8 @@ if (!isMainThread) {
     const address = splice.address()
     port = typeof address === "object" && address !== null ? address.port : 0
   }
-  process.stdout.write(JSON.stringify({ ready: true, port, key: first.key, schema, instances: ports.length }) + "\n")
+  // `ports`: each instance's own port, for bench/run.ts to read each one's /metrics (its store round trips).
+  process.stdout.write(JSON.stringify({ ready: true, port, key: first.key, schema, instances: ports.length, ports }) + "\n")
 
   const stop = () =>
     void Promise.allSettled([...workers.map((w) => new Promise((r) => (w.once("exit", r), w.postMessage("stop")))), first.dispose()])

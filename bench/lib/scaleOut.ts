@@ -1,0 +1,125 @@
+/**
+ * Issue 40's targets for the scale-out store, judged on one run's own figures (bench/run.ts), side by
+ * side with the SQLite target of the same run: PostgreSQL + Redis with one instance (`tollgate-pg`)
+ * and two (`tollgate-pg2`) against Tollgate on SQLite (`tollgate`). As for issue 18's targets
+ * (bench/lib/targets.ts) a verdict is data in the report, never an exit code.
+ *
+ * - one instance ≥ 50% of SQLite's calls/s at 16 callers on one hot project;
+ * - its gateway CPU a call ≤ 2× SQLite's, in that same phase;
+ * - calls/s at 512 connections ≥ 90% of the target's best phase on the hot project (no collapse),
+ *   judged for each PostgreSQL target (SQLite's reported beside them);
+ * - 2 instances ≥ 1 instance on 8 projects and on one hot project (the best phase of each);
+ * - the store port alone (bench/pgHotProject.ts) ≥ 1,500 governed calls/s on one hot project.
+ *
+ * On a 2-core box that the generator, the mock, PostgreSQL, Redis and every instance share, these
+ * figures are about what a call costs, not about how the instances scale (docs/decisions/0045).
+ */
+import { f0, f2 } from "./stats.ts"
+
+/** What the scale-out verdicts need of a target's row: each figure a median over rounds, NaN when its phase did not run. */
+export interface ScaleFigures {
+  readonly target: string
+  /** 16 callers, one hot project (the default project): calls/s and gateway CPU µs a call. */
+  readonly hot16Rps: number
+  readonly hot16CpuUs: number
+  /** The 8-projects phase (keys of 8 projects, calls spread over them): calls/s. */
+  readonly projectsRps: number
+  /** The closed loop at 512 connections on the hot project: calls/s (NaN when no phase ran at 512). */
+  readonly at512Rps: number
+  /** The best successful calls/s of any hot-project phase (16 callers, the curve, the saturating loop). */
+  readonly bestHotRps: number
+}
+
+export interface ScaleVerdict {
+  readonly check: string
+  readonly value: string
+  /** undefined: a figure it needs was not measured. */
+  readonly met: boolean | undefined
+}
+
+export const PG_SHARE_OF_SQLITE = 0.5
+export const PG_CPU_OVER_SQLITE = 2
+export const NO_COLLAPSE_SHARE = 0.9
+export const PORT_ALONE_CALLS_PER_S = 1500
+
+const pct = (x: number) => `${(Math.floor(x * 1000) / 10).toFixed(1)}%`
+const judged = (x: number, ok: (x: number) => boolean): boolean | undefined => (Number.isFinite(x) ? ok(x) : undefined)
+
+/**
+ * The checks whose targets ran: the share and CPU checks need `tollgate` and `tollgate-pg`, the
+ * collapse check a PostgreSQL target with a phase at 512 connections, the instance checks both
+ * PostgreSQL targets, the port-alone check its figure (`portAlone`, governed calls/s).
+ */
+export const judgeScaleOut = (rows: ReadonlyArray<ScaleFigures>, portAlone?: number): ReadonlyArray<ScaleVerdict> => {
+  const byName = new Map(rows.map((r) => [r.target, r]))
+  const sqlite = byName.get("tollgate")
+  const pg1 = byName.get("tollgate-pg")
+  const pg2 = byName.get("tollgate-pg2")
+  const verdicts: Array<ScaleVerdict> = []
+  if (sqlite !== undefined && pg1 !== undefined) {
+    const share = pg1.hot16Rps / sqlite.hot16Rps
+    verdicts.push({
+      check: `PostgreSQL 1 instance ≥ ${PG_SHARE_OF_SQLITE * 100}% of SQLite's calls/s, 16 callers, one hot project`,
+      value: `${f0(pg1.hot16Rps)} / ${f0(sqlite.hot16Rps)} = ${pct(share)}`,
+      met: judged(share, (x) => x >= PG_SHARE_OF_SQLITE)
+    })
+    const cpu = pg1.hot16CpuUs / sqlite.hot16CpuUs
+    verdicts.push({
+      check: `PostgreSQL 1 instance gateway CPU a call ≤ ${PG_CPU_OVER_SQLITE}× SQLite's, same phase`,
+      value: `${f0(pg1.hot16CpuUs)} / ${f0(sqlite.hot16CpuUs)} µs = ${f2(cpu)}×`,
+      met: judged(cpu, (x) => x <= PG_CPU_OVER_SQLITE)
+    })
+  }
+  for (const [name, label] of [
+    ["tollgate-pg", "PostgreSQL 1 instance"],
+    ["tollgate-pg2", "PostgreSQL 2 instances"]
+  ] as const) {
+    const t = byName.get(name)
+    if (t === undefined || !Number.isFinite(t.at512Rps)) continue
+    const share = t.at512Rps / t.bestHotRps
+    verdicts.push({
+      check: `${label}: calls/s at 512 connections ≥ ${NO_COLLAPSE_SHARE * 100}% of its best phase's (no collapse)`,
+      value: `${f0(t.at512Rps)} / ${f0(t.bestHotRps)} = ${pct(share)}`,
+      met: judged(share, (x) => x >= NO_COLLAPSE_SHARE)
+    })
+  }
+  if (pg1 !== undefined && pg2 !== undefined) {
+    const projects = pg2.projectsRps / pg1.projectsRps
+    verdicts.push({
+      check: "2 instances ≥ 1 instance, 8 projects",
+      value: `${f0(pg2.projectsRps)} / ${f0(pg1.projectsRps)} = ${f2(projects)}×`,
+      met: judged(projects, (x) => x >= 1)
+    })
+    const hot = pg2.bestHotRps / pg1.bestHotRps
+    verdicts.push({
+      check: "2 instances ≥ 1 instance, one hot project (best phase of each)",
+      value: `${f0(pg2.bestHotRps)} / ${f0(pg1.bestHotRps)} = ${f2(hot)}×`,
+      met: judged(hot, (x) => x >= 1)
+    })
+  }
+  if (portAlone !== undefined) {
+    verdicts.push({
+      check: `store port alone (bench/pgHotProject.ts), one hot project ≥ ${PORT_ALONE_CALLS_PER_S.toLocaleString("en-US")} governed calls/s`,
+      value: `${f0(portAlone)} calls/s`,
+      met: judged(portAlone, (x) => x >= PORT_ALONE_CALLS_PER_S)
+    })
+  }
+  return verdicts
+}
+
+/** `tollgate_store_round_trips_total 123` and `tollgate_store_checkouts_total 45` out of a /metrics text (NaN when absent). */
+export const storeCounters = (metrics: string): { roundTrips: number; checkouts: number } => {
+  const read = (name: string) => {
+    const m = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+(?:\\.\\d+)?)$`, "m").exec(metrics)
+    return m === null ? NaN : Number(m[1])
+  }
+  return { roundTrips: read("tollgate_store_round_trips_total"), checkouts: read("tollgate_store_checkouts_total") }
+}
+
+/** The connection counts of `--curve 16,32,…`: positive integers, ascending, each once. */
+export const curvePoints = (spec: string | undefined): ReadonlyArray<number> => {
+  if (spec === undefined || spec.trim() === "") return []
+  const xs = spec.split(",").map((s) => Number(s.trim()))
+  for (const x of xs) if (!Number.isInteger(x) || x < 1) throw new Error(`--curve expects connection counts like 16,32,64, got ${spec}`)
+  return [...new Set(xs)].sort((a, b) => a - b)
+}

@@ -1,0 +1,60 @@
+/** Issue 40's verdicts for the scale-out store (bench/lib/scaleOut.ts): each judged on one run's figures, bounds included. */
+import { describe, expect, it } from "vitest"
+import { curvePoints, judgeScaleOut, type ScaleFigures, storeCounters } from "../../bench/lib/scaleOut.ts"
+
+const row = (target: string, o: Partial<ScaleFigures> = {}): ScaleFigures => ({
+  target,
+  hot16Rps: 400,
+  hot16CpuUs: 1000,
+  projectsRps: 800,
+  at512Rps: 380,
+  bestHotRps: 400,
+  ...o
+})
+const metOf = (v: ReturnType<typeof judgeScaleOut>) => Object.fromEntries(v.map((x) => [x.check, x.met]))
+
+describe("scale-out verdicts (issue 40)", () => {
+  it("judges PostgreSQL against SQLite of the same run, on the bounds", () => {
+    const sqlite = row("tollgate", { hot16Rps: 400, hot16CpuUs: 1000 })
+    const onBounds = row("tollgate-pg", { hot16Rps: 200, hot16CpuUs: 2000, at512Rps: 360, bestHotRps: 400, projectsRps: 500 })
+    const pg2 = row("tollgate-pg2", { at512Rps: 450, bestHotRps: 400, projectsRps: 500 })
+    expect(metOf(judgeScaleOut([sqlite, onBounds, pg2], 1500))).toEqual({
+      "PostgreSQL 1 instance ≥ 50% of SQLite's calls/s, 16 callers, one hot project": true,
+      "PostgreSQL 1 instance gateway CPU a call ≤ 2× SQLite's, same phase": true,
+      "PostgreSQL 1 instance: calls/s at 512 connections ≥ 90% of its best phase's (no collapse)": true,
+      "PostgreSQL 2 instances: calls/s at 512 connections ≥ 90% of its best phase's (no collapse)": true,
+      "2 instances ≥ 1 instance, 8 projects": true,
+      "2 instances ≥ 1 instance, one hot project (best phase of each)": true,
+      "store port alone (bench/pgHotProject.ts), one hot project ≥ 1,500 governed calls/s": true
+    })
+    const under = row("tollgate-pg", { hot16Rps: 199, hot16CpuUs: 2001, at512Rps: 359, bestHotRps: 400, projectsRps: 501 })
+    const pg2Under = row("tollgate-pg2", { at512Rps: 100, bestHotRps: 399, projectsRps: 500 })
+    const v = judgeScaleOut([sqlite, under, pg2Under], 1499)
+    expect(Object.values(metOf(v)).every((m) => m === false)).toBe(true)
+    expect(v.find((x) => x.check.startsWith("PostgreSQL 1 instance ≥"))?.value).toBe("199 / 400 = 49.7%")
+    expect(v.find((x) => x.check.startsWith("2 instances ≥ 1 instance, 8"))?.value).toBe("500 / 501 = 1.00×")
+  })
+
+  it("leaves out a check whose targets did not run, and does not judge a figure not measured", () => {
+    expect(judgeScaleOut([row("tollgate")])).toEqual([])
+    const v = judgeScaleOut([row("tollgate"), row("tollgate-pg", { at512Rps: Number.NaN, hot16CpuUs: Number.NaN })])
+    expect(metOf(v)).toEqual({
+      "PostgreSQL 1 instance ≥ 50% of SQLite's calls/s, 16 callers, one hot project": true,
+      "PostgreSQL 1 instance gateway CPU a call ≤ 2× SQLite's, same phase": undefined
+    })
+  })
+
+  it("reads the store counters out of /metrics and the curve out of --curve", () => {
+    const text = [
+      "# TYPE tollgate_store_round_trips_total counter",
+      "tollgate_store_round_trips_total 1234",
+      "tollgate_store_checkouts_total 56",
+      "tollgate_store_retries_total{reason=\"deadlock\"} 0"
+    ].join("\n")
+    expect(storeCounters(text)).toEqual({ roundTrips: 1234, checkouts: 56 })
+    expect(storeCounters("nothing here").roundTrips).toBeNaN()
+    expect(curvePoints("512, 16,32,16")).toEqual([16, 32, 512])
+    expect(curvePoints(undefined)).toEqual([])
+    expect(() => curvePoints("16,abc")).toThrow(/--curve/)
+  })
+})
