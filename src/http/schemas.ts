@@ -18,10 +18,11 @@ import {
   UnsupportedWorkflow,
   wireCodeOf
 } from "../domain/errors.ts"
-import { Extra, Metadata } from "../domain/wire/chat.ts"
+import { Extra } from "../domain/wire/chat.ts"
 import { TokenCounts, Verification } from "../domain/wire/records.ts"
 
 export { ChatCompletionRequest, ChatMessage } from "../domain/wire/chat.ts"
+export { ResponsesRequest } from "../domain/wire/responses.ts"
 
 export { Attempt, Receipt, ReceiptKeys, RequestStatus, TokenCounts, Verification } from "../domain/wire/records.ts"
 
@@ -95,20 +96,6 @@ export const ChatCompletionChunk = Schema.Struct(
   },
   Extra
 ).annotations({ identifier: "ChatCompletionChunk", description: "An SSE data frame of a streamed chat completion; the stream ends with data: [DONE]." })
-
-export const ResponsesRequest = Schema.Struct(
-  {
-    model: Schema.String,
-    input: Schema.Union(Schema.String, Schema.Array(Extra)),
-    instructions: Schema.optional(Schema.NullOr(Schema.String)),
-    max_output_tokens: Schema.optional(Schema.NullOr(Schema.Int)),
-    temperature: Schema.optional(Schema.NullOr(Schema.Number)),
-    top_p: Schema.optional(Schema.NullOr(Schema.Number)),
-    metadata: Schema.optional(Metadata),
-    stream: Schema.optional(Schema.NullOr(Schema.Boolean))
-  },
-  Extra
-).annotations({ identifier: "ResponsesRequest" })
 
 export const ResponseObject = Schema.Struct(
   {
