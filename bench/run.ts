@@ -49,6 +49,7 @@ import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { appendHistoryRow, historyRow } from "./lib/history.ts"
 import { judgeTargets, type OverReference, overDurable, overFloor, type TargetFigures } from "./lib/targets.ts"
+import { connectEngines, cpuBetween, type EngineSample, sampleEngines } from "./lib/engines.ts"
 import { curvePoints, judgeScaleOut, type ScaleFigures, storeCounters } from "./lib/scaleOut.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -295,7 +296,17 @@ interface Measured extends PhaseResult {
   /** The PostgreSQL targets: statements sent (each one round trip) and pool checkouts a successful call, all instances (their /metrics); NaN elsewhere. */
   readonly roundTripsPerCall: number
   readonly checkoutsPerCall: number
+  /** The PostgreSQL targets: CPU µs a call of the PostgreSQL and Redis server processes, and PostgreSQL's commits and WAL flushes a call (bench/lib/engines.ts; a shared server: upper bounds). */
+  readonly pgCpuUsPerCall: number
+  readonly redisCpuUsPerCall: number
+  readonly commitsPerCall: number
+  readonly walSyncsPerCall: number
 }
+
+/** A client on the bench's PostgreSQL for its counters, opened when a PostgreSQL target runs. */
+let engines: Awaited<ReturnType<typeof connectEngines>> | undefined
+const sampleEnginesOf = (t: Target): Promise<EngineSample | undefined> =>
+  engines === undefined || t.metricsPorts === undefined ? Promise.resolve(undefined) : sampleEngines(engines).catch(() => undefined)
 
 const ADMIN_TOKEN = "bench-admin-token"
 
@@ -315,6 +326,7 @@ const readStoreCounters = async (t: Target) => {
 
 const measure = async (t: Target, s: Scenario, round: number): Promise<Measured> => {
   const countersBefore = await readStoreCounters(t)
+  const enginesBefore = await sampleEnginesOf(t)
   const before = sampleProc(t.child.pid)
   const self = process.cpuUsage()
   const t0 = performance.now()
@@ -325,7 +337,10 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
   const cpuMs = after.cpuMs - before.cpuMs
   const split = cpuSplit(t.child.pid, before, after)
   const perReq = (ms: number) => (r.ok > 0 ? (ms * 1000) / r.ok : NaN)
+  const enginesAfter = enginesBefore === undefined ? undefined : await sampleEnginesOf(t)
   const countersAfter = countersBefore === undefined ? undefined : await readStoreCounters(t)
+  const engine = (pick: (a: EngineSample, b: EngineSample) => number) =>
+    enginesBefore === undefined || enginesAfter === undefined || r.ok === 0 ? NaN : pick(enginesBefore, enginesAfter) / r.ok
   const perCall = (pick: (c: { roundTrips: number; checkouts: number }) => number) =>
     countersBefore === undefined || countersAfter === undefined || r.ok === 0 ? NaN : (pick(countersAfter) - pick(countersBefore)) / r.ok
   return {
@@ -342,7 +357,11 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
     generatorCores: (own.user + own.system) / 1000 / wallMs,
     loadavg: loadavg()[0]!,
     roundTripsPerCall: perCall((c) => c.roundTrips),
-    checkoutsPerCall: perCall((c) => c.checkouts)
+    checkoutsPerCall: perCall((c) => c.checkouts),
+    pgCpuUsPerCall: engine((a, b) => cpuBetween(a.postgres, b.postgres) * 1000),
+    redisCpuUsPerCall: engine((a, b) => cpuBetween(a.redis, b.redis) * 1000),
+    commitsPerCall: engine((a, b) => b.commits - a.commits),
+    walSyncsPerCall: engine((a, b) => b.walSyncs - a.walSyncs)
   }
 }
 
@@ -515,6 +534,10 @@ const main = async () => {
   const portAlone = config.targets.some((t) => t.startsWith("tollgate-pg")) && !flag("--no-port-alone") ? await runPortAlone() : undefined
 
   const targets = await Promise.all(config.targets.map((name) => starters[name]!()))
+  if (config.targets.some((t) => t.startsWith("tollgate-pg"))) {
+    engines = await connectEngines(process.env.TOLLGATE_BENCH_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test")
+    stopAll.push(() => engines!.end())
+  }
   for (const t of targets) await checkTarget(t.endpoint)
   if (scenarios.some((s) => s.id === `projects-${config.projects}`)) {
     for (const t of targets) if (t.name.startsWith("tollgate")) t.keys = await projectKeys(t)
@@ -541,7 +564,10 @@ const main = async () => {
             (m.ttfbMs ? `  ttfb p50 ${f2(m.ttfbMs.p50)}` : "") +
             `  cpu ${f0(m.cpuUsPerReq)} µs/req (main ${f0(m.mainCpuUsPerReq)} at ${f2(m.mainCores)} cores, busiest other thread ${f0(m.busiestOtherCpuUsPerReq)}, rest ${f0(m.restCpuUsPerReq)}), gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
             (m.lagP99Ms !== undefined && m.lagP99Ms > 2 ? `  (generator lag p99 ${f1(m.lagP99Ms)} ms)` : "") +
-            (Number.isFinite(m.roundTripsPerCall) ? `  store ${f2(m.roundTripsPerCall)} round trips, ${f2(m.checkoutsPerCall)} checkouts a call` : "")
+            (Number.isFinite(m.roundTripsPerCall) ? `  store ${f2(m.roundTripsPerCall)} round trips, ${f2(m.checkoutsPerCall)} checkouts a call` : "") +
+            (Number.isFinite(m.pgCpuUsPerCall)
+              ? `; postgres ${f0(m.pgCpuUsPerCall)} µs, redis ${f0(m.redisCpuUsPerCall)} µs, ${f2(m.commitsPerCall)} commits, ${f2(m.walSyncsPerCall)} WAL flushes a call`
+              : "")
         )
         await pause(300)
       }
@@ -720,7 +746,7 @@ const main = async () => {
   const projectsId = `projects-${config.projects}`
   const curveId = (c: number) => (c === config.connections ? "closed" : `closed-${c}`)
   const hotIds = [hotId, ...config.curve.map(curveId), "closed"].filter((id, i, xs) => xs.indexOf(id) === i && scenarios.some((s) => s.id === id))
-  const at512 = config.connections === 512 ? "closed" : config.curve.includes(512) ? "closed-512" : undefined
+  const at512 = [config.connections === 512 ? "closed" : "closed-512"].find((id) => scenarios.some((s) => s.id === id))
   const governedNames = targets.map((t) => t.name).filter((n) => n.startsWith("tollgate"))
   const scaleRows = governedNames.map((name) => ({
     target: name,
@@ -729,6 +755,18 @@ const main = async () => {
     hot16P50: med(name, hotId, (r) => r.latencyMs.p50),
     hot16RoundTrips: med(name, hotId, (r) => r.roundTripsPerCall),
     hot16Checkouts: med(name, hotId, (r) => r.checkoutsPerCall),
+    hot16Engines: {
+      pgCpuUs: med(name, hotId, (r) => r.pgCpuUsPerCall),
+      redisCpuUs: med(name, hotId, (r) => r.redisCpuUsPerCall),
+      commits: med(name, hotId, (r) => r.commitsPerCall),
+      walSyncs: med(name, hotId, (r) => r.walSyncsPerCall)
+    },
+    projectsEngines: {
+      pgCpuUs: med(name, projectsId, (r) => r.pgCpuUsPerCall),
+      redisCpuUs: med(name, projectsId, (r) => r.redisCpuUsPerCall),
+      commits: med(name, projectsId, (r) => r.commitsPerCall),
+      walSyncs: med(name, projectsId, (r) => r.walSyncsPerCall)
+    },
     projectsRps: med(name, projectsId, (r) => r.achievedRps),
     projectsCpuUs: med(name, projectsId, (r) => r.cpuUsPerReq),
     projectsRoundTrips: med(name, projectsId, (r) => r.roundTripsPerCall),
@@ -769,14 +807,27 @@ const main = async () => {
       `| target | hot, ${config.callers} callers: calls/s | CPU µs a call | p50 ms | ${config.projects} projects, ${config.projectCallers} callers: calls/s | CPU µs a call | hot, 512 connections: calls/s | CPU µs a call | errors at 512 | best hot phase: calls/s | round trips / checkouts a call (${config.callers} callers; ${config.projects} projects) |`,
       "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     )
+    const engineRows: Array<string> = []
     for (const r of scaleRows) {
       const rt = Number.isFinite(r.hot16RoundTrips) ? `${f2(r.hot16RoundTrips)} / ${f2(r.hot16Checkouts)}; ${f2(r.projectsRoundTrips)}` : "–"
       md.push(
         `| ${short(r.target)} | ${f0(r.hot16Rps)} | ${f0(r.hot16CpuUs)} | ${f2(r.hot16P50)} | ${f0(r.projectsRps)} | ${f0(r.projectsCpuUs)} | ${f0(r.at512Rps)} | ${f0(r.at512CpuUs)} | ` +
           `${Number.isFinite(r.at512Sent) ? `${r.at512Errors} / ${f0(r.at512Sent)}` : "–"} | ${f0(r.bestHotRps)} (${r.bestHotPhase}) | ${rt} |`
       )
+      const e = (x: typeof r.hot16Engines) => `${f0(x.pgCpuUs)} / ${f0(x.redisCpuUs)} | ${f2(x.commits)} / ${f2(x.walSyncs)}`
+      if (Number.isFinite(r.hot16Engines.pgCpuUs)) engineRows.push(`| ${short(r.target)} | ${e(r.hot16Engines)} | ${e(r.projectsEngines)} |`)
     }
     md.push("")
+    if (engineRows.length > 0) {
+      md.push(
+        "The engines a call, same phases (bench/lib/engines.ts: the PostgreSQL and Redis server processes' CPU, PostgreSQL's `xact_commit` and `pg_stat_wal.wal_sync`; the server is shared with other test runs, so upper bounds):",
+        "",
+        `| target | hot, ${config.callers} callers: PostgreSQL / Redis CPU µs a call | commits / WAL flushes a call | ${config.projects} projects: PostgreSQL / Redis CPU µs a call | commits / WAL flushes a call |`,
+        "| --- | ---: | ---: | ---: | ---: |",
+        ...engineRows,
+        ""
+      )
+    }
     if (scaleVerdicts.length > 0) {
       md.push("| target (issue 40) | figure | verdict |", "| --- | ---: | --- |")
       for (const v of scaleVerdicts) md.push(`| ${v.check} | ${v.value} | ${v.met === undefined ? "not measured" : v.met ? "**met**" : "not met"} |`)
