@@ -71,7 +71,7 @@ const config = {
   rates: oneCallerOnly ? [] : list("--rates", quick ? "200" : "200,1000").map(Number),
   streamRates: oneCallerOnly ? [] : list("--stream-rates", "200").map(Number),
   callers: numArg("--callers", 16),
-  // Issue 40: the 8-projects phase (keys of `projects` projects, `projectCallers` callers spread over them).
+  // Issue 40: the 8-projects phase (keys of `projects` projects, `projectCallers` callers spread over them); not under --quick unless asked (--projects, or --only naming it).
   projects: numArg("--projects", 8),
   projectCallers: numArg("--project-callers", 64),
   // `--curve 16,32,64,128,256,512`: a closed loop at each connection count (the point at --connections is the `closed` phase).
@@ -216,7 +216,7 @@ const allScenarios: Array<Scenario> = [
           run: (t: Target, round: number) =>
             callersLoad(t.endpoint, { callers: config.callers, durationMs: config.durationS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-k-r${round}-${n}`) })
         },
-        {
+        ...(quick && arg("--projects") === undefined && !(arg("--only") ?? "").includes("projects-") ? [] : [{
           // Issue 40: many projects, no hot row. Caller i calls with project i mod N's key (targets without project keys use their one key).
           id: `projects-${config.projects}`,
           label: `non-streaming, closed model ${config.projectCallers} callers spread over ${config.projects} projects`,
@@ -230,7 +230,7 @@ const allScenarios: Array<Scenario> = [
               ...(keys.length > 1 ? { headersFor: (i: number) => ({ authorization: `Bearer ${keys[i % keys.length]!}` }) } : {})
             })
           }
-        }
+        }])
       ]),
   ...config.rates.map(
     (rate): Scenario => ({
