@@ -98,8 +98,9 @@ describe("closeIfUnread: a lingering close after an early answer", () => {
     let closedAfter = (_ms: number) => {}
     const closed = new Promise<number>((resolve) => (closedAfter = resolve))
     const server = createServer((_req, res) => {
-      closeIfUnread(res, linger)
+      // Measured from before the linger is armed: its timer cannot end before `linger.ms` from here.
       const answeredAt = performance.now()
+      closeIfUnread(res, linger)
       res.socket!.once("close", () => closedAfter(performance.now() - answeredAt))
       res.writeHead(413).end("too large")
     })
