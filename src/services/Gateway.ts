@@ -208,10 +208,16 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const reserve = (f: InFlight, r: Reservation): void => {
       f.to("reserving")
       const traced = childSpan(f, "tollgate.reserve", { "tollgate.request_id": r.requestId, "tollgate.route": r.chain[0]!.name })
-      store.reserveThen(r.args, (outcome) => {
-        endSpan(f, traced, outcome)
-        guarded(f, () => reserved(f, r, outcome))
-      })
+      try {
+        store.reserveThen(r.args, (outcome) => {
+          endSpan(f, traced, outcome)
+          guarded(f, () => reserved(f, r, outcome))
+        })
+      } catch (defect) {
+        // Never sent: the call holds nothing, and `failed` answers the defect.
+        f.to("declined")
+        throw defect
+      }
     }
 
     /**
