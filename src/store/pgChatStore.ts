@@ -676,13 +676,15 @@ export const makePgChatStore = Effect.gen(function* () {
    * written on its hold while it is still held: what a survivor charges if this process dies.
    */
   const heartbeat = (a: HeartbeatArgs): Effect.Effect<void> =>
-    transact(
-      Effect.zipRight(
-        sql`UPDATE instances SET heartbeat_at = ${a.now} WHERE epoch = ${a.epoch}`,
-        Effect.forEach(a.marks, (m) => sql`UPDATE reservations SET progress = ${JSON.stringify(m.mark)} WHERE id = ${m.reservationId} AND state = 'held'`, {
-          discard: true
-        })
-      )
+    Effect.asVoid(
+      once(sql`WITH m AS (
+          SELECT x->>'reservation_id' AS rid, x->>'mark' AS mark FROM jsonb_array_elements(${JSON.stringify(
+            a.marks.map((m) => ({ reservation_id: m.reservationId, mark: JSON.stringify(m.mark) }))
+          )}::jsonb) AS x),
+        beat AS (UPDATE instances SET heartbeat_at = ${a.now} WHERE epoch = ${a.epoch} RETURNING 1),
+        locked AS (SELECT r.id FROM reservations r WHERE r.id IN (SELECT rid FROM m) AND r.state = 'held' ORDER BY r.id FOR UPDATE),
+        marked AS (UPDATE reservations r SET progress = m.mark FROM m, locked WHERE r.id = m.rid AND r.id = locked.id RETURNING 1)
+        SELECT (SELECT COUNT(*) FROM beat) AS beat, (SELECT COUNT(*) FROM marked) AS marked`)
     )
 
   /** One batch of the sweep: the expired holds no other sweeper holds, each voided once. */
