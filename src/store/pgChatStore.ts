@@ -221,6 +221,31 @@ export const makePgChatStore = Effect.gen(function* () {
     )
 
   /**
+   * A lane's callback, told at most once; one that throws is logged, so the batch's other callers are
+   * still told. `tellTheRest`: after a batch's fiber ended, whoever of it was not told hears how it
+   * ended (a defect) — no caller waits forever on a lane.
+   */
+  type Told = { told?: boolean }
+  const toldOnce = <A>(done: (outcome: Exit.Exit<A>) => void): ((outcome: Exit.Exit<A>) => void) => {
+    const once_: ((outcome: Exit.Exit<A>) => void) & Told = (outcome) => {
+      if (once_.told === true) return
+      once_.told = true
+      try {
+        done(outcome)
+      } catch (e) {
+        runFork(Effect.logError("store: a caller's callback threw", e))
+      }
+    }
+    return once_
+  }
+  const tellTheRest = (batch: ReadonlyArray<{ readonly done: (outcome: Exit.Exit<any>) => void }>, exit: Exit.Exit<void>, requeued: ReadonlyArray<unknown> = []) => {
+    for (const p of batch) {
+      if ((p.done as Told).told === true || requeued.includes(p)) continue
+      p.done(Exit.isFailure(exit) ? Exit.failCause(exit.cause) : Exit.die(new Error("store: a batch ended without answering this call")))
+    }
+  }
+
+  /**
    * Reservations, group-committed like settlements (below): one lane per project (of `SETTLE_LANES`),
    * one statement at a time per lane; those that arrive while it is in flight go together as the next
    * `tollgate_reserve_many` (migration 0010) — one transaction, one WAL flush — each answered on its
@@ -305,7 +330,8 @@ export const makePgChatStore = Effect.gen(function* () {
     lane.busy = true
     const batch = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
     lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
-    runFork(runReserveBatch(batch)).addObserver(() => {
+    runFork(runReserveBatch(batch)).addObserver((exit) => {
+      tellTheRest(batch, exit)
       if (lane.queue.length > 0) return drainReserves(lane)
       lane.busy = false
     })
@@ -315,7 +341,7 @@ export const makePgChatStore = Effect.gen(function* () {
   const reserveAttempt = (a: ReserveArgs, amount: number | null): Effect.Effect<ReserveRow> =>
     Effect.async<ReserveRow>((resume) => {
       const lane = reserveLanes[laneIndex(a.hold.projectId)]!
-      lane.queue.push({ a, amount, done: (outcome) => resume(outcome) })
+      lane.queue.push({ a, amount, done: toldOnce((outcome) => resume(outcome)) })
       if (!lane.busy) drainReserves(lane)
     }).pipe(Effect.uninterruptible)
 
@@ -579,7 +605,8 @@ export const makePgChatStore = Effect.gen(function* () {
     lane.busy = true
     const batch = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
     lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
-    runFork(runBatch(lane, batch)).addObserver(() => {
+    runFork(runBatch(lane, batch)).addObserver((exit) => {
+      tellTheRest(batch, exit, lane.queue)
       if (lane.queue.length > 0) return drain(lane)
       lane.busy = false
     })
@@ -588,7 +615,7 @@ export const makePgChatStore = Effect.gen(function* () {
   /** The settlement by callback: queued on its project's lane, `done` told once how it ended (committed). */
   const settleThen = (s: SettleArgs, done: (outcome: Exit.Exit<void>) => void): void => {
     const lane = laneOf(s.hold.projectId)
-    lane.queue.push({ s, done })
+    lane.queue.push({ s, done: toldOnce(done) })
     if (!lane.busy) drain(lane)
   }
 
