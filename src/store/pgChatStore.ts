@@ -225,6 +225,15 @@ export const makePgChatStore = Effect.gen(function* () {
    * still told. `tellTheRest`: after a batch's fiber ended, whoever of it was not told hears how it
    * ended (a defect) — no caller waits forever on a lane.
    */
+  /** The database's words for a refused batch (the SqlError's cause), for the log. */
+  const refusal = (cause: Cause.Cause<unknown>): string => {
+    for (const d of Cause.defects(cause)) {
+      const message = ((d as { cause?: { message?: unknown } }).cause)?.message
+      if (typeof message === "string") return message
+    }
+    return Cause.pretty(cause).split("\n")[0] ?? "unknown"
+  }
+
   type Told = { told?: boolean }
   const toldOnce = <A>(done: (outcome: Exit.Exit<A>) => void): ((outcome: Exit.Exit<A>) => void) => {
     const once_: ((outcome: Exit.Exit<A>) => void) & Told = (outcome) => {
@@ -315,7 +324,7 @@ export const makePgChatStore = Effect.gen(function* () {
           return
         }
         pgSettleBatches.splits++
-        yield* Effect.logWarning(`store: a batch of ${batch.length} reservations was refused; each runs alone: ${Cause.pretty(exit.cause).split("\n")[0]}`)
+        yield* Effect.logWarning(`store: a batch of ${batch.length} reservations was refused; each runs alone: ${refusal(exit.cause)}`)
         for (const p of batch) yield* runReserveBatch([p])
         return
       }
@@ -561,7 +570,7 @@ export const makePgChatStore = Effect.gen(function* () {
           if (live.length === 1) return live[0]!.done(Exit.failCause(exit.cause))
           // One call's failure must not fail its neighbours: each settles alone.
           pgSettleBatches.splits++
-          yield* Effect.logWarning(`store: a batch of ${live.length} settlements was refused; each runs alone: ${Cause.pretty(exit.cause).split("\n")[0]}`)
+          yield* Effect.logWarning(`store: a batch of ${live.length} settlements was refused; each runs alone: ${refusal(exit.cause)}`)
           for (const p of live) yield* runBatch(lane, [p])
           return
         }
