@@ -89,7 +89,7 @@ const config = {
   compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg2", "portkey"]
+const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg2", "tollgate-pg2a", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
 if (config.compare !== undefined) config.targets.push("tollgate-b")
@@ -495,6 +495,8 @@ const main = async () => {
     // PostgreSQL + Redis (scripts/services.sh), one instance and two (bench/targets/tollgatePg.ts).
     "tollgate-pg": () => startGoverned("tollgate-pg", "targets/tollgatePg.ts"),
     "tollgate-pg2": () => startGoverned("tollgate-pg2", "targets/tollgatePg.ts", { extra: ["--instances", "2"] }),
+    // The same two instances behind a splice with key affinity: each project's calls on one instance (docs/decisions/0045).
+    "tollgate-pg2a": () => startGoverned("tollgate-pg2a", "targets/tollgatePg.ts", { extra: ["--instances", "2", "--affinity"] }),
     "tollgate-b": () =>
       startGoverned("tollgate-b", "targets/tollgate.ts", { dir: resolve(config.compare!), nodeFlags: config.compareNodeFlags, extra: config.compareArgs }),
     portkey: async () => {
@@ -670,6 +672,7 @@ const main = async () => {
     tollgate: "Tollgate (full governance, SQLite FULL)",
     "tollgate-pg": "Tollgate on PostgreSQL + Redis, 1 instance",
     "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (threads of one process, TCP round robin)",
+    "tollgate-pg2a": "Tollgate on PostgreSQL + Redis, 2 instances with key affinity (a key's connections to one instance)",
     "tollgate-b": `Tollgate from ${config.compare ?? ""} ${[...config.compareNodeFlags, ...config.compareArgs].join(" ")} (A/B)`,
     portkey: "Portkey gateway 1.15 (no governance)"
   }

@@ -240,6 +240,8 @@ export interface CallersOptions {
 export const callersLoad = async (t: TargetEndpoint, o: CallersOptions): Promise<PhaseResult> => {
   const timeoutMs = o.timeoutMs ?? 15_000
   const pool = new Pool(t.origin, { connections: o.callers, pipelining: 1, keepAliveTimeout: 30_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs })
+  // Callers with their own headers (a key each) get a connection each, so a connection carries one key (a splice with key affinity routes by it).
+  const own = o.headersFor === undefined ? undefined : Array.from({ length: o.callers }, () => new Pool(t.origin, { connections: 1, pipelining: 1, keepAliveTimeout: 30_000, headersTimeout: timeoutMs, bodyTimeout: timeoutMs }))
   const headers = { ...t.headers, "content-type": "application/json" }
   const latency: Array<number> = []
   const ttfb: Array<number> = []
@@ -249,12 +251,13 @@ export const callersLoad = async (t: TargetEndpoint, o: CallersOptions): Promise
   const start = performance.now()
   const end = start + o.durationMs
   const caller = async (_: unknown, i: number) => {
-    const own = o.headersFor === undefined ? headers : { ...headers, ...o.headersFor(i) }
+    const mine = o.headersFor === undefined ? headers : { ...headers, ...o.headersFor(i) }
+    const via = own?.[i] ?? pool
     while (performance.now() < end) {
       const body = o.body(n++)
       const t0 = performance.now()
       try {
-        const res = await pool.request({ method: "POST", path: t.path, headers: own, body })
+        const res = await via.request({ method: "POST", path: t.path, headers: mine, body })
         let first = -1
         for await (const _chunk of res.body) if (first < 0) first = performance.now()
         const t1 = performance.now()
@@ -273,7 +276,7 @@ export const callersLoad = async (t: TargetEndpoint, o: CallersOptions): Promise
   }
   await Promise.all(Array.from({ length: o.callers }, caller))
   const elapsedS = (performance.now() - start) / 1000
-  await pool.close()
+  await Promise.all([pool, ...(own ?? [])].map((p) => p.close()))
   return {
     mode: "closed",
     stream: o.stream,

@@ -97,6 +97,15 @@ export const judgeScaleOut = (rows: ReadonlyArray<ScaleFigures>, portAlone?: num
       met: judged(hot, (x) => x >= 1)
     })
   }
+  const pg2a = byName.get("tollgate-pg2a")
+  if (pg1 !== undefined && pg2a !== undefined) {
+    const projects = pg2a.projectsRps / pg1.projectsRps
+    verdicts.push({
+      check: "2 instances with key affinity ≥ 1 instance, 8 projects",
+      value: `${f0(pg2a.projectsRps)} / ${f0(pg1.projectsRps)} = ${f2(projects)}×`,
+      met: judged(projects, (x) => x >= 1)
+    })
+  }
   if (portAlone !== undefined) {
     verdicts.push({
       check: `store port alone (bench/pgHotProject.ts), one hot project ≥ ${PORT_ALONE_CALLS_PER_S.toLocaleString("en-US")} governed calls/s`,

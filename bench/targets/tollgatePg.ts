@@ -8,7 +8,7 @@
  * epoch, instance id and receipt key: instance 0 on the main thread, the others on worker threads of
  * this process (so the bench's CPU figure, read from this pid, covers all of them), behind a
  * round-robin TCP splice on one port (connection-level, as an L4 load balancer; with N = 1 there is
- * no splice). Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
+ * no splice); `--affinity` sends each connection to the instance owning its first request's key. Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
  * each instance's own, for its /metrics).
  *
  * Engines: TOLLGATE_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test) and
@@ -16,7 +16,7 @@
  */
 import { Option, Redacted } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
-import { createConnection, createServer } from "node:net"
+import { createConnection, createServer, type Socket } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads"
@@ -95,11 +95,39 @@ if (!isMainThread) {
   let port = first.port
   if (ports.length > 1) {
     let next = 0
-    const splice = createServer((client) => {
-      const upstream = createConnection({ host: "127.0.0.1", port: ports[next++ % ports.length]! })
+    // `--affinity`: a connection goes to the instance that owns the key of its first request (keys
+    // dealt to the instances in the order they are first seen), so each project's calls stay on one
+    // instance, as a load balancer hashing the key would keep them (docs/decisions/0045). Without it,
+    // connections go round robin, each project's calls over every instance.
+    const affinity = process.argv.includes("--affinity")
+    const owner = new Map<string, number>()
+    const pick = (head: string) => {
+      const key = /\r\nauthorization: *Bearer +([^\r\n]+)/i.exec(head)?.[1]
+      if (key === undefined) return next++ % ports.length
+      let i = owner.get(key)
+      if (i === undefined) owner.set(key, (i = owner.size % ports.length))
+      return i
+    }
+    const join = (client: Socket, index: number, first?: Buffer) => {
+      const upstream = createConnection({ host: "127.0.0.1", port: ports[index]! })
+      if (first !== undefined) upstream.write(first)
       client.pipe(upstream).pipe(client)
       client.on("error", () => upstream.destroy())
       upstream.on("error", () => client.destroy())
+    }
+    const splice = createServer((client) => {
+      if (!affinity) return join(client, next++ % ports.length)
+      let head = Buffer.alloc(0)
+      const onData = (chunk: Buffer) => {
+        head = Buffer.concat([head, chunk])
+        if (head.indexOf("\r\n\r\n") === -1 && head.length < 16_384) return
+        client.off("data", onData)
+        client.pause()
+        join(client, pick(head.toString("latin1")), head)
+        client.resume()
+      }
+      client.on("data", onData)
+      client.on("error", () => client.destroy())
     })
     await new Promise<void>((resolve) => splice.listen(Number(arg("--port") ?? "0"), "127.0.0.1", resolve))
     const address = splice.address()

@@ -35,6 +35,12 @@ describe("scale-out verdicts (issue 40)", () => {
     expect(v.find((x) => x.check.startsWith("2 instances ≥ 1 instance, 8"))?.value).toBe("500 / 501 = 1.00×")
   })
 
+  it("judges the two instances with key affinity against one instance on 8 projects", () => {
+    const v = judgeScaleOut([row("tollgate-pg", { projectsRps: 400 }), row("tollgate-pg2a", { projectsRps: 400 })])
+    expect(metOf(v)["2 instances with key affinity ≥ 1 instance, 8 projects"]).toBe(true)
+    expect(metOf(judgeScaleOut([row("tollgate-pg", { projectsRps: 400 }), row("tollgate-pg2a", { projectsRps: 399 })]))["2 instances with key affinity ≥ 1 instance, 8 projects"]).toBe(false)
+  })
+
   it("leaves out a check whose targets did not run, and does not judge a figure not measured", () => {
     expect(judgeScaleOut([row("tollgate")])).toEqual([])
     const v = judgeScaleOut([row("tollgate"), row("tollgate-pg", { at512Rps: Number.NaN, hot16CpuUs: Number.NaN })])
