@@ -3,7 +3,7 @@
  * rendering happens only when scraped. Labels are bounded: endpoint, status, route, outcome, project.
  */
 import { Effect } from "effect"
-import { pgRetries } from "../store/pgChatStore.ts"
+import { pgRetries, pgSettleBatches } from "../store/pgChatStore.ts"
 import { pgRoundTrips } from "../store/pgPool.ts"
 import { rateLimitFallbacks } from "./RateLimiter.ts"
 
@@ -83,6 +83,15 @@ const renderStoreRetries = (): string =>
     "# HELP tollgate_store_checkouts_total Connections taken from the PostgreSQL pool: one a transaction, one a plain statement (zero on SQLite).",
     "# TYPE tollgate_store_checkouts_total counter",
     `tollgate_store_checkouts_total ${pgRoundTrips.checkouts}`,
+    "# HELP tollgate_store_settle_batches_total Group-committed settlement statements sent to PostgreSQL, each one transaction and one WAL flush (zero on SQLite).",
+    "# TYPE tollgate_store_settle_batches_total counter",
+    `tollgate_store_settle_batches_total ${pgSettleBatches.batches}`,
+    "# HELP tollgate_store_batched_settlements_total Settlements those statements carried: divided by the batches, the mean batch size.",
+    "# TYPE tollgate_store_batched_settlements_total counter",
+    `tollgate_store_batched_settlements_total ${pgSettleBatches.settlements}`,
+    "# HELP tollgate_store_batch_splits_total Batches (of settlements or reservations) the database refused and that were split, each call run alone.",
+    "# TYPE tollgate_store_batch_splits_total counter",
+    `tollgate_store_batch_splits_total ${pgSettleBatches.splits}`,
     "# HELP tollgate_rate_limit_fallback_total Admissions decided by the instance's share of the limit because Redis could not answer.",
     "# TYPE tollgate_rate_limit_fallback_total counter",
     `tollgate_rate_limit_fallback_total ${rateLimitFallbacks.count}`

@@ -63,6 +63,20 @@ describe.runIf(onEngines("test/store/pgRoundTrips.test.ts"))("round trips of a g
     expect(keyed.roundTrips).toBeLessThanOrEqual(KEYED_ROUND_TRIPS)
     expect(stream.roundTrips).toBeLessThanOrEqual(STREAM_ROUND_TRIPS)
   })
+
+  it("/metrics shows the group commit: settlement batches, the settlements they carried, and refused batches split", async () => {
+    for (let i = 0; i < 5; i++) expect((await call({})).status).toBe(200)
+    const res = await fetch(`${gateway.origin}/metrics`, { headers: { authorization: `Bearer ${gateway.adminToken}` } })
+    expect(res.status).toBe(200)
+    const text = await res.text()
+    const value = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, "m").exec(text)?.[1] ?? NaN)
+    const batches = value("tollgate_store_settle_batches_total")
+    const settlements = value("tollgate_store_batched_settlements_total")
+    // Every settlement of this file's calls went in a batch (of one, called one at a time): at least these five.
+    expect(batches).toBeGreaterThanOrEqual(5)
+    expect(settlements).toBeGreaterThanOrEqual(batches)
+    expect(value("tollgate_store_batch_splits_total")).toBe(0)
+  })
 })
 
 const PLAIN_ROUND_TRIPS = 3
