@@ -207,7 +207,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     /** The one reserve transaction (claim, sizing, pending row, hold), by the store's callback. */
     const reserve = (f: InFlight, r: Reservation): void => {
       f.to("reserving")
-      const traced = childSpan(f, "tollgate.reserve", { "tollgate.request_id": r.requestId, "tollgate.route": r.chain[0]!.name })
+      const traced = childSpan(f, "tollgate.reserve", () => ({ "tollgate.request_id": r.requestId, "tollgate.route": r.chain[0]!.name }))
       try {
         store.reserveThen(r.args, (outcome) => {
           endSpan(f, traced, outcome)

@@ -175,10 +175,11 @@ export class Calls {
 export const childSpan = (
   f: InFlight,
   name: string,
-  attributes: Record<string, unknown>,
+  attributes: () => Record<string, unknown>,
   kind: Tracer.SpanKind = "internal"
 ): Tracer.Span | undefined =>
-  f.span === undefined ? undefined : Runtime.runSync(f.runtime)(Effect.makeSpan(name, { parent: f.span, kind, attributes }))
+  // The attributes are built only when traced: an untraced call (the hot path) allocates nothing here.
+  f.span === undefined ? undefined : Runtime.runSync(f.runtime)(Effect.makeSpan(name, { parent: f.span, kind, attributes: attributes() }))
 
 /** End a span of the call's (nothing when traces are not exported) with how the step ended. */
 export const endSpan = (f: InFlight, span: Tracer.Span | undefined, exit: Exit.Exit<unknown, unknown>): void => {

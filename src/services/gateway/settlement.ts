@@ -151,7 +151,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
   const settle = (f: InFlight, charged: Charged, now: number, done: (written: Exit.Exit<Stored>) => void): void => {
     f.to("settling")
     const { charge, stored, args } = settlementAt(f, charged, now)
-    const traced = childSpan(f, "tollgate.settle", { "tollgate.request_id": f.plan.requestId, "tollgate.credits_charged": charge, "tollgate.usage_source": charged.usageSource })
+    const traced = childSpan(f, "tollgate.settle", () => ({ "tollgate.request_id": f.plan.requestId, "tollgate.credits_charged": charge, "tollgate.usage_source": charged.usageSource }))
     store.settleThen(args, (written) => {
       endSpan(f, traced, written)
       if (Exit.isFailure(written)) {
@@ -210,7 +210,7 @@ export const makeSettlement = (ctx: GatewayContext) => {
       const p = f.plan
       f.to("upstream")
       f.stop = () => this.abort()
-      this.traceSpan = childSpan(f, "tollgate.upstream", { "tollgate.request_id": p.requestId }, "client")
+      this.traceSpan = childSpan(f, "tollgate.upstream", () => ({ "tollgate.request_id": p.requestId }), "client")
       this.upstream = router.start(f.runtime, f.clock, p.chain, () => upstreamBody(p.body, p.request, p.outputCap), (exit) => this.answered(exit))
     }
 
