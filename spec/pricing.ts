@@ -146,25 +146,21 @@ export const decideChainCap = (args: {
 }
 
 /**
- * What settlement posts: the exact charge, never more than was reserved. When the upstream reports
- * more input tokens than were estimated the excess is not charged (the `budget` check then fails,
- * see `chargeWithinReservation`), so spent + reserved ≤ cap holds whatever the upstream says.
- */
-export const settledCharge = (tokens: TokenCounts, prices: Prices, reserved: number): number =>
-  Math.min(chargeFor(tokens, prices), reserved)
-
-export const chargeWithinReservation = (tokens: TokenCounts, prices: Prices, reserved: number): boolean =>
-  chargeFor(tokens, prices) <= reserved
-
-/**
- * A settlement's charge and its `budget` check from one pricing of the tokens: `settledCharge` and
- * `chargeWithinReservation` at once (what the gateway's settlement takes; the audit recomputes the
- * charge with `settledCharge`).
+ * What settlement posts, from one pricing of the tokens: the exact charge, never more than was
+ * reserved, and whether the whole charge fitted (the receipt's `budget` check). When the upstream
+ * reports more input tokens than were estimated the excess is not charged (the `budget` check then
+ * fails), so spent + reserved ≤ cap holds whatever the upstream says. The gateway's settlement takes
+ * both; the audit and the verifier recompute the charge (`settledCharge`).
  */
 export const settlementCharge = (tokens: TokenCounts, prices: Prices, reserved: number): { readonly charge: number; readonly withinReservation: boolean } => {
   const full = chargeFor(tokens, prices)
   return { charge: Math.min(full, reserved), withinReservation: full <= reserved }
 }
+
+export const settledCharge = (tokens: TokenCounts, prices: Prices, reserved: number): number => settlementCharge(tokens, prices, reserved).charge
+
+export const chargeWithinReservation = (tokens: TokenCounts, prices: Prices, reserved: number): boolean =>
+  settlementCharge(tokens, prices, reserved).withinReservation
 
 /** What the recovery does with a hold whose process died (`orphanCharge`). */
 export type OrphanCharge =
