@@ -70,31 +70,23 @@ class Histogram {
   }
 }
 
-/** The PostgreSQL store's transactions run again after a serialization failure or a deadlock (zero on SQLite). */
+/** A counter kept outside this service (by the store, the rate limiter): its HELP and TYPE lines, then one line per label set. */
+const external = (name: string, help: string, values: ReadonlyArray<readonly [labels: string, value: number]>): string =>
+  [`# HELP ${name} ${help}`, `# TYPE ${name} counter`, ...values.map(([labels, value]) => `${name}${labels} ${value}`)].join("\n")
+
+/** The store's and the rate limiter's own counters (zero on SQLite where they are PostgreSQL's). */
 const renderStoreRetries = (): string =>
   [
-    "# HELP tollgate_store_retries_total Store transactions retried after a serialization failure (40001) or a deadlock (40P01).",
-    "# TYPE tollgate_store_retries_total counter",
-    `tollgate_store_retries_total{reason="serialization_failure"} ${pgRetries["40001"]}`,
-    `tollgate_store_retries_total{reason="deadlock"} ${pgRetries["40P01"]}`,
-    "# HELP tollgate_store_round_trips_total Statements sent to PostgreSQL, each one round trip (zero on SQLite).",
-    "# TYPE tollgate_store_round_trips_total counter",
-    `tollgate_store_round_trips_total ${pgRoundTrips.roundTrips}`,
-    "# HELP tollgate_store_checkouts_total Connections taken from the PostgreSQL pool: one a transaction, one a plain statement (zero on SQLite).",
-    "# TYPE tollgate_store_checkouts_total counter",
-    `tollgate_store_checkouts_total ${pgRoundTrips.checkouts}`,
-    "# HELP tollgate_store_settle_batches_total Group-committed settlement statements sent to PostgreSQL, each one transaction and one WAL flush (zero on SQLite).",
-    "# TYPE tollgate_store_settle_batches_total counter",
-    `tollgate_store_settle_batches_total ${pgSettleBatches.batches}`,
-    "# HELP tollgate_store_batched_settlements_total Settlements those statements carried: divided by the batches, the mean batch size.",
-    "# TYPE tollgate_store_batched_settlements_total counter",
-    `tollgate_store_batched_settlements_total ${pgSettleBatches.settlements}`,
-    "# HELP tollgate_store_batch_splits_total Batches (of settlements or reservations) the database refused and that were split, each call run alone.",
-    "# TYPE tollgate_store_batch_splits_total counter",
-    `tollgate_store_batch_splits_total ${pgSettleBatches.splits}`,
-    "# HELP tollgate_rate_limit_fallback_total Admissions decided by the instance's share of the limit because Redis could not answer.",
-    "# TYPE tollgate_rate_limit_fallback_total counter",
-    `tollgate_rate_limit_fallback_total ${rateLimitFallbacks.count}`
+    external("tollgate_store_retries_total", "Store transactions retried after a serialization failure (40001) or a deadlock (40P01).", [
+      ['{reason="serialization_failure"}', pgRetries["40001"]],
+      ['{reason="deadlock"}', pgRetries["40P01"]]
+    ]),
+    external("tollgate_store_round_trips_total", "Statements sent to PostgreSQL, each one round trip (zero on SQLite).", [["", pgRoundTrips.roundTrips]]),
+    external("tollgate_store_checkouts_total", "Connections taken from the PostgreSQL pool: one a transaction, one a plain statement (zero on SQLite).", [["", pgRoundTrips.checkouts]]),
+    external("tollgate_store_settle_batches_total", "Group-committed settlement statements sent to PostgreSQL, each one transaction and one WAL flush (zero on SQLite).", [["", pgSettleBatches.batches]]),
+    external("tollgate_store_batched_settlements_total", "Settlements those statements carried: divided by the batches, the mean batch size.", [["", pgSettleBatches.settlements]]),
+    external("tollgate_store_batch_splits_total", "Batches (of settlements or reservations) the database refused and that were split, each call run alone.", [["", pgSettleBatches.splits]]),
+    external("tollgate_rate_limit_fallback_total", "Admissions decided by the instance's share of the limit because Redis could not answer.", [["", rateLimitFallbacks.count]])
   ].join("\n")
 
 export class Metrics extends Effect.Service<Metrics>()("tollgate/Metrics", {
