@@ -9,6 +9,9 @@
 import { Migrator, SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { MAX_BUDGET_CREDITS, MAX_BURST, MAX_REQUESTS_PER_MINUTE } from "../domain/adminFields.ts"
+import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
+import { migrationEvents } from "./migrationsEvents.ts"
+import { migrationReceiptLog } from "./migrationsReceiptLog.ts"
 
 /** PostgreSQL's words for the two SQLite column types the schema uses. */
 export const pgDdl = (text: string): string => text.replace(/\bINTEGER\b/g, "BIGINT").replace(/\bBLOB\b/g, "BYTEA")
@@ -660,7 +663,10 @@ export const migrationSteps = {
   "0007_clamp_stored_bounds": clampStoredBounds,
   "0008_pg_governed_functions": pgGovernedFunctions,
   "0009_pg_settle_once_a_batch": pgSettleOnceABatch,
-  "0010_pg_reserve_many": pgReserveMany
+  "0010_pg_reserve_many": pgReserveMany,
+  "0011_receipt_log": migrationReceiptLog,
+  "0012_events_outbox": migrationEvents,
+  "0013_pg_bounded_waits": migrationBoundedWaits
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)
