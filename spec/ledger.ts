@@ -287,20 +287,22 @@ export const step = (state: LedgerState, command: Command): Step => {
   }
 }
 
-/** Run commands in order; returns the final state and every outcome. */
-export const run = (
-  state: LedgerState,
-  commands: ReadonlyArray<Command>
-): { readonly state: LedgerState; readonly outcomes: ReadonlyArray<Outcome> } => {
-  const outcomes: Array<Outcome> = []
-  let s = state
-  for (const c of commands) {
-    const r = step(s, c)
-    s = r.state
-    outcomes.push(r.outcome)
+/** A model's `run` from its `step`: commands in order, the final state and every outcome. */
+export const runner =
+  <S, C, O>(stepOf: (state: S, command: C) => { readonly state: S; readonly outcome: O }) =>
+  (state: S, commands: ReadonlyArray<C>): { readonly state: S; readonly outcomes: ReadonlyArray<O> } => {
+    const outcomes: Array<O> = []
+    let s = state
+    for (const c of commands) {
+      const r = stepOf(s, c)
+      s = r.state
+      outcomes.push(r.outcome)
+    }
+    return { state: s, outcomes }
   }
-  return { state: s, outcomes }
-}
+
+/** Run commands in order; returns the final state and every outcome. */
+export const run = runner(step)
 
 // ---------------------------------------------------------------------------------------------
 // Invariants: the audit checks these on a live database, the tests after every command.
