@@ -29,10 +29,33 @@ export interface ChatRequest {
   readonly metadata: Readonly<Record<string, string>>
   /** Tool definitions count as input tokens. */
   readonly tools: unknown
+  /** The end user the call is made for (DESIGN §9): the body's `user`, else `metadata.end_user`. */
+  readonly endUser: string | undefined
 }
 
 /** Metadata keys Tollgate consumes; they are not forwarded upstream. */
-export const GOVERNANCE_METADATA = ["project_id", "environment", "idempotency_key", "max_credits"] as const
+export const GOVERNANCE_METADATA = ["project_id", "environment", "idempotency_key", "max_credits", "end_user"] as const
+
+/** An end user's name: 1 to 256 characters, none of them a control character. */
+export const MAX_END_USER_LENGTH = 256
+// eslint-disable-next-line no-control-regex
+const END_USER = /^[^\p{Cc}]{1,256}$/u
+
+/**
+ * The end user a call is made for: the OpenAI body's `user`, else `metadata.end_user`; the same name
+ * in both is one end user, two different names a 400 (which one the client meant is unknowable).
+ */
+export const endUserOf = (user: unknown, fromMetadata: string | undefined): Either.Either<string | undefined, InvalidRequest> => {
+  const u = typeof user === "string" ? user : undefined
+  if (u !== undefined && !END_USER.test(u)) return Either.left(bad(`'user' must be 1 to ${MAX_END_USER_LENGTH} characters with no control characters.`, "user"))
+  if (fromMetadata !== undefined && !END_USER.test(fromMetadata)) {
+    return Either.left(bad(`metadata.end_user must be 1 to ${MAX_END_USER_LENGTH} characters with no control characters.`, "metadata.end_user"))
+  }
+  if (u !== undefined && fromMetadata !== undefined && u !== fromMetadata) {
+    return Either.left(bad("'user' and metadata.end_user differ; send one end user, or the same name in both.", "metadata.end_user"))
+  }
+  return Either.right(u ?? fromMetadata)
+}
 
 const ROLES = new Set(["system", "developer", "user", "assistant", "tool", "function"])
 const TEXT_PARTS = new Set(["text", "refusal"])
@@ -143,6 +166,8 @@ export const parseChatRequest = (body: unknown): Either.Either<ChatRequest, Inva
       if (typeof v !== "string") return Either.left(bad(`metadata.${k} must be a string.`, `metadata.${k}`))
     }
   }
+  const endUser = endUserOf(body.user, isObject(md) ? (md.end_user as string | undefined) : undefined)
+  if (Either.isLeft(endUser)) return Either.left(endUser.left)
   const mct = body.max_completion_tokens
   const mt = body.max_tokens
   return Either.right({
@@ -153,7 +178,8 @@ export const parseChatRequest = (body: unknown): Either.Either<ChatRequest, Inva
     requestedMaxTokens: typeof mct === "number" ? mct : typeof mt === "number" ? mt : undefined,
     capField: typeof mct === "number" ? "max_completion_tokens" : "max_tokens",
     metadata: (isObject(md) ? md : {}) as Record<string, string>,
-    tools: body.tools
+    tools: body.tools,
+    endUser: endUser.right
   })
 }
 

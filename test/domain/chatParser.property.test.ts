@@ -37,7 +37,9 @@ const requestOfDecoded = (b: Body): ChatRequest => {
     requestedMaxTokens: cap,
     capField: b.max_completion_tokens !== undefined && b.max_completion_tokens !== null ? "max_completion_tokens" : "max_tokens",
     metadata: b.metadata ?? {},
-    tools: b.tools
+    tools: b.tools,
+    // The end user: `user`, else metadata.end_user (the schema refuses two different names).
+    endUser: b.user ?? b.metadata?.end_user ?? undefined
   }
 }
 

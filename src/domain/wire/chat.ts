@@ -12,9 +12,23 @@ import { Schema } from "effect"
 /** Any other fields of an object: kept as they are and passed upstream. */
 export const Extra = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
-export const Metadata = Schema.Record({ key: Schema.String, value: Schema.String }).annotations({
-  description: "OpenAI metadata. Tollgate reads project_id, environment, idempotency_key and max_credits (a decimal integer string) and does not forward them."
+/** An end user's name (DESIGN §9): 1 to 256 characters, none a control character. */
+export const EndUser = Schema.String.pipe(Schema.pattern(/^[^\p{Cc}]{1,256}$/u)).annotations({
+  identifier: "EndUser",
+  description: "The end user a call is made for, 1 to 256 characters with no control characters: budgets and usage per end user."
 })
+
+export const Metadata = Schema.Struct(
+  { end_user: Schema.optional(EndUser) },
+  Schema.Record({ key: Schema.String, value: Schema.String })
+).annotations({
+  description:
+    "OpenAI metadata. Tollgate reads project_id, environment, idempotency_key, max_credits (a decimal integer string) and end_user (used when `user` is absent) and does not forward them."
+})
+
+/** `user` and `metadata.end_user` name one end user: both may be sent only with the same name. */
+export const oneEndUser = (b: { readonly user?: string | null | undefined; readonly metadata?: { readonly end_user?: string | undefined } | null | undefined }): boolean =>
+  typeof b.user !== "string" || b.metadata?.end_user === undefined || b.metadata.end_user === b.user
 
 const PartType = Schema.Literal("text", "refusal")
 
@@ -57,7 +71,7 @@ export const ChatCompletionRequest = Schema.Struct(
     top_logprobs: Schema.optional(Schema.NullOr(Schema.Int)),
     parallel_tool_calls: Schema.optional(Schema.NullOr(Schema.Boolean)),
     store: Schema.optional(Schema.NullOr(Schema.Boolean)),
-    user: Schema.optional(Schema.NullOr(Schema.String)),
+    user: Schema.optional(Schema.NullOr(EndUser)),
     service_tier: Schema.optional(Schema.NullOr(Schema.String)),
     reasoning_effort: Schema.optional(Schema.NullOr(Schema.String)),
     stop: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Schema.Array(Schema.String)))),
@@ -67,6 +81,8 @@ export const ChatCompletionRequest = Schema.Struct(
     response_format: Schema.optional(Schema.NullOr(Extra))
   },
   Extra
+).pipe(
+  Schema.filter(oneEndUser, { message: () => "'user' and metadata.end_user differ; send one end user, or the same name in both.", jsonSchema: {} })
 ).annotations({
   identifier: "ChatCompletionRequest",
   description: "Other OpenAI fields pass through to the upstream unchecked. A body may be nested at most TOLLGATE_MAX_JSON_DEPTH (64) levels deep."

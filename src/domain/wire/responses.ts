@@ -6,7 +6,7 @@
  * same verdict and the same governed fields on generated bodies.
  */
 import { Schema } from "effect"
-import { Extra, Metadata } from "./chat.ts"
+import { EndUser, Extra, Metadata, oneEndUser } from "./chat.ts"
 
 /** A required field that may hold any JSON value, null included (Schema.Unknown alone lets the key be missing). */
 const Present = Schema.Unknown.pipe(Schema.filter((v) => v !== undefined, { message: () => "is missing" }))
@@ -41,7 +41,7 @@ const fields = {
   top_p: Schema.optional(Schema.NullOr(Schema.Number)),
   metadata: Schema.optional(Schema.NullOr(Metadata)),
   stream: Schema.optional(Schema.NullOr(Schema.Boolean)),
-  user: Schema.optional(Schema.NullOr(Schema.String)),
+  user: Schema.optional(Schema.NullOr(EndUser)),
   parallel_tool_calls: Schema.optional(Schema.NullOr(Schema.Boolean)),
   tool_choice: Schema.optional(Schema.NullOr(Schema.Union(Schema.String, Extra))),
   tools: Schema.optional(Schema.NullOr(Schema.Array(FunctionTool))),
@@ -58,6 +58,7 @@ export const ResponsesRequest = Schema.Struct(fields, Extra)
       jsonSchema: {}
     })
   )
+  .pipe(Schema.filter(oneEndUser, { message: () => "'user' and metadata.end_user differ; send one end user, or the same name in both.", jsonSchema: {} }))
   .annotations({
     identifier: "ResponsesRequest",
     description: "Other fields pass through to the upstream unchecked where the chat completion has them (text.format becomes response_format). An empty input array needs instructions."
