@@ -146,6 +146,15 @@ export interface GatewaySettings {
    * a refused or dropped one, before the call answers 503 store_unavailable (TOLLGATE_PG_ACQUIRE_TIMEOUT_MS).
    */
   readonly pgAcquireTimeoutMs: number
+  /**
+   * PostgreSQL only (issue 40, item 3; docs/decisions/0046): the longest a reservation waits for its
+   * lane's turn (TOLLGATE_PG_MAX_WAIT_MS), a reservation statement waits for a hot row's lock
+   * (TOLLGATE_PG_LOCK_TIMEOUT_MS), and how many reservations may wait on a lane
+   * (TOLLGATE_PG_MAX_QUEUED); past any of them the call answers 503 server_overloaded, nothing held.
+   */
+  readonly pgMaxWaitMs: number
+  readonly pgLockTimeoutMs: number
+  readonly pgMaxQueued: number
   /** How long a dashboard sign-in lasts (absolute, from sign-in). */
   readonly sessionTtlMs: number
   /**
@@ -261,6 +270,18 @@ const settingsConfig = Config.all({
     Config.validate({ message: "must be between 100 and 60000", validation: (n) => n >= 100 && n <= 60_000 }),
     Config.withDefault(5000)
   ),
+  pgMaxWaitMs: Config.integer("TOLLGATE_PG_MAX_WAIT_MS").pipe(
+    Config.validate({ message: "must be between 1 and 60000", validation: (n) => n >= 1 && n <= 60_000 }),
+    Config.withDefault(1000)
+  ),
+  pgLockTimeoutMs: Config.integer("TOLLGATE_PG_LOCK_TIMEOUT_MS").pipe(
+    Config.validate({ message: "must be between 1 and 60000", validation: (n) => n >= 1 && n <= 60_000 }),
+    Config.withDefault(1000)
+  ),
+  pgMaxQueued: Config.integer("TOLLGATE_PG_MAX_QUEUED").pipe(
+    Config.validate({ message: "must be between 1 and 100000", validation: (n) => n >= 1 && n <= 100_000 }),
+    Config.withDefault(512)
+  ),
   sessionTtlMs: Config.map(Config.integer("TOLLGATE_SESSION_TTL_SECONDS").pipe(Config.withDefault(8 * 3600)), (s) => s * 1000),
   assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   otlpTracesUrl: Config.all([
@@ -350,6 +371,9 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   redisUrl: Option.none(),
   pgPoolSize: 10,
   pgAcquireTimeoutMs: 5000,
+  pgMaxWaitMs: 1000,
+  pgLockTimeoutMs: 1000,
+  pgMaxQueued: 512,
   sessionTtlMs: 8 * 3600 * 1000,
   assertInvariants: false,
   otlpTracesUrl: Option.none(),

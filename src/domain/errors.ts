@@ -104,6 +104,19 @@ export class StoreUnavailable extends Schema.TaggedError<StoreUnavailable>()("St
   retryAfterMs: Schema.Number
 }, wire(503, "server_error", "store_unavailable")) {}
 
+/**
+ * 503 server_overloaded (DESIGN §12): the wait for the store — a lane's queue, a connection of the
+ * pool, a hot row's lock — would pass its bound (TOLLGATE_PG_MAX_WAIT_MS, TOLLGATE_PG_MAX_QUEUED), so
+ * the call is refused before any money moved: no hold, no idempotency claim, no request row (the
+ * rate-limit token the call took stays taken). A retry after Retry-After, with the same idempotency
+ * key, runs the call afresh. The store raises it as a defect (src/store/pgChatStore.ts); the Gateway
+ * answers it as this error (docs/decisions/0046).
+ */
+export class ServerOverloaded extends Schema.TaggedError<ServerOverloaded>()("ServerOverloaded", {
+  message: Schema.String,
+  retryAfterMs: Schema.Number
+}, wire(503, "server_error", "server_overloaded")) {}
+
 export type GovernanceError =
   | InvalidApiKey
   | BudgetExceeded
@@ -112,6 +125,7 @@ export type GovernanceError =
   | UnsupportedWorkflow
   | RateLimited
   | RouteUnavailable
+  | ServerOverloaded
   | InvalidRequest
   | PayloadTooLarge
 
@@ -135,6 +149,7 @@ export const errorClasses = {
   UnsupportedWorkflow,
   RateLimited,
   RouteUnavailable,
+  ServerOverloaded,
   InvalidRequest,
   PayloadTooLarge,
   AdminNotFound,

@@ -28,7 +28,8 @@ const withGovernedCallErrors = <E extends HttpApiEndpoint.HttpApiEndpoint.Any>(e
     .addError(S.Errors.tooLarge)
     .addError(S.Errors.unsupportedWorkflow)
     .addError(S.Errors.rateLimited)
-    .addError(S.Errors.routeUnavailable) as unknown as E
+    .addError(S.Errors.routeUnavailable)
+    .addError(S.Errors.serverOverloaded) as unknown as E
 
 const IdPath = Schema.Struct({ id: Schema.String.annotations({ description: "A request id, req_…" }) })
 

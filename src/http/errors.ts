@@ -2,7 +2,7 @@
  * The ONE place where failures become OpenAI-shaped wire bodies (docs/contract.md §6):
  *   {"error": {"message", "type", "code", "param"}}
  * with the status, type and code each error class carries (src/domain/errors.ts, docs/contract.md §9), `x-should-retry: false` where a retry cannot help
- * (OpenAI SDKs retry 409 and 429 on their own), and Retry-After on 429. Anything unexpected
+ * (OpenAI SDKs retry 409 and 429 on their own), and Retry-After on 429 and on the 503s a retry cures (store_unavailable, server_overloaded). Anything unexpected
  * (a defect) becomes a 500 with a generic message: no stack trace ever leaves the process.
  */
 import { type HttpApiError, HttpServerResponse } from "@effect/platform"
@@ -35,6 +35,7 @@ const headersOf = (e: TollgateError): Record<string, string> => {
     case "RouteUnavailable":
       return e.retryable ? {} : noRetry
     case "StoreUnavailable":
+    case "ServerOverloaded":
       return { ...retryAfter(e.retryAfterMs), "x-should-retry": "true" }
     default:
       return noRetry

@@ -14,6 +14,7 @@ import {
   RateLimited,
   RequestNotFound,
   RouteUnavailable,
+  ServerOverloaded,
   statusOf,
   UnsupportedWorkflow,
   wireCodeOf
@@ -58,7 +59,8 @@ export const Errors = {
   tooLarge: errorBodyOf(PayloadTooLarge, "the body exceeds the configured limit"),
   unsupportedWorkflow: errorBodyOf(UnsupportedWorkflow, "outside the text-only scope of the connected beta"),
   rateLimited: errorBodyOf(RateLimited, "the project's rate check rejected the burst; see Retry-After"),
-  routeUnavailable: errorBodyOf(RouteUnavailable, "no available route for the model (retry with model auto), or the gateway shut down before the call finished (nothing charged)")
+  routeUnavailable: errorBodyOf(RouteUnavailable, "no available route for the model (retry with model auto), or the gateway shut down before the call finished (nothing charged)"),
+  serverOverloaded: errorBodyOf(ServerOverloaded, "the store's wait (a lane, a connection, a hot row) would pass its bound: refused before anything was held; retry after Retry-After with the same idempotency key")
 }
 
 export const Governance = Schema.Struct({

@@ -26,6 +26,15 @@
  * - expire: the sweep takes expired holds with FOR UPDATE SKIP LOCKED and moves each `held → voided`
  *   once: several instances sweeping at once split the work, none voids a hold twice.
  *
+ * - bounded waits (issue 40, item 3; docs/decisions/0046): a reservation waits at most
+ *   `TOLLGATE_PG_MAX_WAIT_MS` for its lane's turn (judged when its batch is taken: a late one is never
+ *   sent), finds at most `TOLLGATE_PG_MAX_QUEUED` others waiting on its lane (else it is refused at once),
+ *   and its statement waits at most `TOLLGATE_PG_LOCK_TIMEOUT_MS` for a locked row (its transaction's
+ *   `lock_timeout`, migration 0013: past it the statement rolls back whole). Each is a clean refusal
+ *   before any money moved — 503 `server_overloaded` (a defect the Gateway answers), no hold, no
+ *   claim, no request row. Settlements, voids, the sweep and the heartbeat are never shed: they end
+ *   money already held.
+ *
  * Locks are taken in one order by every writer: holds (by id), windows (by project, period), heads
  * (by project). A serialization failure (40001) or deadlock (40P01) rolls the statement back; it is
  * run again after a jittered backoff and counted (`pgRetries`, exported in /metrics).
@@ -35,7 +44,7 @@ import { Cause, Duration, Effect, Exit, Layer, Option, Runtime } from "effect"
 import { available, checkWindow } from "../../spec/ledger.ts"
 import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
-import { StoreUnavailable } from "../domain/errors.ts"
+import { ServerOverloaded, StoreUnavailable } from "../domain/errors.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
 import { ChatStore, type ChatStoreApi, ReceiptKey } from "./ChatStore.ts"
 import { PgConnectionsTracker } from "./pgPool.ts"
@@ -55,6 +64,27 @@ const RETRY_LIMIT = 10
  * alone: a split hides a failing call from its neighbours, and is logged — a bug's trace when it recurs).
  */
 export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0 }
+
+/**
+ * Reservations shed (issue 40, item 3; docs/decisions/0046), by the bound that shed them: the lane's
+ * queue was full (`queued`), a reservation waited for its lane's turn past the bound (`waited`), a hot
+ * row's lock was not had within the bound (`lock`). Read by /metrics.
+ */
+export const pgShed = { queued: 0, waited: 0, lock: 0 }
+
+/** How soon a shed call may try again (Retry-After). */
+export const OVERLOAD_RETRY_AFTER_MS = 1000
+
+/** The answer for a call the store shed: 503 server_overloaded, nothing held, retry with the same key. */
+export const serverOverloaded = (why: string): ServerOverloaded =>
+  new ServerOverloaded({
+    message: `The gateway is overloaded: ${why}. Nothing is held for this call; retry after Retry-After with the same idempotency key.`,
+    retryAfterMs: OVERLOAD_RETRY_AFTER_MS
+  })
+
+/** A statement PostgreSQL stopped because a lock was not had within `lock_timeout` (SQLSTATE 55P03): rolled back whole. */
+const lockNotHad = (cause: Cause.Cause<unknown>): boolean =>
+  [...Cause.defects(cause)].some((d) => (d as { _tag?: unknown })._tag === "SqlError" && ((d as SqlError.SqlError).cause as { code?: unknown } | undefined)?.code === "55P03")
 
 const retryableCode = (e: SqlError.SqlError): "40001" | "40P01" | undefined => {
   const code = (e.cause as { code?: unknown } | undefined)?.code
@@ -97,7 +127,8 @@ export const makePgChatStore = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   const signer = yield* ReceiptKey
   const seal = fastestSealer(signer.signingKey)
-  const { assertInvariants, pgAcquireTimeoutMs } = yield* Settings
+  const { assertInvariants, pgAcquireTimeoutMs, pgLockTimeoutMs, pgMaxQueued, pgMaxWaitMs } = yield* Settings
+  const clock = yield* Effect.clock
   const connections = yield* PgConnectionsTracker
 
   /** Assertion mode (TOLLGATE_ASSERT): the window's rules (spec/ledger.ts `checkWindow`) on the rows this transaction wrote. */
@@ -191,21 +222,6 @@ export const makePgChatStore = Effect.gen(function* () {
     readonly o_expires_at: number | null
   }
 
-  /** One call of `tollgate_reserve` (migration 0008): `amount` null only claims and reads the window. */
-  const reserveStatement = (a: ReserveArgs, amount: number | null) => {
-    const c = a.claim
-    const r = a.request
-    const h = a.hold
-    return Effect.map(
-      sql<ReserveRow>`SELECT * FROM tollgate_reserve(${a.now}, ${a.epoch}, ${RESERVATION_FENCE},
-        ${c?.scope.projectId ?? null}, ${c?.scope.environment ?? null}, ${c?.key ?? null}, ${c?.fingerprint ?? null},
-        ${r.id}, ${r.projectId}, ${r.environment}, ${r.keyId}, ${r.endpoint}, ${r.model}, ${r.route}, ${r.stream ? 1 : 0},
-        ${r.idempotencyKey}, ${r.rateCardVersion}, ${r.createdAt},
-        ${h.reservationId}, ${h.requestId}, ${h.projectId}, ${h.period}, ${h.deadline}, ${amount})`,
-      (rows) => rows[0]!
-    )
-  }
-
   const claimOutcome = (row: ReserveRow, fingerprint: string): ClaimOutcome =>
     outcomeOf(
       {
@@ -264,6 +280,8 @@ export const makePgChatStore = Effect.gen(function* () {
   interface PendingReserve {
     readonly a: ReserveArgs
     readonly amount: number | null
+    /** When it joined its lane's queue (the clock's milliseconds): its wait is judged against `pgMaxWaitMs`. */
+    readonly at: number
     readonly done: (outcome: Exit.Exit<ReserveRow>) => void
   }
   interface ReserveLane {
@@ -304,22 +322,30 @@ export const makePgChatStore = Effect.gen(function* () {
     }
   }
 
+  /**
+   * One batch of reservations: `tollgate_reserve_bounded` (migration 0013 — `tollgate_reserve_many`
+   * with the hot-row bound as its transaction's `lock_timeout`), one statement, one transaction.
+   * A lock not had within the bound rolls the whole statement back: each of the batch is shed, 503
+   * server_overloaded, nothing held — a clean refusal, before any money moved.
+   */
   const runReserveBatch = (batch: ReadonlyArray<PendingReserve>): Effect.Effect<void> =>
     Effect.gen(function* () {
-      if (batch.length === 1) {
-        const only = batch[0]!
-        return only.done(yield* Effect.exit(once(reserveStatement(only.a, only.amount), undefined, false)))
-      }
       const exit = yield* Effect.exit(
         once(
-          sql<ReserveRow & { o_i: number }>`SELECT * FROM tollgate_reserve_many(${JSON.stringify(batch.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
+          sql<ReserveRow & { o_i: number }>`SELECT * FROM tollgate_reserve_bounded(${pgLockTimeoutMs}, ${JSON.stringify(batch.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
           undefined,
           false
         )
       )
       if (Exit.isFailure(exit)) {
+        if (lockNotHad(exit.cause)) {
+          pgShed.lock += batch.length
+          const shed = Exit.die(serverOverloaded(`a budget row or idempotency key was locked by other calls for longer than ${pgLockTimeoutMs} ms`))
+          for (const p of batch) p.done(shed)
+          return
+        }
         const lost = [...Cause.defects(exit.cause)].some((d) => d instanceof MayHaveCommitted || d instanceof StoreUnavailable)
-        if (lost) {
+        if (lost || batch.length === 1) {
           for (const p of batch) p.done(Exit.failCause(exit.cause))
           return
         }
@@ -331,14 +357,31 @@ export const makePgChatStore = Effect.gen(function* () {
       const byIndex = new Map(exit.value.map((row) => [row.o_i, row]))
       batch.forEach((p, i) => {
         const row = byIndex.get(i)
-        p.done(row === undefined ? Exit.die(new Error(`tollgate_reserve_many answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
+        p.done(row === undefined ? Exit.die(new Error(`tollgate_reserve_bounded answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
       })
     })
 
+  /**
+   * The lane's next batch. A reservation that waited for its turn past `pgMaxWaitMs` is shed here,
+   * before its statement is sent: it never reaches the database, so nothing of it is held.
+   */
   const drainReserves = (lane: ReserveLane): void => {
     lane.busy = true
-    const batch = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
+    const taken = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
     lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
+    const oldest = clock.unsafeCurrentTimeMillis() - pgMaxWaitMs
+    const late = taken.filter((p) => p.at < oldest)
+    const batch = late.length === 0 ? taken : taken.filter((p) => p.at >= oldest)
+    if (late.length > 0) {
+      pgShed.waited += late.length
+      const shed = Exit.die(serverOverloaded(`its reservation waited for the database past ${pgMaxWaitMs} ms`))
+      for (const p of late) p.done(shed)
+    }
+    if (batch.length === 0) {
+      if (lane.queue.length > 0) return drainReserves(lane)
+      lane.busy = false
+      return
+    }
     runFork(runReserveBatch(batch)).addObserver((exit) => {
       tellTheRest(batch, exit)
       if (lane.queue.length > 0) return drainReserves(lane)
@@ -346,11 +389,18 @@ export const makePgChatStore = Effect.gen(function* () {
     })
   }
 
-  /** One attempt of a reservation, in its lane's next batch. */
+  /**
+   * One attempt of a reservation, in its lane's next batch — or shed at once when `pgMaxQueued`
+   * reservations wait on the lane already: refused before it waits, nothing sent.
+   */
   const reserveAttempt = (a: ReserveArgs, amount: number | null): Effect.Effect<ReserveRow> =>
     Effect.async<ReserveRow>((resume) => {
       const lane = reserveLanes[laneIndex(a.hold.projectId)]!
-      lane.queue.push({ a, amount, done: toldOnce((outcome) => resume(outcome)) })
+      if (lane.queue.length >= pgMaxQueued) {
+        pgShed.queued++
+        return resume(Effect.die(serverOverloaded(`${lane.queue.length} reservations wait for the database already`)))
+      }
+      lane.queue.push({ a, amount, at: clock.unsafeCurrentTimeMillis(), done: toldOnce((outcome) => resume(outcome)) })
       if (!lane.busy) drainReserves(lane)
     }).pipe(Effect.uninterruptible)
 

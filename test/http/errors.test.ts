@@ -36,6 +36,10 @@ const cases: ReadonlyArray<readonly [E.TollgateError, { status: number; type: st
   [new E.AdminForbidden({ message: "m", code: "invalid_csrf_token" }), { status: 403, type: "invalid_request_error", code: "invalid_csrf_token", param: null, headers: noRetry }],
   [new E.AdminConflict({ message: "m" }), { status: 409, type: "invalid_request_error", code: "conflict", param: null, headers: noRetry }],
   [
+    new E.ServerOverloaded({ message: "m", retryAfterMs: 1000 }),
+    { status: 503, type: "server_error", code: "server_overloaded", param: null, headers: { "retry-after": "1", "retry-after-ms": "1000", "x-should-retry": "true" } }
+  ],
+  [
     new E.StoreUnavailable({ message: "m", retryAfterMs: 1000 }),
     { status: 503, type: "server_error", code: "store_unavailable", param: null, headers: { "retry-after": "1", "retry-after-ms": "1000", "x-should-retry": "true" } }
   ]
