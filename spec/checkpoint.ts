@@ -22,9 +22,10 @@
  * one that does not verify refuses the whole note; a note with no verified signature is refused.
  * The receipt key signs (Ed25519, whose implementation the caller passes, spec/ed25519.ts).
  */
-import * as nodeCrypto from "node:crypto"
-import { type Ed25519, nodeEd25519, type Sign, type SignatureCheck } from "./ed25519.ts"
+import type { KeyObject } from "node:crypto"
+import { type Ed25519, nodeEd25519, type RawCheck, type Sign } from "./ed25519.ts"
 import { HASH_BYTES, sha256 } from "./merkle.ts"
+import { ed25519CheckOfRaw, fromBase64Any, keyObjects, toBase64, utf8 } from "./platform.ts"
 
 /** The signature type byte of Ed25519 in C2SP signed-note. */
 export const ED25519_TYPE = 0x01
@@ -55,13 +56,14 @@ const isCleanText = (s: string): boolean => !CONTROL.test(s) && !LONE_SURROGATE.
 
 export const isKeyName = (name: string): boolean => name.length > 0 && isCleanText(name) && !NOT_IN_NAME.test(name) && !name.includes("\n")
 
-/** Standard padded base64, strictly: only the one spelling of the bytes (Buffer's decoder forgives). */
+/** Standard padded base64, strictly: only the one spelling of the bytes (a plain decoder forgives). */
 const fromBase64 = (s: string): Uint8Array | undefined => {
   if (s.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(s)) return undefined
-  const bytes = Buffer.from(s, "base64")
-  return bytes.toString("base64") === s ? new Uint8Array(bytes) : undefined
+  const bytes = fromBase64Any(s)
+  return toBase64(bytes) === s ? bytes : undefined
 }
-const toBase64 = (b: Uint8Array): string => Buffer.from(b).toString("base64")
+
+const uint32At = (b: Uint8Array, at: number): number => ((b[at]! << 24) | (b[at + 1]! << 16) | (b[at + 2]! << 8) | b[at + 3]!) >>> 0
 
 // ---------------------------------------------------------------------------------------------
 // Checkpoint body
@@ -98,22 +100,26 @@ export const parseCheckpoint = (text: string): Checkpoint | { readonly malformed
 // Keys
 
 /** The 32-byte Ed25519 public key of a key object (public, or private: its public half). */
-export const rawPublicKey = (key: nodeCrypto.KeyObject): Uint8Array => {
-  const pub = key.type === "private" ? nodeCrypto.createPublicKey(key) : key
+export const rawPublicKey = (key: KeyObject): Uint8Array => {
+  const pub = key.type === "private" ? keyObjects.createPublicKey(key) : key
   if (pub.asymmetricKeyType !== "ed25519") throw new TypeError("not an Ed25519 key")
   const spki = pub.export({ type: "spki", format: "der" })
   return new Uint8Array(spki.subarray(spki.length - 32))
 }
 
-const SPKI_ED25519_PREFIX = Buffer.from("302a300506032b6570032100", "hex")
-/** The key object of a 32-byte Ed25519 public key. */
-export const publicKeyOfRaw = (raw: Uint8Array): nodeCrypto.KeyObject =>
-  nodeCrypto.createPublicKey({ key: Buffer.concat([SPKI_ED25519_PREFIX, raw]), format: "der", type: "spki" })
+const SPKI_ED25519_PREFIX = Uint8Array.of(0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00)
+/** The key object of a 32-byte Ed25519 public key (Node only). */
+export const publicKeyOfRaw = (raw: Uint8Array): KeyObject => {
+  const der = new Uint8Array(SPKI_ED25519_PREFIX.length + raw.length)
+  der.set(SPKI_ED25519_PREFIX)
+  der.set(raw, SPKI_ED25519_PREFIX.length)
+  return keyObjects.createPublicKey({ key: der as Buffer, format: "der", type: "spki" })
+}
 
 /** C2SP signed-note's key hash of an Ed25519 key: the first 4 bytes of SHA-256(name ‖ 0x0A ‖ 0x01 ‖ key), as a uint32. */
 export const keyHash = (name: string, publicKey: Uint8Array): number => {
-  const h = sha256(Buffer.from(name, "utf8"), Uint8Array.of(0x0a, ED25519_TYPE), publicKey)
-  return Buffer.from(h).readUInt32BE(0)
+  const h = sha256(utf8(name), Uint8Array.of(0x0a, ED25519_TYPE), publicKey)
+  return uint32At(h, 0)
 }
 
 export interface NoteSigner {
@@ -125,7 +131,7 @@ export interface NoteSigner {
 export interface NoteVerifier {
   readonly name: string
   readonly keyHash: number
-  readonly check: SignatureCheck
+  readonly check: RawCheck
 }
 
 const checkName = (name: string): void => {
@@ -133,33 +139,41 @@ const checkName = (name: string): void => {
 }
 
 /** A signer under `name` for the key pair whose public half is `publicKey` and whose private half `sign` uses. */
-export const noteSigner = (name: string, publicKey: Uint8Array | nodeCrypto.KeyObject, sign: Sign): NoteSigner => {
+export const noteSigner = (name: string, publicKey: Uint8Array | KeyObject, sign: Sign): NoteSigner => {
   checkName(name)
   return { name, keyHash: keyHash(name, publicKey instanceof Uint8Array ? publicKey : rawPublicKey(publicKey)), sign }
 }
 
 /** A signer under `name` of an Ed25519 private key, with the implementation given (node:crypto's by default). */
-export const noteSignerOfKey = (name: string, privateKey: nodeCrypto.KeyObject, ed: Ed25519 = nodeEd25519): NoteSigner =>
+export const noteSignerOfKey = (name: string, privateKey: KeyObject, ed: Ed25519 = nodeEd25519): NoteSigner =>
   noteSigner(name, privateKey, ed.signerFor(privateKey))
 
-/** A verifier under `name` of an Ed25519 public key (raw 32 bytes or a key object). */
-export const noteVerifier = (name: string, publicKey: Uint8Array | nodeCrypto.KeyObject, ed: Ed25519 = nodeEd25519): NoteVerifier => {
+/**
+ * A verifier under `name` of an Ed25519 public key: raw 32 bytes (checked by this build's own
+ * implementation, ./platform.ts, unless `ed` is given) or a key object (Node).
+ */
+export const noteVerifier = (name: string, publicKey: Uint8Array | KeyObject, ed?: Ed25519): NoteVerifier => {
   checkName(name)
+  if (publicKey instanceof Uint8Array && ed === undefined) {
+    const check = ed25519CheckOfRaw(publicKey)
+    if (check === undefined) throw new TypeError("not an Ed25519 public key")
+    return { name, keyHash: keyHash(name, publicKey), check }
+  }
   const key = publicKey instanceof Uint8Array ? publicKeyOfRaw(publicKey) : publicKey
-  return { name, keyHash: keyHash(name, rawPublicKey(key)), check: ed.checkFor(key) }
+  return { name, keyHash: keyHash(name, rawPublicKey(key)), check: (ed ?? nodeEd25519).checkFor(key) as RawCheck }
 }
 
 const hex8 = (n: number): string => n.toString(16).padStart(8, "0")
 
 /** The verifier key text tools for signed notes take: `<name>+<hex key hash>+<base64(0x01 ‖ public key)>`. */
-export const verifierKey = (name: string, publicKey: Uint8Array | nodeCrypto.KeyObject): string => {
+export const verifierKey = (name: string, publicKey: Uint8Array | KeyObject): string => {
   checkName(name)
   const raw = publicKey instanceof Uint8Array ? publicKey : rawPublicKey(publicKey)
   return `${name}+${hex8(keyHash(name, raw))}+${toBase64(Uint8Array.of(ED25519_TYPE, ...raw))}`
 }
 
 /** The verifier a verifier key text names, or undefined when it is not a well-formed Ed25519 one. */
-export const parseVerifierKey = (vkey: string, ed: Ed25519 = nodeEd25519): NoteVerifier | undefined => {
+export const parseVerifierKey = (vkey: string, ed?: Ed25519): NoteVerifier | undefined => {
   const m = /^([^+]+)\+([0-9a-f]{8})\+(.+)$/.exec(vkey)
   if (m === null || !isKeyName(m[1]!)) return undefined
   const key = fromBase64(m[3]!)
@@ -189,11 +203,13 @@ export const signNote = (text: string, signers: ReadonlyArray<NoteSigner>): stri
   const problem = noteTextProblem(text)
   if (problem !== undefined) throw new TypeError(problem)
   if (signers.length === 0 || signers.length > MAX_SIGNATURES) throw new TypeError(`a note has 1..${MAX_SIGNATURES} signatures`)
-  const message = Buffer.from(text, "utf8")
+  const message = utf8(text)
   const lines = signers.map((s) => {
-    const blob = Buffer.alloc(4)
-    blob.writeUInt32BE(s.keyHash, 0)
-    return `${SIGNATURE_DASH}${s.name} ${Buffer.concat([blob, s.sign(message)]).toString("base64")}\n`
+    const signature = s.sign(message)
+    const blob = new Uint8Array(4 + signature.length)
+    blob.set([s.keyHash >>> 24, (s.keyHash >>> 16) & 0xff, (s.keyHash >>> 8) & 0xff, s.keyHash & 0xff])
+    blob.set(signature, 4)
+    return `${SIGNATURE_DASH}${s.name} ${toBase64(blob)}\n`
   })
   return `${text}\n${lines.join("")}`
 }
@@ -237,7 +253,7 @@ export const openNote = (note: string, verifiers: ReadonlyArray<NoteVerifier>): 
   if (block.length === 0 || !block.endsWith("\n")) return refused("malformed", "the signatures do not end in a newline")
   const lines = block.slice(0, -1).split("\n")
   if (lines.length > MAX_SIGNATURES) return refused("malformed", `more than ${MAX_SIGNATURES} signatures`)
-  const message = Buffer.from(text, "utf8")
+  const message = utf8(text)
   const seen = new Set<string>()
   const verifiedBy: Array<string> = []
   const unknown: Array<{ name: string; keyHash: number }> = []
@@ -248,7 +264,7 @@ export const openNote = (note: string, verifiers: ReadonlyArray<NoteVerifier>): 
     const name = rest.slice(0, Math.max(space, 0))
     const blob = space < 0 ? undefined : fromBase64(rest.slice(space + 1))
     if (!isKeyName(name) || blob === undefined || blob.length < 5) return refused("malformed", `not a signature line: ${JSON.stringify(line)}`)
-    const hash = Buffer.from(blob).readUInt32BE(0)
+    const hash = uint32At(blob, 0)
     const id = `${name}+${hex8(hash)}`
     if (seen.has(id)) continue
     seen.add(id)
@@ -257,7 +273,7 @@ export const openNote = (note: string, verifiers: ReadonlyArray<NoteVerifier>): 
       unknown.push({ name, keyHash: hash })
       continue
     }
-    if (!verifier.check(message, Buffer.from(blob.subarray(4)))) return refused("badSignature", `the signature of ${id} does not verify`)
+    if (!verifier.check(message, blob.subarray(4))) return refused("badSignature", `the signature of ${id} does not verify`)
     verifiedBy.push(name)
   }
   if (verifiedBy.length === 0) return refused("unverified", `no signature of a known key (signed by ${unknown.map((u) => `${u.name}+${hex8(u.keyHash)}`).join(", ")})`)

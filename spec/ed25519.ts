@@ -21,8 +21,12 @@
  * The rulebook names the implementations' common interface and carries OpenSSL's, which node always
  * has; loading the native binding is src/'s business (src/store/sodium.ts `ed25519At`), so spec/
  * loads nothing native and the audit's rules take the implementation they are given.
+ *
+ * Outside Node (the browser build of @tollgate/spec) there are no KeyObjects: keys are PEM text or
+ * their raw 32 bytes, checked by ./platform.ts's `ed25519CheckOfRaw` (@noble/ed25519 there).
  */
-import { type KeyObject, sign, verify } from "node:crypto"
+import type { KeyObject } from "node:crypto"
+import { ed25519CheckOfRaw, fromBase64Any, keyObjects, type RawCheck, sha256Hex, toBase64 } from "./platform.ts"
 
 /** Does `signature` sign `message` under the key this check was made for? Never throws. */
 export type SignatureCheck = (message: Buffer, signature: Buffer) => boolean
@@ -43,10 +47,54 @@ export const nodeEd25519: Ed25519 = {
   name: "node:crypto",
   checkFor: (key) => (message, signature) => {
     try {
-      return verify(null, message, key, signature)
+      return keyObjects.verify(message, key, signature)
     } catch {
       return false
     }
   },
-  signerFor: (key) => (message) => sign(null, message, key)
+  signerFor: (key) => (message) => keyObjects.sign(message, key)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Keys as text and bytes, the same in every build
+
+/** The DER header of an Ed25519 SubjectPublicKeyInfo (RFC 8410): the 32-byte key follows it. */
+const SPKI_ED25519_PREFIX = "302a300506032b6570032100"
+const PEM = /^\s*-----BEGIN PUBLIC KEY-----\s*([A-Za-z0-9+/=\s]+?)\s*-----END PUBLIC KEY-----\s*$/
+
+/** The 32 bytes of an Ed25519 public key in SPKI PEM text, or undefined when the text is not one. */
+export const rawOfSpkiPem = (pem: string): Uint8Array | undefined => {
+  const m = PEM.exec(pem)
+  if (m === null) return undefined
+  const der = fromBase64Any(m[1]!)
+  if (der.length !== 44) return undefined
+  let prefix = ""
+  for (let i = 0; i < 12; i++) prefix += der[i]!.toString(16).padStart(2, "0")
+  return prefix === SPKI_ED25519_PREFIX ? der.slice(12) : undefined
+}
+
+/** The SPKI PEM text of a 32-byte Ed25519 public key, as node:crypto exports it (one base64 line). */
+export const spkiPemOfRaw = (raw: Uint8Array): string => {
+  const der = new Uint8Array(44)
+  for (let i = 0; i < 12; i++) der[i] = parseInt(SPKI_ED25519_PREFIX.slice(2 * i, 2 * i + 2), 16)
+  der.set(raw, 12)
+  return `-----BEGIN PUBLIC KEY-----\n${toBase64(der)}\n-----END PUBLIC KEY-----\n`
+}
+
+/**
+ * The id of a receipt public key (docs/receipts.md): "rk_" + the first 16 hex digits of SHA-256 over
+ * its SPKI PEM as written by `spkiPemOfRaw`; undefined when the text is not an Ed25519 public key.
+ * The same id as the audit's `receiptKeyId` (test/spec-package/).
+ */
+export const receiptKeyIdOfPem = (pem: string): string | undefined => {
+  const raw = rawOfSpkiPem(pem)
+  return raw === undefined ? undefined : `rk_${sha256Hex(spkiPemOfRaw(raw)).slice(0, 16)}`
+}
+
+/** The check of an Ed25519 public key in SPKI PEM text (this build's implementation), or undefined when it is not one. */
+export const checkOfPem = (pem: string): RawCheck | undefined => {
+  const raw = rawOfSpkiPem(pem)
+  return raw === undefined ? undefined : ed25519CheckOfRaw(raw)
+}
+
+export type { RawCheck }

@@ -15,22 +15,15 @@
  * Generation works from the array of leaf hashes (O(n) hashes a proof, recomputing the subtrees it
  * needs: a store of the tree's nodes is the gateway's business); verification from hashes only. All
  * hashes are 32-byte Uint8Arrays. Sizes and indices are safe integers and are halved by arithmetic,
- * not by the 32-bit bitwise operators. Nothing here does I/O; SHA-256 is behind `sha256` alone, so a
- * browser build swaps that one function.
+ * not by the 32-bit bitwise operators. Nothing here does I/O; SHA-256 is ./platform.ts's, which the
+ * browser build of @tollgate/spec swaps.
  */
-import * as nodeCrypto from "node:crypto"
+import { fromHex, sha256 } from "./platform.ts"
 
 export const HASH_BYTES = 32
 
-/**
- * SHA-256 of the concatenation of `parts`. node:crypto as spec/receipt.ts uses it (a namespace
- * import, named `nodeCrypto`), the one place this module reaches a hash implementation.
- */
-export const sha256 = (...parts: ReadonlyArray<Uint8Array>): Uint8Array => {
-  const h = nodeCrypto.createHash("sha256")
-  for (const p of parts) h.update(p)
-  return new Uint8Array(h.digest())
-}
+/** SHA-256 of the concatenation of `parts`: ./platform.ts's (node:crypto in Node, @noble/hashes in the browser build). */
+export { sha256 }
 
 const LEAF_PREFIX = Uint8Array.of(0x00)
 const NODE_PREFIX = Uint8Array.of(0x01)
@@ -52,7 +45,7 @@ const RECEIPT_HASH = /^[0-9a-f]{64}$/
  */
 export const receiptLeafHash = (receiptHashHex: string): Uint8Array => {
   if (!RECEIPT_HASH.test(receiptHashHex)) throw new TypeError(`not a receipt hash: ${JSON.stringify(receiptHashHex)}`)
-  return leafHash(new Uint8Array(Buffer.from(receiptHashHex, "hex")))
+  return leafHash(fromHex(receiptHashHex)!)
 }
 
 export const equalHashes = (a: Uint8Array, b: Uint8Array): boolean => {

@@ -1,6 +1,7 @@
 /**
  * Receipts (docs/contract.md §6): what a receipt contains, how its hash chain and signature are formed, and
- * how anyone verifies one offline with nothing but node:crypto and the public key.
+ * how anyone verifies one offline with nothing but SHA-256, Ed25519 and the public key (./platform.ts:
+ * node:crypto in Node, pure JavaScript in the browser build of @tollgate/spec).
  *
  *   unsigned  = the receipt without `hash` and `signature`   (it includes `prev_hash`)
  *   hash      = hex( SHA-256( canonicalJson(unsigned) ) )
@@ -9,8 +10,9 @@
  * Receipts of one project form a chain in settlement order: receipt n's `prev_hash` is receipt
  * n−1's `hash` (`seq` counts from 1), and the first one's is GENESIS_HASH.
  */
-import * as nodeCrypto from "node:crypto"
-import type { Sign } from "./ed25519.ts"
+import type { KeyObject } from "node:crypto"
+import { checkOfPem, type Sign } from "./ed25519.ts"
+import { fromBase64Any, keyObjects, sha256Hex, toBase64Url, utf8 } from "./platform.ts"
 import { canonicalJson } from "./canonicalJson.ts"
 import type { TokenCounts } from "./pricing.ts"
 
@@ -50,19 +52,13 @@ export const unsignedPart = (r: Receipt | UnsignedReceipt): UnsignedReceipt => {
 }
 
 /** The bytes that are hashed and signed. */
-export const receiptBytes = (unsigned: UnsignedReceipt): Buffer => Buffer.from(canonicalJson(unsigned), "utf8")
+/** (A Buffer in Node, a Uint8Array in the browser build.) */
+export const receiptBytes = (unsigned: UnsignedReceipt): ReturnType<typeof utf8> => utf8(canonicalJson(unsigned))
 
-/**
- * SHA-256 as hex (of bytes, or of a string's UTF-8), the same digest either way: one-shot `crypto.hash` (Node ≥ 20.12) where it exists,
- * with no Hash object built per receipt (≈ 1.2 → 0.7 µs hot, more on the settlement's cold path).
- * node:crypto is imported as a namespace, so a Node without `hash` reads undefined here (a named
- * import of a missing export fails at link time). It is `nodeCrypto`, not `crypto`: bundled into the
- * audit worker, a top-level `crypto` collides with the global of that name.
- */
-export const sha256Hex: (data: Buffer | string) => string =
-  typeof nodeCrypto.hash === "function" ? (data) => nodeCrypto.hash("sha256", data, "hex") : (data) => nodeCrypto.createHash("sha256").update(data).digest("hex")
+/** SHA-256 as hex (of bytes, or of a string's UTF-8): ./platform.ts's, re-exported where the gateway has always found it. */
+export { sha256Hex }
 
-export const receiptHash = (unsigned: UnsignedReceipt, bytes: Buffer = receiptBytes(unsigned)): string => sha256Hex(bytes)
+export const receiptHash = (unsigned: UnsignedReceipt, bytes: Uint8Array = receiptBytes(unsigned)): string => sha256Hex(bytes)
 
 export type ReceiptCheck = "hash" | "signature"
 
@@ -124,25 +120,25 @@ export const signedTextOfStored = (body: string, hash: string, signature: string
  * A receipt key signs nothing else: only the canonical text of an unsigned receipt, the rule the
  * audit's `sealOfStored` relies on.
  */
-export const sealReceipt = (privateKey: nodeCrypto.KeyObject | Sign, unsigned: UnsignedReceipt): SealedReceipt => {
+export const sealReceipt = (privateKey: KeyObject | Sign, unsigned: UnsignedReceipt): SealedReceipt => {
   const text = canonicalJson(unsigned)
-  const bytes = Buffer.from(text, "utf8")
-  const signature = typeof privateKey === "function" ? privateKey(bytes) : nodeCrypto.sign(null, bytes, privateKey)
-  const receipt: Receipt = { ...unsigned, hash: sha256Hex(bytes), signature: signature.toString("base64url") }
+  const bytes = utf8(text)
+  const signature = typeof privateKey === "function" ? privateKey(bytes) : keyObjects.sign(bytes, privateKey)
+  const receipt: Receipt = { ...unsigned, hash: sha256Hex(bytes), signature: toBase64Url(signature) }
   return { receipt, body: storedBody(text, receipt) }
 }
 
-/** Which of the receipt's own checks fail (empty = intact and signed by `publicKeyPem`). */
-export const verifyReceipt = (receipt: Receipt, publicKeyPem: string): ReadonlyArray<ReceiptCheck> => {
+/**
+ * Which of the receipt's own checks fail (empty = intact and signed by `publicKey`: SPKI PEM text, as
+ * GET /v1/receipts/keys publishes it, or the check of one, spec/ed25519.ts `checkOfPem`).
+ */
+export const verifyReceipt = (receipt: Receipt, publicKey: string | SignatureCheckOf): ReadonlyArray<ReceiptCheck> => {
   const bytes = receiptBytes(unsignedPart(receipt))
   const failed: Array<ReceiptCheck> = []
   if (sha256Hex(bytes) !== receipt.hash) failed.push("hash")
-  let ok = false
-  try {
-    ok = nodeCrypto.verify(null, bytes, nodeCrypto.createPublicKey(publicKeyPem), Buffer.from(receipt.signature, "base64url"))
-  } catch {
-    ok = false
-  }
-  if (!ok) failed.push("signature")
+  const check = typeof publicKey === "string" ? checkOfPem(publicKey) : publicKey
+  if (check === undefined || !check(bytes, fromBase64Any(receipt.signature))) failed.push("signature")
   return failed
 }
+
+type SignatureCheckOf = (message: Uint8Array, signature: Uint8Array) => boolean
