@@ -22,7 +22,8 @@
  *        plus one synced commit before each answer, the disk's price; `floor` is the governed floor:
  *        Tollgate's store worker and pure parts, no pipeline),
  *        --compare DIR (adds target `tollgate-b`: Tollgate from another checkout, e.g. a `git worktree`
- *        of the commit before a change, interleaved with this one for an A/B in one run),
+ *        of the commit before a change, interleaved with this one for an A/B in one run; or name
+ *        `tollgate-pg-b` / `tollgate-pg2-b` in --targets for that checkout's PostgreSQL targets),
  *        --compare-node-flags "FLAGS" (node flags for tollgate-b only, e.g. "--max-semi-space-size=32";
  *        with --compare . the same tree is measured with and without them),
  *        --compare-args "ARGS" (arguments for tollgate-b's bench target only, e.g. "--access-log"),
@@ -30,6 +31,7 @@
  *        open-200, stream-200, closed, …; the --curve phases run whatever it says),
  *        --projects 8 --project-callers 64 (issue 40's many-projects phase: a Tollgate target gets
  *        7 more projects through the admin API, caller i calls with project i mod 8's key),
+ *        --pg-lanes N (this tree's tollgate-pg targets with TOLLGATE_PG_LANES=N),
  *        --curve 16,32,64,128,256,512 (issue 40: a closed loop at each count, `closed-N`; the point at
  *        --connections is `closed`), --no-port-alone, --port-alone-seconds S (with a tollgate-pg
  *        target, bench/pgHotProject.ts runs first and its rate goes into the report).
@@ -50,7 +52,7 @@ import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { appendHistoryRow, historyRow } from "./lib/history.ts"
 import { judgeTargets, type OverReference, overDurable, overFloor, type TargetFigures } from "./lib/targets.ts"
 import { connectEngines, cpuBetween, type EngineSample, sampleEngines } from "./lib/engines.ts"
-import { curvePoints, judgeScaleOut, type ScaleFigures, storeCounters } from "./lib/scaleOut.ts"
+import { curvePoints, judgeScaleOut, type ScaleFigures, type StoreCounters, storeCounters } from "./lib/scaleOut.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, "..")
@@ -89,10 +91,12 @@ const config = {
   compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg2", "tollgate-pg2a", "portkey"]
+const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg2", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
+if (config.targets.some((t) => t.endsWith("-b")) && config.compare === undefined) throw new Error("the -b targets run the --compare checkout: name it")
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
-if (config.compare !== undefined) config.targets.push("tollgate-b")
+// --compare adds the SQLite A/B target, unless the PostgreSQL ones of the other checkout are named (tollgate-pg-b, tollgate-pg2-b).
+if (config.compare !== undefined && !config.targets.some((t) => t.endsWith("-b"))) config.targets.push("tollgate-b")
 
 // ---- Workload: a realistic chat call (≈ 200 prompt tokens, ≈ 120 completion tokens) ----
 
@@ -296,6 +300,11 @@ interface Measured extends PhaseResult {
   /** The PostgreSQL targets: statements sent (each one round trip) and pool checkouts a successful call, all instances (their /metrics); NaN elsewhere. */
   readonly roundTripsPerCall: number
   readonly checkoutsPerCall: number
+  /** The PostgreSQL targets: the mean settlement and reservation batch (calls a statement), chain heads found moved and calls shed, a successful call (their /metrics; NaN on a tree without those counters). */
+  readonly settleBatch: number
+  readonly reserveBatch: number
+  readonly headMovedPerCall: number
+  readonly shedPerCall: number
   /** The PostgreSQL targets: CPU µs a call of the PostgreSQL and Redis server processes, and PostgreSQL's commits and WAL flushes a call (bench/lib/engines.ts; a shared server: upper bounds). */
   readonly pgCpuUsPerCall: number
   readonly redisCpuUsPerCall: number
@@ -311,17 +320,15 @@ const sampleEnginesOf = (t: Target): Promise<EngineSample | undefined> =>
 const ADMIN_TOKEN = "bench-admin-token"
 
 /** The store counters of every instance of a target, summed (from each one's /metrics); undefined when it has none to read. */
-const readStoreCounters = async (t: Target) => {
+const readStoreCounters = async (t: Target): Promise<StoreCounters | undefined> => {
   if (t.metricsPorts === undefined || t.metricsPorts.length === 0) return undefined
-  let roundTrips = 0
-  let checkouts = 0
+  const sum: Record<keyof StoreCounters, number> = { roundTrips: 0, checkouts: 0, settleBatches: 0, settlements: 0, reserveBatches: 0, reservations: 0, headMoved: 0, shed: 0 }
   for (const port of t.metricsPorts) {
     const res = await request(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })
     const c = storeCounters(await res.body.text())
-    roundTrips += c.roundTrips
-    checkouts += c.checkouts
+    for (const k of Object.keys(sum) as Array<keyof StoreCounters>) sum[k] += c[k]
   }
-  return { roundTrips, checkouts }
+  return sum
 }
 
 const measure = async (t: Target, s: Scenario, round: number): Promise<Measured> => {
@@ -341,8 +348,10 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
   const countersAfter = countersBefore === undefined ? undefined : await readStoreCounters(t)
   const engine = (pick: (a: EngineSample, b: EngineSample) => number) =>
     enginesBefore === undefined || enginesAfter === undefined || r.ok === 0 ? NaN : pick(enginesBefore, enginesAfter) / r.ok
-  const perCall = (pick: (c: { roundTrips: number; checkouts: number }) => number) =>
+  const perCall = (pick: (c: StoreCounters) => number) =>
     countersBefore === undefined || countersAfter === undefined || r.ok === 0 ? NaN : (pick(countersAfter) - pick(countersBefore)) / r.ok
+  const ratio = (calls: (c: StoreCounters) => number, statements: (c: StoreCounters) => number) =>
+    countersBefore === undefined || countersAfter === undefined ? NaN : (calls(countersAfter) - calls(countersBefore)) / (statements(countersAfter) - statements(countersBefore))
   return {
     ...r,
     target: t.name,
@@ -358,6 +367,10 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
     loadavg: loadavg()[0]!,
     roundTripsPerCall: perCall((c) => c.roundTrips),
     checkoutsPerCall: perCall((c) => c.checkouts),
+    settleBatch: ratio((c) => c.settlements, (c) => c.settleBatches),
+    reserveBatch: ratio((c) => c.reservations, (c) => c.reserveBatches),
+    headMovedPerCall: perCall((c) => c.headMoved),
+    shedPerCall: perCall((c) => c.shed),
     pgCpuUsPerCall: engine((a, b) => cpuBetween(a.postgres, b.postgres) * 1000),
     redisCpuUsPerCall: engine((a, b) => cpuBetween(a.redis, b.redis) * 1000),
     commitsPerCall: engine((a, b) => b.commits - a.commits),
@@ -479,6 +492,8 @@ const main = async () => {
     return keys
   }
 
+  // `--pg-lanes N`: this tree's PostgreSQL targets run N lanes an instance (TOLLGATE_PG_LANES).
+  const pgLanes = arg("--pg-lanes") === undefined ? [] : ["--lanes", arg("--pg-lanes")!]
   const starters: Record<string, () => Promise<Target>> = {
     baseline: async () => ({
       name: "baseline",
@@ -493,10 +508,13 @@ const main = async () => {
     "floor-inline": () => startGoverned("floor-inline", "targets/governedFloor.ts", { extra: ["--inline"] }),
     tollgate: () => startGoverned("tollgate", "targets/tollgate.ts"),
     // PostgreSQL + Redis (scripts/services.sh), one instance and two (bench/targets/tollgatePg.ts).
-    "tollgate-pg": () => startGoverned("tollgate-pg", "targets/tollgatePg.ts"),
-    "tollgate-pg2": () => startGoverned("tollgate-pg2", "targets/tollgatePg.ts", { extra: ["--instances", "2"] }),
+    "tollgate-pg": () => startGoverned("tollgate-pg", "targets/tollgatePg.ts", { extra: pgLanes }),
+    "tollgate-pg2": () => startGoverned("tollgate-pg2", "targets/tollgatePg.ts", { extra: ["--instances", "2", ...pgLanes] }),
     // The same two instances behind a splice with key affinity: each project's calls on one instance (docs/decisions/0045).
-    "tollgate-pg2a": () => startGoverned("tollgate-pg2a", "targets/tollgatePg.ts", { extra: ["--instances", "2", "--affinity"] }),
+    "tollgate-pg2a": () => startGoverned("tollgate-pg2a", "targets/tollgatePg.ts", { extra: ["--instances", "2", "--affinity", ...pgLanes] }),
+    // The PostgreSQL targets of the --compare checkout (an A/B of the scale-out store in one run).
+    "tollgate-pg-b": () => startGoverned("tollgate-pg-b", "targets/tollgatePg.ts", { dir: resolve(config.compare!) }),
+    "tollgate-pg2-b": () => startGoverned("tollgate-pg2-b", "targets/tollgatePg.ts", { dir: resolve(config.compare!), extra: ["--instances", "2"] }),
     "tollgate-b": () =>
       startGoverned("tollgate-b", "targets/tollgate.ts", { dir: resolve(config.compare!), nodeFlags: config.compareNodeFlags, extra: config.compareArgs }),
     portkey: async () => {
@@ -567,6 +585,7 @@ const main = async () => {
             `  cpu ${f0(m.cpuUsPerReq)} µs/req (main ${f0(m.mainCpuUsPerReq)} at ${f2(m.mainCores)} cores, busiest other thread ${f0(m.busiestOtherCpuUsPerReq)}, rest ${f0(m.restCpuUsPerReq)}), gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
             (m.lagP99Ms !== undefined && m.lagP99Ms > 2 ? `  (generator lag p99 ${f1(m.lagP99Ms)} ms)` : "") +
             (Number.isFinite(m.roundTripsPerCall) ? `  store ${f2(m.roundTripsPerCall)} round trips, ${f2(m.checkoutsPerCall)} checkouts a call` : "") +
+            (Number.isFinite(m.settleBatch) ? `, batches ${f1(m.reserveBatch)} reserve / ${f1(m.settleBatch)} settle, ${f2(m.headMovedPerCall)} heads moved, ${f2(m.shedPerCall)} shed a call` : "") +
             (Number.isFinite(m.pgCpuUsPerCall)
               ? `; postgres ${f0(m.pgCpuUsPerCall)} µs, redis ${f0(m.redisCpuUsPerCall)} µs, ${f2(m.commitsPerCall)} commits, ${f2(m.walSyncsPerCall)} WAL flushes a call`
               : "")
@@ -673,6 +692,8 @@ const main = async () => {
     "tollgate-pg": "Tollgate on PostgreSQL + Redis, 1 instance",
     "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (threads of one process, TCP round robin)",
     "tollgate-pg2a": "Tollgate on PostgreSQL + Redis, 2 instances with key affinity (a key's connections to one instance)",
+    "tollgate-pg-b": `Tollgate on PostgreSQL + Redis, 1 instance, from ${config.compare ?? ""} (A/B)`,
+    "tollgate-pg2-b": `Tollgate on PostgreSQL + Redis, 2 instances, from ${config.compare ?? ""} (A/B)`,
     "tollgate-b": `Tollgate from ${config.compare ?? ""} ${[...config.compareNodeFlags, ...config.compareArgs].join(" ")} (A/B)`,
     portkey: "Portkey gateway 1.15 (no governance)"
   }

@@ -117,12 +117,34 @@ export const judgeScaleOut = (rows: ReadonlyArray<ScaleFigures>, portAlone?: num
 }
 
 /** `tollgate_store_round_trips_total 123` and `tollgate_store_checkouts_total 45` out of a /metrics text (NaN when absent). */
-export const storeCounters = (metrics: string): { roundTrips: number; checkouts: number } => {
+export interface StoreCounters {
+  readonly roundTrips: number
+  readonly checkouts: number
+  /** Group commit (issue 40): settlement and reservation statements and the calls they carried; chain heads found moved; calls shed. NaN on a tree without them. */
+  readonly settleBatches: number
+  readonly settlements: number
+  readonly reserveBatches: number
+  readonly reservations: number
+  readonly headMoved: number
+  readonly shed: number
+}
+
+export const storeCounters = (metrics: string): StoreCounters => {
+  // Summed over a counter's label sets (tollgate_store_shed_total{bound=…}).
   const read = (name: string) => {
-    const m = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+(?:\\.\\d+)?)$`, "m").exec(metrics)
-    return m === null ? NaN : Number(m[1])
+    const all = [...metrics.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\d+(?:\\.\\d+)?)$`, "gm"))]
+    return all.length === 0 ? NaN : all.reduce((n, m) => n + Number(m[1]), 0)
   }
-  return { roundTrips: read("tollgate_store_round_trips_total"), checkouts: read("tollgate_store_checkouts_total") }
+  return {
+    roundTrips: read("tollgate_store_round_trips_total"),
+    checkouts: read("tollgate_store_checkouts_total"),
+    settleBatches: read("tollgate_store_settle_batches_total"),
+    settlements: read("tollgate_store_batched_settlements_total"),
+    reserveBatches: read("tollgate_store_reserve_batches_total"),
+    reservations: read("tollgate_store_batched_reservations_total"),
+    headMoved: read("tollgate_store_head_moved_total"),
+    shed: read("tollgate_store_shed_total")
+  }
 }
 
 /** The connection counts of `--curve 16,32,…`: positive integers, ascending, each once. */

@@ -8,7 +8,7 @@
  * epoch, instance id and receipt key: instance 0 on the main thread, the others on worker threads of
  * this process (so the bench's CPU figure, read from this pid, covers all of them), behind a
  * round-robin TCP splice on one port (connection-level, as an L4 load balancer; with N = 1 there is
- * no splice); `--affinity` sends each connection to the instance owning its first request's key. Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
+ * no splice); `--lanes N` sets each instance's lanes (TOLLGATE_PG_LANES); `--affinity` sends each connection to the instance owning its first request's key. Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
  * each instance's own, for its /metrics).
  *
  * Engines: TOLLGATE_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test) and
@@ -31,6 +31,7 @@ interface InstanceData {
   readonly dir: string
   readonly upstream: string
   readonly model: string
+  readonly lanes: number | undefined
 }
 
 const pgUrl = process.env.TOLLGATE_BENCH_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test"
@@ -45,6 +46,8 @@ const startInstance = async (d: InstanceData) => {
     databaseUrl: d.url,
     redisUrl: Option.some(Redacted.make(redisUrl)),
     pgPoolSize: 10,
+    // `--lanes N`: the instance's lanes (TOLLGATE_PG_LANES; the default otherwise).
+    ...(d.lanes === undefined ? {} : { pgLanes: d.lanes }),
     instanceId: `bench-${d.index}`,
     receiptKeyFile: Option.some(join(d.dir, `receipt-key-${d.index}.pem`)),
     adminToken: Option.some(Redacted.make("bench-admin-token")),
@@ -77,7 +80,8 @@ if (!isMainThread) {
     url,
     dir,
     upstream: (arg("--upstream") ?? "http://127.0.0.1:9100").replace(/\/+$/, ""),
-    model: arg("--model") ?? "gpt-4o-mini"
+    model: arg("--model") ?? "gpt-4o-mini",
+    lanes: arg("--lanes") === undefined ? undefined : Number(arg("--lanes"))
   })
   // The first instance migrates the schema and creates the default project; the others then join.
   const first = await startInstance(data(0))

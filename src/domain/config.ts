@@ -155,6 +155,13 @@ export interface GatewaySettings {
   readonly pgMaxWaitMs: number
   readonly pgLockTimeoutMs: number
   readonly pgMaxQueued: number
+  /**
+   * PostgreSQL only: the lanes of an instance (TOLLGATE_PG_LANES): each project's reservations and
+   * settlements go through one of them, one statement at a time, the calls that arrive meanwhile in
+   * its next batch. Fewer lanes, bigger batches: one by default (docs/decisions/0046 — on 8 projects one
+   * lane halved PostgreSQL's commits and CPU a call against four, with one instance and with two).
+   */
+  readonly pgLanes: number
   /** How long a dashboard sign-in lasts (absolute, from sign-in). */
   readonly sessionTtlMs: number
   /**
@@ -282,6 +289,10 @@ const settingsConfig = Config.all({
     Config.validate({ message: "must be between 1 and 100000", validation: (n) => n >= 1 && n <= 100_000 }),
     Config.withDefault(512)
   ),
+  pgLanes: Config.integer("TOLLGATE_PG_LANES").pipe(
+    Config.validate({ message: "must be between 1 and 64", validation: (n) => n >= 1 && n <= 64 }),
+    Config.withDefault(1)
+  ),
   sessionTtlMs: Config.map(Config.integer("TOLLGATE_SESSION_TTL_SECONDS").pipe(Config.withDefault(8 * 3600)), (s) => s * 1000),
   assertInvariants: Config.boolean("TOLLGATE_ASSERT").pipe(Config.withDefault(false)),
   otlpTracesUrl: Config.all([
@@ -374,6 +385,7 @@ export const makeSettings = (overrides: Partial<GatewaySettings> = {}): GatewayS
   pgMaxWaitMs: 1000,
   pgLockTimeoutMs: 1000,
   pgMaxQueued: 512,
+  pgLanes: 1,
   sessionTtlMs: 8 * 3600 * 1000,
   assertInvariants: false,
   otlpTracesUrl: Option.none(),

@@ -3,7 +3,7 @@
  * rendering happens only when scraped. Labels are bounded: endpoint, status, route, outcome, project.
  */
 import { Effect } from "effect"
-import { pgRetries, pgSettleBatches, pgShed } from "../store/pgChatStore.ts"
+import { pgReserveBatches, pgRetries, pgSettleBatches, pgShed } from "../store/pgChatStore.ts"
 import { pgRoundTrips } from "../store/pgPool.ts"
 import { rateLimitFallbacks } from "./RateLimiter.ts"
 
@@ -86,6 +86,9 @@ const renderStoreRetries = (): string =>
     external("tollgate_store_settle_batches_total", "Group-committed settlement statements sent to PostgreSQL, each one transaction and one WAL flush (zero on SQLite).", [["", pgSettleBatches.batches]]),
     external("tollgate_store_batched_settlements_total", "Settlements those statements carried: divided by the batches, the mean batch size.", [["", pgSettleBatches.settlements]]),
     external("tollgate_store_batch_splits_total", "Batches (of settlements or reservations) the database refused and that were split, each call run alone.", [["", pgSettleBatches.splits]]),
+    external("tollgate_store_head_moved_total", "Settlement statements that found a receipt chain head another instance had moved, and sealed their batch again (zero on SQLite).", [["", pgSettleBatches.headMoved]]),
+    external("tollgate_store_reserve_batches_total", "Reservation statements sent to PostgreSQL that answered, each one transaction (zero on SQLite).", [["", pgReserveBatches.batches]]),
+    external("tollgate_store_batched_reservations_total", "Reservations those statements carried: divided by the batches, the mean batch size.", [["", pgReserveBatches.reservations]]),
     external("tollgate_store_shed_total", "Reservations refused 503 server_overloaded before anything was held, by the bound that shed them (zero on SQLite).", [
       ['{bound="queued"}', pgShed.queued],
       ['{bound="waited"}', pgShed.waited],

@@ -61,9 +61,14 @@ const RETRY_LIMIT = 10
 /**
  * Group commit's counts (issue 40, item 2): `tollgate_settle` statements that committed a batch, the
  * settlements they carried, and batches split after the database refused them (each call then run
- * alone: a split hides a failing call from its neighbours, and is logged — a bug's trace when it recurs).
+ * alone: a split hides a failing call from its neighbours, and is logged — a bug's trace when it recurs);
+ * and statements that found a chain head another instance had moved (`headMoved`: sealed again, a
+ * round trip more — what several instances on one hot project cost, docs/decisions/0046).
  */
-export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0 }
+export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMoved: 0 }
+
+/** Reservation statements that answered (each one transaction) and the reservations they carried: their ratio is the mean batch. */
+export const pgReserveBatches = { batches: 0, reservations: 0 }
 
 /**
  * Reservations shed (issue 40, item 3; docs/decisions/0046), by the bound that shed them: the lane's
@@ -105,14 +110,11 @@ const OWED_RETRY_MS = 250
 /** Holds the sweep voids per transaction. */
 const SWEEP_BATCH = 500
 
-/** Lanes of settlements (a project's are always in the same one); each runs one `tollgate_settle` call at a time. */
-const SETTLE_LANES = 4
-
-/** The lane of a project's settlements and reservations: always the same one. */
-const laneIndex = (projectId: string): number => {
+/** The lane (of `lanes`: TOLLGATE_PG_LANES) of a project's settlements and reservations: always the same one. */
+const laneIndex = (projectId: string, lanes: number): number => {
   let h = 0
   for (let i = 0; i < projectId.length; i++) h = (h * 31 + projectId.charCodeAt(i)) | 0
-  return Math.abs(h) % SETTLE_LANES
+  return Math.abs(h) % lanes
 }
 
 /** Settlements one `tollgate_settle` call takes at most: one transaction, one WAL flush. */
@@ -127,7 +129,7 @@ export const makePgChatStore = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   const signer = yield* ReceiptKey
   const seal = fastestSealer(signer.signingKey)
-  const { assertInvariants, pgAcquireTimeoutMs, pgLockTimeoutMs, pgMaxQueued, pgMaxWaitMs } = yield* Settings
+  const { assertInvariants, pgAcquireTimeoutMs, pgLanes, pgLockTimeoutMs, pgMaxQueued, pgMaxWaitMs } = yield* Settings
   const clock = yield* Effect.clock
   const connections = yield* PgConnectionsTracker
 
@@ -271,7 +273,7 @@ export const makePgChatStore = Effect.gen(function* () {
   }
 
   /**
-   * Reservations, group-committed like settlements (below): one lane per project (of `SETTLE_LANES`),
+   * Reservations, group-committed like settlements (below): one lane per project (of `pgLanes`),
    * one statement at a time per lane; those that arrive while it is in flight go together as the next
    * `tollgate_reserve_many` (migration 0010) — one transaction, one WAL flush — each answered on its
    * own row. A batch the database refuses is split, each reservation run alone; a connection lost
@@ -288,7 +290,7 @@ export const makePgChatStore = Effect.gen(function* () {
     queue: Array<PendingReserve>
     busy: boolean
   }
-  const reserveLanes: ReadonlyArray<ReserveLane> = Array.from({ length: SETTLE_LANES }, () => ({ queue: [], busy: false }))
+  const reserveLanes: ReadonlyArray<ReserveLane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false }))
 
   const reserveItem = (a: ReserveArgs, amount: number | null) => {
     const c = a.claim
@@ -354,6 +356,8 @@ export const makePgChatStore = Effect.gen(function* () {
         for (const p of batch) yield* runReserveBatch([p])
         return
       }
+      pgReserveBatches.batches++
+      pgReserveBatches.reservations += batch.length
       const byIndex = new Map(exit.value.map((row) => [row.o_i, row]))
       batch.forEach((p, i) => {
         const row = byIndex.get(i)
@@ -395,7 +399,7 @@ export const makePgChatStore = Effect.gen(function* () {
    */
   const reserveAttempt = (a: ReserveArgs, amount: number | null): Effect.Effect<ReserveRow> =>
     Effect.async<ReserveRow>((resume) => {
-      const lane = reserveLanes[laneIndex(a.hold.projectId)]!
+      const lane = reserveLanes[laneIndex(a.hold.projectId, pgLanes)]!
       if (lane.queue.length >= pgMaxQueued) {
         pgShed.queued++
         return resume(Effect.die(serverOverloaded(`${lane.queue.length} reservations wait for the database already`)))
@@ -460,7 +464,7 @@ export const makePgChatStore = Effect.gen(function* () {
 
   /**
    * Settlements, group-committed (issue 40, item 2; docs/decisions/0043). Each project belongs to one
-   * of `SETTLE_LANES` lanes of this instance, and a lane runs one `tollgate_settle` call at a time:
+   * of `pgLanes` lanes of this instance (TOLLGATE_PG_LANES), and a lane runs one `tollgate_settle` call at a time:
    * idle, a settlement goes at once (nobody else waits to share its commit); busy, the settlements
    * that arrive meanwhile — of every project of the lane — wait and go together as the next batch, up
    * to `SETTLE_BATCH`: one statement, one transaction, one WAL flush for all of them, each project's
@@ -487,8 +491,8 @@ export const makePgChatStore = Effect.gen(function* () {
     queue: Array<Pending>
     busy: boolean
   }
-  const lanes: ReadonlyArray<Lane> = Array.from({ length: SETTLE_LANES }, () => ({ queue: [], busy: false }))
-  const laneOf = (projectId: string): Lane => lanes[laneIndex(projectId)]!
+  const lanes: ReadonlyArray<Lane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false }))
+  const laneOf = (projectId: string): Lane => lanes[laneIndex(projectId, pgLanes)]!
   const runtime = yield* Effect.runtime<never>()
   const runFork = Runtime.runFork(runtime)
 
@@ -614,6 +618,7 @@ export const makePgChatStore = Effect.gen(function* () {
         if (Exit.isFailure(exit)) {
           for (const p of live) heads.delete(p.s.hold.projectId)
           if (headMoved(exit.cause)) {
+            pgSettleBatches.headMoved++
             contended = true
             continue
           }
@@ -633,6 +638,7 @@ export const makePgChatStore = Effect.gen(function* () {
           return
         }
         if ("heads" in answer) {
+          pgSettleBatches.headMoved++
           for (const h of answer.heads) heads.set(h.project_id, { seq: h.seq, hash: h.hash })
           // Known and moved again: another instance appends to this chain too; take its lock first.
           if (round > 0) contended = true
