@@ -4,7 +4,8 @@
  * line, each line ending in "\n", UTF-8):
  *
  *   {"object":"receipt_export","version":1,"project_id":"prj_…","period":"2026-11"|null,
- *    "cursor":"…"|null,"next_cursor":"…"|null,"keys":[ …GET /v1/receipts/keys entries… ]}
+ *    "cursor":"…"|null,"next_cursor":"…"|null,"keys":[ …GET /v1/receipts/keys entries… ],
+ *    "rate_cards":[ …GET /v1/rate_cards entries: {version, effective_from, prices}… ]}
  *   {"object":"receipt",…}        one line per receipt, exactly as GET /v1/requests/{id}/receipt returns it,
  *   {"object":"receipt",…}        in chain order (ascending `seq`)
  *
@@ -12,7 +13,10 @@
  * is its pages one after another, each with its header, and it parses as one export (a header line
  * starts a page; every header must name the same project). `keys` holds at least every key that
  * signed a receipt of the page (the gateway writes every published receipt key: old ones stay
- * published); a verifier takes the union of all pages' keys. `cursor` is the cursor the page was
+ * published); a verifier takes the union of all pages' keys. `rate_cards` holds at least every rate
+ * card a receipt of the page names (cards are immutable; the gateway may write them all): a verifier
+ * recomputes each charge from the receipt's tokens and its card, and reports a receipt whose card is
+ * not carried (`tollgate verify`: rate_card_missing). Optional in the reader, for a page without receipts. `cursor` is the cursor the page was
  * asked for (null: the start), `next_cursor` the one to ask for next (null: this was the last page; it
  * is also the `x-next-cursor` response header). Cursors are opaque strings.
  *
@@ -26,6 +30,7 @@
  * and the reason, for a line it cannot take. It checks shape only: hashes, signatures, the chain
  * and the charges are the verifier's (spec/receipt.ts, spec/audit, spec/merkle.ts).
  */
+import type { RateCard } from "./pricing.ts"
 import type { Receipt } from "./receipt.ts"
 
 export const EXPORT_OBJECT = "receipt_export"
@@ -50,6 +55,8 @@ export interface ExportHeader {
   readonly cursor: string | null
   readonly next_cursor: string | null
   readonly keys: ReadonlyArray<ExportKey>
+  /** The rate cards the page's receipts name (GET /v1/rate_cards entries). */
+  readonly rate_cards?: ReadonlyArray<RateCard> | undefined
 }
 
 export type ExportRecord =
@@ -66,7 +73,8 @@ export const headerLine = (h: Omit<ExportHeader, "object" | "version">): string 
     period: h.period,
     cursor: h.cursor,
     next_cursor: h.next_cursor,
-    keys: h.keys.map((k) => ({ id: k.id, algorithm: k.algorithm, public_key: k.public_key, created_at: k.created_at, retired_at: k.retired_at }))
+    keys: h.keys.map((k) => ({ id: k.id, algorithm: k.algorithm, public_key: k.public_key, created_at: k.created_at, retired_at: k.retired_at })),
+    ...(h.rate_cards === undefined ? {} : { rate_cards: h.rate_cards.map((c) => ({ version: c.version, effective_from: c.effective_from, prices: c.prices })) })
   })
 
 // ---------------------------------------------------------------------------------------------
@@ -100,6 +108,13 @@ export const headerProblem = (v: Json): string | undefined => {
   for (let i = 0; i < v.keys.length; i++) {
     const p = keyProblem(v.keys[i], i)
     if (p !== undefined) return p
+  }
+  if (v.rate_cards !== undefined) {
+    if (!Array.isArray(v.rate_cards)) return "the header's rate_cards is not an array"
+    for (let i = 0; i < v.rate_cards.length; i++) {
+      const c: unknown = v.rate_cards[i]
+      if (!isObject(c) || !isString(c.version) || !isString(c.effective_from) || !isObject(c.prices)) return `rate_cards[${i}] is not {version, effective_from, prices}`
+    }
   }
   return undefined
 }

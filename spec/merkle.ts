@@ -231,3 +231,43 @@ export const verifyConsistency = (
   }
   return sn === 0 && equalHashes(fr, fromRoot) && equalHashes(sr, toRoot)
 }
+
+// ---------------------------------------------------------------------------------------------
+// A growing log's head in O(log n) memory
+
+/**
+ * The tree head of a log whose leaves arrive one at a time, holding only the roots of its perfect
+ * subtrees (a compact range: at most ⌈log2 n⌉ + 1 hashes): what a verifier reading an export of a
+ * million receipts keeps instead of the leaves. `root()` is `treeHead` of the leaves appended so far
+ * (a property in test/verify/compactRange.test.ts).
+ */
+export class CompactRange {
+  private readonly sizes: Array<number> = []
+  private readonly hashes: Array<Uint8Array> = []
+  private count = 0
+
+  get size(): number {
+    return this.count
+  }
+
+  append(leaf: Uint8Array): void {
+    let size = 1
+    let hash = leaf
+    while (this.sizes.length > 0 && this.sizes[this.sizes.length - 1] === size) {
+      this.sizes.pop()
+      hash = nodeHash(this.hashes.pop()!, hash)
+      size *= 2
+    }
+    this.sizes.push(size)
+    this.hashes.push(hash)
+    this.count += 1
+  }
+
+  /** MTH of the leaves so far: the subtrees' roots folded from the smallest (rightmost) up. */
+  root(): Uint8Array {
+    if (this.hashes.length === 0) return EMPTY_ROOT
+    let r = this.hashes[this.hashes.length - 1]!
+    for (let i = this.hashes.length - 2; i >= 0; i--) r = nodeHash(this.hashes[i]!, r)
+    return r
+  }
+}

@@ -11,8 +11,9 @@
 import { readFileSync } from "node:fs"
 import { availableParallelism } from "node:os"
 import { parseArgs } from "node:util"
-import { findingKinds, type FindingKind } from "../../spec/audit.ts"
+import { findingKinds } from "../../spec/audit.ts"
 import { type AuditResult, auditStore } from "../store/auditReader.ts"
+import { findingLines } from "./commandText.ts"
 
 export { type AuditOptions, type AuditResult, auditStore, databaseFile } from "../store/auditReader.ts"
 
@@ -28,8 +29,6 @@ const usage = `usage: tollgate audit [--database sqlite:<path> | postgres://…]
   --limit        findings listed in detail (default 1000; all are counted)
 exit code: 0 clean, 1 findings, 2 the audit could not run`
 
-const pad = (s: string, n: number) => (s.length >= n ? s : s + " ".repeat(n - s.length))
-
 export const renderHuman = (r: AuditResult): string => {
   const s = r.summary
   const lines: Array<string> = []
@@ -41,17 +40,7 @@ export const renderHuman = (r: AuditResult): string => {
       `${s.stats.rateCards} rate card(s), ${s.stats.keys} public key(s) (${r.keySource === "pinned" ? "pinned" : "from the store"})`
   )
   lines.push(`  time:    ${(r.durationMs / 1000).toFixed(2)} s (${r.receiptsPerSecond} receipts/s, ${r.jobs} signature worker(s), Ed25519 by ${r.ed25519})`)
-  if (s.clean) {
-    lines.push("", "CLEAN: no findings.")
-    return lines.join("\n")
-  }
-  lines.push("", `FINDINGS: ${s.findings}`)
-  for (const [kind, n] of Object.entries(s.byKind) as Array<[FindingKind, number]>) {
-    lines.push(`  ${pad(kind, 34)} ${String(n).padStart(8)}   ${findingKinds[kind]}`)
-  }
-  lines.push("")
-  for (const f of r.findings) lines.push(`  ${pad(f.kind, 34)} ${pad(f.subject, 40)} ${f.message}`)
-  if (r.omitted > 0) lines.push(`  … and ${r.omitted} more (raise --limit to list them)`)
+  lines.push(...findingLines({ count: s.findings, byKind: s.byKind, kinds: findingKinds, listed: r.findings, omitted: r.omitted }))
   return lines.join("\n")
 }
 

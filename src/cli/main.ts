@@ -13,13 +13,14 @@
  *   tollgate keys revoke <key_id>
  *   tollgate audit [--project P] [--period YYYY-MM] [--json]
  *   tollgate verify-receipt <receipt.json> [--public-key key.pem | --url http://host:port]
+ *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F] [--keys F]   offline, exit 1 on any finding
  *
  * Admin commands call the running gateway's admin API (TOLLGATE_URL, default http://localhost:8080,
  * with TOLLGATE_ADMIN_TOKEN), so the server stays the only writer of its store.
  */
 import { adminCommand } from "./admin.ts"
 
-const usage = `usage: tollgate <serve|projects|keys|audit|verify-receipt> ...  (see README.md, "CLI")`
+const usage = `usage: tollgate <serve|projects|keys|audit|verify|verify-receipt> ...  (see README.md, "CLI")`
 
 const main = async (argv: ReadonlyArray<string>): Promise<number> => {
   const [command, ...rest] = argv
@@ -34,6 +35,8 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
       const { auditCommand } = await import("./audit.ts")
       return auditCommand(rest)
     }
+    case "verify":
+      return (await import("./verify.ts")).verifyCommand(rest)
     case "verify-receipt": {
       const { verifyReceiptCommand } = await import("./verifyReceipt.ts")
       return verifyReceiptCommand(rest)

@@ -11,7 +11,7 @@
  * Exit code: 0 the receipt verifies, 1 it does not, 2 the check could not run.
  */
 import { readFileSync } from "node:fs"
-import { parseArgs } from "node:util"
+import { oneFileCommand } from "./commandText.ts"
 import { parseReceipt, receiptKeyId } from "../../spec/audit.ts"
 import { type Prices, type RateCard, settledCharge } from "../../spec/pricing.ts"
 import { GENESIS_HASH, verifyReceipt } from "../../spec/receipt.ts"
@@ -107,37 +107,21 @@ const fetchKeys = async (base: string): Promise<ReadonlyArray<PublishedKey>> => 
 }
 
 export const verifyReceiptCommand = async (argv: ReadonlyArray<string>): Promise<number> => {
-  let parsed: ReturnType<typeof parse>
-  const parse = () =>
-    parseArgs({
-      args: [...argv],
-      options: {
-        "public-key": { type: "string", multiple: true },
-        url: { type: "string" },
-        prev: { type: "string" },
-        "rate-card": { type: "string" },
-        json: { type: "boolean" },
-        help: { type: "boolean", short: "h" }
-      },
-      allowPositionals: true
-    })
+  const parsed = oneFileCommand(
+    argv,
+    {
+      "public-key": { type: "string", multiple: true },
+      url: { type: "string" },
+      prev: { type: "string" },
+      "rate-card": { type: "string" },
+      json: { type: "boolean" }
+    },
+    usage
+  )
+  if (typeof parsed === "number") return parsed
+  const { values, file } = parsed
   try {
-    parsed = parse()
-  } catch (e) {
-    process.stderr.write(`${(e as Error).message}\n${usage}\n`)
-    return 2
-  }
-  const { values, positionals } = parsed
-  if (values.help === true) {
-    process.stdout.write(`${usage}\n`)
-    return 0
-  }
-  if (positionals.length !== 1) {
-    process.stderr.write(`${usage}\n`)
-    return 2
-  }
-  try {
-    const raw = readFileSync(positionals[0]!, "utf8")
+    const raw = readFileSync(file, "utf8")
     const pems = (values["public-key"] ?? []).map((p) => readFileSync(p, "utf8"))
     const url = values.url ?? (pems.length === 0 ? process.env["TOLLGATE_URL"] : undefined)
     if (pems.length === 0 && url === undefined) {

@@ -1,0 +1,153 @@
+/**
+ * `tollgate verify`: a customer's offline check of a receipt export (GET /v1/receipts, spec/export.ts)
+ * with the rules of the package @tollgate/spec (spec/verify.ts): every signature, the chain, every
+ * charge, the checkpoints and statements the customer kept. No database, no network: files in,
+ * findings out, printed as `tollgate audit` prints its own.
+ *
+ *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--json] [--limit N]
+ *
+ * The export is read as a stream (one line at a time, flat memory). Ed25519 checks use libsodium
+ * (sodium-native) where it loads, else node:crypto: the same verdicts (spec/ed25519.ts), faster.
+ *
+ * Exit code: 0 no findings, 1 findings, 2 the check could not run.
+ */
+import { createPublicKey } from "node:crypto"
+import { createReadStream, readFileSync } from "node:fs"
+import type { RawCheck } from "../../spec/ed25519.ts"
+import { ExportReader, LineSplitter } from "../../spec/export.ts"
+import { makeVerifier, splitNotes, type TrustedKeyInput, type VerifyFinding, verifyFindingKinds, type VerifySummary } from "../../spec/verify.ts"
+import { fastestEd25519 } from "../store/sodium.ts"
+import { findingLines, oneFileCommand } from "./commandText.ts"
+
+const usage = `usage: tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--json] [--limit N]
+  <export.jsonl>   the receipt export (GET /v1/receipts, tollgate export), "-" for standard input
+  --checkpoints    a file of signed checkpoints you kept (GET /v1/receipts/checkpoint answers, one after another)
+  --statement      a statement you kept (GET /v1/statements/{period}); repeatable
+  --keys           trust only these receipt keys (a GET /v1/receipts/keys answer); default: the export's
+  --limit          findings listed in detail (default 1000; all are counted)
+exit code: 0 no findings, 1 findings, 2 the check could not run`
+
+export interface VerifyInput {
+  readonly exportStream: AsyncIterable<string>
+  readonly checkpoints?: string | undefined
+  readonly statements?: ReadonlyArray<string> | undefined
+  readonly keys?: string | undefined
+  readonly limit?: number | undefined
+}
+
+export interface VerifyResult {
+  readonly summary: VerifySummary
+  readonly findings: ReadonlyArray<VerifyFinding>
+  readonly omitted: number
+  readonly durationMs: number
+  readonly receiptsPerSecond: number
+  readonly ed25519: string
+  readonly keySource: "pinned" | "export"
+}
+
+/** The keys of a GET /v1/receipts/keys answer ({data: […]}), or a bare list of them. */
+export const parseKeysFile = (text: string): ReadonlyArray<TrustedKeyInput> => {
+  const v = JSON.parse(text) as unknown
+  const list = Array.isArray(v) ? v : (v as { data?: unknown }).data
+  if (!Array.isArray(list)) throw new Error("the keys file is neither a list of keys nor {data: [...]}")
+  return list as ReadonlyArray<TrustedKeyInput>
+}
+
+/** A statements file: one JSON statement, a list of them, or JSON Lines of them. */
+export const parseStatementsFile = (text: string): Array<unknown> => {
+  try {
+    const v = JSON.parse(text) as unknown
+    return Array.isArray(v) ? v : [v]
+  } catch {
+    return text.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as unknown)
+  }
+}
+
+/** Verify a stream of export text with the fastest Ed25519 of this process. */
+export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> => {
+  const ed = fastestEd25519()
+  const checkOfPem = (pem: string): RawCheck | undefined => {
+    try {
+      return ed.checkFor(createPublicKey(pem)) as RawCheck
+    } catch {
+      return undefined
+    }
+  }
+  const limit = input.limit ?? 1000
+  const findings: Array<VerifyFinding> = []
+  let omitted = 0
+  const keys = input.keys === undefined ? undefined : parseKeysFile(input.keys)
+  const verifier = makeVerifier({
+    report: (f) => (findings.length < limit ? findings.push(f) : omitted++),
+    keys,
+    checkpoints: input.checkpoints === undefined ? undefined : splitNotes(input.checkpoints),
+    statements: input.statements?.flatMap(parseStatementsFile),
+    checkOfPem
+  })
+  const started = performance.now()
+  const reader = new ExportReader()
+  const splitter = new LineSplitter()
+  for await (const chunk of input.exportStream) for (const line of splitter.push(chunk)) verifier.record(reader.read(line))
+  for (const line of splitter.end()) verifier.record(reader.read(line))
+  const summary = verifier.finish()
+  const durationMs = performance.now() - started
+  return {
+    summary,
+    findings,
+    omitted,
+    durationMs,
+    receiptsPerSecond: Math.round(summary.receipts / Math.max(durationMs / 1000, 1e-9)),
+    ed25519: ed.name,
+    keySource: keys === undefined ? "export" : "pinned"
+  }
+}
+
+export const renderHuman = (file: string, r: VerifyResult): string => {
+  const s = r.summary
+  const lines: Array<string> = []
+  lines.push(`Tollgate verify of ${file}`)
+  lines.push(`  scope:   ${s.project ?? "no project"}, ${s.period === null ? "the whole chain" : s.period === undefined ? "no header" : `period ${s.period}`}`)
+  lines.push(
+    `  checked: ${s.receipts} receipts in ${s.pages} page(s), ${s.keys} public key(s) (${r.keySource === "pinned" ? "pinned" : "from the export"}), ` +
+      `${s.rateCards} rate card(s), ${s.checkpoints} checkpoint(s), ${s.statements} statement(s)`
+  )
+  lines.push(`  time:    ${(r.durationMs / 1000).toFixed(2)} s (${r.receiptsPerSecond} receipts/s, Ed25519 by ${r.ed25519})`)
+  for (const n of s.notes) lines.push(`  note:    ${n}`)
+  lines.push(...findingLines({ count: s.findings, byKind: s.byKind, kinds: verifyFindingKinds, listed: r.findings, omitted: r.omitted }))
+  return lines.join("\n")
+}
+
+export const verifyCommand = async (argv: ReadonlyArray<string>): Promise<number> => {
+  const parsed = oneFileCommand(
+    argv,
+    { checkpoints: { type: "string" }, statement: { type: "string", multiple: true }, keys: { type: "string" }, json: { type: "boolean" }, limit: { type: "string" } },
+    usage
+  )
+  if (typeof parsed === "number") return parsed
+  const { values, file } = parsed
+  const limit = values.limit === undefined ? 1000 : Number(values.limit)
+  if (!Number.isSafeInteger(limit) || limit < 0) {
+    process.stderr.write(`--limit must be a non-negative integer\n${usage}\n`)
+    return 2
+  }
+  try {
+    const read = (path: string | undefined) => (path === undefined ? undefined : readFileSync(path, "utf8"))
+    const stream = (file === "-" ? process.stdin : createReadStream(file)).setEncoding("utf8") as AsyncIterable<string>
+    const result = await verifyExport({
+      exportStream: stream,
+      checkpoints: read(values.checkpoints),
+      statements: values.statement?.map((p) => read(p)!),
+      keys: read(values.keys),
+      limit
+    })
+    if (values.json === true) {
+      process.stdout.write(`${JSON.stringify({ ...result.summary, findings_listed: result.findings, omitted: result.omitted, duration_ms: Math.round(result.durationMs), ed25519: result.ed25519 })}\n`)
+    } else {
+      process.stdout.write(`${renderHuman(file, result)}\n`)
+    }
+    return result.summary.clean ? 0 : 1
+  } catch (e) {
+    process.stderr.write(`tollgate verify: ${(e as Error).message}\n`)
+    return 2
+  }
+}
