@@ -22,6 +22,7 @@ import { Metrics } from "./services/Metrics.ts"
 import { Pricing } from "./services/Pricing.ts"
 import { Projects } from "./services/Projects.ts"
 import { RateLimiterLive } from "./services/RateLimiter.ts"
+import { ReceiptLog } from "./services/ReceiptLog.ts"
 import { ReceiptKeyLive, ReceiptSigner } from "./services/ReceiptSigner.ts"
 import { Recovery } from "./services/Recovery.ts"
 import { Requests } from "./services/Requests.ts"
@@ -34,7 +35,7 @@ import { StoreDatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
 export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).pipe(
-  Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default, AuthThrottle.Default)),
+  Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default, AuthThrottle.Default, ReceiptLog.Default)),
   Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default)),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiterLive, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)

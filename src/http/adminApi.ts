@@ -34,6 +34,7 @@ import {
   SignedOut,
   SignIn
 } from "../domain/wire/admin.ts"
+import { adminExportReceipts } from "./receiptsApi.ts"
 import * as S from "./schemas.ts"
 
 // The shapes are defined once in src/domain/wire/admin.ts (the services and the dashboard take them from there).
@@ -174,6 +175,7 @@ const admin = HttpApiGroup.make("admin")
       .addSuccess(ReceiptView)
       .addError(E.requestNotFound)
   )
+  .add(adminExportReceipts.addError(E.notFound))
   .addError(E.rateLimited)
   .middleware(AdminAuth)
 

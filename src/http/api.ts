@@ -9,6 +9,7 @@ import { Context, Schema } from "effect"
 import type { Principal } from "../services/KeyRegistry.ts"
 import * as S from "./schemas.ts"
 import { adminGroups } from "./adminApi.ts"
+import { receiptEndpoints } from "./receiptsApi.ts"
 
 /** The caller a project key authenticated, for the governed group's handlers (src/http/apiRoutes.ts). */
 export class CurrentPrincipal extends Context.Tag("tollgate/CurrentPrincipal")<CurrentPrincipal, Principal>() {}
@@ -66,6 +67,11 @@ const governed = HttpApiGroup.make("governed")
       .addError(S.Errors.rateLimited)
       .addError(S.Errors.routeUnavailable)
   )
+  .add(receiptEndpoints.exportReceipts)
+  .add(receiptEndpoints.getCheckpoint)
+  .add(receiptEndpoints.getConsistencyProof)
+  .add(receiptEndpoints.getInclusionProof)
+  .add(receiptEndpoints.getStatement)
   .middleware(ProjectKey)
 
 const open = HttpApiGroup.make("public")

@@ -24,6 +24,7 @@ import { adminGroups } from "./adminRoutes.ts"
 import { CurrentPrincipal, ProjectKey, PublicApi } from "./api.ts"
 import { CurrentCaller, respondErrors } from "./caller.ts"
 import { routingEvaluate } from "./publicRoutes.ts"
+import { receiptHandlers } from "./receiptsRoutes.ts"
 import { header } from "./request.ts"
 import type * as S from "./schemas.ts"
 
@@ -80,6 +81,11 @@ const governedGroup = HttpApiBuilder.group(PublicApi, "governed", (handlers) =>
     )
     .handle("listRateCards", () => Effect.map(Effect.flatMap(Pricing, (pricing) => pricing.published), (data) => ({ object: "list" as const, data })))
     .handle("getRequest", ({ path }) => respondErrors(Effect.flatMap(Effect.zip(Requests, scope), ([requests, s]) => requests.find(path.id, s))))
+    .handleRaw("exportReceipts", receiptHandlers.exportReceipts)
+    .handle("getCheckpoint", receiptHandlers.getCheckpoint)
+    .handle("getInclusionProof", receiptHandlers.getInclusionProof)
+    .handle("getConsistencyProof", receiptHandlers.getConsistencyProof)
+    .handle("getStatement", receiptHandlers.getStatement)
     .handle("getReceipt", ({ path }) => respondErrors(Effect.flatMap(Effect.zip(Ledger, scope), ([ledger, s]) => ledger.receipt(path.id, s))))
     .handle("getUsage", ({ urlParams }) =>
       respondErrors(Effect.gen(function* () {
