@@ -310,6 +310,8 @@ interface Measured extends PhaseResult {
   readonly redisCpuUsPerCall: number
   readonly commitsPerCall: number
   readonly walSyncsPerCall: number
+  /** Commands Redis processed a call (its admissions; a shared server: an upper bound). */
+  readonly redisCommandsPerCall: number
 }
 
 /** A client on the bench's PostgreSQL for its counters, opened when a PostgreSQL target runs. */
@@ -374,7 +376,8 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
     pgCpuUsPerCall: engine((a, b) => cpuBetween(a.postgres, b.postgres) * 1000),
     redisCpuUsPerCall: engine((a, b) => cpuBetween(a.redis, b.redis) * 1000),
     commitsPerCall: engine((a, b) => b.commits - a.commits),
-    walSyncsPerCall: engine((a, b) => b.walSyncs - a.walSyncs)
+    walSyncsPerCall: engine((a, b) => b.walSyncs - a.walSyncs),
+    redisCommandsPerCall: engine((a, b) => b.redisCommands - a.redisCommands)
   }
 }
 
@@ -555,7 +558,7 @@ const main = async () => {
 
   const targets = await Promise.all(config.targets.map((name) => starters[name]!()))
   if (config.targets.some((t) => t.startsWith("tollgate-pg"))) {
-    engines = await connectEngines(process.env.TOLLGATE_BENCH_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test")
+    engines = await connectEngines(process.env.TOLLGATE_BENCH_PG_URL ?? "postgres://postgres@127.0.0.1:5432/test", process.env.TOLLGATE_BENCH_REDIS_URL ?? "redis://127.0.0.1:6379")
     stopAll.push(() => engines!.end())
   }
   for (const t of targets) await checkTarget(t.endpoint)
@@ -587,7 +590,7 @@ const main = async () => {
             (Number.isFinite(m.roundTripsPerCall) ? `  store ${f2(m.roundTripsPerCall)} round trips, ${f2(m.checkoutsPerCall)} checkouts a call` : "") +
             (Number.isFinite(m.settleBatch) ? `, batches ${f1(m.reserveBatch)} reserve / ${f1(m.settleBatch)} settle, ${f2(m.headMovedPerCall)} heads moved, ${f2(m.shedPerCall)} shed a call` : "") +
             (Number.isFinite(m.pgCpuUsPerCall)
-              ? `; postgres ${f0(m.pgCpuUsPerCall)} µs, redis ${f0(m.redisCpuUsPerCall)} µs, ${f2(m.commitsPerCall)} commits, ${f2(m.walSyncsPerCall)} WAL flushes a call`
+              ? `; postgres ${f0(m.pgCpuUsPerCall)} µs, redis ${f0(m.redisCpuUsPerCall)} µs (${f2(m.redisCommandsPerCall)} commands), ${f2(m.commitsPerCall)} commits, ${f2(m.walSyncsPerCall)} WAL flushes a call`
               : "")
         )
         await pause(300)

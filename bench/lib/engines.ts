@@ -2,11 +2,13 @@
  * The engines' side of a PostgreSQL phase (issue 40's scaling model needs it): the CPU time of the
  * PostgreSQL and Redis server processes on this box (`/proc/<pid>/stat` of every process named
  * `postgres` or `redis-server`), and PostgreSQL's own counters — transactions committed in the
- * database (`pg_stat_database.xact_commit`) and WAL flushes (`pg_stat_wal.wal_sync`). The server is
+ * database (`pg_stat_database.xact_commit`) and WAL flushes (`pg_stat_wal.wal_sync`) — and Redis's
+ * commands (`INFO stats` total_commands_processed: a governed call's admissions). The servers are
  * shared: another engineer's test run on the same database during a phase counts too, so these are
  * upper bounds of what the bench's calls cost; PostgreSQL reports its counters about once a second.
  */
 import { readdirSync, readFileSync } from "node:fs"
+import { Redis } from "ioredis"
 import pg from "pg"
 
 const CLK_TCK = 100
@@ -17,6 +19,15 @@ export interface EngineSample {
   readonly redis: ReadonlyMap<number, number>
   readonly commits: number
   readonly walSyncs: number
+  /** Commands Redis processed since it started (NaN when Redis did not answer). */
+  readonly redisCommands: number
+}
+
+/** The engines' clients: PostgreSQL for its counters, Redis for its own. */
+export interface Engines {
+  readonly pg: pg.Client
+  readonly redis: Redis
+  readonly end: () => Promise<void>
 }
 
 const cpuOf = (names: ReadonlyArray<string>) => {
@@ -46,16 +57,19 @@ export const cpuBetween = (before: ReadonlyMap<number, number>, after: ReadonlyM
   return ms
 }
 
-export const sampleEngines = async (client: pg.Client): Promise<EngineSample> => {
+export const sampleEngines = async (e: Engines): Promise<EngineSample> => {
   const cpu = cpuOf(["postgres", "redis-server"])
-  const { rows } = await client.query<{ commits: string; wal_sync: string }>(
+  const { rows } = await e.pg.query<{ commits: string; wal_sync: string }>(
     "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS commits, (SELECT wal_sync FROM pg_stat_wal) AS wal_sync"
   )
-  return { postgres: cpu.get("postgres")!, redis: cpu.get("redis-server")!, commits: Number(rows[0]!.commits), walSyncs: Number(rows[0]!.wal_sync) }
+  const stats = await e.redis.info("stats").catch(() => "")
+  const redisCommands = Number(/total_commands_processed:(\d+)/.exec(stats)?.[1] ?? NaN)
+  return { postgres: cpu.get("postgres")!, redis: cpu.get("redis-server")!, commits: Number(rows[0]!.commits), walSyncs: Number(rows[0]!.wal_sync), redisCommands }
 }
 
-export const connectEngines = async (url: string): Promise<pg.Client> => {
+export const connectEngines = async (url: string, redisUrl: string): Promise<Engines> => {
   const client = new pg.Client({ connectionString: url })
   await client.connect()
-  return client
+  const redis = new Redis(redisUrl, { lazyConnect: false, maxRetriesPerRequest: 1 })
+  return { pg: client, redis, end: async () => void (await Promise.allSettled([client.end(), redis.quit()])) }
 }
