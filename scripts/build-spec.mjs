@@ -68,6 +68,7 @@ writeFileSync(
     files: [join(spec, "index.ts")]
   })
 )
-execFileSync(process.execPath, [tsc, "-p", tsconfig], { stdio: "inherit" })
+execFileSync(process.execPath, [tsc, "-p", tsconfig], { stdio: ["ignore", 2, 2] })
 rmSync(tsconfig)
-console.log("@tollgate/spec built into spec/dist")
+// stderr: `npm pack --json` (which runs this as prepack) keeps stdout for its JSON.
+process.stderr.write("@tollgate/spec built into spec/dist\n")

@@ -40,6 +40,8 @@ export interface VerifyResult {
   readonly findings: ReadonlyArray<VerifyFinding>
   readonly omitted: number
   readonly durationMs: number
+  /** This process's CPU time (user + system) over the same span: the rate's measure on a shared machine. */
+  readonly cpuMs: number
   readonly receiptsPerSecond: number
   readonly ed25519: string
   readonly keySource: "pinned" | "export"
@@ -85,17 +87,20 @@ export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> =>
     checkOfPem
   })
   const started = performance.now()
+  const cpu = process.cpuUsage()
   const reader = new ExportReader()
   const splitter = new LineSplitter()
   for await (const chunk of input.exportStream) for (const line of splitter.push(chunk)) verifier.record(reader.read(line))
   for (const line of splitter.end()) verifier.record(reader.read(line))
   const summary = verifier.finish()
   const durationMs = performance.now() - started
+  const used = process.cpuUsage(cpu)
   return {
     summary,
     findings,
     omitted,
     durationMs,
+    cpuMs: (used.user + used.system) / 1000,
     receiptsPerSecond: Math.round(summary.receipts / Math.max(durationMs / 1000, 1e-9)),
     ed25519: ed.name,
     keySource: keys === undefined ? "export" : "pinned"
@@ -111,7 +116,7 @@ export const renderHuman = (file: string, r: VerifyResult): string => {
     `  checked: ${s.receipts} receipts in ${s.pages} page(s), ${s.keys} public key(s) (${r.keySource === "pinned" ? "pinned" : "from the export"}), ` +
       `${s.rateCards} rate card(s), ${s.checkpoints} checkpoint(s), ${s.statements} statement(s)`
   )
-  lines.push(`  time:    ${(r.durationMs / 1000).toFixed(2)} s (${r.receiptsPerSecond} receipts/s, Ed25519 by ${r.ed25519})`)
+  lines.push(`  time:    ${(r.durationMs / 1000).toFixed(2)} s, ${(r.cpuMs / 1000).toFixed(2)} s of CPU (${r.receiptsPerSecond} receipts/s, Ed25519 by ${r.ed25519})`)
   for (const n of s.notes) lines.push(`  note:    ${n}`)
   lines.push(...findingLines({ count: s.findings, byKind: s.byKind, kinds: verifyFindingKinds, listed: r.findings, omitted: r.omitted }))
   return lines.join("\n")
@@ -141,7 +146,7 @@ export const verifyCommand = async (argv: ReadonlyArray<string>): Promise<number
       limit
     })
     if (values.json === true) {
-      process.stdout.write(`${JSON.stringify({ ...result.summary, findings_listed: result.findings, omitted: result.omitted, duration_ms: Math.round(result.durationMs), ed25519: result.ed25519 })}\n`)
+      process.stdout.write(`${JSON.stringify({ ...result.summary, findings_listed: result.findings, omitted: result.omitted, duration_ms: Math.round(result.durationMs), cpu_ms: Math.round(result.cpuMs), ed25519: result.ed25519 })}\n`)
     } else {
       process.stdout.write(`${renderHuman(file, result)}\n`)
     }

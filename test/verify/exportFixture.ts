@@ -13,7 +13,7 @@ import { type ExportKey, headerLine } from "../../spec/export.ts"
 import { CompactRange, receiptLeafHash } from "../../spec/merkle.ts"
 import { type RateCard, settledCharge, type TokenCounts } from "../../spec/pricing.ts"
 import { GENESIS_HASH, type UnsignedReceipt } from "../../spec/receipt.ts"
-import { type Statement, statementFromReceipts, statementSignedBytes, type UnsignedStatement } from "../../spec/statement.ts"
+import { type Statement, statementSignedBytes, type StatementTotals, type UnsignedStatement } from "../../spec/statement.ts"
 import { fastestEd25519, fastestSealer } from "../../src/store/sodium.ts"
 
 export const PROJECT = "prj_verify0001"
@@ -104,15 +104,15 @@ export const checkpointOf = (key: SigningKey, hashes: ReadonlyArray<string>, siz
   )
 }
 
-/** The signed statement of the receipts (all of PERIOD), closed at a checkpoint of all of them. */
-export const statementOf = (key: SigningKey, receipts: ReadonlyArray<UnsignedReceipt>, hashes: ReadonlyArray<string>, cap = 1_000_000_000): Statement => {
+/** The signed statement of PERIOD with these totals (spec/statement.ts `statementFromReceipts`), closed at a checkpoint of all the hashes. */
+export const statementOf = (key: SigningKey, totals: StatementTotals, hashes: ReadonlyArray<string>, cap = 1_000_000_000): Statement => {
   const unsigned: UnsignedStatement = {
     object: "statement",
     version: 1,
     project_id: PROJECT,
     period: PERIOD,
     cap,
-    ...statementFromReceipts(receipts),
+    ...totals,
     checkpoint: checkpointOf(key, hashes),
     closed_at: "2026-12-01T00:00:00.000Z",
     signing_key_id: key.entry.id

@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { afterAll, describe, expect, it } from "vitest"
+import { statementFromReceipts } from "../../spec/statement.ts"
 import { checkpointOf, chainBodies, exportHeader, makeKey, statementOf } from "./exportFixture.ts"
 
 const N = 40
@@ -20,7 +21,7 @@ const chain = [...chainBodies({ key, count: N })]
 const bodies = chain.map((c) => c.body)
 const hashes = chain.map((c) => c.hash)
 const checkpoints = [10, 30, N].map((size) => checkpointOf(key, hashes, size)).join("\n")
-const statement = statementOf(key, chain.map((c) => c.unsigned), hashes)
+const statement = statementOf(key, statementFromReceipts(chain.map((c) => c.unsigned)), hashes)
 
 const file = (name: string, text: string): string => {
   const path = join(dir, name)
