@@ -12,6 +12,7 @@
  *   tollgate keys rotate <key_id> [--grace-seconds S]
  *   tollgate keys revoke <key_id>
  *   tollgate audit [--project P] [--period YYYY-MM] [--json]
+ *   tollgate export <prj_id> [--period YYYY-MM] [--out file] [--limit N]   a project's receipts as JSON Lines (admin API)
  *   tollgate verify-receipt <receipt.json> [--public-key key.pem | --url http://host:port]
  *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F] [--keys F]   offline, exit 1 on any finding
  *
@@ -20,7 +21,7 @@
  */
 import { adminCommand } from "./admin.ts"
 
-const usage = `usage: tollgate <serve|projects|keys|audit|verify|verify-receipt> ...  (see README.md, "CLI")`
+const usage = `usage: tollgate <serve|projects|keys|audit|export|verify|verify-receipt> ...  (see README.md, "CLI")`
 
 const main = async (argv: ReadonlyArray<string>): Promise<number> => {
   const [command, ...rest] = argv
@@ -37,6 +38,8 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
     }
     case "verify":
       return (await import("./verify.ts")).verifyCommand(rest)
+    case "export":
+      return (await import("./export.ts")).exportCommand(rest)
     case "verify-receipt": {
       const { verifyReceiptCommand } = await import("./verifyReceipt.ts")
       return verifyReceiptCommand(rest)

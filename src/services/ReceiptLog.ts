@@ -260,6 +260,7 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
      */
     const exportPage = (projectId: string, q: { readonly period?: string | undefined; readonly cursor?: string | undefined; readonly limit?: string | undefined }) =>
       Effect.gen(function* () {
+        if (!(yield* repo.projectExists(projectId).pipe(Effect.orDie))) return yield* new AdminNotFound({ message: `No project ${projectId}.` })
         const period = q.period ?? null
         if (period !== null && !isPeriod(period)) return yield* new InvalidRequest({ message: "period must be a month written YYYY-MM.", param: "period" })
         const limit = q.limit === undefined ? EXPORT_DEFAULT_LIMIT : /^[1-9][0-9]{0,5}$/.test(q.limit) ? Number(q.limit) : 0

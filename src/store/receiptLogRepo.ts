@@ -77,6 +77,8 @@ export const makeReceiptLogRepo = (sql: SqlClient.SqlClient) => ({
 
   // -- export
 
+  projectExists: (projectId: string) => Effect.map(sql<{ id: string }>`SELECT id FROM projects WHERE id = ${projectId}`, (rows) => rows.length > 0),
+
   /** The seq range of a period's receipts (undefined when it has none). */
   periodRange: (projectId: string, period: string) =>
     Effect.map(
