@@ -30,17 +30,21 @@ import { Router } from "./services/Router.ts"
 import { Activity } from "./services/Activity.ts"
 import { AuthThrottle } from "./services/AuthThrottle.ts"
 import { Sessions } from "./services/Sessions.ts"
+import { Events } from "./services/Events.ts"
+import { Webhooks } from "./services/Webhooks.ts"
+import { WebhookSecrets, WebhookSettingsLive } from "./services/WebhookSecrets.ts"
+import { WebhookWorker } from "./services/WebhookWorker.ts"
 import { ChatStoreLive } from "./store/chatStoreLive.ts"
 import { StoreDatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
-export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default).pipe(
+export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default, Webhooks.Default, WebhookWorker.Default, Events.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default, AuthThrottle.Default, ReceiptLog.Default)),
   Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default)),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiterLive, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),
-  Layer.provideMerge(Metrics.Default),
+  Layer.provideMerge(Layer.mergeAll(Metrics.Default, WebhookSecrets.Default.pipe(Layer.provideMerge(WebhookSettingsLive)))),
   Layer.provideMerge(StoreDatabaseLive)
 )
 

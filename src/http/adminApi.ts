@@ -36,6 +36,7 @@ import {
 } from "../domain/wire/admin.ts"
 import { adminExportReceipts } from "./receiptsApi.ts"
 import * as S from "./schemas.ts"
+import { webhooksGroup } from "./webhooksApi.ts"
 
 // The shapes are defined once in src/domain/wire/admin.ts (the services and the dashboard take them from there).
 export * from "../domain/wire/admin.ts"
@@ -213,4 +214,4 @@ const signIn = HttpApiGroup.make("session").add(
     .annotate(OpenApi.Description, "Sign out: ends the session and expires the cookie. Needs X-CSRF-Token.")
 )
 
-export const adminGroups = { admin, signIn }
+export const adminGroups = { admin, signIn, webhooks: webhooksGroup.addError(E.rateLimited).middleware(AdminAuth) }

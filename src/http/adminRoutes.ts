@@ -25,6 +25,7 @@ import { AdminAuth, AdminCaller, type ApiKey, type BudgetWindow as WindowView, t
 import { PublicApi } from "./api.ts"
 import { respondErrors } from "./caller.ts"
 import { decodedBody, header } from "./request.ts"
+import { webhooksRoutes } from "./webhooksRoutes.ts"
 import { type AdminCheckServices, adminCaller, clientOf, cookieOptions, json, operatorOnly, SESSION_COOKIE, sessionCaller, viewedEnvironment, visibleProject } from "./session.ts"
 
 /**
@@ -225,4 +226,4 @@ const sessionGroup = HttpApiBuilder.group(PublicApi, "session", (handlers) =>
 )
 
 /** The admin groups' layers, for the HttpApi's router (./apiRoutes.ts). */
-export const adminGroups = Layer.merge(adminGroup.pipe(Layer.provide(AdminAuthLive)), sessionGroup.pipe(Layer.provide(SessionAuthLive)))
+export const adminGroups = Layer.mergeAll(adminGroup.pipe(Layer.provide(AdminAuthLive)), sessionGroup.pipe(Layer.provide(SessionAuthLive)), webhooksRoutes.pipe(Layer.provide(AdminAuthLive)))

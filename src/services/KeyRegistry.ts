@@ -52,6 +52,9 @@ const DUMMY_HASH = hashSecret(`tollgate-unknown-key-${Math.random()}`)
 /** Cached key ids (known and unknown) at most. */
 const MAX_CACHED_KEYS = 100_000
 
+/** What every key event says of its key (never its secret or hash). */
+const keyEventData = (keyId: string, projectId: string, environment: string) => ({ key_id: keyId, project_id: projectId, environment })
+
 /** `Authorization: Bearer <token>`: one compiled pattern (no `g` flag, so `exec` keeps no state between calls). */
 const BEARER = /^Bearer\s+(\S+)\s*$/i
 
@@ -187,9 +190,12 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         if (!isEnvironment(environment)) {
           return yield* new InvalidRequest({ message: "environment must be one of development, staging, production.", param: "environment" })
         }
-        yield* projects.get(projectId)
+        const project = yield* projects.get(projectId)
         const key = prepareKey(projectId, environment, yield* Clock.currentTimeMillis, null)
-        yield* insertKey(key).pipe(Effect.orDie)
+        // The key and its `key.created` event commit together (docs/contract.md, "Webhooks").
+        yield* repo.withTransaction(
+          Effect.zipRight(insertKey(key), repo.event({ type: "key.created", projectId, organization: project.organization, now: key.now, data: keyEventData(key.issued.id, projectId, environment) }))
+        ).pipe(Effect.orDie)
         return key.issued
       })
 
@@ -221,6 +227,13 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
             const claim = yield* repo.claimRotation(keyId, expiresAt, fresh.issued.id)
             if (claim.length === 0) return false
             yield* insertKey(fresh)
+            yield* repo.event({
+              type: "key.rotated",
+              projectId: old.project_id,
+              organization: old.organization,
+              now,
+              data: { ...keyEventData(keyId, old.project_id, old.environment), replaced_by: fresh.issued.id, old_key_expires_at: answer.old_key_expires_at }
+            })
             return true
           })
         ).pipe(Effect.orDie)
@@ -235,7 +248,20 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         const old = yield* findKey(keyId)
         const now = yield* Clock.currentTimeMillis
         if (old.revoked_at === null) {
-          yield* repo.revoke(keyId, now).pipe(Effect.orDie)
+          // The revocation and its `key.revoked` event commit together; a revocation that lost the race writes neither.
+          yield* repo.withTransaction(
+            Effect.gen(function* () {
+              const revoked = yield* repo.revoke(keyId, now)
+              if (revoked.length === 0) return
+              yield* repo.event({
+                type: "key.revoked",
+                projectId: old.project_id,
+                organization: old.organization,
+                now,
+                data: { ...keyEventData(keyId, old.project_id, old.environment), revoked_at: new Date(now).toISOString() }
+              })
+            })
+          ).pipe(Effect.orDie)
         }
         cache.delete(keyId)
         yield* events.announce({ _tag: "Key", keyId })

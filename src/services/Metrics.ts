@@ -6,6 +6,7 @@ import { Effect } from "effect"
 import { pgReserveBatches, pgRetries, pgSettleBatches, pgShed } from "../store/pgChatStore.ts"
 import { pgRoundTrips } from "../store/pgPool.ts"
 import { rateLimitFallbacks } from "./RateLimiter.ts"
+import { webhookStats } from "./WebhookWorker.ts"
 
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const
 
@@ -94,6 +95,12 @@ const renderStoreRetries = (): string =>
       ['{bound="waited"}', pgShed.waited],
       ['{bound="lock"}', pgShed.lock]
     ]),
+    external("tollgate_webhook_attempts_total", "Webhook delivery attempts by outcome: delivered (2xx), retry (failed, tried again later), failed (retries ran out).", [
+      ['{outcome="delivered"}', webhookStats.outcomes.delivered],
+      ['{outcome="retry"}', webhookStats.outcomes.retry],
+      ['{outcome="failed"}', webhookStats.outcomes.failed]
+    ]),
+    `# HELP tollgate_webhook_outbox_oldest_age_seconds Age of the oldest undelivered webhook delivery at the worker's last round (0: none pending).\n# TYPE tollgate_webhook_outbox_oldest_age_seconds gauge\ntollgate_webhook_outbox_oldest_age_seconds ${webhookStats.oldestPendingAgeSeconds}`,
     external("tollgate_rate_limit_fallback_total", "Admissions decided by the instance's share of the limit because Redis could not answer.", [["", rateLimitFallbacks.count]])
   ].join("\n")
 

@@ -3,6 +3,7 @@
  * authenticates, and by the Ledger's guarded reservation (the cap is read inside the same statement).
  */
 import { Clock, Effect, Option, type Schema } from "effect"
+import { DEFAULT_THRESHOLDS } from "../../spec/events.ts"
 import { defaultBurst } from "../../spec/rateLimit.ts"
 import { BudgetCredits, Burst, checkField, Organization, ProjectName, RequestsPerMinute } from "../domain/adminFields.ts"
 import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
@@ -10,7 +11,7 @@ import { newOrganizationId, newProjectId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
 import type * as Wire from "../domain/wire/admin.ts"
 import type { BudgetWindow } from "../store/ledgerStatements.ts"
-import { type ProjectRow, ProjectsRepo } from "../store/projectsRepo.ts"
+import { type ProjectFields, type ProjectRow, ProjectsRepo } from "../store/projectsRepo.ts"
 
 /** A project as stored: the admin API's answers (src/domain/wire/admin.ts) add `object` and its budget window. */
 export type Project = typeof Wire.ProjectRecord.Type
@@ -21,6 +22,7 @@ export const toProject = (r: ProjectRow): Project => ({
   name: r.name,
   budget_credits: r.budget_credits,
   rate_limit: { requests_per_minute: r.requests_per_minute, burst: r.burst },
+  alert_thresholds_percent: JSON.parse(r.alert_thresholds_percent) as Array<number>,
   created_at: new Date(r.created_at).toISOString(),
   updated_at: new Date(r.updated_at).toISOString()
 })
@@ -47,6 +49,20 @@ const checkName = (name: string): Effect.Effect<string, InvalidRequest> =>
 /** A patched field checked, or the stored value when the patch leaves it out. */
 const patched = <A>(schema: Schema.Schema<A>, param: string, value: A | undefined, stored: A): Effect.Effect<A, InvalidRequest> =>
   value === undefined ? Effect.succeed(stored) : checkField(schema, param, value)
+
+/** `project.updated`'s `changes`: each field the update changed, as [old, new] (the rate limit's as `rate_limit.*`). */
+const projectChanges = (before: ProjectRow, after: Omit<ProjectFields, "updated_at">): Record<string, readonly [unknown, unknown]> => {
+  const changes: Record<string, readonly [unknown, unknown]> = {}
+  const put = (field: string, old: unknown, value: unknown) => {
+    if (JSON.stringify(old) !== JSON.stringify(value)) changes[field] = [old, value]
+  }
+  put("name", before.name, after.name)
+  put("budget_credits", before.budget_credits, after.budget_credits)
+  put("rate_limit.requests_per_minute", before.requests_per_minute, after.requests_per_minute)
+  put("rate_limit.burst", before.burst, after.burst)
+  put("alert_thresholds_percent", JSON.parse(before.alert_thresholds_percent), JSON.parse(after.alert_thresholds_percent))
+  return changes
+}
 
 export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
   effect: Effect.gen(function* () {
@@ -83,6 +99,7 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
           budget_credits: budget,
           requests_per_minute: rpm,
           burst,
+          alert_thresholds_percent: JSON.stringify(input.alert_thresholds_percent ?? DEFAULT_THRESHOLDS),
           created_at: now,
           updated_at: now
         }
@@ -98,8 +115,22 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
         const budget = yield* patched(BudgetCredits, "budget_credits", patch.budget_credits, current.budget_credits)
         const rpm = yield* patched(RequestsPerMinute, "rate_limit.requests_per_minute", patch.rate_limit?.requests_per_minute, current.rate_limit.requests_per_minute)
         const burst = yield* patched(Burst, "rate_limit.burst", patch.rate_limit?.burst, current.rate_limit.burst)
+        const thresholds = JSON.stringify(patch.alert_thresholds_percent ?? current.alert_thresholds_percent)
         const now = yield* Clock.currentTimeMillis
-        yield* repo.update(id, { name, budget_credits: budget, requests_per_minute: rpm, burst, updated_at: now }).pipe(Effect.orDie)
+        // The row is read again inside the transaction (locked on PostgreSQL), so `changes` holds the
+        // values this update replaced, and the event commits with the update or not at all.
+        yield* repo.withTransaction(
+          Effect.gen(function* () {
+            const [before] = yield* repo.findForUpdate(id)
+            if (before === undefined) return
+            const fields = { name, budget_credits: budget, requests_per_minute: rpm, burst, alert_thresholds_percent: thresholds }
+            const changes = projectChanges(before, fields)
+            yield* repo.update(id, { ...fields, updated_at: now })
+            if (Object.keys(changes).length > 0) {
+              yield* repo.event({ type: "project.updated", projectId: id, organization: before.organization, now, data: { project_id: id, changes } })
+            }
+          })
+        ).pipe(Effect.orDie)
         return yield* get(id)
       })
 

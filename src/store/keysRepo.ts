@@ -7,6 +7,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { Environment } from "../domain/ids.ts"
 import { makeAdminLists, type Position } from "./adminLists.ts"
+import { insertEvent, type NewEvent } from "./eventsRepo.ts"
 
 /** A key as stored, joined with its project's limits. */
 export interface KeyRow {
@@ -55,8 +56,11 @@ export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
       sql`UPDATE api_keys SET expires_at = ${expiresAt}, replaced_by = ${replacedBy}
           WHERE id = ${keyId} AND revoked_at IS NULL AND expires_at IS NULL RETURNING id`,
 
-    /** Revoke key `keyId` at `now` unless it is revoked already. */
-    revoke: (keyId: string, now: number) => sql`UPDATE api_keys SET revoked_at = ${now} WHERE id = ${keyId} AND revoked_at IS NULL`,
+    /** Revoke key `keyId` at `now` unless it is revoked already: a row back when this revoked it. */
+    revoke: (keyId: string, now: number) => sql<{ id: string }>`UPDATE api_keys SET revoked_at = ${now} WHERE id = ${keyId} AND revoked_at IS NULL RETURNING id`,
+
+    /** A key event (`key.created`, `key.rotated`, `key.revoked`) into the outbox, in the caller's transaction. */
+    event: (e: NewEvent) => insertEvent(sql, e),
 
     /** Key `id`'s position among project `projectId`'s keys (of `environment`, when given). */
     position: (projectId: string, environment: Environment | undefined, id: string) => lists.keyPosition(projectId, environment, id),

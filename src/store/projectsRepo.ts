@@ -6,6 +6,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { makeAdminLists, type Position } from "./adminLists.ts"
+import { insertEvent, type NewEvent } from "./eventsRepo.ts"
 
 /** A project as stored. */
 export interface ProjectRow {
@@ -15,18 +16,32 @@ export interface ProjectRow {
   readonly budget_credits: number
   readonly requests_per_minute: number
   readonly burst: number
+  /** JSON array of whole percents (migration 0012). */
+  readonly alert_thresholds_percent: string
   readonly created_at: number
   readonly updated_at: number
 }
 
 /** What a patch writes. */
-export type ProjectFields = Pick<ProjectRow, "name" | "budget_credits" | "requests_per_minute" | "burst" | "updated_at">
+export type ProjectFields = Pick<ProjectRow, "name" | "budget_credits" | "requests_per_minute" | "burst" | "alert_thresholds_percent" | "updated_at">
 
 /** The statements; a service runs them (a store failure is a defect there). */
 export const makeProjectsRepo = (sql: SqlClient.SqlClient) => {
   const lists = makeAdminLists(sql)
   return {
+    withTransaction: sql.withTransaction,
+
     find: (id: string) => sql<ProjectRow>`SELECT * FROM projects WHERE id = ${id}`,
+
+    /** Project `id`, its row locked to the end of the transaction on PostgreSQL (SQLite has one writer). */
+    findForUpdate: (id: string) =>
+      sql.onDialectOrElse({
+        pg: () => sql<ProjectRow>`SELECT * FROM projects WHERE id = ${id} FOR UPDATE`,
+        orElse: () => sql<ProjectRow>`SELECT * FROM projects WHERE id = ${id}`
+      }),
+
+    /** `project.updated` into the outbox, in the update's transaction. */
+    event: (e: NewEvent) => insertEvent(sql, e),
 
     insert: (row: ProjectRow) => sql`INSERT INTO projects ${sql.insert({ ...row })}`,
 
@@ -36,6 +51,7 @@ export const makeProjectsRepo = (sql: SqlClient.SqlClient) => {
             budget_credits = ${f.budget_credits},
             requests_per_minute = ${f.requests_per_minute},
             burst = ${f.burst},
+            alert_thresholds_percent = ${f.alert_thresholds_percent},
             updated_at = ${f.updated_at}
           WHERE id = ${id}`,
 

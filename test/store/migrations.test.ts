@@ -58,7 +58,8 @@ describe("migration 0003: leaner write indexes", () => {
     // Later migrations add columns (0004: epoch, progress): every row keeps every value it had.
     expect(rowsOf(db)).toMatchObject(rows)
 
-    const indexes = db.prepare(`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name`).all()
+    // The tables of migration 0003's time (0012's outbox and webhooks have indexes of their own).
+    const indexes = db.prepare(`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name NOT IN ('events', 'webhook_endpoints', 'webhook_deliveries') ORDER BY name`).all()
     expect(indexes).toEqual([
       { name: "api_keys_listed", sql: "CREATE INDEX api_keys_listed ON api_keys(project_id, created_at, id)" },
       { name: "projects_created", sql: "CREATE INDEX projects_created ON projects(created_at, id)" },

@@ -8,6 +8,7 @@
 import { Schema } from "effect"
 import * as F from "../adminFields.ts"
 import { DEFAULT_PAGE_SIZE } from "../paging.ts"
+import { validThresholds } from "../../../spec/events.ts"
 import { RequestStatus, Receipt } from "./records.ts"
 
 export const Environment = Schema.Literal("development", "staging", "production")
@@ -67,6 +68,7 @@ const { id: projectId, ...projectRest } = {
   name: Schema.String,
   budget_credits: Schema.Int,
   rate_limit: RateLimit,
+  alert_thresholds_percent: Schema.Array(Schema.Int).annotations({ description: "Percents of the cap whose crossing emits budget.threshold_reached, once per window (default [50, 80, 100])." }),
   created_at: Schema.String,
   updated_at: Schema.String
 }
@@ -102,17 +104,24 @@ export const ApiKeyList = listPage(ApiKey, "ApiKeyList", "Oldest first; a team s
 
 // An admin's writes are bounded where they are decoded (src/domain/adminFields.ts); what the store
 // already holds is read back as it is (the answers' schemas above take any integer).
+/** A project's alert thresholds as written (spec/events.ts `validThresholds`): 1 to 10 distinct whole percents, 1 to 100. */
+const AlertThresholds = Schema.Array(Schema.Int).pipe(
+  Schema.filter((v) => validThresholds(v), { message: () => "Expected 1 to 10 distinct whole percents, each from 1 to 100" })
+)
+
 export const NewProject = Schema.Struct({
   name: F.ProjectName,
   organization: Schema.optional(F.Organization),
   budget_credits: F.BudgetCredits,
-  rate_limit: Schema.Struct({ requests_per_minute: F.RequestsPerMinute, burst: Schema.optional(F.Burst) })
+  rate_limit: Schema.Struct({ requests_per_minute: F.RequestsPerMinute, burst: Schema.optional(F.Burst) }),
+  alert_thresholds_percent: Schema.optional(AlertThresholds)
 })
 
 export const ProjectPatch = Schema.Struct({
   name: Schema.optional(F.ProjectName),
   budget_credits: Schema.optional(F.BudgetCredits),
-  rate_limit: Schema.optional(Schema.Struct({ requests_per_minute: Schema.optional(F.RequestsPerMinute), burst: Schema.optional(F.Burst) }))
+  rate_limit: Schema.optional(Schema.Struct({ requests_per_minute: Schema.optional(F.RequestsPerMinute), burst: Schema.optional(F.Burst) })),
+  alert_thresholds_percent: Schema.optional(AlertThresholds)
 })
 
 export const NewKey = Schema.Struct({ environment: Environment })
