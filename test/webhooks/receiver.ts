@@ -22,7 +22,8 @@ export interface Receiver {
   readonly received: Array<Received>
   /** The secrets a delivery may be signed with (the endpoint's, shown once at creation or rotation). */
   secrets: Array<string>
-  answer: (r: Omit<Received, "status">) => number
+  /** What to answer (a promise: answered when it resolves, a slow receiver). */
+  answer: (r: Omit<Received, "status">) => number | Promise<number>
   /** The events answered 2xx, by id: how many times each. */
   readonly acknowledged: () => Map<string, number>
   readonly close: () => Promise<void>
@@ -65,7 +66,7 @@ export const startReceiver = async (path = "/hook"): Promise<Receiver> => {
     }
     const event = JSON.parse(body)
     const r: Omit<Received, "status"> = { headers, body, event, verified }
-    const status = verified === true ? receiver.answer(r) : 400
+    const status = verified === true ? await receiver.answer(r) : 400
     received.push({ ...r, status })
     res.writeHead(status, { "content-type": "text/plain" })
     res.end(status < 300 ? "ok" : "no")
