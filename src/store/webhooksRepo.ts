@@ -134,11 +134,11 @@ export const makeWebhooksRepo = (sql: SqlClient.SqlClient) => {
                 WHERE ${sql.in("d.seq", claimed.map((c) => c.seq))} AND d.claimed_by = ${token} ORDER BY d.seq`
       ),
 
-    /** An attempt's outcome, only while `token` still holds the claim; the claim released. */
+    /** An attempt's outcome, only while `token` still holds the claim; the claim released (`claimed_by` kept: who made the last attempt). */
     complete: (seq: number, token: string, o: AttemptOutcome) =>
       sql`UPDATE webhook_deliveries SET status = ${o.status}, attempts = attempts + 1, last_status = ${o.lastStatus}, last_error = ${o.lastError},
             last_latency_ms = ${o.latencyMs}, last_attempt_at = ${o.at}, next_attempt_at = ${o.nextAttemptAt},
-            delivered_at = ${o.status === "delivered" ? o.at : null}, claimed_by = NULL, claimed_until = NULL
+            delivered_at = ${o.status === "delivered" ? o.at : null}, claimed_until = NULL
           WHERE seq = ${seq} AND claimed_by = ${token}`,
 
     /**

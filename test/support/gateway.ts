@@ -84,7 +84,8 @@ export const startGateway = async (
       const server = yield* HttpServer.HttpServer
       const bootstrap = yield* Bootstrap
       const port = server.address._tag === "TcpAddress" ? server.address.port : 0
-      return { port, first: bootstrap.firstStart! }
+      // Undefined for a second instance on a store another one started first (test/webhooks/twoInstances.test.ts).
+      return { port, first: bootstrap.firstStart }
     })
   )
   const origin = `http://127.0.0.1:${port}`
@@ -99,8 +100,8 @@ export const startGateway = async (
   return {
     url: `${origin}/v1`,
     origin,
-    devKey: first.developmentKey,
-    projectId: first.projectId,
+    devKey: first?.developmentKey ?? "",
+    projectId: first?.projectId ?? "",
     adminToken: ADMIN_TOKEN,
     dbPath,
     engine,
