@@ -5,11 +5,15 @@
 import { fileURLToPath } from "node:url"
 import { defineConfig } from "vite"
 
+/** The package @tollgate/spec as a browser gets it: its browser build (scripts/build-spec.mjs, run first by `npm ci`). */
+const specPackage = fileURLToPath(new URL("../spec/dist/web/index.js", import.meta.url))
+
 export default defineConfig({
   root: fileURLToPath(new URL(".", import.meta.url)),
   base: "/dashboard/",
   logLevel: "warn",
   esbuild: { jsx: "automatic", jsxImportSource: "preact" },
+  resolve: { alias: { "@tollgate/spec": specPackage } },
   build: {
     outDir: "dist",
     emptyOutDir: true,

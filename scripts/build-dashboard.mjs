@@ -17,7 +17,8 @@ const newest = (dir) =>
   }, 0)
 
 if (process.argv.includes("--if-stale") && existsSync(built)) {
-  const sources = Math.max(newest(root), statSync(fileURLToPath(new URL("../spec/canonicalJson.ts", import.meta.url))).mtimeMs)
+  const specBuild = fileURLToPath(new URL("../spec/dist/web/index.js", import.meta.url))
+  const sources = Math.max(newest(root), existsSync(specBuild) ? statSync(specBuild).mtimeMs : Infinity)
   if (statSync(built).mtimeMs >= sources) process.exit(0)
 }
 

@@ -81,6 +81,8 @@ export interface VerifyOptions {
   readonly checkpoints?: ReadonlyArray<string> | undefined
   /** Statements (parsed JSON) the customer kept. */
   readonly statements?: ReadonlyArray<unknown> | undefined
+  /** Rate cards the customer holds already (GET /v1/rate_cards); the export's headers add theirs. */
+  readonly rateCards?: ReadonlyArray<RateCard> | undefined
   /** The Ed25519 check of a PEM public key (default: this build's, spec/platform.ts; the CLI passes libsodium's). */
   readonly checkOfPem?: ((pem: string) => RawCheck | undefined) | undefined
 }
@@ -191,7 +193,7 @@ export const makeVerifier = (options: VerifyOptions): Verifier => {
   for (const k of options.keys ?? []) addKey(k)
 
   // Rate cards, from the export's headers.
-  const cards = new Map<string, RateCard>()
+  const cards = new Map<string, RateCard>((options.rateCards ?? []).map((c) => [c.version, c]))
   const missingCards = new Map<string, number>()
 
   // Checkpoints and statements kept.
@@ -443,3 +445,5 @@ export const verifyRecords = (
 }
 
 export type { ExportKey }
+/** A rate card as GET /v1/rate_cards lists it. */
+export type RateCardInput = RateCard

@@ -107,5 +107,17 @@ export const api = {
     call<RequestEntry>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/requests/${encodeURIComponent(requestId)}`),
   receipt: (projectId: string, requestId: string) =>
     call<ReceiptView>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/requests/${encodeURIComponent(requestId)}/receipt`),
-  receiptKeys: () => call<Wire<typeof R.ReceiptKeys>>("GET", "/v1/receipts/keys").then((r) => r.data)
+  receiptKeys: () => call<Wire<typeof R.ReceiptKeys>>("GET", "/v1/receipts/keys").then((r) => r.data),
+  /** A period's receipt export (JSON Lines), every page (x-next-cursor) concatenated: one file for `tollgate verify`. */
+  exportReceipts: async (projectId: string, period: string): Promise<string> => {
+    let text = ""
+    let cursor: string | null = null
+    do {
+      const res: Response = await fetch(`/admin/v1/projects/${encodeURIComponent(projectId)}/receipts${q({ period, cursor })}`, { credentials: "same-origin", cache: "no-store" })
+      if (!res.ok) throw new ApiError(res.status, null, `export: ${res.status} ${res.statusText}`)
+      text += await res.text()
+      cursor = res.headers.get("x-next-cursor")
+    } while (cursor !== null && cursor !== "")
+    return text
+  }
 }

@@ -1,6 +1,7 @@
 import { useEffect, useMemo, useState } from "preact/hooks"
 import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Page, type Project, type RotatedKey, type Session, type Usage } from "./api.ts"
 import { UsageChart } from "./chart.tsx"
+import { describeFinding, type ExportVerdict, verifyExport } from "./verify.ts"
 import { ago, BudgetBar, credits, Dialog, ErrorNote, message, More, Status, usePages, when } from "./ui.tsx"
 
 const thisMonth = () => new Date().toISOString().slice(0, 7)
@@ -27,6 +28,7 @@ export const ProjectPage = ({ id, session }: { id: string; session: Session }) =
       </section>
       <UsageSection project={project} session={session} />
       <KeysSection project={project} session={session} reload={load} />
+      <VerifySection project={project} />
     </>
   )
 }
@@ -227,5 +229,59 @@ const SecretOnce = ({ issued, onDone }: { issued: IssuedKey | RotatedKey; onDone
       </div>
       <p role="status" class="sr-only">{copied ? "Key copied to the clipboard" : ""}</p>
     </div>
+  )
+}
+
+/**
+ * This month's receipts as a file a customer verifies with `tollgate verify` (docs/verification.md),
+ * and the same checks run here, in the browser, by the package @tollgate/spec.
+ */
+const VerifySection = ({ project }: { project: Project }) => {
+  const period = thisMonth()
+  const [busy, setBusy] = useState(false)
+  const [error, setError] = useState<string | null>(null)
+  const [file, setFile] = useState<{ url: string; name: string; receipts: number } | null>(null)
+  const [verdict, setVerdict] = useState<ExportVerdict | null>(null)
+  const run = async () => {
+    setBusy(true)
+    setError(null)
+    setVerdict(null)
+    try {
+      const text = await api.exportReceipts(project.id, period)
+      if (file !== null) URL.revokeObjectURL(file.url)
+      const v = verifyExport(text)
+      setFile({ url: URL.createObjectURL(new Blob([text], { type: "application/jsonl" })), name: `${project.id}-${period}.jsonl`, receipts: v.summary.receipts })
+      setVerdict(v)
+    } catch (e) {
+      setError(message(e))
+    } finally {
+      setBusy(false)
+    }
+  }
+  return (
+    <section class="card" aria-labelledby="verify-h">
+      <h2 id="verify-h">Verify this month's bill</h2>
+      <p class="meta">
+        Every receipt of {period}, signed and hash-chained, as one file. Check it here, or offline with{" "}
+        <code>tollgate verify {project.id}-{period}.jsonl</code>. The month's signed statement is{" "}
+        <code>GET /v1/statements/{period}</code> (with a key of this project) once the month has closed.
+      </p>
+      <button type="button" onClick={run} disabled={busy}>{busy ? "Exporting and verifying…" : "Export and verify this month's receipts"}</button>
+      <ErrorNote error={error} />
+      {file === null ? null : <p><a href={file.url} download={file.name} data-download="export">Download {file.name}</a> ({file.receipts} receipts)</p>}
+      {verdict === null ? null : (
+        <div role="status" data-export-verdict={verdict.findings.length === 0 ? "clean" : "findings"}>
+          {verdict.findings.length === 0
+            ? <p class="ok">✓ {verdict.summary.receipts} receipts: every signature and chain link checks out, and every charge the export's rate cards price ({verdict.summary.keys} key(s), {verdict.summary.rateCards} rate card(s)).</p>
+            : (
+              <>
+                <p class="bad">✗ {verdict.findings.length} finding(s) in {verdict.summary.receipts} receipts.</p>
+                <ul class="verdict">{verdict.findings.slice(0, 20).map((f) => <li class="bad" title={describeFinding(f.kind)}><code>{f.kind}</code> {f.message}</li>)}</ul>
+              </>
+            )}
+          {verdict.unchecked.map((n) => <p class="meta" data-unchecked>{n}</p>)}
+        </div>
+      )}
+    </section>
   )
 }

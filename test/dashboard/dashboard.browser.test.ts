@@ -3,7 +3,8 @@
  * gateway and the real mock upstream: an operator signs in, creates a project and a key, uses the
  * key with the `openai` SDK, sees the call in the request log and the chart, rotates the key and
  * uses both during the grace period, revokes one and sees the next call fail with 401, verifies a
- * receipt in the browser; a team signs in with a key and cannot see another project. Failed
+ * receipt in the browser and exports and verifies the month's receipts there (the package @tollgate/spec)
+ * and downloads them as one file; a team signs in with a key and cannot see another project. Failed
  * sign-in, an expired session and a forged CSRF token are refused.
  *
  * `TOLLGATE_SCREENSHOTS=1` (npm run screenshots) also saves the screens to docs/screenshots/.
@@ -178,8 +179,24 @@ describe("the dashboard in headless Chromium", () => {
     // Verify the receipt in the browser: hash, Ed25519 signature (served public key), chain link.
     await page.getByRole("button", { name: "Verify receipt in this browser" }).click()
     await page.locator('[data-verdict="valid"]').waitFor()
-    expect(await page.locator(".verdict").textContent()).toContain("(WebCrypto)")
+    expect(await page.locator(".verdict").textContent()).toContain("(@tollgate/spec)")
     await shot(page, "receipt")
+
+    // This month's export: downloaded as one JSON Lines file and verified in the browser by the package.
+    await page.goto(`${gw.origin}/dashboard/#/projects/${projectId}`)
+    await page.getByRole("button", { name: "Export and verify this month's receipts" }).click()
+    await page.locator('[data-export-verdict="clean"]').waitFor({ timeout: 20_000 })
+    const [download] = await Promise.all([page.waitForEvent("download"), page.locator('[data-download="export"]').click()])
+    const exported = (await new Promise<string>((resolve, reject) => {
+      void download.createReadStream().then((stream) => {
+        let text = ""
+        stream.setEncoding("utf8").on("data", (c: string) => (text += c)).on("end", () => resolve(text)).on("error", reject)
+      })
+    })).trim().split("\n").map((l) => JSON.parse(l) as { object: string; project_id: string })
+    expect(exported[0]).toMatchObject({ object: "receipt_export", project_id: projectId })
+    const exportedReceipts = exported.filter((r) => r.object === "receipt")
+    expect(exportedReceipts.length).toBeGreaterThan(0)
+    expect(await page.locator("[data-export-verdict]").textContent()).toContain(`✓ ${exportedReceipts.length} receipts`)
 
     // Rotate the key with a grace period: both the old and the new key work.
     await page.goto(`${gw.origin}/dashboard/#/projects/${projectId}`)
