@@ -31,7 +31,7 @@ const print = (ok: boolean, text: string): number => {
   return ok ? 0 : 1
 }
 
-const call = async (method: string, path: string, body?: unknown): Promise<number> => {
+export const call = async (method: string, path: string, body?: unknown): Promise<number> => {
   const token = adminToken()
   if (token === undefined) return 2
   const res = await send(token, method, path, body)
@@ -42,7 +42,7 @@ const call = async (method: string, path: string, body?: unknown): Promise<numbe
  * An admin list (docs/contract.md §8): one page (`--limit`, `--cursor`: a page's next_cursor), or with
  * `--all` every page from there on, following next_cursor, printed as one list.
  */
-const list = async (path: string, options: { readonly limit?: string | undefined; readonly cursor?: string | undefined; readonly all?: boolean | undefined }): Promise<number> => {
+export const list = async (path: string, options: { readonly limit?: string | undefined; readonly cursor?: string | undefined; readonly all?: boolean | undefined }): Promise<number> => {
   const limit = int(options.limit, "limit")
   const page = (cursor: string | undefined) => {
     const query = new URLSearchParams({ ...(limit === undefined ? {} : { limit: String(limit) }), ...(cursor === undefined ? {} : { cursor }) }).toString()

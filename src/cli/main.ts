@@ -15,13 +15,15 @@
  *   tollgate export <prj_id> [--period YYYY-MM] [--out file] [--limit N]   a project's receipts as JSON Lines (admin API)
  *   tollgate verify-receipt <receipt.json> [--public-key key.pem | --url http://host:port]
  *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F] [--keys F]   offline, exit 1 on any finding
+ *   tollgate webhooks create|list|get|update|delete|rotate-secret|deliveries|retry …   (src/cli/webhooks.ts)
+ *   tollgate events list [--type T] [--since ISO]
  *
  * Admin commands call the running gateway's admin API (TOLLGATE_URL, default http://localhost:8080,
  * with TOLLGATE_ADMIN_TOKEN), so the server stays the only writer of its store.
  */
 import { adminCommand } from "./admin.ts"
 
-const usage = `usage: tollgate <serve|projects|keys|audit|export|verify|verify-receipt> ...  (see README.md, "CLI")`
+const usage = `usage: tollgate <serve|projects|keys|webhooks|events|audit|export|verify|verify-receipt> ...  (see README.md, "CLI")`
 
 const main = async (argv: ReadonlyArray<string>): Promise<number> => {
   const [command, ...rest] = argv
@@ -32,6 +34,9 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
     case "projects":
     case "keys":
       return adminCommand(command, rest)
+    case "webhooks":
+    case "events":
+      return (await import("./webhooks.ts")).webhooksCommand(command, rest)
     case "audit": {
       const { auditCommand } = await import("./audit.ts")
       return auditCommand(rest)
