@@ -7,7 +7,8 @@
  * thread — the store worker —, the rest — V8's GC helpers, libuv's pool), summed over rounds. Both targets run bundled with their `npm start`
  * flags, as bench/run.ts runs them, interleaved round by round; `--node-flags "…"` adds flags to both;
  * `--compare DIR` adds `tollgate-b`, Tollgate from another checkout (an A/B in one run). `--stream`
- * sends streamed calls (the mock's 20 events, 1 ms apart) instead of whole completions.
+ * sends streamed calls (the mock's 20 events, 1 ms apart) instead of whole completions. The target
+ * `tollgate-webhook` is Tollgate with a webhook endpoint registered for every event type (issue 42).
  * A benchmark: printed, never asserted (docs/decisions/0034).
  */
 import { tmpdir } from "node:os"
@@ -44,12 +45,14 @@ const upstream = `http://127.0.0.1:${mock.ready.port}`
 const started = new Map<string, { pid: number; stop: () => Promise<void>; origin: string; key: string }>()
 for (const t of targets) {
   const script = t === "floor" ? "targets/governedFloor.ts" : "targets/tollgate.ts"
+  // `tollgate-webhook`: Tollgate with a webhook endpoint registered for every event (issue 42).
+  const extra = t === "tollgate-webhook" ? ["--webhook"] : []
   const dir = t === "tollgate-b" ? resolve(compare!) : root
   const entry = bundleTarget(dir, script, `threads-${t}`)
-  const child = await startChild<{ port: number; key: string }>(t, process.execPath, [...startFlags(dir), ...nodeFlags, "--import", join(here, "lib/gcObserver.mjs"), entry, "--upstream", upstream, "--model", "gpt-4o-mini"], {
+  const child = await startChild<{ port: number; key: string }>(t, process.execPath, [...startFlags(dir), ...nodeFlags, "--import", join(here, "lib/gcObserver.mjs"), entry, "--upstream", upstream, "--model", "gpt-4o-mini", ...extra], {
     cwd: dir,
     timeoutMs: 60_000,
-    env: { TOLLGATE_BENCH_GC_FILE: gcFile(t) }
+    env: { TOLLGATE_BENCH_GC_FILE: gcFile(t), ...(t === "tollgate-webhook" ? { TOLLGATE_WEBHOOK_ALLOW_PRIVATE: "1" } : {}) }
   })
   started.set(t, { pid: child.pid, stop: child.stop, origin: `http://127.0.0.1:${child.ready.port}`, key: child.ready.key })
 }

@@ -49,6 +49,15 @@ if (timelineFile !== undefined) {
     timeline.reset()
   })
 }
+// `--webhook` (bench/threads.ts target tollgate-webhook): an endpoint registered for every event type.
+if (flag("--webhook")) {
+  const res = await fetch(`http://127.0.0.1:${ready.port}/admin/v1/webhooks`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${arg("--admin-token") ?? "bench-admin-token"}`, "content-type": "application/json" },
+    body: JSON.stringify({ url: `${upstream}/webhook-sink`, events: ["*"] })
+  })
+  if (res.status !== 201) throw new Error(`registering the bench's webhook endpoint: ${res.status} ${await res.text()}`)
+}
 process.stdout.write(JSON.stringify({ ready: true, port: ready.port, key: ready.key, dbPath }) + "\n")
 
 const stop = () =>

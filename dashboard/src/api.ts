@@ -57,7 +57,7 @@ export const whenSessionLost = (f: (message: string) => void) => {
   onSessionLost = f
 }
 
-const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
+export const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
   const headers: Record<string, string> = { accept: "application/json" }
   if (body !== undefined) headers["content-type"] = "application/json"
   if (method !== "GET" && csrfToken !== null) headers["x-csrf-token"] = csrfToken

@@ -1,6 +1,7 @@
 /**
  * Tollgate's dashboard: a Preact single-page app under /dashboard with hash routes
  *   #/projects · #/projects/<id> · #/projects/<id>/requests · #/projects/<id>/requests/<request id>
+ *   #/webhooks · #/webhooks/<endpoint id> (operator)
  * Hash routes keep every screen one static file on the server; nothing secret is ever in them.
  */
 import { render } from "preact"
@@ -10,6 +11,7 @@ import { ProjectPage } from "./project.tsx"
 import { Projects } from "./projects.tsx"
 import { RequestDetail, RequestsPage } from "./requests.tsx"
 import { SignIn } from "./signin.tsx"
+import { WebhookPage, WebhooksPage } from "./webhooks.tsx"
 import "./style.css"
 
 const useHash = () => {
@@ -32,6 +34,7 @@ const Screen = ({ hash, session }: { hash: string; session: Session }) => {
   useEffect(() => {
     if (parts.length === 0 || (session.role === "team" && parts[0] === "projects" && parts.length === 1)) go(home)
   }, [hash])
+  if (parts[0] === "webhooks" && session.role === "operator") return parts[1] === undefined ? <WebhooksPage /> : <WebhookPage id={parts[1]} />
   if (parts[0] !== "projects") return <p>Unknown page. <a href={home}>Go to the start page.</a></p>
   const [, id, section, requestId] = parts
   if (id === undefined) return session.role === "operator" ? <Projects go={go} /> : null
@@ -72,6 +75,7 @@ const App = () => {
       <header class="top">
         <a class="brand" href={session.role === "team" ? `#/projects/${session.project_id}` : "#/projects"}>Tollgate</a>
         <span class="who" data-role={session.role}>{session.role === "operator" ? "Operator" : `Team · ${session.environment}`}</span>
+        {session.role === "operator" ? <a href="#/webhooks" class="docs">Webhooks</a> : null}
         <a href="/docs" class="docs">API reference</a>
         <button type="button" class="secondary" onClick={signOut}>Sign out</button>
       </header>
