@@ -136,6 +136,18 @@ describe.each(engines)("events and webhooks on %s", (engine, runs) => {
     expect(listed.body.data.every((e: any) => e.type === "key.rotated")).toBe(true)
   })
 
+  it.runIf(runs)("one real delivery of each of the seven types, as received (printed for the closing note)", () => {
+    const byType = new Map<string, (typeof receiver.received)[number]>()
+    for (const r of receiver.received) if (r.status === 200 && !byType.has(r.event.type)) byType.set(r.event.type, r)
+    expect([...byType.keys()].sort()).toEqual(["budget.exhausted", "budget.threshold_reached", "key.created", "key.expired", "key.revoked", "key.rotated", "project.updated"])
+    if (engine === "sqlite") {
+      for (const [type, r] of byType) {
+        const h = Object.fromEntries(["content-type", "user-agent", "webhook-id", "webhook-timestamp", "webhook-signature"].map((k) => [k, r.headers[k]]))
+        console.log(`--- ${type}\n${JSON.stringify(h)}\n${r.body}`)
+      }
+    }
+  })
+
   it.runIf(runs)("send again: the same event id, a new delivery", async () => {
     const log = await gw.admin("GET", `/admin/v1/webhooks/${endpointId}/deliveries?limit=1`)
     const last = log.body.data[0]
