@@ -4,7 +4,7 @@
  * charge, the checkpoints and statements the customer kept. No database, no network: files in,
  * findings out, printed as `tollgate audit` prints its own.
  *
- *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--json] [--limit N]
+ *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--rate-cards F] [--json] [--limit N]
  *
  * The export is read as a stream (one line at a time, flat memory). Ed25519 checks use libsodium
  * (sodium-native) where it loads, else node:crypto: the same verdicts (spec/ed25519.ts), faster.
@@ -14,16 +14,18 @@
 import { createPublicKey } from "node:crypto"
 import { createReadStream, readFileSync } from "node:fs"
 import type { RawCheck } from "../../spec/ed25519.ts"
+import type { RateCard } from "../../spec/pricing.ts"
 import { ExportReader, LineSplitter } from "../../spec/export.ts"
 import { makeVerifier, splitNotes, type TrustedKeyInput, type VerifyFinding, verifyFindingKinds, type VerifySummary } from "../../spec/verify.ts"
 import { fastestEd25519 } from "../store/sodium.ts"
 import { findingLines, oneFileCommand } from "./commandText.ts"
 
-const usage = `usage: tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--json] [--limit N]
+const usage = `usage: tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--rate-cards F] [--json] [--limit N]
   <export.jsonl>   the receipt export (GET /v1/receipts, tollgate export), "-" for standard input
   --checkpoints    a file of signed checkpoints you kept (GET /v1/receipts/checkpoint answers, one after another)
   --statement      a statement you kept (GET /v1/statements/{period}); repeatable
   --keys           trust only these receipt keys (a GET /v1/receipts/keys answer); default: the export's
+  --rate-cards     rate cards you hold (a GET /v1/rate_cards answer), besides those the export carries
   --limit          findings listed in detail (default 1000; all are counted)
 exit code: 0 no findings, 1 findings, 2 the check could not run`
 
@@ -32,6 +34,7 @@ export interface VerifyInput {
   readonly checkpoints?: string | undefined
   readonly statements?: ReadonlyArray<string> | undefined
   readonly keys?: string | undefined
+  readonly rateCards?: string | undefined
   readonly limit?: number | undefined
 }
 
@@ -47,12 +50,12 @@ export interface VerifyResult {
   readonly keySource: "pinned" | "export"
 }
 
-/** The keys of a GET /v1/receipts/keys answer ({data: […]}), or a bare list of them. */
-export const parseKeysFile = (text: string): ReadonlyArray<TrustedKeyInput> => {
+/** The list of a GET list answer ({data: […]}, as /v1/receipts/keys and /v1/rate_cards give), or a bare list. */
+const listFile = <T>(text: string, what: string): ReadonlyArray<T> => {
   const v = JSON.parse(text) as unknown
   const list = Array.isArray(v) ? v : (v as { data?: unknown }).data
-  if (!Array.isArray(list)) throw new Error("the keys file is neither a list of keys nor {data: [...]}")
-  return list as ReadonlyArray<TrustedKeyInput>
+  if (!Array.isArray(list)) throw new Error(`the ${what} file is neither a list nor {data: [...]}`)
+  return list as ReadonlyArray<T>
 }
 
 /** A statements file: one JSON statement, a list of them, or JSON Lines of them. */
@@ -78,12 +81,13 @@ export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> =>
   const limit = input.limit ?? 1000
   const findings: Array<VerifyFinding> = []
   let omitted = 0
-  const keys = input.keys === undefined ? undefined : parseKeysFile(input.keys)
+  const keys = input.keys === undefined ? undefined : listFile<TrustedKeyInput>(input.keys, "keys")
   const verifier = makeVerifier({
     report: (f) => (findings.length < limit ? findings.push(f) : omitted++),
     keys,
     checkpoints: input.checkpoints === undefined ? undefined : splitNotes(input.checkpoints),
     statements: input.statements?.flatMap(parseStatementsFile),
+    rateCards: input.rateCards === undefined ? undefined : listFile<RateCard>(input.rateCards, "rate cards"),
     checkOfPem
   })
   const started = performance.now()
@@ -125,7 +129,7 @@ export const renderHuman = (file: string, r: VerifyResult): string => {
 export const verifyCommand = async (argv: ReadonlyArray<string>): Promise<number> => {
   const parsed = oneFileCommand(
     argv,
-    { checkpoints: { type: "string" }, statement: { type: "string", multiple: true }, keys: { type: "string" }, json: { type: "boolean" }, limit: { type: "string" } },
+    { checkpoints: { type: "string" }, statement: { type: "string", multiple: true }, keys: { type: "string" }, "rate-cards": { type: "string" }, json: { type: "boolean" }, limit: { type: "string" } },
     usage
   )
   if (typeof parsed === "number") return parsed
@@ -143,6 +147,7 @@ export const verifyCommand = async (argv: ReadonlyArray<string>): Promise<number
       checkpoints: read(values.checkpoints),
       statements: values.statement?.map((p) => read(p)!),
       keys: read(values.keys),
+      rateCards: read(values["rate-cards"]),
       limit
     })
     if (values.json === true) {
