@@ -35,7 +35,11 @@ export const findingKinds = {
   settled_request_without_receipt: "a completed request, or a settled reservation, with no receipt (subject: request id)",
   // Idempotency
   idempotency_without_receipt: "a finished idempotency record whose request has no receipt (subject: request id)",
-  idempotency_mismatch: "an idempotency record disagrees with its request's receipt or state (subject: request id)"
+  idempotency_mismatch: "an idempotency record disagrees with its request's receipt or state (subject: request id)",
+  // Monthly statements (issue 43; spec/audit/statements.ts)
+  statement_malformed: "a stored statement is not a well-formed statement of its project and period (subject: project/period)",
+  statement_signature_invalid: "a stored statement's signature does not verify with a trusted receipt key (subject: project/period)",
+  statement_totals_mismatch: "a stored statement's figure differs from the sum of its period's receipts (subject: project/period)"
 } as const
 
 export type FindingKind = keyof typeof findingKinds

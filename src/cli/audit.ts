@@ -12,7 +12,8 @@ import { readFileSync } from "node:fs"
 import { availableParallelism } from "node:os"
 import { parseArgs } from "node:util"
 import { findingKinds } from "../../spec/audit.ts"
-import { type AuditResult, auditStore } from "../store/auditReader.ts"
+import { type AuditResult, auditStore, openAuditSource } from "../store/auditReader.ts"
+import { auditStatements, withStatements } from "../store/statementsAudit.ts"
 import { findingLines } from "./commandText.ts"
 
 export { type AuditOptions, type AuditResult, auditStore, databaseFile } from "../store/auditReader.ts"
@@ -97,8 +98,9 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
   const showProgress = values.progress === true || (values.quiet !== true && process.stderr.isTTY === true)
   try {
     const publicKeys = (values["public-key"] ?? []).map((path) => readFileSync(path, "utf8"))
-    const result = await auditStore({
-      database: values.database ?? values["database-url"] ?? (process.env["DATABASE_URL"] || "sqlite:./data/tollgate.db"),
+    const database = values.database ?? values["database-url"] ?? (process.env["DATABASE_URL"] || "sqlite:./data/tollgate.db")
+    const audited = await auditStore({
+      database,
       jobs,
       project: values.project,
       period: values.period,
@@ -111,6 +113,9 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
             )
         : undefined
     })
+    // the stored monthly statements against their periods' receipts (issue 43)
+    const { source } = await openAuditSource(database)
+    const result = withStatements(audited, await auditStatements(source, audited.scope, publicKeys).finally(() => source.close()), limit)
     if (values.json === true) {
       process.stdout.write(
         `${JSON.stringify({
@@ -121,7 +126,7 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
           ed25519: result.ed25519,
           scope: { project: result.scope.project ?? null, period: result.scope.period ?? null },
           key_source: result.keySource,
-          stats: result.summary.stats,
+          stats: { ...result.summary.stats, statements: result.statementsChecked },
           duration_ms: Math.round(result.durationMs),
           receipts_per_second: result.receiptsPerSecond,
           findings_total: result.summary.findings,
@@ -131,7 +136,7 @@ export const auditCommand = async (argv: ReadonlyArray<string>): Promise<number>
         })}\n`
       )
     } else {
-      process.stdout.write(`${renderHuman(result)}\n`)
+      process.stdout.write(`${renderHuman(result)}\n  statements: ${result.statementsChecked} checked against their periods' receipts\n`)
     }
     return result.summary.clean ? 0 : 1
   } catch (e) {

@@ -3,7 +3,8 @@
  * Effect's TestClock moved past the month's end and its grace — a signed statement whose totals equal
  * the sums of the month's receipts (the export's), whose checkpoint holds every one of them, and which
  * two instances making it at once agree on (the first stored is the one both serve). SQLite here,
- * PostgreSQL in the e2e-pg project; the receipts come from real calls by the openai client.
+ * PostgreSQL in the e2e-pg project; the receipts come from real calls by the openai client. Then
+ * `tollgate audit`'s statements pass: clean, and a stored statement edited (spent + 1) is named.
  */
 import { Effect, Layer, TestClock, TestContext } from "effect"
 import { createPublicKey, verify } from "node:crypto"
@@ -22,6 +23,10 @@ import { StoreDatabaseLive } from "../../src/store/Database.ts"
 import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 import { testRuntime } from "../support/runtime.ts"
+import Database from "better-sqlite3"
+import pg from "pg"
+import { openAuditSource } from "../../src/store/auditReader.ts"
+import { auditStatements } from "../../src/store/statementsAudit.ts"
 import { clientFor, expectWireError, newProject, raw } from "./helpers.ts"
 
 let upstream: MockUpstream
@@ -31,7 +36,7 @@ beforeAll(async () => {
   gw = await startGateway(
     mockGatewayFile(upstream.url, [
       { name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true },
-      { name: "gpt-other", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256 }
+      { name: "gpt-other", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: false }
     ])
   )
 })
@@ -59,7 +64,7 @@ describe("monthly statements", () => {
     expect(receipts).toHaveLength(7)
     const period = receipts[0]!.period
     await expectWireError(await raw(gw, `/v1/statements/${period}`, { key }), { status: 404, code: "not_found", message: /not closed/ })
-    const keys = (await (await raw(gw, "/v1/receipts/keys")).json()).data as Array<{ id: string; public_key: string }>
+    const keys = ((await (await raw(gw, "/v1/receipts/keys")).json()) as { data: Array<{ id: string; public_key: string }> }).data
     await gw.shutdown()
 
     // two instances on the store, on a TestClock: just before the close (still 404 in effect), then after it
@@ -101,6 +106,34 @@ describe("monthly statements", () => {
       expect(later).toEqual(s)
       const rows = gw.query<{ n: number }>("SELECT COUNT(*) AS n FROM statements WHERE project_id = ?", projectId)
       expect(Number(rows[0]!.n)).toBe(1)
+
+      // tollgate audit's pass: clean, then a stored statement with spent off by one is named (and its signature no longer verifies)
+      const audit = async () => {
+        const { source } = await openAuditSource(gw.databaseUrl)
+        try {
+          return await auditStatements(source, { project: projectId })
+        } finally {
+          await source.close()
+        }
+      }
+      expect(await audit()).toEqual({ checked: 1, findings: [] })
+      const edited = JSON.stringify({ ...s, spent: s.spent + 1 })
+      if (gw.engine === "sqlite") {
+        const db = new Database(gw.dbPath)
+        db.prepare("UPDATE statements SET body = ? WHERE project_id = ?").run(edited, projectId)
+        db.close()
+      } else {
+        const client = new pg.Client({ connectionString: gw.databaseUrl })
+        await client.connect()
+        await client.query("UPDATE statements SET body = $1 WHERE project_id = $2", [edited, projectId])
+        await client.end()
+      }
+      const found = await audit()
+      expect(found.findings.map((f) => [f.kind, f.subject])).toEqual([
+        ["statement_signature_invalid", `${projectId}/${period}`],
+        ["statement_totals_mismatch", `${projectId}/${period}`]
+      ])
+      expect(found.findings[1]!.message).toMatch(/spent is \d+; the period's receipts sum to \d+/)
     } finally {
       await a.dispose()
       await b.dispose()
