@@ -100,6 +100,10 @@ export const makeSqliteClient = (filename: string): Effect.Effect<{ readonly sql
       acquirer,
       compiler: Statement.makeCompilerSqlite(),
       transactionAcquirer,
+      // The write lock at BEGIN, waiting busy_timeout for it: a deferred transaction that reads first
+      // and then writes (read the row, write it and its event) fails at once with "database is locked"
+      // when the store worker committed in between, since its snapshot is stale; an immediate one waits.
+      beginTransaction: "BEGIN IMMEDIATE",
       spanAttributes: [["db.system.name", "sqlite"]]
     }).pipe(Effect.provide(Reactivity.layer))
     return { sql, db }
