@@ -145,6 +145,15 @@ describe("tollgate export", () => {
     )
     // holding the page would take at least its bytes; streaming keeps a few chunks at a time
     expect(growth).toBeLessThan(bytes / 10)
+
+    // the operator's CLI, a process of its own, in pages of 10,000 to a file: the rate without this file's collections
+    const out = join(dir, "big.jsonl")
+    const t0 = performance.now()
+    const r = await cli(["export", projectId, "--out", out])
+    const cliSeconds = (performance.now() - t0) / 1000
+    expect(r.code).toBe(0)
+    expect(r.stderr).toMatch(/10 page\(s\) written/)
+    console.log(`tollgate export of ${N} receipts to a file: ${cliSeconds.toFixed(2)} s, ${(N / cliSeconds).toFixed(0)} receipts/s (process start included)`)
   }, 180_000)
 
   it("the background round's cost: the log of 100,000 receipts extended, checkpointed and proved, CPU per receipt", async () => {

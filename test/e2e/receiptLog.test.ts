@@ -62,6 +62,7 @@ describe("the receipt log as served", () => {
       expect(opened.checkpoint.extensions[0]).toMatch(/^time \d{4}-\d\d-\d\dT/)
       return opened.checkpoint
     })
+    if (gw.engine === "sqlite") console.log(`a checkpoint as served (GET /v1/receipts/checkpoint):\n${notes[4]}`)
     // a stored checkpoint of a size is served by size
     expect(await (await raw(gw, `/v1/receipts/checkpoint?tree_size=${checkpoints[2]!.treeSize}`, { key })).text()).toBe(notes[2])
 
@@ -88,6 +89,7 @@ describe("the receipt log as served", () => {
         // the same proof does not take another receipt's leaf there
         const other = receipts[r.seq % receipts.length]!
         if (other.seq !== r.seq) expect(verifyInclusion(r.seq - 1, cp.treeSize, receiptLeafHash(other.hash), p.hashes.map(b64), cp.rootHash)).toBe(false)
+        if (gw.engine === "sqlite" && r.seq === 20 && cp.treeSize === 33) console.log(`an inclusion proof as served (GET /v1/requests/${r.request_id}/receipt/proof?tree_size=33):\n${JSON.stringify(p)}`)
         proofs++
       }
     }

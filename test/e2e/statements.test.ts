@@ -86,6 +86,7 @@ describe("monthly statements", () => {
       expect(sa).toBeDefined()
       expect(sb).toEqual(sa)
       const s = sa as Statement
+      if (gw.engine === "sqlite") console.log(`a statement as served (GET /v1/statements/${period}):\n${JSON.stringify(s, null, 1)}`)
       // the totals are the receipts' sums, figure by figure
       expect(totalsDifferences(s, statementFromReceipts(receipts))).toEqual([])
       expect(s.receipt_count).toBe(7)
