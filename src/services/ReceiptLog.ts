@@ -116,11 +116,13 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
         return size
       }).pipe(Effect.orDie)
 
-    /** The checkpoint of the log's first `size` leaves, signed and stored unless one of that size is (the stored one). */
+    /**
+     * The checkpoint of the log's first `size` leaves: signed and offered to the store, which keeps the
+     * first one of a size (ON CONFLICT DO NOTHING), then read back, so whoever asks gets the stored one
+     * (no check first: one path, the one a race between instances takes).
+     */
     const checkpointOf = (projectId: string, size: number) =>
       Effect.gen(function* () {
-        const stored = yield* repo.checkpointAt(projectId, size)
-        if (stored !== undefined) return stored
         const now = yield* Clock.currentTimeMillis
         const root = yield* withTree(projectId, (o) => rootOf(o, size))
         const note = signCheckpoint({ origin: originOf(projectId), treeSize: size, rootHash: root, extensions: [`time ${new Date(now).toISOString()}`] }, [noteSigner])

@@ -45,11 +45,11 @@ afterAll(async () => {
   await upstream?.close()
 })
 
-/** A ReceiptLog over the gateway's store (its receipt key), the background round off. */
-const instance = () => {
+/** A ReceiptLog over the gateway's store (its receipt key, or a key file of its own), the background round off. */
+const instance = (keyFile = "receipt-signing-key.pem") => {
   process.env.TOLLGATE_CHECKPOINT_INTERVAL_MS = "0"
   const layer = ReceiptLog.Default.pipe(Layer.provideMerge(ReceiptSigner.Default), Layer.provideMerge(StoreDatabaseLive))
-  return testRuntime(layer, { databaseUrl: gw.databaseUrl, receiptKeyFile: Option.some(join(dirname(gw.dbPath), "receipt-signing-key.pem")) })
+  return testRuntime(layer, { databaseUrl: gw.databaseUrl, receiptKeyFile: Option.some(join(dirname(gw.dbPath), keyFile)) })
 }
 
 describe("monthly statements", () => {
@@ -135,6 +135,19 @@ describe("monthly statements", () => {
         ["statement_totals_mismatch", `${projectId}/${period}`]
       ])
       expect(found.findings[1]!.message).toMatch(/spent is \d+; the period's receipts sum to \d+/)
+
+      // two instances with keys of their own sign the checkpoint of one size at once: one is stored, both serve it
+      const c = instance("other-instance-key.pem")
+      try {
+        const [na, nc] = await Promise.all([
+          a.runPromise(Effect.flatMap(ReceiptLog, (log) => log.checkpointOf(projectId, 3))),
+          c.runPromise(Effect.flatMap(ReceiptLog, (log) => log.checkpointOf(projectId, 3)))
+        ])
+        expect(nc).toEqual(na)
+        expect(Number(gw.query<{ n: number }>("SELECT COUNT(*) AS n FROM receipt_checkpoints WHERE project_id = ? AND tree_size = 3", projectId)[0]!.n)).toBe(1)
+      } finally {
+        await c.dispose()
+      }
     } finally {
       await a.dispose()
       await b.dispose()
