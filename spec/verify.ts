@@ -104,15 +104,47 @@ export interface VerifySummary {
 }
 
 export interface Verifier {
-  /** One record of the export, in file order (spec/export.ts `ExportReader`). */
-  readonly record: (r: ExportRecord) => void
+  /**
+   * One record of the export, in file order (spec/export.ts `ExportReader`). `verdict`: a receipt's
+   * seal when already computed elsewhere (`sealOfLine` in a worker, with the keys of `trustedKeys`).
+   */
+  readonly record: (r: ExportRecord, verdict?: SealVerdict) => void
   readonly finish: () => VerifySummary
+  /** The keys known so far, as plain data for a worker's `sealKeys` (an invalid one with no PEM). */
+  readonly trustedKeys: () => ReadonlyArray<TrustedKeyInput>
 }
 
 interface Key {
   readonly check: RawCheck | undefined
   readonly retiredAt: number | null
   readonly raw: Uint8Array | undefined
+}
+
+/** A receipt's seal: intact, or which check fails first. */
+export type SealVerdict = "intact" | "hash" | "signature" | "unknownKey" | "retired"
+
+/** The checks of trusted keys (what a worker builds from `Verifier.trustedKeys`). */
+export const sealKeys = (keys: ReadonlyArray<TrustedKeyInput>, checkOf: (pem: string) => RawCheck | undefined = checkOfPem): Map<string, Pick<Key, "check" | "retiredAt">> =>
+  new Map(keys.map((k) => [k.id, { check: checkOf(k.public_key), retiredAt: k.retired_at === null || k.retired_at === undefined ? null : Date.parse(k.retired_at) }]))
+
+/**
+ * The seal of a receipt served as the export line `text`, under its key (undefined: not trusted).
+ * The line as stored (canonical, spec/receipt.ts `SealedReceipt`): its signed text is the line
+ * without `hash` and `signature` (the audit's `sealOfStored` argument); else it is written again.
+ */
+export const sealOfLine = (r: Receipt, text: string, key: Pick<Key, "check" | "retiredAt"> | undefined): SealVerdict => {
+  const signature = fromBase64Any(r.signature)
+  const retired = (k: Pick<Key, "retiredAt">) => k.retiredAt !== null && Date.parse(r.created_at) > k.retiredAt
+  const cut = signedTextOfStored(text, r.hash, r.signature)
+  if (cut !== undefined && key?.check !== undefined) {
+    const bytes = utf8(cut)
+    if (sha256Hex(bytes) === r.hash && key.check(bytes, signature)) return retired(key) ? "retired" : "intact"
+  }
+  const bytes = receiptBytes(unsignedPart(r))
+  if (sha256Hex(bytes) !== r.hash) return "hash"
+  if (key === undefined) return "unknownKey"
+  if (key.check === undefined || !key.check(bytes, signature)) return "signature"
+  return retired(key) ? "retired" : "intact"
 }
 
 interface KeptCheckpoint {
@@ -177,6 +209,7 @@ export const makeVerifier = (options: VerifyOptions): Verifier => {
 
   // Keys: pinned ones, else every page's.
   const keys = new Map<string, Key>()
+  const trustedPems: Array<TrustedKeyInput> = []
   const addKey = (k: TrustedKeyInput) => {
     if (keys.has(k.id)) return
     const derived = receiptKeyIdOfPem(k.public_key)
@@ -184,10 +217,13 @@ export const makeVerifier = (options: VerifyOptions): Verifier => {
     if (derived !== k.id || raw === undefined) {
       report("signing_key_invalid", k.id, derived === undefined ? `key ${k.id} is not an Ed25519 public key in PEM form` : `key ${k.id} is not the id of its own key (${derived})`)
       keys.set(k.id, { check: undefined, retiredAt: null, raw: undefined })
+      // Known but not trusted: no PEM, so a worker's check of it is none too (the same verdicts).
+      trustedPems.push({ id: k.id, public_key: "", retired_at: null })
       return
     }
     const retiredAt = k.retired_at === null || k.retired_at === undefined ? null : Date.parse(k.retired_at)
     keys.set(k.id, { check: checkOf(k.public_key), retiredAt, raw })
+    trustedPems.push({ id: k.id, public_key: k.public_key, retired_at: k.retired_at ?? null })
   }
   const pinned = options.keys !== undefined
   for (const k of options.keys ?? []) addKey(k)
@@ -240,27 +276,12 @@ export const makeVerifier = (options: VerifyOptions): Verifier => {
     for (const c of (h as { rate_cards?: ReadonlyArray<RateCard> }).rate_cards ?? []) if (!cards.has(c.version)) cards.set(c.version, c)
   }
 
-  const seal = (r: Receipt, text: string): "intact" | "hash" | "signature" | "unknownKey" | "retired" => {
-    const key = keys.get(r.signing_key_id)
-    const signature = fromBase64Any(r.signature)
-    // The export's line as stored (canonical, spec/receipt.ts `SealedReceipt`): its signed text is the
-    // line without `hash` and `signature` (the audit's `sealOfStored` argument); else write it again.
-    const cut = signedTextOfStored(text, r.hash, r.signature)
-    if (cut !== undefined && key?.check !== undefined) {
-      const bytes = utf8(cut)
-      if (sha256Hex(bytes) === r.hash && key.check(bytes, signature)) return key.retiredAt !== null && Date.parse(r.created_at) > key.retiredAt ? "retired" : "intact"
-    }
-    const bytes = receiptBytes(unsignedPart(r))
-    if (sha256Hex(bytes) !== r.hash) return "hash"
-    if (key === undefined) return "unknownKey"
-    if (key.check === undefined || !key.check(bytes, signature)) return "signature"
-    return key.retiredAt !== null && Date.parse(r.created_at) > key.retiredAt ? "retired" : "intact"
-  }
+  const seal = (r: Receipt, text: string): SealVerdict => sealOfLine(r, text, keys.get(r.signing_key_id))
 
-  const receipt = (r: Receipt, text: string) => {
+  const receipt = (r: Receipt, text: string, verdict: SealVerdict | undefined) => {
     receipts += 1
     const id = r.receipt_id
-    switch (seal(r, text)) {
+    switch (verdict ?? seal(r, text)) {
       case "hash":
         report("receipt_hash_mismatch", id, `receipt ${id} (seq ${r.seq}) does not hash to its recorded hash: it was edited after sealing`)
         break
@@ -319,9 +340,9 @@ export const makeVerifier = (options: VerifyOptions): Verifier => {
     for (const s of statements) if (r.period === s.statement.period) s.totals.add(r)
   }
 
-  const record = (rec: ExportRecord) => {
+  const record = (rec: ExportRecord, verdict?: SealVerdict) => {
     if (rec.kind === "header") header(rec.header)
-    else if (rec.kind === "receipt") receipt(rec.receipt, rec.text)
+    else if (rec.kind === "receipt") receipt(rec.receipt, rec.text, verdict)
     else report("export_malformed", `line ${rec.line}`, `line ${rec.line}: ${rec.reason}`)
   }
 
@@ -430,7 +451,9 @@ export const makeVerifier = (options: VerifyOptions): Verifier => {
     }
   }
 
-  return { record, finish }
+  const trustedKeys = (): Array<TrustedKeyInput> => [...trustedPems]
+
+  return { record, finish, trustedKeys }
 }
 
 /** The findings and summary of a whole export held in memory (a browser's, a test's). */

@@ -4,7 +4,7 @@
  * charge, the checkpoints and statements the customer kept. No database, no network: files in,
  * findings out, printed as `tollgate audit` prints its own.
  *
- *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--rate-cards F] [--json] [--limit N]
+ *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--rate-cards F] [--jobs N] [--json] [--limit N]
  *
  * The export is read as a stream (one line at a time, flat memory). Ed25519 checks use libsodium
  * (sodium-native) where it loads, else node:crypto: the same verdicts (spec/ed25519.ts), faster.
@@ -12,11 +12,15 @@
  * Exit code: 0 no findings, 1 findings, 2 the check could not run.
  */
 import { createPublicKey } from "node:crypto"
-import { createReadStream, readFileSync } from "node:fs"
+import { createReadStream, readFileSync, statSync } from "node:fs"
+import { availableParallelism } from "node:os"
+import { Worker } from "node:worker_threads"
 import type { RawCheck } from "../../spec/ed25519.ts"
 import type { RateCard } from "../../spec/pricing.ts"
 import { ExportReader, LineSplitter } from "../../spec/export.ts"
-import { makeVerifier, splitNotes, type TrustedKeyInput, type VerifyFinding, verifyFindingKinds, type VerifySummary } from "../../spec/verify.ts"
+import { type ExportRecord } from "../../spec/export.ts"
+import { makeVerifier, type SealVerdict, splitNotes, type TrustedKeyInput, type Verifier, type VerifyFinding, verifyFindingKinds, type VerifySummary } from "../../spec/verify.ts"
+import type { SealJob } from "./verifyWorker.ts"
 import { fastestEd25519 } from "../store/sodium.ts"
 import { findingLines, oneFileCommand } from "./commandText.ts"
 
@@ -26,6 +30,8 @@ const usage = `usage: tollgate verify <export.jsonl> [--checkpoints F] [--statem
   --statement      a statement you kept (GET /v1/statements/{period}); repeatable
   --keys           trust only these receipt keys (a GET /v1/receipts/keys answer); default: the export's
   --rate-cards     rate cards you hold (a GET /v1/rate_cards answer), besides those the export carries
+  --jobs           signature worker threads (default: the available parallelism for an export of 8 MB
+                   or more, else 0: this thread checks every signature)
   --limit          findings listed in detail (default 1000; all are counted)
 exit code: 0 no findings, 1 findings, 2 the check could not run`
 
@@ -36,6 +42,8 @@ export interface VerifyInput {
   readonly keys?: string | undefined
   readonly rateCards?: string | undefined
   readonly limit?: number | undefined
+  /** Signature worker threads (0: this thread checks every signature). */
+  readonly jobs?: number | undefined
 }
 
 export interface VerifyResult {
@@ -68,6 +76,82 @@ export const parseStatementsFile = (text: string): Array<unknown> => {
   }
 }
 
+const statSize = (path: string): number => {
+  try {
+    return statSync(path).size
+  } catch {
+    return 0
+  }
+}
+
+const BATCH = 256
+/** Batches in flight before reading waits: what bounds memory. */
+const IN_FLIGHT = 8
+
+/**
+ * Records fed to `verifier` in file order, each receipt's seal computed by one of `jobs` worker
+ * threads (./verifyWorker.ts): the main thread's chain, Merkle and charge checks overlap the Ed25519
+ * checks. A header is recorded only once every batch before it is, so a page's keys reach the
+ * workers before its receipts.
+ */
+const sealPool = (jobs: number, verifier: Verifier) => {
+  // The CLI runs its TypeScript through tsx (bin/tollgate.mjs); a worker registers tsx's loader too.
+  const boot = `import(${JSON.stringify(import.meta.resolve("tsx/esm/api"))}).then((t) => { t.register(); return import(${JSON.stringify(new URL("./verifyWorker.ts", import.meta.url).href)}) })`
+  const workers = Array.from({ length: jobs }, () => new Worker(boot, { eval: true }))
+  const keysSent = workers.map(() => -1)
+  const waiting = new Map<number, { resolve: (v: ReadonlyArray<SealVerdict>) => void; reject: (e: unknown) => void }>()
+  for (const w of workers) {
+    w.on("message", (m: { id: number; verdicts: ReadonlyArray<SealVerdict> }) => {
+      waiting.get(m.id)?.resolve(m.verdicts)
+      waiting.delete(m.id)
+    })
+    w.on("error", (e) => {
+      for (const p of waiting.values()) p.reject(e)
+      waiting.clear()
+    })
+  }
+  const queue: Array<{ readonly records: ReadonlyArray<ExportRecord>; readonly verdicts: Promise<ReadonlyArray<SealVerdict>> }> = []
+  let records: Array<ExportRecord> = []
+  let lines: Array<string> = []
+  let next = 0
+  const flush = () => {
+    if (records.length === 0) return
+    const id = next++
+    const at = id % workers.length
+    const keys = verifier.trustedKeys()
+    const job: SealJob = { id, lines, ...(keys.length === keysSent[at] ? {} : { keys }) }
+    keysSent[at] = keys.length
+    queue.push({ records, verdicts: new Promise((resolve, reject) => waiting.set(id, { resolve, reject })) })
+    workers[at]!.postMessage(job)
+    records = []
+    lines = []
+  }
+  const drain = async (max: number) => {
+    if (max === 0) flush()
+    while (queue.length > max) {
+      const batch = queue.shift()!
+      const verdicts = await batch.verdicts
+      let i = 0
+      for (const r of batch.records) verifier.record(r, r.kind === "receipt" ? verdicts[i++] : undefined)
+    }
+  }
+  const record = async (r: ExportRecord) => {
+    if (r.kind === "header") {
+      await drain(0)
+      verifier.record(r)
+      return
+    }
+    records.push(r)
+    if (r.kind === "receipt") lines.push(r.text)
+    if (records.length >= BATCH) {
+      flush()
+      await drain(IN_FLIGHT)
+    }
+  }
+  const close = () => Promise.all(workers.map((w) => w.terminate()))
+  return { record, drain, close }
+}
+
 /** Verify a stream of export text with the fastest Ed25519 of this process. */
 export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> => {
   const ed = fastestEd25519()
@@ -94,8 +178,20 @@ export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> =>
   const cpu = process.cpuUsage()
   const reader = new ExportReader()
   const splitter = new LineSplitter()
-  for await (const chunk of input.exportStream) for (const line of splitter.push(chunk)) verifier.record(reader.read(line))
-  for (const line of splitter.end()) verifier.record(reader.read(line))
+  const jobs = input.jobs ?? 0
+  if (jobs === 0) {
+    for await (const chunk of input.exportStream) for (const line of splitter.push(chunk)) verifier.record(reader.read(line))
+    for (const line of splitter.end()) verifier.record(reader.read(line))
+  } else {
+    const pool = sealPool(jobs, verifier)
+    try {
+      for await (const chunk of input.exportStream) for (const line of splitter.push(chunk)) await pool.record(reader.read(line))
+      for (const line of splitter.end()) await pool.record(reader.read(line))
+      await pool.drain(0)
+    } finally {
+      await pool.close()
+    }
+  }
   const summary = verifier.finish()
   const durationMs = performance.now() - started
   const used = process.cpuUsage(cpu)
@@ -106,7 +202,7 @@ export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> =>
     durationMs,
     cpuMs: (used.user + used.system) / 1000,
     receiptsPerSecond: Math.round(summary.receipts / Math.max(durationMs / 1000, 1e-9)),
-    ed25519: ed.name,
+    ed25519: `${ed.name}${jobs > 0 ? `, ${jobs} signature worker(s)` : ""}`,
     keySource: keys === undefined ? "export" : "pinned"
   }
 }
@@ -129,7 +225,7 @@ export const renderHuman = (file: string, r: VerifyResult): string => {
 export const verifyCommand = async (argv: ReadonlyArray<string>): Promise<number> => {
   const parsed = oneFileCommand(
     argv,
-    { checkpoints: { type: "string" }, statement: { type: "string", multiple: true }, keys: { type: "string" }, "rate-cards": { type: "string" }, json: { type: "boolean" }, limit: { type: "string" } },
+    { checkpoints: { type: "string" }, statement: { type: "string", multiple: true }, keys: { type: "string" }, "rate-cards": { type: "string" }, jobs: { type: "string" }, json: { type: "boolean" }, limit: { type: "string" } },
     usage
   )
   if (typeof parsed === "number") return parsed
@@ -137,6 +233,11 @@ export const verifyCommand = async (argv: ReadonlyArray<string>): Promise<number
   const limit = values.limit === undefined ? 1000 : Number(values.limit)
   if (!Number.isSafeInteger(limit) || limit < 0) {
     process.stderr.write(`--limit must be a non-negative integer\n${usage}\n`)
+    return 2
+  }
+  const jobs = values.jobs === undefined ? (file !== "-" && statSize(file) >= 8_000_000 ? availableParallelism() : 0) : Number(values.jobs)
+  if (!Number.isSafeInteger(jobs) || jobs < 0) {
+    process.stderr.write(`--jobs must be a non-negative integer\n${usage}\n`)
     return 2
   }
   try {
@@ -148,6 +249,7 @@ export const verifyCommand = async (argv: ReadonlyArray<string>): Promise<number
       statements: values.statement?.map((p) => read(p)!),
       keys: read(values.keys),
       rateCards: read(values["rate-cards"]),
+      jobs,
       limit
     })
     if (values.json === true) {

@@ -1,7 +1,7 @@
 /**
  * `tollgate verify` on tampered exports (issue 43, item 4): the real CLI (bin/tollgate.mjs) as a child
  * process, on files written here from a chain sealed with the gateway's own sealing code
- * (./exportFixture.ts). The untouched export, with its checkpoints and statement, exits 0; each
+ * (./exportFixture.ts), each run twice: signatures checked on the main thread and by two workers. The untouched export, with its checkpoints and statement, exits 0; each
  * tampering is named by the finding kind the verifier gives it, with exit code 1.
  */
 import { execFile } from "node:child_process"
@@ -39,7 +39,15 @@ interface Run {
   readonly subjects: ReadonlyArray<string>
 }
 
-const verify = (args: ReadonlyArray<string>): Promise<Run> =>
+/** The CLI on `args`, with every signature checked on its main thread (--jobs 0) and by two workers: the same findings either way. */
+const verify = async (args: ReadonlyArray<string>): Promise<Run> => {
+  const [alone, pooled] = await Promise.all([verifyWith([...args, "--jobs", "0"]), verifyWith([...args, "--jobs", "2"])])
+  expect(pooled.code).toBe(alone.code)
+  expect(JSON.parse(pooled.stdout).findings_listed).toEqual(JSON.parse(alone.stdout).findings_listed)
+  return alone
+}
+
+const verifyWith = (args: ReadonlyArray<string>): Promise<Run> =>
   new Promise((resolve) =>
     execFile(process.execPath, ["bin/tollgate.mjs", "verify", ...args, "--json"], { cwd: process.cwd() }, (err, stdout) => {
       const out = JSON.parse(stdout) as { findings_listed: ReadonlyArray<{ kind: string; subject: string }> }
