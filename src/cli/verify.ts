@@ -11,11 +11,9 @@
  *
  * Exit code: 0 no findings, 1 findings, 2 the check could not run.
  */
-import { createPublicKey } from "node:crypto"
 import { createReadStream, readFileSync, statSync } from "node:fs"
 import { availableParallelism } from "node:os"
 import { Worker } from "node:worker_threads"
-import type { RawCheck } from "../../spec/ed25519.ts"
 import type { RateCard } from "../../spec/pricing.ts"
 import { ExportReader, LineSplitter } from "../../spec/export.ts"
 import { type ExportRecord } from "../../spec/export.ts"
@@ -23,6 +21,7 @@ import { makeVerifier, type SealVerdict, splitNotes, type TrustedKeyInput, type 
 import type { SealJob } from "./verifyWorker.ts"
 import { fastestEd25519 } from "../store/sodium.ts"
 import { findingLines, oneFileCommand } from "./commandText.ts"
+import { fastestCheckOfPem } from "./pemCheck.ts"
 
 const usage = `usage: tollgate verify <export.jsonl> [--checkpoints F] [--statement F]… [--keys F] [--rate-cards F] [--json] [--limit N]
   <export.jsonl>   the receipt export (GET /v1/receipts, tollgate export), "-" for standard input
@@ -155,13 +154,6 @@ const sealPool = (jobs: number, verifier: Verifier) => {
 /** Verify a stream of export text with the fastest Ed25519 of this process. */
 export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> => {
   const ed = fastestEd25519()
-  const checkOfPem = (pem: string): RawCheck | undefined => {
-    try {
-      return ed.checkFor(createPublicKey(pem)) as RawCheck
-    } catch {
-      return undefined
-    }
-  }
   const limit = input.limit ?? 1000
   const findings: Array<VerifyFinding> = []
   let omitted = 0
@@ -172,7 +164,7 @@ export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> =>
     checkpoints: input.checkpoints === undefined ? undefined : splitNotes(input.checkpoints),
     statements: input.statements?.flatMap(parseStatementsFile),
     rateCards: input.rateCards === undefined ? undefined : listFile<RateCard>(input.rateCards, "rate cards"),
-    checkOfPem
+    checkOfPem: fastestCheckOfPem
   })
   const started = performance.now()
   const cpu = process.cpuUsage()

@@ -4,12 +4,10 @@
  * where it loads), so the main thread's chain, Merkle and charge checks overlap the Ed25519 checks.
  * The verdicts are exactly the main thread's own (the same function on the same line and keys).
  */
-import { createPublicKey } from "node:crypto"
 import { parentPort } from "node:worker_threads"
-import type { RawCheck } from "../../spec/ed25519.ts"
 import type { Receipt } from "../../spec/receipt.ts"
 import { sealKeys, sealOfLine, type SealVerdict, type TrustedKeyInput } from "../../spec/verify.ts"
-import { fastestEd25519 } from "../store/sodium.ts"
+import { fastestCheckOfPem } from "./pemCheck.ts"
 
 export interface SealJob {
   readonly id: number
@@ -18,18 +16,10 @@ export interface SealJob {
   readonly lines: ReadonlyArray<string>
 }
 
-const ed = fastestEd25519()
-const checkOf = (pem: string): RawCheck | undefined => {
-  try {
-    return ed.checkFor(createPublicKey(pem)) as RawCheck
-  } catch {
-    return undefined
-  }
-}
-let keys = sealKeys([], checkOf)
+let keys = sealKeys([], fastestCheckOfPem)
 
 parentPort!.on("message", (job: SealJob) => {
-  if (job.keys !== undefined) keys = sealKeys(job.keys, checkOf)
+  if (job.keys !== undefined) keys = sealKeys(job.keys, fastestCheckOfPem)
   const verdicts: Array<SealVerdict> = job.lines.map((text) => {
     const r = JSON.parse(text) as Receipt
     return sealOfLine(r, text, keys.get(r.signing_key_id))
