@@ -15,7 +15,6 @@
  * that no receipt of it can be written (a hold of the period is made within milliseconds of its
  * request's start, and a held one ends in a receipt or a void).
  */
-import { SqlClient } from "@effect/sql"
 import { Chunk, Clock, Config, Duration, Effect, Option, Schedule, Stream } from "effect"
 import { sign } from "node:crypto"
 import { noteSignerOfKey, originOf, signCheckpoint } from "../../spec/checkpoint.ts"
@@ -24,7 +23,7 @@ import { isPeriod, periodBounds, periodOf } from "../../spec/ledger.ts"
 import { nodeHash, receiptLeafHash, treeHead } from "../../spec/merkle.ts"
 import { type ModelTotals, type Statement, statementSignedBytes, type UnsignedStatement } from "../../spec/statement.ts"
 import { AdminNotFound, InvalidRequest, RequestNotFound } from "../domain/errors.ts"
-import { type CheckpointRow, makeReceiptLogRepo } from "../store/receiptLogRepo.ts"
+import { type CheckpointRow, ReceiptLogRepo } from "../store/receiptLogRepo.ts"
 import { consistencyPath, inclusionPath, newNodes, nodeId, type Oracle, plan, rootOf, runs, STORED_LEVEL } from "../store/receiptLogTree.ts"
 import { ReceiptSigner } from "./ReceiptSigner.ts"
 
@@ -57,8 +56,7 @@ export interface ExportPage {
 
 export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLog", {
   scoped: Effect.gen(function* () {
-    const sql = yield* SqlClient.SqlClient
-    const repo = makeReceiptLogRepo(sql)
+    const repo = yield* ReceiptLogRepo
     const signer = yield* ReceiptSigner
     const noteSigner = noteSignerOfKey(signer.keyId, signer.signingKey)
     const interval = yield* Config.integer("TOLLGATE_CHECKPOINT_INTERVAL_MS").pipe(Config.withDefault(30_000), Effect.orDie)
@@ -301,5 +299,6 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
       })
 
     return { tick, extend, extendAll, closePeriods, checkpointOf, checkpoint, inclusion, consistency, statement, statementOf, exportPage, interval } as const
-  })
+  }),
+  dependencies: [ReceiptLogRepo.Default]
 }) {}

@@ -130,4 +130,6 @@ export const makeReceiptLogRepo = (sql: SqlClient.SqlClient) => ({
       WHERE w.period = ${period} AND NOT EXISTS (SELECT 1 FROM statements s WHERE s.project_id = w.project_id AND s.period = ${period})`
 })
 
-export type ReceiptLogRepo = ReturnType<typeof makeReceiptLogRepo>
+export class ReceiptLogRepo extends Effect.Service<ReceiptLogRepo>()("tollgate/ReceiptLogRepo", {
+  effect: Effect.map(SqlClient.SqlClient, makeReceiptLogRepo)
+}) {}
