@@ -21,6 +21,7 @@ import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { StoreDatabaseLive } from "../../src/store/Database.ts"
 import { testRuntime } from "../support/runtime.ts"
 import { readExport } from "../../spec/export.ts"
+import { receiptLeafHash, treeHead, verifyConsistency } from "../../spec/merkle.ts"
 import type { Receipt } from "../../spec/receipt.ts"
 import { clientFor, newProject, raw } from "../e2e/helpers.ts"
 import { ADMIN_TOKEN, mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
@@ -179,6 +180,11 @@ describe("tollgate export", () => {
       const t2 = performance.now()
       expect(cp.tree_size).toBe(N)
       expect(proof.hashes.length).toBeGreaterThan(0)
+      // the root signed from the stored subtrees is the rulebook's tree head of all 100,000 receipts
+      const leaves = gw.query<{ hash: string }>("SELECT hash FROM receipts WHERE project_id = ? ORDER BY seq", big).map((r) => receiptLeafHash(r.hash))
+      expect(cp.root).toBe(Buffer.from(treeHead(leaves)).toString("base64"))
+      // and a served consistency proof links it to the tree of 77,777
+      expect(verifyConsistency(77_777, N, proof.hashes.map((h) => new Uint8Array(Buffer.from(h, "base64"))), treeHead(leaves, 77_777), treeHead(leaves))).toBe(true)
       console.log(
         `receipt log of ${N} receipts: extended in ${extendMs.toFixed(0)} ms wall, ${((used.user + used.system) / N).toFixed(1)} µs CPU a receipt, ${nodes} node rows; ` +
           `checkpoint signed in ${(t1 - t0).toFixed(1)} ms, a consistency proof in ${(t2 - t1).toFixed(1)} ms`
