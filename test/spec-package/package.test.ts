@@ -142,8 +142,8 @@ describe("@tollgate/spec, packed and installed outside the repository", { timeou
       const errors: Array<string> = []
       tab.on("pageerror", (e) => errors.push(e.message))
       await tab.goto(`http://127.0.0.1:${(server.address() as AddressInfo).port}/`)
-      await tab.waitForFunction(() => typeof (window as unknown as { __check?: unknown }).__check === "function")
-      const result = await tab.evaluate((i) => (window as unknown as { __check: (x: unknown) => unknown }).__check(i), inputs)
+      await tab.waitForFunction(() => typeof (globalThis as unknown as { __check?: unknown }).__check === "function")
+      const result = await tab.evaluate((i) => (globalThis as unknown as { __check: (x: unknown) => unknown }).__check(i), inputs)
       expect(errors).toEqual([])
       expect(result).toEqual(EXPECTED)
       // No Node in the page: the bundle did not reach for Buffer or node: modules.
