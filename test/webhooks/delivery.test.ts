@@ -137,7 +137,13 @@ describe("webhook delivery", () => {
     // The queue moves on after a failure: the next event is tried too.
     await newKey(gw, p.projectId, "staging")
     await eventually("the next event tried", async () => (await gw.admin("GET", `/admin/v1/webhooks/${sneaky.body.id}/deliveries`)).body.data.length === 2)
-    // A team session cannot manage webhooks; an unknown id is a 404.
+    // A project's thresholds: 1 to 10 distinct whole percents, 1 to 100, else a 400 naming the field.
+    for (const bad of [[], [0], [101], [50, 50], [12.5], Array.from({ length: 11 }, (_, i) => i + 1)]) {
+      const res = await gw.admin("PATCH", `/admin/v1/projects/${p.projectId}`, { alert_thresholds_percent: bad })
+      expect(res.status).toBe(400)
+      expect(res.body.error?.param).toMatch(/^alert_thresholds_percent/)
+    }
+    // An unknown id is a 404; a malformed delivery id, event type or instant a 400 naming it.
     expect((await gw.admin("GET", "/admin/v1/webhooks/whe_nope")).status).toBe(404)
     expect((await gw.admin("POST", `/admin/v1/webhooks/${sneaky.body.id}/deliveries/nope/retry`)).body.error?.param).toBe("delivery_id")
     expect((await gw.admin("GET", "/admin/v1/events?type=nope")).body.error?.param).toBe("type")
