@@ -19,6 +19,7 @@ import { Chunk, Clock, Config, Duration, Effect, Option, Schedule, Stream } from
 import { sign } from "node:crypto"
 import { noteSignerOfKey, originOf, signCheckpoint } from "../../spec/checkpoint.ts"
 import { headerLine } from "../../spec/export.ts"
+import { Pricing } from "./Pricing.ts"
 import { isPeriod, periodBounds, periodOf } from "../../spec/ledger.ts"
 import { nodeHash, receiptLeafHash, treeHead } from "../../spec/merkle.ts"
 import { type ModelTotals, type Statement, statementSignedBytes, type UnsignedStatement } from "../../spec/statement.ts"
@@ -62,6 +63,7 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
   scoped: Effect.gen(function* () {
     const repo = yield* ReceiptLogRepo
     const signer = yield* ReceiptSigner
+    const pricing = yield* Pricing
     const noteSigner = noteSignerOfKey(signer.keyId, signer.signingKey)
     const interval = yield* Config.integer("TOLLGATE_CHECKPOINT_INTERVAL_MS").pipe(Config.withDefault(30_000), Effect.orDie)
 
@@ -288,7 +290,9 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
         const last = Math.min(hi, lo + limit - 1)
         const nextCursor = last < hi ? `${last + 1}-${hi}` : null
         const keys = yield* signer.publicKeys
-        const header = headerLine({ project_id: projectId, period, cursor: q.cursor ?? null, next_cursor: nextCursor, keys })
+        // Every published rate card (a handful): a customer recomputes each charge from the export alone.
+        const rateCards = yield* pricing.published
+        const header = headerLine({ project_id: projectId, period, cursor: q.cursor ?? null, next_cursor: nextCursor, keys, rate_cards: rateCards })
         const encoder = new TextEncoder()
         const receipts = Stream.paginateChunkEffect(lo, (from) =>
           from > last

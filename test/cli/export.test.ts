@@ -16,6 +16,7 @@ import { runInNewContext } from "node:vm"
 import { Effect, Layer, Option } from "effect"
 import { dirname } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Pricing } from "../../src/services/Pricing.ts"
 import { ReceiptLog } from "../../src/services/ReceiptLog.ts"
 import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { StoreDatabaseLive } from "../../src/store/Database.ts"
@@ -160,7 +161,7 @@ describe("tollgate export", () => {
   it("the background round's cost: the log of 100,000 receipts extended, checkpointed and proved, CPU per receipt", async () => {
     if (gw.engine !== "sqlite" || big === undefined) return
     expect(gw.query("SELECT tree_size FROM receipt_log WHERE project_id = ?", big)).toEqual([])
-    const runtime = testRuntime(ReceiptLog.Default.pipe(Layer.provideMerge(ReceiptSigner.Default), Layer.provideMerge(StoreDatabaseLive)), {
+    const runtime = testRuntime(ReceiptLog.Default.pipe(Layer.provideMerge(Layer.merge(ReceiptSigner.Default, Pricing.Default)), Layer.provideMerge(StoreDatabaseLive)), {
       databaseUrl: gw.databaseUrl,
       receiptKeyFile: Option.some(join(dirname(gw.dbPath), "receipt-signing-key.pem"))
     })

@@ -17,6 +17,7 @@ import { readExport } from "../../spec/export.ts"
 import { periodBounds } from "../../spec/ledger.ts"
 import type { Receipt } from "../../spec/receipt.ts"
 import { type Statement, statementFromReceipts, statementSignedBytes, totalsDifferences } from "../../spec/statement.ts"
+import { Pricing } from "../../src/services/Pricing.ts"
 import { CLOSE_GRACE_MS, ReceiptLog } from "../../src/services/ReceiptLog.ts"
 import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { StoreDatabaseLive } from "../../src/store/Database.ts"
@@ -48,7 +49,7 @@ afterAll(async () => {
 /** A ReceiptLog over the gateway's store (its receipt key, or a key file of its own), the background round off. */
 const instance = (keyFile = "receipt-signing-key.pem") => {
   process.env.TOLLGATE_CHECKPOINT_INTERVAL_MS = "0"
-  const layer = ReceiptLog.Default.pipe(Layer.provideMerge(ReceiptSigner.Default), Layer.provideMerge(StoreDatabaseLive))
+  const layer = ReceiptLog.Default.pipe(Layer.provideMerge(Layer.merge(ReceiptSigner.Default, Pricing.Default)), Layer.provideMerge(StoreDatabaseLive))
   return testRuntime(layer, { databaseUrl: gw.databaseUrl, receiptKeyFile: Option.some(join(dirname(gw.dbPath), keyFile)) })
 }
 

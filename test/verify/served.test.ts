@@ -58,6 +58,11 @@ describe("tollgate verify on a served export", { timeout: 120_000 }, () => {
     const clean = await verify([files.export, ...kept])
     expect(clean.out.findings_listed).toEqual([])
     expect(clean.code).toBe(0)
+    // The served export carries the rate cards in its header: the export alone recomputes every charge.
+    const alone = await verify([files.export])
+    expect(alone.out.findings_listed).toEqual([])
+    expect(alone.code).toBe(0)
+    expect((JSON.parse(exported.split("\n")[0]!) as { rate_cards?: ReadonlyArray<unknown> }).rate_cards?.length).toBeGreaterThan(0)
 
     const lines = exported.trimEnd().split("\n")
     expect(lines.length).toBe(7)
