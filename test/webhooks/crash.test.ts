@@ -66,10 +66,15 @@ describe("webhooks survive SIGKILL", () => {
     const second = await spawnGateway(server.main, store, WEBHOOK_ENV)
     procs.push(second)
     await eventually("every event acknowledged after the restart", () => events.every((id) => receiver.acknowledged().has(id)), 30_000)
-    const db2 = new BetterSqlite3(store.dbPath, { readonly: true })
-    const after = db2.prepare("SELECT status, COUNT(*) AS n FROM webhook_deliveries GROUP BY status").all() as Array<{ status: string; n: number }>
-    db2.close()
-    expect(after).toEqual([{ status: "delivered", n: 30 }])
+    // The receiver records an answer as it sends it; the gateway writes the outcome when it reads it: wait for the store too.
+    const statuses = () => {
+      const db2 = new BetterSqlite3(store.dbPath, { readonly: true })
+      const rows = db2.prepare("SELECT status, COUNT(*) AS n FROM webhook_deliveries GROUP BY status").all() as Array<{ status: string; n: number }>
+      db2.close()
+      return rows
+    }
+    await eventually("every delivery recorded delivered", () => JSON.stringify(statuses()) === JSON.stringify([{ status: "delivered", n: 30 }]), 10_000)
+    expect(statuses()).toEqual([{ status: "delivered", n: 30 }])
     const counts = [...receiver.acknowledged().values()]
     const duplicates = counts.filter((n) => n > 1).length
     // At least once: only a delivery in flight at the kill may be acknowledged twice.
