@@ -59,6 +59,7 @@ describe("tollgate webhooks / events", () => {
     expect(updated.events).toEqual(["*"])
     const key = await gw.admin("POST", `/admin/v1/projects/${gw.projectId}/keys`, { environment: "staging" })
     await eventually("delivered", () => receiver.acknowledged().size === 1)
+    await eventually("recorded delivered", async () => (await gw.admin("GET", `/admin/v1/webhooks/${endpoint.id}/deliveries`)).body.data[0]?.status === "delivered")
     const deliveries = json(await cli(["webhooks", "deliveries", endpoint.id]))
     expect(deliveries.data[0]).toMatchObject({ status: "delivered", event_type: "key.created", attempts: 1, last_status_code: 200 })
     const again = await cli(["webhooks", "retry", endpoint.id, deliveries.data[0].id])

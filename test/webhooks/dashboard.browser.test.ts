@@ -66,6 +66,7 @@ describe("the dashboard's Webhooks page in headless Chromium", () => {
     const key = await gw.admin("POST", `/admin/v1/projects/${gw.projectId}/keys`, { environment: "staging" })
     expect(key.status).toBe(201)
     await eventually("delivered", () => receiver.acknowledged().size === 1)
+    await eventually("recorded delivered", async () => (await gw.admin("GET", `/admin/v1/webhooks/${endpointId}/deliveries`)).body.data[0]?.status === "delivered")
     // Reloading the page shows the secret no more.
     await page.reload()
     await page.getByRole("heading", { name: "Webhooks" }).waitFor()
