@@ -19,7 +19,8 @@ describe("OpenAPI document and the wire schemas", () => {
         "/healthz", "/v1/chat/completions", "/v1/models", "/v1/rate_cards", "/v1/receipts/keys", "/v1/requests/{id}", "/v1/requests/{id}/receipt", "/v1/responses", "/v1/routing/evaluate", "/v1/usage",
         "/admin/v1/session", "/admin/v1/projects", "/admin/v1/projects/{id}", "/admin/v1/projects/{id}/keys", "/admin/v1/keys/{id}/rotate", "/admin/v1/keys/{id}/revoke",
         "/admin/v1/projects/{id}/usage", "/admin/v1/projects/{id}/requests", "/admin/v1/projects/{id}/requests/{request_id}", "/admin/v1/projects/{id}/requests/{request_id}/receipt",
-        "/admin/v1/webhooks", "/admin/v1/webhooks/{id}", "/admin/v1/webhooks/{id}/rotate_secret", "/admin/v1/webhooks/{id}/deliveries", "/admin/v1/webhooks/{id}/deliveries/{delivery_id}/retry", "/admin/v1/events"
+        "/admin/v1/webhooks", "/admin/v1/webhooks/{id}", "/admin/v1/webhooks/{id}/rotate_secret", "/admin/v1/webhooks/{id}/deliveries", "/admin/v1/webhooks/{id}/deliveries/{delivery_id}/retry", "/admin/v1/events",
+        "/v1/receipts", "/v1/receipts/checkpoint", "/v1/receipts/consistency", "/v1/requests/{id}/receipt/proof", "/v1/statements/{period}", "/admin/v1/projects/{id}/receipts"
       ].sort()
     )
     const chat = doc.paths["/v1/chat/completions"].post
