@@ -1,3 +1,4 @@
+import { fileURLToPath } from "node:url"
 import { defineConfig } from "vitest/config"
 import { onEngines } from "./test/support/pg.ts"
 
@@ -25,6 +26,9 @@ const mutationTests = [
 const e2eOnPg = !mutation && onEngines("vitest project e2e-pg (test/e2e on PostgreSQL + Redis)", { pg: true, redis: true })
 
 export default defineConfig({
+  // The dashboard's sources import the rulebook as the package @tollgate/spec, which its Vite build
+  // resolves to the package's browser build (dashboard/vite.config.ts); the tests resolve it the same way.
+  resolve: { alias: { "@tollgate/spec": fileURLToPath(new URL("./spec/dist/web/index.js", import.meta.url)) } },
   test: {
     testTimeout: 30_000,
     hookTimeout: 30_000,
