@@ -15,7 +15,7 @@ import { Cause, Clock, Duration, Effect, Either, Exit, Fiber, FiberId, FiberSet,
 import { Settings } from "../domain/config.ts"
 import { upstreamBody } from "../domain/chat.ts"
 import { crashPoint } from "../domain/crashPoint.ts"
-import { type GovernanceError, ServerOverloaded } from "../domain/errors.ts"
+import type { GovernanceError } from "../domain/errors.ts"
 import { callbackPort, ChatStore } from "../store/ChatStore.ts"
 import type { Reserved, ReserveRefused } from "../store/ChatStore.ts"
 import { makeEvaluate } from "./gateway/evaluate.ts"
@@ -227,12 +227,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const reserved = (f: InFlight, r: Reservation, outcome: Exit.Exit<Reserved, ReserveRefused>): void => {
       if (Exit.isFailure(outcome)) {
         const refused = Cause.failureOption(outcome.cause)
-        if (Option.isNone(refused)) {
-          // Shed by the store's bounds (a lane, a connection, a hot row): refused before it held
-          // anything, answered 503 server_overloaded with Retry-After (docs/decisions/0046).
-          const shed = Cause.find(outcome.cause, (c) => (c._tag === "Die" && c.defect instanceof ServerOverloaded ? Option.some(c.defect) : Option.none()))
-          return decline(f, Option.isSome(shed) ? Exit.fail(shed.value) : Exit.failCause(outcome.cause as Cause.Cause<never>))
-        }
+        if (Option.isNone(refused)) return decline(f, Exit.failCause(outcome.cause as Cause.Cause<never>))
         return fork(f, planning.refusal(f.call, r, refused.value), (exit) =>
           guarded(f, () => {
             if (Exit.isFailure(exit)) return decline(f, Exit.failCause(exit.cause))

@@ -28,6 +28,7 @@ import { type Attempt, makeRequestStatements, type NewRequest } from "./requestS
 import { crashPoint } from "../domain/crashPoint.ts"
 import { makeEpochWrites, type ProgressMark } from "./epochs.ts"
 import type { Abort } from "./syncTransactions.ts"
+import type { ServerOverloaded } from "../domain/errors.ts"
 
 export interface ReserveArgs {
   readonly now: number
@@ -51,6 +52,8 @@ export interface Reserved {
 export type ReserveRefused =
   | { readonly _tag: "ClaimLost"; readonly outcome: ClaimOutcome }
   | { readonly _tag: "OverBudget"; readonly message: string; readonly param: string | null }
+  /** Shed by the store's bounds (a lane, a wait, a hot row) before anything was held: 503 with Retry-After (docs/decisions/0046). */
+  | { readonly _tag: "Shed"; readonly error: ServerOverloaded }
 
 /** The ledger's settlement (charge and receipt), plus what the request row and the replay record need. */
 export interface SettleArgs extends Settlement {

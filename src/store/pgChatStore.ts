@@ -253,8 +253,8 @@ export const makePgChatStore = Effect.gen(function* () {
   }
 
   type Told = { told?: boolean }
-  const toldOnce = <A>(done: (outcome: Exit.Exit<A>) => void): ((outcome: Exit.Exit<A>) => void) => {
-    const once_: ((outcome: Exit.Exit<A>) => void) & Told = (outcome) => {
+  const toldOnce = <A, E = never>(done: (outcome: Exit.Exit<A, E>) => void): ((outcome: Exit.Exit<A, E>) => void) => {
+    const once_: ((outcome: Exit.Exit<A, E>) => void) & Told = (outcome) => {
       if (once_.told === true) return
       once_.told = true
       try {
@@ -284,7 +284,7 @@ export const makePgChatStore = Effect.gen(function* () {
     readonly amount: number | null
     /** When it joined its lane's queue (the clock's milliseconds): its wait is judged against `pgMaxWaitMs`. */
     readonly at: number
-    readonly done: (outcome: Exit.Exit<ReserveRow>) => void
+    readonly done: (outcome: Exit.Exit<ReserveRow, ReserveRefused>) => void
   }
   interface ReserveLane {
     queue: Array<PendingReserve>
@@ -330,6 +330,9 @@ export const makePgChatStore = Effect.gen(function* () {
    * A lock not had within the bound rolls the whole statement back: each of the batch is shed, 503
    * server_overloaded, nothing held — a clean refusal, before any money moved.
    */
+  /** A reservation shed by a bound: refused before anything of it was held (a typed refusal, not a defect). */
+  const shedBy = (why: string): Exit.Exit<never, ReserveRefused> => Exit.fail({ _tag: "Shed", error: serverOverloaded(why) })
+
   const runReserveBatch = (batch: ReadonlyArray<PendingReserve>): Effect.Effect<void> =>
     Effect.gen(function* () {
       const exit = yield* Effect.exit(
@@ -342,7 +345,7 @@ export const makePgChatStore = Effect.gen(function* () {
       if (Exit.isFailure(exit)) {
         if (lockNotHad(exit.cause)) {
           pgShed.lock += batch.length
-          const shed = Exit.die(serverOverloaded(`a budget row or idempotency key was locked by other calls for longer than ${pgLockTimeoutMs} ms`))
+          const shed = shedBy(`a budget row or idempotency key was locked by other calls for longer than ${pgLockTimeoutMs} ms`)
           for (const p of batch) p.done(shed)
           return
         }
@@ -378,7 +381,7 @@ export const makePgChatStore = Effect.gen(function* () {
     const batch = late.length === 0 ? taken : taken.filter((p) => p.at >= oldest)
     if (late.length > 0) {
       pgShed.waited += late.length
-      const shed = Exit.die(serverOverloaded(`its reservation waited for the database past ${pgMaxWaitMs} ms`))
+      const shed = shedBy(`its reservation waited for the database past ${pgMaxWaitMs} ms`)
       for (const p of late) p.done(shed)
     }
     if (batch.length === 0) {
@@ -397,12 +400,12 @@ export const makePgChatStore = Effect.gen(function* () {
    * One attempt of a reservation, in its lane's next batch — or shed at once when `pgMaxQueued`
    * reservations wait on the lane already: refused before it waits, nothing sent.
    */
-  const reserveAttempt = (a: ReserveArgs, amount: number | null): Effect.Effect<ReserveRow> =>
-    Effect.async<ReserveRow>((resume) => {
+  const reserveAttempt = (a: ReserveArgs, amount: number | null): Effect.Effect<ReserveRow, ReserveRefused> =>
+    Effect.async<ReserveRow, ReserveRefused>((resume) => {
       const lane = reserveLanes[laneIndex(a.hold.projectId, pgLanes)]!
       if (lane.queue.length >= pgMaxQueued) {
         pgShed.queued++
-        return resume(Effect.die(serverOverloaded(`${lane.queue.length} reservations wait for the database already`)))
+        return resume(shedBy(`${lane.queue.length} reservations wait for the database already`))
       }
       lane.queue.push({ a, amount, at: clock.unsafeCurrentTimeMillis(), done: toldOnce((outcome) => resume(outcome)) })
       if (!lane.busy) drainReserves(lane)

@@ -340,10 +340,16 @@ export const makePlanning = (ctx: GatewayContext) => {
    * conflict, or an original in flight, waited for. None: the original was released while the call
    * waited, and the call plans again, as a fresh request.
    */
-  const refusal = (call: ChatCall, r: Reservation, refused: ReserveRefused): Effect.Effect<Option.Option<GatewayReply>, GovernanceError> =>
-    refused._tag === "OverBudget"
-      ? Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
-      : settleClaimOutcome(refused.outcome, r.scope, r.key!, r.fingerprint, call.headers)
+  const refusal = (call: ChatCall, r: Reservation, refused: ReserveRefused): Effect.Effect<Option.Option<GatewayReply>, GovernanceError> => {
+    switch (refused._tag) {
+      case "OverBudget":
+        return Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
+      case "Shed":
+        return Effect.fail(refused.error)
+      case "ClaimLost":
+        return settleClaimOutcome(refused.outcome, r.scope, r.key!, r.fingerprint, call.headers)
+    }
+  }
 
   return { planNow, quote, admitRate, plannedOf, refusal } as const
 }
