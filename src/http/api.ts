@@ -53,7 +53,10 @@ const governed = HttpApiGroup.make("governed")
   .add(HttpApiEndpoint.get("getReceipt", "/v1/requests/:id/receipt").setPath(IdPath).addSuccess(S.Receipt).addError(S.Errors.requestNotFound))
   .add(
     HttpApiEndpoint.get("getUsage", "/v1/usage")
-      .setUrlParams(Schema.Struct({ period: Schema.optional(Schema.String.annotations({ description: "YYYY-MM; default: the current window" })) }))
+      .setUrlParams(Schema.Struct({
+        period: Schema.optional(Schema.String.annotations({ description: "YYYY-MM; default: the current window" })),
+        group_by: Schema.optional(Schema.String.annotations({ description: "`model`, `key` or `end_user`: adds `groups`, the window's sums per model, per key or per end user" }))
+      }))
       .addSuccess(S.Usage)
       .addError(S.Errors.invalidRequest)
   )

@@ -16,6 +16,7 @@ import { InvalidRequest } from "../domain/errors.ts"
 import { available } from "../../spec/ledger.ts"
 import { KeyRegistry } from "../services/KeyRegistry.ts"
 import { Ledger } from "../services/Ledger.ts"
+import type { UsageGroup } from "../store/ledgerRepo.ts"
 import { Pricing } from "../services/Pricing.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
 import { Requests } from "../services/Requests.ts"
@@ -62,6 +63,10 @@ const STARTED = Math.floor(Date.now() / 1000)
 const scope = Effect.map(CurrentPrincipal, (p) => ({ projectId: p.projectId, environment: p.environment }))
 
 /** Served on the fast path (src/http/fast.ts), which takes these requests before the Effect app. */
+/** `/v1/usage?group_by=`: the groups, and the field that names each group in the answer. */
+const groupFields = { model: "model", key: "key_id", end_user: "end_user" } as const
+const isUsageGroup = (s: string): s is UsageGroup => Object.hasOwn(groupFields, s)
+
 const fastPathOnly = Effect.dieMessage("the governed POSTs are served by src/http/fast.ts, before this router")
 
 const governedGroup = HttpApiBuilder.group(PublicApi, "governed", (handlers) =>
@@ -95,9 +100,17 @@ const governedGroup = HttpApiBuilder.group(PublicApi, "governed", (handlers) =>
         if (!/^\d{4}-(0[1-9]|1[0-2])$/.test(period)) {
           return yield* new InvalidRequest({ message: "period must be a month written YYYY-MM.", param: "period" })
         }
+        const groupBy = urlParams.group_by
+        if (groupBy !== undefined && !isUsageGroup(groupBy)) {
+          return yield* new InvalidRequest({ message: "group_by must be one of model, key, end_user.", param: "group_by" })
+        }
+        const tenant = { projectId: principal.projectId, environment: principal.environment }
         const window = yield* ledger.window(principal.projectId, period)
-        const byModel = yield* ledger.usage({ projectId: principal.projectId, environment: principal.environment }, period)
+        const byModel = (yield* ledger.usage(tenant, period)).map(({ group, ...sums }) => ({ model: group, ...sums }))
         const sum = (f: (m: (typeof byModel)[number]) => number) => byModel.reduce((n, m) => n + f(m), 0)
+        const groups = groupBy === undefined
+          ? {}
+          : { group_by: groupBy, groups: (yield* ledger.usage(tenant, period, groupBy)).map(({ group, ...sums }) => ({ [groupFields[groupBy]]: group, ...sums })) }
         return {
           object: "usage" as const,
           project_id: principal.projectId,
@@ -117,7 +130,8 @@ const governedGroup = HttpApiBuilder.group(PublicApi, "governed", (handlers) =>
             output: sum((m) => m.tokens.output),
             reasoning: sum((m) => m.tokens.reasoning)
           },
-          by_model: byModel
+          by_model: byModel,
+          ...groups
         }
       }))
     )

@@ -133,7 +133,16 @@ export const Usage = Schema.Struct({
   requests: Schema.Int,
   credits: Schema.Int,
   tokens: TokenCounts,
-  by_model: Schema.Array(Schema.Struct({ model: Schema.String, requests: Schema.Int, credits: Schema.Int, tokens: TokenCounts }))
+  by_model: Schema.Array(Schema.Struct({ model: Schema.String, requests: Schema.Int, credits: Schema.Int, tokens: TokenCounts })),
+  group_by: Schema.optional(Schema.Literal("model", "key", "end_user")),
+  groups: Schema.optional(Schema.Array(Schema.Struct({
+    model: Schema.optional(Schema.String),
+    key_id: Schema.optional(Schema.String),
+    end_user: Schema.optional(Schema.String),
+    requests: Schema.Int,
+    credits: Schema.Int,
+    tokens: TokenCounts
+  })).annotations({ description: "with `group_by`: one entry per model, key or end user (calls that named no end user are not in the end_user groups), each naming its group in the field of that name" }))
 }).annotations({
   identifier: "Usage",
   description: "requests, credits and tokens are sums over the window's receipts of the caller's environment; budget is the project's (all environments)."

@@ -9,7 +9,7 @@ import { periodOf } from "../../spec/ledger.ts"
 import type { Receipt } from "../../spec/receipt.ts"
 import { RequestNotFound } from "../domain/errors.ts"
 import type { Scope } from "../store/idempotencyStatements.ts"
-import { LedgerRepo } from "../store/ledgerRepo.ts"
+import { LedgerRepo, type UsageGroup } from "../store/ledgerRepo.ts"
 
 export { periodOf }
 
@@ -30,11 +30,11 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
       )
 
     /** Usage of one tenant scope in one window: every figure is a sum over that window's receipts. */
-    const usage = (scope: Scope, period: string) =>
+    const usage = (scope: Scope, period: string, by: UsageGroup = "model") =>
       Effect.gen(function* () {
-        const rows = yield* repo.usage(scope, period)
+        const rows = yield* repo.usage(scope, period, by)
         return rows.map((r) => ({
-          model: r.route,
+          group: r.route,
           requests: Number(r.requests),
           credits: Number(r.credits),
           tokens: {

@@ -10,7 +10,10 @@ import { Sqlite } from "./Database.ts"
 import type { Scope } from "./idempotencyStatements.ts"
 import { type BudgetWindow, makeLedgerStatements } from "./ledgerStatements.ts"
 
-/** One route's sums over a window's receipts. */
+/** What usage can be broken down by: the route (the model as the caller named it), the key, the end user. */
+export type UsageGroup = "model" | "key" | "end_user"
+
+/** One group's sums over a window's receipts (`route` is the group's value: a route, a key id, an end user). */
 export interface UsageRow {
   readonly route: string
   readonly requests: number
@@ -53,13 +56,26 @@ export const makeLedgerRepo = (sql: SqlClient.SqlClient, sqlite: Option.Option<C
     sql<{ body: string }>`SELECT body FROM receipts WHERE request_id = ${requestId}
                           AND project_id = ${scope.projectId} AND environment = ${scope.environment}`,
 
-  /** One tenant scope's receipts of window `period`, summed per route. */
-  usage: (scope: Scope, period: string) =>
-    sql<UsageRow>`SELECT route, COUNT(*) AS requests, SUM(credits_charged) AS credits,
-         SUM(input_tokens) AS input_tokens, SUM(cached_input_tokens) AS cached_input_tokens,
-         SUM(output_tokens) AS output_tokens, SUM(reasoning_tokens) AS reasoning_tokens
-       FROM receipts WHERE project_id = ${scope.projectId} AND environment = ${scope.environment} AND period = ${period}
-       GROUP BY route ORDER BY route`
+  /**
+   * One tenant scope's receipts of window `period`, summed per group: per route (`model`), per key
+   * (the request's key), per end user (the hold's; receipts of calls that named none are left out).
+   */
+  usage: (scope: Scope, period: string, by: UsageGroup = "model") => {
+    const sums = sql.literal(`COUNT(*) AS requests, SUM(r.credits_charged) AS credits,
+         SUM(r.input_tokens) AS input_tokens, SUM(r.cached_input_tokens) AS cached_input_tokens,
+         SUM(r.output_tokens) AS output_tokens, SUM(r.reasoning_tokens) AS reasoning_tokens`)
+    const where = sql`r.project_id = ${scope.projectId} AND r.environment = ${scope.environment} AND r.period = ${period}`
+    switch (by) {
+      case "model":
+        return sql<UsageRow>`SELECT r.route AS route, ${sums} FROM receipts r WHERE ${where} GROUP BY r.route ORDER BY r.route`
+      case "key":
+        return sql<UsageRow>`SELECT q.key_id AS route, ${sums} FROM receipts r JOIN requests q ON q.id = r.request_id
+                             WHERE ${where} GROUP BY q.key_id ORDER BY q.key_id`
+      case "end_user":
+        return sql<UsageRow>`SELECT h.end_user AS route, ${sums} FROM receipts r JOIN reservations h ON h.request_id = r.request_id
+                             WHERE ${where} AND h.end_user IS NOT NULL GROUP BY h.end_user ORDER BY h.end_user`
+    }
+  }
 })
 
 export class LedgerRepo extends Effect.Service<LedgerRepo>()("tollgate/LedgerRepo", {
