@@ -34,7 +34,7 @@ import {
   SignedOut,
   SignIn
 } from "../domain/wire/admin.ts"
-import { adminExportReceipts } from "./receiptsApi.ts"
+import { adminExportReceipts, adminStatement } from "./receiptsApi.ts"
 import * as S from "./schemas.ts"
 import { webhooksGroup } from "./webhooksApi.ts"
 
@@ -177,6 +177,7 @@ const admin = HttpApiGroup.make("admin")
       .addError(E.requestNotFound)
   )
   .add(adminExportReceipts.addError(E.notFound))
+  .add(adminStatement.addError(E.notFound))
   .addError(E.rateLimited)
   .middleware(AdminAuth)
 

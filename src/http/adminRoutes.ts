@@ -11,7 +11,7 @@
  * (`respondErrors`); a middleware's and a decode failure by the app's catch-all (./app.ts).
  */
 import { HttpApiBuilder, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { exportResponse } from "./receiptsRoutes.ts"
+import { exportResponse, statementOf } from "./receiptsRoutes.ts"
 import { Clock, type Context, Effect, Layer } from "effect"
 import { type AdminForbidden, type AdminUnauthorized, InvalidRequest, type RateLimited } from "../domain/errors.ts"
 import { available } from "../../spec/ledger.ts"
@@ -190,6 +190,7 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
       respondErrors(Effect.flatMap(viewerOf(path.id), (v) => Effect.flatMap(Activity, (activity) => Effect.map(activity.findRequest(path.id, path.request_id, teamEnvironment(v)), (r) => r as typeof RequestListItem.Type))))
     )
     .handleRaw("exportProjectReceipts", ({ path, urlParams }) => respondErrors(Effect.flatMap(viewerOf(path.id), () => exportResponse(path.id, urlParams))))
+    .handle("getProjectStatement", ({ path }) => respondErrors(Effect.zipRight(Effect.zipRight(viewerOf(path.id), Effect.flatMap(Projects, (p) => p.get(path.id))), statementOf(path.id, path.period))))
     .handle("getProjectReceipt", ({ path }) =>
       respondErrors(Effect.flatMap(viewerOf(path.id), (v) => Effect.flatMap(Activity, (activity) => activity.receipt(path.id, path.request_id, teamEnvironment(v)))))
     )

@@ -87,9 +87,18 @@ export const receiptEndpoints = {
     .addError(notFound)
 }
 
+const ProjectId = Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)).annotations({ description: "A project id, prj_…" })
+
 /** The operator's export of a project (added to the admin group). */
 export const adminExportReceipts = HttpApiEndpoint.get("exportProjectReceipts", "/admin/v1/projects/:id/receipts")
-  .setPath(Schema.Struct({ id: Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)).annotations({ description: "A project id, prj_…" }) }))
+  .setPath(Schema.Struct({ id: ProjectId }))
   .setUrlParams(ExportParams)
   .addSuccess(ExportBody)
   .addError(S.Errors.invalidRequest)
+
+/** The operator's copy of a project's statement, the body `GET /v1/statements/{period}` serves (added to the admin group). */
+export const adminStatement = HttpApiEndpoint.get("getProjectStatement", "/admin/v1/projects/:id/statements/:period")
+  .setPath(Schema.Struct({ id: ProjectId, period: Schema.String.annotations({ description: "YYYY-MM" }) }))
+  .addSuccess(StatementSchema)
+  .addError(S.Errors.invalidRequest)
+  .addError(notFound)

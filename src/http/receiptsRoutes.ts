@@ -1,7 +1,7 @@
 /**
  * The verification endpoints' handlers (src/http/receiptsApi.ts), over src/services/ReceiptLog.ts.
  * The governed group's (project key: the caller's own project) are wired in ./apiRoutes.ts, the
- * operator's export in ./adminRoutes.ts. Errors answer in the OpenAI shape through `respondErrors`.
+ * operator's export and statement in ./adminRoutes.ts. Errors answer in the OpenAI shape through `respondErrors`.
  */
 import { HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
@@ -50,8 +50,8 @@ export const receiptHandlers = {
       return yield* (yield* ReceiptLog).consistency(yield* project, urlParams.from, urlParams.to)
     })),
 
-  getStatement: ({ path }: { readonly path: { readonly period: string } }) =>
-    respondErrors(Effect.gen(function* () {
-      return yield* (yield* ReceiptLog).statement(yield* project, path.period)
-    }))
+  getStatement: ({ path }: { readonly path: { readonly period: string } }) => Effect.flatMap(project, (id) => statementOf(id, path.period))
 }
+
+/** A project's statement of a closed period (the governed group's for the caller's project, the admin group's for any). */
+export const statementOf = (projectId: string, period: string) => respondErrors(Effect.flatMap(ReceiptLog, (log) => log.statement(projectId, period)))

@@ -20,7 +20,7 @@ describe("OpenAPI document and the wire schemas", () => {
         "/admin/v1/session", "/admin/v1/projects", "/admin/v1/projects/{id}", "/admin/v1/projects/{id}/keys", "/admin/v1/keys/{id}/rotate", "/admin/v1/keys/{id}/revoke",
         "/admin/v1/projects/{id}/usage", "/admin/v1/projects/{id}/requests", "/admin/v1/projects/{id}/requests/{request_id}", "/admin/v1/projects/{id}/requests/{request_id}/receipt",
         "/admin/v1/webhooks", "/admin/v1/webhooks/{id}", "/admin/v1/webhooks/{id}/rotate_secret", "/admin/v1/webhooks/{id}/deliveries", "/admin/v1/webhooks/{id}/deliveries/{delivery_id}/retry", "/admin/v1/events",
-        "/v1/receipts", "/v1/receipts/checkpoint", "/v1/receipts/consistency", "/v1/requests/{id}/receipt/proof", "/v1/statements/{period}", "/admin/v1/projects/{id}/receipts"
+        "/v1/receipts", "/v1/receipts/checkpoint", "/v1/receipts/consistency", "/v1/requests/{id}/receipt/proof", "/v1/statements/{period}", "/admin/v1/projects/{id}/receipts", "/admin/v1/projects/{id}/statements/{period}"
       ].sort()
     )
     const chat = doc.paths["/v1/chat/completions"].post
