@@ -8,7 +8,15 @@ import { createWriteStream } from "node:fs"
 import { Writable } from "node:stream"
 import { parseArgs } from "node:util"
 
-const baseUrl = () => (process.env.TOLLGATE_URL ?? "http://localhost:8080").replace(/\/+$/, "")
+export const baseUrl = () => (process.env.TOLLGATE_URL ?? "http://localhost:8080").replace(/\/+$/, "")
+
+/** TOLLGATE_ADMIN_TOKEN, or undefined after saying on stderr that it is not set. */
+export const adminToken = (): string | undefined => {
+  const token = process.env.TOLLGATE_ADMIN_TOKEN
+  if (token !== undefined && token !== "") return token
+  process.stderr.write("TOLLGATE_ADMIN_TOKEN is not set (the admin token printed at first start, or the one you configured).\n")
+  return undefined
+}
 
 const usage = "usage: tollgate export <prj_id> [--period YYYY-MM] [--out file] [--limit N]"
 
@@ -23,11 +31,8 @@ export const exportCommand = async (argv: ReadonlyArray<string>): Promise<number
     process.stderr.write(`${usage}\n`)
     return 2
   }
-  const token = process.env.TOLLGATE_ADMIN_TOKEN
-  if (token === undefined || token === "") {
-    process.stderr.write("TOLLGATE_ADMIN_TOKEN is not set (the admin token printed at first start, or the one you configured).\n")
-    return 2
-  }
+  const token = adminToken()
+  if (token === undefined) return 2
   const out: Writable = values.out === undefined ? process.stdout : createWriteStream(values.out)
   const write = (chunk: Uint8Array) => new Promise<void>((resolve, reject) => out.write(chunk, (err) => (err ? reject(err) : resolve())))
   let cursor: string | undefined = undefined

@@ -13,6 +13,7 @@
  *   tollgate keys revoke <key_id>
  *   tollgate audit [--project P] [--period YYYY-MM] [--json]
  *   tollgate export <prj_id> [--period YYYY-MM] [--out file] [--limit N]   a project's receipts as JSON Lines (admin API)
+ *   tollgate statement <prj_id> <YYYY-MM> [--out file]   a closed period's signed statement (admin API)
  *   tollgate verify-receipt <receipt.json> [--public-key key.pem | --url http://host:port]
  *   tollgate verify <export.jsonl> [--checkpoints F] [--statement F] [--keys F]   offline, exit 1 on any finding
  *   tollgate webhooks create|list|get|update|delete|rotate-secret|deliveries|retry …   (src/cli/webhooks.ts)
@@ -23,7 +24,7 @@
  */
 import { adminCommand } from "./admin.ts"
 
-const usage = `usage: tollgate <serve|projects|keys|webhooks|events|audit|export|verify|verify-receipt> ...  (see README.md, "CLI")`
+const usage = `usage: tollgate <serve|projects|keys|webhooks|events|audit|export|statement|verify|verify-receipt> ...  (see README.md, "CLI")`
 
 const main = async (argv: ReadonlyArray<string>): Promise<number> => {
   const [command, ...rest] = argv
@@ -45,6 +46,8 @@ const main = async (argv: ReadonlyArray<string>): Promise<number> => {
       return (await import("./verify.ts")).verifyCommand(rest)
     case "export":
       return (await import("./export.ts")).exportCommand(rest)
+    case "statement":
+      return (await import("./statement.ts")).statementCommand(rest)
     case "verify-receipt": {
       const { verifyReceiptCommand } = await import("./verifyReceipt.ts")
       return verifyReceiptCommand(rest)
