@@ -13,7 +13,7 @@
  *   tollgate events list [--type T] [--since ISO] [--limit N] [--cursor C] [--all]
  */
 import { parseArgs } from "node:util"
-import { call, list } from "./admin.ts"
+import { call, list, pageOptions } from "./admin.ts"
 
 const events = (v: string | undefined) => (v === undefined ? undefined : v.split(",").map((s) => s.trim()).filter((s) => s !== ""))
 
@@ -39,9 +39,7 @@ export const webhooksCommand = async (group: "webhooks" | "events", argv: Readon
       enabled: { type: "string" },
       type: { type: "string" },
       since: { type: "string" },
-      limit: { type: "string" },
-      cursor: { type: "string" },
-      all: { type: "boolean" }
+      ...pageOptions
     }
   })
   const [action, id, second] = positionals

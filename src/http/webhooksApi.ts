@@ -7,12 +7,12 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { AdminForbidden, AdminNotFound, InvalidRequest } from "../domain/errors.ts"
-import { PageCursor, PageLimit } from "../domain/paging.ts"
+import { adminErrorAt, PageParams, PathId } from "./adminParams.ts"
 import { errorBodyOf } from "./schemas.ts"
 
 const E = {
-  invalidRequest: errorBodyOf(InvalidRequest, "malformed JSON or fields (param names the field)", "AdminError"),
-  forbidden: errorBodyOf(AdminForbidden, "a team session is read-only; invalid_csrf_token: a cookie-authenticated write without the session's X-CSRF-Token", "AdminError"),
+  invalidRequest: adminErrorAt(InvalidRequest, "malformed JSON or fields (param names the field)"),
+  forbidden: adminErrorAt(AdminForbidden, "a team session is read-only; invalid_csrf_token: a cookie-authenticated write without the session's X-CSRF-Token"),
   notFound: errorBodyOf(AdminNotFound, "unknown webhook endpoint or delivery id", "WebhookError")
 }
 
@@ -87,10 +87,8 @@ export const WebhookEndpointPatch = Schema.Struct({
   enabled: Schema.optional(Schema.Boolean)
 })
 
-const Id = (description: string) => Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)).annotations({ description })
-const EndpointPath = Schema.Struct({ id: Id("A webhook endpoint id, whe_…") })
-const DeliveryPath = Schema.Struct({ id: Id("A webhook endpoint id, whe_…"), delivery_id: Id("A delivery id, del_…") })
-const PageParams = { limit: Schema.optional(PageLimit), cursor: Schema.optional(PageCursor) }
+const EndpointPath = Schema.Struct({ id: PathId("A webhook endpoint id, whe_…") })
+const DeliveryPath = Schema.Struct({ id: PathId("A webhook endpoint id, whe_…"), delivery_id: PathId("A delivery id, del_…") })
 
 export const webhooksGroup = HttpApiGroup.make("webhooks")
   .add(
