@@ -64,6 +64,9 @@ export const list = async (path: string, options: { readonly limit?: string | un
   return print(true, JSON.stringify({ object: "list", data, has_more: false, next_cursor: null }))
 }
 
+/** The options of every list command, as `list` reads them (spread into a command's parseArgs options). */
+export const pageOptions = { limit: { type: "string" }, cursor: { type: "string" }, all: { type: "boolean" } } as const
+
 const int = (v: string | undefined, name: string): number | undefined => {
   if (v === undefined) return undefined
   if (!/^\d+$/.test(v)) throw new Error(`--${name} must be a non-negative integer`)
@@ -82,9 +85,7 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       burst: { type: "string" },
       environment: { type: "string" },
       "grace-seconds": { type: "string" },
-      limit: { type: "string" },
-      cursor: { type: "string" },
-      all: { type: "boolean" }
+      ...pageOptions
     }
   })
   const [action, id] = positionals

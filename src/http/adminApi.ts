@@ -13,7 +13,6 @@ import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSecurity, Open
 import { Context, Schema } from "effect"
 import { AdminConflict, AdminForbidden, AdminNotFound, AdminUnauthorized, InvalidRequest, RateLimited, RequestNotFound } from "../domain/errors.ts"
 import type { Session, Viewer } from "../services/Sessions.ts"
-import { PageCursor, PageLimit } from "../domain/paging.ts"
 import {
   ApiKeyList,
   DailyUsage,
@@ -35,13 +34,11 @@ import {
   SignIn
 } from "../domain/wire/admin.ts"
 import { adminExportReceipts, adminStatement } from "./receiptsApi.ts"
-import * as S from "./schemas.ts"
+import { adminErrorAt as errorAt, PageParams, PathId } from "./adminParams.ts"
 import { webhooksGroup } from "./webhooksApi.ts"
 
 // The shapes are defined once in src/domain/wire/admin.ts (the services and the dashboard take them from there).
 export * from "../domain/wire/admin.ts"
-
-const errorAt = (errorClass: Schema.Schema.All, description: string) => S.errorBodyOf(errorClass, description, "AdminError")
 
 const E = {
   invalidRequest: errorAt(InvalidRequest, "malformed JSON or fields"),
@@ -76,14 +73,9 @@ export class SessionAuth extends HttpApiMiddleware.Tag<SessionAuth>()("SessionAu
   }
 }) {}
 
-/** An id in a path: letters, digits, `_` and `-`, at most 64 (anything else, a NUL say, is a 400 naming it, never a store error). */
-const PathId = (description: string) => Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)).annotations({ description })
 const ProjectPath = Schema.Struct({ id: PathId("A project id, prj_…") })
 const KeyPath = Schema.Struct({ id: PathId("A key id, key_…") })
 const RequestPath = Schema.Struct({ id: PathId("A project id, prj_…"), request_id: PathId("A request id, req_…") })
-
-/** The query of every admin list: `limit` and `cursor` (src/domain/paging.ts). */
-const PageParams = { limit: Schema.optional(PageLimit), cursor: Schema.optional(PageCursor) }
 
 const EnvironmentParam = Schema.optional(Environment.annotations({ description: "Operator: filter by environment. A team session always reads its own." }))
 
