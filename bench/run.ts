@@ -91,7 +91,7 @@ const config = {
   compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg2", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
+const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg-lb", "tollgate-pg2", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (config.targets.some((t) => t.endsWith("-b")) && config.compare === undefined) throw new Error("the -b targets run the --compare checkout: name it")
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
@@ -512,6 +512,7 @@ const main = async () => {
     tollgate: () => startGoverned("tollgate", "targets/tollgate.ts"),
     // PostgreSQL + Redis (scripts/services.sh), one instance and two (bench/targets/tollgatePg.ts).
     "tollgate-pg": () => startGoverned("tollgate-pg", "targets/tollgatePg.ts", { extra: pgLanes }),
+    "tollgate-pg-lb": () => startGoverned("tollgate-pg-lb", "targets/tollgatePg.ts", { extra: ["--lb", ...pgLanes] }),
     "tollgate-pg2": () => startGoverned("tollgate-pg2", "targets/tollgatePg.ts", { extra: ["--instances", "2", ...pgLanes] }),
     // The same two instances behind a splice with key affinity: each project's calls on one instance (docs/decisions/0045).
     "tollgate-pg2a": () => startGoverned("tollgate-pg2a", "targets/tollgatePg.ts", { extra: ["--instances", "2", "--affinity", ...pgLanes] }),
@@ -693,7 +694,8 @@ const main = async () => {
     "floor-inline": "governed floor, transactions on the event loop",
     tollgate: "Tollgate (full governance, SQLite FULL)",
     "tollgate-pg": "Tollgate on PostgreSQL + Redis, 1 instance",
-    "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (threads of one process, TCP round robin)",
+    "tollgate-pg-lb": "Tollgate on PostgreSQL + Redis, 1 instance behind the bench's TCP balancer (its own process)",
+    "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (threads of one process) behind the TCP balancer (its own process, round robin)",
     "tollgate-pg2a": "Tollgate on PostgreSQL + Redis, 2 instances with key affinity (a key's connections to one instance)",
     "tollgate-pg-b": `Tollgate on PostgreSQL + Redis, 1 instance, from ${config.compare ?? ""} (A/B)`,
     "tollgate-pg2-b": `Tollgate on PostgreSQL + Redis, 2 instances, from ${config.compare ?? ""} (A/B)`,

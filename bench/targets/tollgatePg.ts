@@ -7,8 +7,8 @@
  * `--instances N` (default 1) runs N instances on the one schema and Redis, each with its own pool,
  * epoch, instance id and receipt key: instance 0 on the main thread, the others on worker threads of
  * this process (so the bench's CPU figure, read from this pid, covers all of them), behind a
- * round-robin TCP splice on one port (connection-level, as an L4 load balancer; with N = 1 there is
- * no splice); `--lanes N` sets each instance's lanes (TOLLGATE_PG_LANES); `--affinity` sends each connection to the instance owning its first request's key. Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
+ * round-robin TCP balancer on one port in its own process (bench/targets/splice.mjs: connection-level,
+ * as an L4 load balancer on its own machine, its CPU not counted; with N = 1 none, unless `--lb`); `--lanes N` sets each instance's lanes (TOLLGATE_PG_LANES); `--affinity` sends each connection to the instance owning its first request's key. Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
  * each instance's own, for its /metrics).
  *
  * Engines: TOLLGATE_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test) and
@@ -16,7 +16,7 @@
  */
 import { Option, Redacted } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
-import { createConnection, createServer, type Socket } from "node:net"
+import { spawn } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads"
@@ -59,6 +59,22 @@ const startInstance = async (d: InstanceData) => {
   return startServer(settings)
 }
 
+/** bench/targets/splice.mjs in front of `ports`: its port once it listens, and how to stop it. */
+const startBalancer = (ports: ReadonlyArray<number>, affinity: boolean, fixedPort: string | undefined) =>
+  new Promise<{ readonly port: number; readonly stop: () => Promise<void> }>((resolve, reject) => {
+    // From the checkout the bench started this in (its cwd), whether this runs from sources or bundled.
+    const script = join(process.cwd(), "bench", "targets", "splice.mjs")
+    const child = spawn(process.execPath, [script, "--ports", ports.join(","), ...(affinity ? ["--affinity"] : []), ...(fixedPort === undefined ? [] : ["--port", fixedPort])], {
+      stdio: ["ignore", "pipe", "inherit"]
+    })
+    child.once("error", reject)
+    child.once("exit", (code) => reject(new Error(`the balancer exited (${code}) before it listened`)))
+    child.stdout!.once("data", (line: Buffer) => {
+      const { port } = JSON.parse(line.toString()) as { port: number }
+      resolve({ port, stop: () => new Promise<void>((done) => (child.once("exit", () => done()), child.kill("SIGTERM"))) })
+    })
+  })
+
 if (!isMainThread) {
   const started = await startInstance(workerData as InstanceData)
   parentPort!.postMessage({ port: started.port })
@@ -96,52 +112,18 @@ if (!isMainThread) {
     workers.map((w) => new Promise<number>((resolve, reject) => (w.once("message", (m: { port: number }) => resolve(m.port)), w.once("error", reject))))
   )
   const ports = [first.port, ...workerPorts]
-  let port = first.port
-  if (ports.length > 1) {
-    let next = 0
-    // `--affinity`: a connection goes to the instance that owns the key of its first request (keys
-    // dealt to the instances in the order they are first seen), so each project's calls stay on one
-    // instance, as a load balancer hashing the key would keep them (docs/decisions/0045). Without it,
-    // connections go round robin, each project's calls over every instance.
-    const affinity = process.argv.includes("--affinity")
-    const owner = new Map<string, number>()
-    const pick = (head: string) => {
-      const key = /\r\nauthorization: *Bearer +([^\r\n]+)/i.exec(head)?.[1]
-      if (key === undefined) return next++ % ports.length
-      let i = owner.get(key)
-      if (i === undefined) owner.set(key, (i = owner.size % ports.length))
-      return i
-    }
-    const join = (client: Socket, index: number, first?: Buffer) => {
-      const upstream = createConnection({ host: "127.0.0.1", port: ports[index]! })
-      if (first !== undefined) upstream.write(first)
-      client.pipe(upstream).pipe(client)
-      client.on("error", () => upstream.destroy())
-      upstream.on("error", () => client.destroy())
-    }
-    const splice = createServer((client) => {
-      if (!affinity) return join(client, next++ % ports.length)
-      let head = Buffer.alloc(0)
-      const onData = (chunk: Buffer) => {
-        head = Buffer.concat([head, chunk])
-        if (head.indexOf("\r\n\r\n") === -1 && head.length < 16_384) return
-        client.off("data", onData)
-        client.pause()
-        join(client, pick(head.toString("latin1")), head)
-        client.resume()
-      }
-      client.on("data", onData)
-      client.on("error", () => client.destroy())
-    })
-    await new Promise<void>((resolve) => splice.listen(Number(arg("--port") ?? "0"), "127.0.0.1", resolve))
-    const address = splice.address()
-    port = typeof address === "object" && address !== null ? address.port : 0
-  }
+  // Several instances, or `--lb`: a TCP balancer in its own process (bench/targets/splice.mjs) in front
+  // of them, as in a deployment — its CPU is not the gateway's, and it shares no loop with an instance.
+  // `--lb` with one instance puts that instance behind the same balancer, so 1 and 2 instances are
+  // compared through the same hop (docs/decisions/0045).
+  const balanced = ports.length > 1 || process.argv.includes("--lb")
+  const balancer = balanced ? await startBalancer(ports, process.argv.includes("--affinity"), arg("--port")) : undefined
+  const port = balancer?.port ?? first.port
   // `ports`: each instance's own port, for bench/run.ts to read each one's /metrics (its store round trips).
   process.stdout.write(JSON.stringify({ ready: true, port, key: first.key, schema, instances: ports.length, ports }) + "\n")
 
   const stop = () =>
-    void Promise.allSettled([...workers.map((w) => new Promise((r) => (w.once("exit", r), w.postMessage("stop")))), first.dispose()])
+    void Promise.allSettled([...(balancer === undefined ? [] : [balancer.stop()]), ...workers.map((w) => new Promise((r) => (w.once("exit", r), w.postMessage("stop")))), first.dispose()])
       .then(dropSchema)
       .finally(() => {
         rmSync(dir, { recursive: true, force: true })

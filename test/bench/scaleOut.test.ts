@@ -41,6 +41,17 @@ describe("scale-out verdicts (issue 40)", () => {
     expect(metOf(judgeScaleOut([row("tollgate-pg", { projectsRps: 400 }), row("tollgate-pg2a", { projectsRps: 399 })]))["2 instances with key affinity ≥ 1 instance, 8 projects"]).toBe(false)
   })
 
+  it("judges two instances against one behind the same balancer when that target ran, not the direct one", () => {
+    const direct = row("tollgate-pg", { projectsRps: 500, bestHotRps: 500 })
+    const behind = row("tollgate-pg-lb", { projectsRps: 400, bestHotRps: 400 })
+    const two = row("tollgate-pg2", { projectsRps: 420, bestHotRps: 399 })
+    expect(metOf(judgeScaleOut([direct, behind, two]))).toMatchObject({
+      "2 instances ≥ 1 instance, both behind the balancer, 8 projects": true,
+      "2 instances ≥ 1 instance, both behind the balancer, one hot project (best phase of each)": false
+    })
+    expect(metOf(judgeScaleOut([direct, two]))["2 instances ≥ 1 instance, 8 projects"]).toBe(false)
+  })
+
   it("leaves out a check whose targets did not run, and does not judge a figure not measured", () => {
     expect(judgeScaleOut([row("tollgate")])).toEqual([])
     const v = judgeScaleOut([row("tollgate"), row("tollgate-pg", { at512Rps: Number.NaN, hot16CpuUs: Number.NaN })])

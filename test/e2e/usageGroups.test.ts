@@ -29,7 +29,7 @@ describe("/v1/usage?group_by=: the window's receipts per model, per key, per end
   const env = useMockedGateway({ beforeAll, afterAll }, (url) =>
     mockGatewayFile(url, [
       { name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true },
-      { name: "gpt-other", provider: "mock", upstream_model: "mock-other", max_output_tokens: 256 }
+      { name: "gpt-other", provider: "mock", upstream_model: "mock-other", max_output_tokens: 256, auto: false }
     ]))
   const calls: Array<{ key: "a" | "b"; model: string; user?: string }> = [
     { key: "a", model: "gpt-test", user: "alice" },
