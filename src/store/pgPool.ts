@@ -99,13 +99,48 @@ export class PgConnectionsTracker extends Context.Reference<PgConnectionsTracker
  */
 export const pgRoundTrips = { roundTrips: 0, checkouts: 0 }
 
-/** node-postgres's client, counting its round trips. */
+/**
+ * Clients whose session the server has ended: a statement on them failed with a FATAL error
+ * (pg_terminate_backend's 57P01, a shutdown, a lost connection's class 08). The server sends that
+ * error a moment before it closes the socket, and node-postgres learns that the client is dead only
+ * when the close arrives; released in between, the client went back to the idle list and the next
+ * statement to check it out — a governed call's key lookup, say — failed with "Connection terminated
+ * unexpectedly" (issue 42's regression: the webhook worker's poll, in flight when the role's
+ * connections were terminated, lent its dead connection to a call). Such a client is released with
+ * an error, which makes the pool close it instead of lending it again.
+ */
+const ended = new WeakSet<pg.Client>()
+
+/** A FATAL (or PANIC) error ends the server's session: the connection serves no further statement. */
+const endsSession = (err: unknown) => {
+  const severity = (err as { severity?: unknown } | null | undefined)?.severity
+  return severity === "FATAL" || severity === "PANIC"
+}
+
+/** node-postgres's client, counting its round trips, and marking itself ended on a FATAL error. */
 class CountingClient extends pg.Client {
   override query(...args: Array<any>): any {
     pgRoundTrips.roundTrips++
-    return (super.query as (...a: Array<any>) => any)(...args)
+    const last = args.length - 1
+    const callback = args[last]
+    if (typeof callback === "function") {
+      args[last] = (err: unknown, result: unknown) => {
+        if (endsSession(err)) ended.add(this)
+        callback(err, result)
+      }
+    }
+    const answer = (super.query as (...a: Array<any>) => any)(...args)
+    if (typeof callback === "function" || typeof answer?.then !== "function") return answer
+    return (answer as Promise<unknown>).catch((err: unknown) => {
+      if (endsSession(err)) ended.add(this)
+      throw err
+    })
   }
 }
+
+/** A checked-out client's release: a client whose session ended leaves the pool, with why. */
+const releaseOf = (client: pg.PoolClient, release: (err?: Error | boolean) => void) => (err?: Error | boolean) =>
+  release(err !== undefined && err !== false ? err : ended.has(client) ? new Error("the server ended this connection's session") : err)
 
 /** A refusal for a limit: too many connections for the role, the database or the server. */
 const refusedForLimit = (err: unknown) => (err as { code?: unknown } | undefined)?.code === "53300"
@@ -209,7 +244,11 @@ export const openPool = (options: PoolOptions) =>
               onRefused(this, err)
               if (now() - started < options.acquireTimeoutMs) return void setTimeout(ask, 5 + Math.random() * 20)
             }
-            callback(err, client, done)
+            if (client === undefined) return callback(err, client, done)
+            // Both ways of handing the client back (its release, and the callback's done) go through releaseOf.
+            const release = releaseOf(client, client.release.bind(client))
+            client.release = release
+            callback(err, client, release)
           })
         ask()
       }

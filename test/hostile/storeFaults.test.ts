@@ -162,15 +162,9 @@ describe.runIf(onEngines("test/hostile/storeFaults.test.ts (PostgreSQL refusing 
     const keys = Array.from({ length: 40 }, (_, i) => `shrink-${i}-${randomBytes(4).toString("hex")}`)
     const first = await Promise.all(keys.map((k, i) => call(gateway, k, `shrink ${i}`)))
     console.log(`finding 1: the role limited to 4 while running with a pool of 12: ${JSON.stringify(statusCounts(first.map((o) => o.status)))} ${JSON.stringify(first.filter((o) => o.status !== 200).map((o) => o.code))}`)
-    // Since the webhook worker and the events sweep share the pool (issue 42), one call in 40 can meet a
-    // refused connection at the moment the ceiling drops: it answers a clean 503 and its retry runs.
-    // Known and left (the closing note of the session that added them); before them all 40 were 200.
-    const refusedCalls = first.map((o, i) => ({ ...o, key: keys[i]! })).filter((o) => o.status !== 200)
-    expect(refusedCalls.length).toBeLessThanOrEqual(2)
-    for (const o of refusedCalls) {
-      expect([o.status, o.code, o.retryAfter !== null]).toEqual([503, "store_unavailable", true])
-      expect((await call(gateway, o.key, "retry")).status).toBe(200)
-    }
+    // Every call waits for a connection the pool has. A statement in flight when the role's sessions were
+    // terminated (the webhook worker's poll, say) must not hand its dead connection to a call (pgPool.ts, `ended`).
+    expect(first.map((o) => o.status).filter((s) => s !== 200)).toEqual([])
     const ready = (await (await fetch(`${gateway.origin}/readyz`)).json()) as { status: string; store: { status: string; reason?: string } }
     expect(ready.status).toBe("ready")
     expect(ready.store.status).toBe("degraded")
