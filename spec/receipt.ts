@@ -39,6 +39,10 @@ export interface UnsignedReceipt {
   readonly created_at: string
   readonly prev_hash: string
   readonly signing_key_id: string
+  /** The key the call was charged to (issue 41; absent from receipts written before it). */
+  readonly key_id?: string
+  /** The end user the call was charged to, when it named one (issue 41). */
+  readonly end_user?: string
 }
 
 export interface Receipt extends UnsignedReceipt {
@@ -81,6 +85,8 @@ export interface SealedReceipt {
  * rests on: a key added to `UnsignedReceipt` fails it until these places are looked at again.
  */
 export const STORED_HASH_BEFORE = "model"
+/** A receipt that names its key (issue 41): `key_id` sorts between `hash` and `model`, so the hash goes before it. */
+export const STORED_HASH_BEFORE_KEY = "key_id"
 export const STORED_SIGNATURE_BEFORE = "signing_key_id"
 
 const insertMember = (text: string, before: string, member: string): string | undefined => {
@@ -94,7 +100,8 @@ const insertMember = (text: string, before: string, member: string): string | un
  * test/spec/receipt.test.ts) at a fraction of its cost. Written in full if a place is missing.
  */
 const storedBody = (signed: string, receipt: Receipt): string => {
-  const withHash = insertMember(signed, STORED_HASH_BEFORE, `"hash":${JSON.stringify(receipt.hash)}`)
+  const hash = `"hash":${JSON.stringify(receipt.hash)}`
+  const withHash = receipt.key_id === undefined ? insertMember(signed, STORED_HASH_BEFORE, hash) : insertMember(signed, STORED_HASH_BEFORE_KEY, hash)
   const body = withHash === undefined ? undefined : insertMember(withHash, STORED_SIGNATURE_BEFORE, `"signature":${JSON.stringify(receipt.signature)}`)
   return body ?? canonicalJson(receipt)
 }

@@ -20,8 +20,8 @@
  * rules they need come from spec/ and domain/ (the sizing, the receipt seal), never from a service.
  */
 import type BetterSqlite3 from "better-sqlite3"
-import { available, checkWindow } from "../../spec/ledger.ts"
-import { holdRefusedMessage, sizeReservation, type SizingRequest } from "../domain/budgetSizing.ts"
+import { checkWindow } from "../../spec/ledger.ts"
+import { holdRefusedMessage, sizeInScopes, type SizingRequest } from "../domain/budgetSizing.ts"
 import { type ClaimOutcome, makeIdempotencyStatements, type Scope, type StoredResult } from "./idempotencyStatements.ts"
 import { type Hold, makeLedgerStatements, type Sealer, type Settlement } from "./ledgerStatements.ts"
 import { type Attempt, makeRequestStatements, type NewRequest } from "./requestStatements.ts"
@@ -160,17 +160,17 @@ export const makeChatTransactions = (db: BetterSqlite3.Database, sealer: Sealer,
       if (claimed._tag !== "Claimed") abort({ _tag: "ClaimLost", outcome: claimed })
     }
     crashPoint("claim")
-    // Sized on the window as it is inside this transaction: no other hold can come in between.
-    const window = ledger.windowSync(a.hold.projectId, a.hold.period)
-    const sized = sizeReservation(a.sizing, window.cap, available(window))
+    // Sized on every scope's window (project, key, end user) as it is inside this transaction: no
+    // other hold can come in between. A refusal names the first scope without room (spec/scopes.ts).
+    const sized = sizeInScopes(a.sizing, ledger.scopeWindowsSync(a.hold))
     if (sized._tag === "OverBudget") abort(sized)
     const { outputCap, reservation } = sized as Extract<typeof sized, { _tag: "Fits" }>
     requests.insertPendingSync({ ...a.request, creditsReserved: reservation })
-    // The guarded UPDATE stays the rule (spent + reserved ≤ cap), whatever the sizing said. The hold
-    // and the claim carry this process's epoch from their INSERTs.
-    if (!ledger.reserveSync({ ...a.hold, amount: reservation }, a.now, a.epoch)) {
-      abort({ _tag: "OverBudget", message: holdRefusedMessage(reservation, a.hold.period), param: null })
-    }
+    // The guarded statements stay the rule (spent + reserved ≤ cap in each scope), whatever the sizing
+    // said; a refusal aborts, and the transaction's rollback undoes every scope's hold (all or none).
+    // The hold and the claim carry this process's epoch from their INSERTs.
+    const held = ledger.reserveSync({ ...a.hold, amount: reservation }, a.now, a.epoch)
+    if (held !== "held") abort({ _tag: "OverBudget", message: holdRefusedMessage(reservation, a.hold.period, held), param: held })
     return { outputCap, reservation }
   }
 

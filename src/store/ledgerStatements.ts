@@ -12,6 +12,9 @@ import type BetterSqlite3 from "better-sqlite3"
 import type { WindowFacts } from "../../spec/ledger.ts"
 import type { TokenCounts } from "../../spec/pricing.ts"
 import { GENESIS_HASH, type Receipt, type SealedReceipt, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { type ScopeKind, UNLIMITED } from "../../spec/scopes.ts"
+import type { ScopeWindow } from "../domain/budgetSizing.ts"
+import { endUserCapSql, keyCapSql, scopeHoldSql } from "./scopeSql.ts"
 import type { Verification } from "./requestStatements.ts"
 
 /** What a store reads of one window for the rulebook's check, in one statement (both engines' columns). */
@@ -50,7 +53,15 @@ export interface Hold {
   readonly period: string
   readonly amount: number
   readonly deadline: number
+  /** The key the call came with: its scope is held too (spec/scopes.ts; absent only for a hold made before migration 0014). */
+  readonly keyId?: string | undefined
+  /** The end user the call names (`user`, else `metadata.end_user`), if any: its scope is held too. */
+  readonly endUser?: string | undefined
 }
+
+/** A scope's window account (spec/scopes.ts `accountOf`). */
+export const keyAccount = (keyId: string): string => `key:${keyId}`
+export const endUserAccount = (projectId: string, user: string): string => `end_user:${projectId}/${user}`
 
 export interface Settlement {
   readonly hold: Hold
@@ -76,6 +87,8 @@ export const unsignedReceipt = (
   hold: { readonly project_id: string; readonly period: string; readonly amount: number; readonly charge: number },
   chain: { readonly seq: number; readonly prevHash: string; readonly now: number; readonly keyId: string }
 ): UnsignedReceipt => ({
+  ...(s.hold.keyId === undefined ? {} : { key_id: s.hold.keyId }),
+  ...(s.hold.endUser === undefined ? {} : { end_user: s.hold.endUser }),
   object: "receipt",
   receipt_id: s.receiptId,
   request_id: s.hold.requestId,
@@ -104,6 +117,15 @@ export interface Sealer {
   readonly seal: (unsigned: UnsignedReceipt) => SealedReceipt
 }
 
+/** A resolved hold's row: what it held and every scope it was held in. */
+interface HoldScopes {
+  readonly amount: number
+  readonly project_id: string
+  readonly period: string
+  readonly key_id: string | null
+  readonly end_user: string | null
+}
+
 /**
  * The ledger's statements over one better-sqlite3 connection, as plain synchronous functions: the
  * writes run inside a transaction of that connection (`Sqlite.transact` on the main thread, the
@@ -125,19 +147,34 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
     "INSERT INTO budget_windows (project_id, period, spent, reserved) VALUES (?, ?, 0, 0) ON CONFLICT DO NOTHING"
   )
   // The hold carries its process's epoch from the INSERT (migration 0004), not from a second UPDATE.
-  const insertHold = db.prepare<[string, string, string, string, number, number, number, number | null]>(
-    `INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at, epoch)
-     VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?)`
+  const insertHold = db.prepare<[string, string, string, string, number, number, number, number | null, string | null, string | null]>(
+    `INSERT INTO reservations (id, request_id, project_id, period, amount, state, deadline, created_at, epoch, key_id, end_user)
+     VALUES (?, ?, ?, ?, ?, 'held', ?, ?, ?, ?, ?)`
+  )
+  // The key's and the end user's windows (migration 0014): one guarded upsert each, the cap read inside it.
+  type ScopeParams = { scope: string; period: string; amount: number; key: string | null; project: string; user: string | null }
+  const keyHold = db.prepare<[ScopeParams]>(scopeHoldSql("@scope", "@period", "@amount", keyCapSql("@key")))
+  const endUserHold = db.prepare<[ScopeParams]>(scopeHoldSql("@scope", "@period", "@amount", endUserCapSql("@project", "@user")))
+  type ScopeRead = { scope: string; period: string; key: string | null; project: string; user: string | null }
+  const scopeFigures = (cap: string) =>
+    db.prepare<[ScopeRead], { cap: number; spent: number | null; reserved: number | null }>(
+      `SELECT ${cap} AS cap, w.spent AS spent, w.reserved AS reserved
+       FROM (SELECT 1) LEFT JOIN scope_windows w ON w.scope = @scope AND w.period = @period`
+    )
+  const selectKeyWindow = scopeFigures(keyCapSql("@key"))
+  const selectEndUserWindow = scopeFigures(endUserCapSql("@project", "@user"))
+  const postScopeCharge = db.prepare<[number, number, string, string]>(
+    "UPDATE scope_windows SET spent = spent + ?, reserved = reserved - ? WHERE scope = ? AND period = ?"
   )
   // One guarded UPDATE resolves the hold and clamps the charge to the amount stored with it
   // (never to what the caller says it reserved).
-  const resolveSettled = db.prepare<[number, number, number, string], { amount: number; charge: number; project_id: string; period: string }>(
+  const resolveSettled = db.prepare<[number, number, number, string], HoldScopes & { charge: number }>(
     `UPDATE reservations SET state = 'settled', resolved_at = ?, charge = CASE WHEN ? < amount THEN ? ELSE amount END
-     WHERE id = ? AND state = 'held' RETURNING amount, charge, project_id, period`
+     WHERE id = ? AND state = 'held' RETURNING amount, charge, project_id, period, key_id, end_user`
   )
-  const resolveVoided = db.prepare<[number, string], { amount: number; project_id: string; period: string }>(
+  const resolveVoided = db.prepare<[number, string], HoldScopes>(
     `UPDATE reservations SET state = 'voided', charge = 0, resolved_at = ?
-     WHERE id = ? AND state = 'held' RETURNING amount, project_id, period`
+     WHERE id = ? AND state = 'held' RETURNING amount, project_id, period, key_id, end_user`
   )
   const postCharge = db.prepare<[number, number, string, string]>(
     "UPDATE budget_windows SET spent = spent + ?, reserved = reserved - ? WHERE project_id = ? AND period = ?"
@@ -171,22 +208,60 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
   )
   const updateDeadline = db.prepare<[number, string]>("UPDATE reservations SET deadline = ? WHERE id = ? AND state = 'held'")
 
+  /** Post a resolved hold's charge (0: a void) and release its amount in every scope it was held in, once. */
+  const postToScopes = (row: HoldScopes, charge: number): void => {
+    postCharge.run(charge, row.amount, row.project_id, row.period)
+    if (row.key_id !== null) postScopeCharge.run(charge, row.amount, keyAccount(row.key_id), row.period)
+    if (row.end_user !== null) postScopeCharge.run(charge, row.amount, endUserAccount(row.project_id, row.end_user), row.period)
+  }
+
+  const scopeRead = (hold: Omit<Hold, "amount">, scope: string): ScopeRead => ({
+    scope,
+    period: hold.period,
+    key: hold.keyId ?? null,
+    project: hold.projectId,
+    user: hold.endUser ?? null
+  })
+
+  /**
+   * Every scope the hold is in, in SCOPE_ORDER, as its reservation reads them (spec/scopes.ts): the
+   * project's window, the key's and the end user's (an uncapped one's cap is UNLIMITED).
+   */
+  const scopeWindowsSync = (hold: Omit<Hold, "amount">): ReadonlyArray<ScopeWindow> => {
+    const project = windowSync(hold.projectId, hold.period)
+    const out: Array<ScopeWindow> = [{ scope: "project", cap: project.cap, spent: project.spent, reserved: project.reserved }]
+    if (hold.keyId !== undefined) {
+      const k = selectKeyWindow.get(scopeRead(hold, keyAccount(hold.keyId)))!
+      out.push({ scope: "key", cap: k.cap ?? UNLIMITED, spent: k.spent ?? 0, reserved: k.reserved ?? 0 })
+    }
+    if (hold.endUser !== undefined) {
+      const e = selectEndUserWindow.get(scopeRead(hold, endUserAccount(hold.projectId, hold.endUser)))!
+      out.push({ scope: "end_user", cap: e.cap ?? UNLIMITED, spent: e.spent ?? 0, reserved: e.reserved ?? 0 })
+    }
+    return out
+  }
+
   const windowSync = (projectId: string, period: string): BudgetWindow => {
     const row = selectWindow.get(period, projectId)
     return { period, cap: row?.cap ?? 0, spent: row?.spent ?? 0, reserved: row?.reserved ?? 0 }
   }
 
   /**
-   * Hold `amount` Credits if it fits under the cap; false (nothing written) when it does not.
-   * Synchronous: call it inside a transaction, which the caller rolls back on false. `epoch`: the
-   * holding process's (src/store/epochs.ts), null for a hold only the deadline sweep recovers.
+   * Hold `amount` Credits in every scope of the hold (spec/scopes.ts), if it fits under each cap:
+   * "held", or the first scope, in SCOPE_ORDER, that refused — then the caller MUST roll the
+   * transaction back (what was held in the scopes before it is not undone here: all or none is the
+   * transaction's). Synchronous, inside a transaction. `epoch`: the holding process's
+   * (src/store/epochs.ts), null for a hold only the deadline sweep recovers.
    */
-  const reserveSync = (hold: Hold, now: number, epoch: number | null): boolean => {
+  const reserveSync = (hold: Hold, now: number, epoch: number | null): "held" | ScopeKind => {
     const guarded = () => guardedHold.run(hold.amount, hold.projectId, hold.period, hold.amount, hold.projectId).changes === 1
     // The window may not exist yet (first hold of the month): open it and try once more.
-    const held = guarded() || (openWindow.run(hold.projectId, hold.period), guarded())
-    if (held) insertHold.run(hold.reservationId, hold.requestId, hold.projectId, hold.period, hold.amount, hold.deadline, now, epoch)
-    return held
+    if (!(guarded() || (openWindow.run(hold.projectId, hold.period), guarded()))) return "project"
+    const params = (scope: string): ScopeParams => ({ ...scopeRead(hold, scope), amount: hold.amount })
+    if (hold.keyId !== undefined && keyHold.run(params(keyAccount(hold.keyId))).changes !== 1) return "key"
+    if (hold.endUser !== undefined && endUserHold.run(params(endUserAccount(hold.projectId, hold.endUser))).changes !== 1) return "end_user"
+    insertHold.run(hold.reservationId, hold.requestId, hold.projectId, hold.period, hold.amount, hold.deadline, now, epoch, hold.keyId ?? null, hold.endUser ?? null)
+    return "held"
   }
 
   /**
@@ -199,10 +274,12 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
     const row = resolveSettled.get(now, s.charge, s.charge, s.hold.reservationId)
     if (row === undefined) throw new Error(`reservation ${s.hold.reservationId} was already resolved`)
     const charge = row.charge
-    postCharge.run(charge, row.amount, row.project_id, row.period)
+    postToScopes(row, charge)
     const head = selectHead.get(row.project_id)
     const seq = (head?.seq ?? 0) + 1
-    const unsigned = unsignedReceipt(s, { ...row, charge }, { seq, prevHash: head?.hash ?? GENESIS_HASH, now, keyId: signer.keyId })
+    // The scopes the receipt names are the hold's, as stored (a recovered hold's caller does not know them).
+    const scoped = { ...s, hold: { ...s.hold, keyId: row.key_id ?? undefined, endUser: row.end_user ?? undefined } }
+    const unsigned = unsignedReceipt(scoped, { ...row, charge }, { seq, prevHash: head?.hash ?? GENESIS_HASH, now, keyId: signer.keyId })
     const { receipt, body } = signer.seal(unsigned)
     insertReceipt.run(
       receipt.receipt_id, receipt.request_id, receipt.project_id, receipt.environment, receipt.period,
@@ -218,7 +295,7 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
   const releaseSync = (reservationId: string, now: number): boolean => {
     const row = resolveVoided.get(now, reservationId)
     if (row === undefined) return false
-    postCharge.run(0, row.amount, row.project_id, row.period)
+    postToScopes(row, 0)
     return true
   }
 
@@ -239,6 +316,6 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
     return r === undefined ? undefined : { projectId: r.project_id, period: r.period }
   }
 
-  return { windowSync, reserveSync, settleSync, releaseSync, extendHoldSync, expiredSync, windowFactsSync, reservationWindowSync } as const
+  return { windowSync, scopeWindowsSync, reserveSync, settleSync, releaseSync, extendHoldSync, expiredSync, windowFactsSync, reservationWindowSync } as const
 }
 

@@ -10,6 +10,7 @@ import { Migrator, SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { MAX_BUDGET_CREDITS, MAX_BURST, MAX_REQUESTS_PER_MINUTE } from "../domain/adminFields.ts"
 import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
+import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationEvents } from "./migrationsEvents.ts"
 import { migrationReceiptLog } from "./migrationsReceiptLog.ts"
 
@@ -666,7 +667,8 @@ export const migrationSteps = {
   "0010_pg_reserve_many": pgReserveMany,
   "0011_receipt_log": migrationReceiptLog,
   "0012_events_outbox": migrationEvents,
-  "0013_pg_bounded_waits": migrationBoundedWaits
+  "0013_pg_bounded_waits": migrationBoundedWaits,
+  "0014_budget_scopes": migrationScopes
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -150,14 +150,14 @@ describe("errors: one test per stable code", () => {
   describe("402 budget_exceeded", () => {
     const want = { status: 402, code: "budget_exceeded", noRetry: true } as const
 
-    it("the project's cap: a zero budget, and a max_tokens whose worst case does not fit", async () => {
+    it("the project's cap: a zero budget, and a max_tokens whose worst case does not fit (param: the scope that refused)", async () => {
       const broke = await newProject(gw, { budget: 0 })
       const small = await newProject(gw, { budget: 10 })
       await touchesNothing(async () => {
-        await expectApiError(clientFor(gw, broke.key, log).chat.completions.create({ model: "auto", messages: hello }), { ...want, param: null, message: /budget/ })
+        await expectApiError(clientFor(gw, broke.key, log).chat.completions.create({ model: "auto", messages: hello }), { ...want, param: "project", message: /project's remaining budget/ })
         await expectApiError(clientFor(gw, small.key, log).chat.completions.create({ model: "auto", messages: hello, max_tokens: 100 }), {
           ...want,
-          param: null
+          param: "project"
         })
       })
       for (const p of [broke, small]) {

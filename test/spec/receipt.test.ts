@@ -7,7 +7,7 @@ import fc from "fast-check"
 import { generateKeyPairSync, verify } from "node:crypto"
 import { describe, expect, it } from "vitest"
 import { canonicalJson } from "../../spec/canonicalJson.ts"
-import { type Receipt, sealReceipt, signedTextOfStored, STORED_HASH_BEFORE, STORED_SIGNATURE_BEFORE, type UnsignedReceipt } from "../../spec/receipt.ts"
+import { type Receipt, sealReceipt, signedTextOfStored, STORED_HASH_BEFORE, STORED_HASH_BEFORE_KEY, STORED_SIGNATURE_BEFORE, type UnsignedReceipt } from "../../spec/receipt.ts"
 import { unsignedReceipt } from "../support/arbitraryReceipt.ts"
 
 const { privateKey, publicKey } = generateKeyPairSync("ed25519")
@@ -33,10 +33,13 @@ describe("sealReceipt", () => {
       object: false, receipt_id: false, request_id: false, organization: false, project_id: false, environment: false,
       status: false, verification: true, model: false, route: false, rate_card_version: false, tokens: true,
       usage_source: false, credits_reserved: false, credits_charged: false, period: false, seq: false, created_at: false,
-      prev_hash: false, signing_key_id: false
+      prev_hash: false, signing_key_id: false, key_id: false, end_user: false
     }
     const keys = [...Object.keys(objectValued), "hash", "signature"].sort() as Array<keyof Receipt>
-    expect(keys[keys.indexOf("hash") + 1]).toBe(STORED_HASH_BEFORE)
+    // With a key id (issue 41) the hash goes before it; an older receipt has none, and it goes before the model.
+    expect(keys[keys.indexOf("hash") + 1]).toBe(STORED_HASH_BEFORE_KEY)
+    const withoutKey = keys.filter((k) => k !== "key_id")
+    expect(withoutKey[withoutKey.indexOf("hash") + 1]).toBe(STORED_HASH_BEFORE)
     expect(keys[keys.indexOf("signature") + 1]).toBe(STORED_SIGNATURE_BEFORE)
     // No object-valued member comes before either place, so the first `,"key":` found is top-level.
     const before = keys.slice(0, keys.indexOf(STORED_SIGNATURE_BEFORE)).filter((k) => k !== "hash" && k !== "signature")

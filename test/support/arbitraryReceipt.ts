@@ -5,7 +5,7 @@ import type { UnsignedReceipt } from "../../spec/receipt.ts"
 /** Any text, quotes, backslashes, the members' own names, lone surrogates and non-BMP characters included. */
 const text = fc.oneof(
   fc.string({ unit: "binary", maxLength: 12 }),
-  fc.constantFrom(',"model":"x"', ',"signing_key_id":', '"hash"', "\\", "\u2028", "😀", "\ud800", "x\udc00")
+  fc.constantFrom(',"model":"x"', ',"key_id":"k"', ',"signing_key_id":', '"hash"', "\\", "\u2028", "😀", "\ud800", "x\udc00")
 )
 
 export const unsignedReceipt: fc.Arbitrary<UnsignedReceipt> = fc.record({
@@ -32,5 +32,9 @@ export const unsignedReceipt: fc.Arbitrary<UnsignedReceipt> = fc.record({
   seq: fc.integer({ min: 1, max: 1e9 }),
   created_at: fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
   prev_hash: text,
-  signing_key_id: text
-})
+  signing_key_id: text,
+  // Issue 41: the key and end user charged, absent from older receipts.
+  key_id: text,
+  end_user: text
+}, { requiredKeys: ["object", "receipt_id", "request_id", "organization", "project_id", "environment", "status", "verification", "model", "route",
+  "rate_card_version", "tokens", "usage_source", "credits_reserved", "credits_charged", "period", "seq", "created_at", "prev_hash", "signing_key_id"] })

@@ -27,7 +27,7 @@ export const ledgerStatements = Effect.gen(function* () {
     reserve: (h: Hold) =>
       at((now) =>
         transact<void, { readonly _tag: "BudgetExceeded" }>((abort) => {
-          if (!st.reserveSync(h, now, null)) abort({ _tag: "BudgetExceeded" })
+          if (st.reserveSync(h, now, null) !== "held") abort({ _tag: "BudgetExceeded" })
         })
       ),
     settle: (s: Settlement): Effect.Effect<Receipt> => at((now) => transact(() => st.settleSync(s, now))),

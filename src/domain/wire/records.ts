@@ -67,6 +67,9 @@ export const Receipt = Schema.Struct({
   created_at: Schema.String,
   prev_hash: Schema.String,
   signing_key_id: Schema.String,
+  /** The key and the end user the call was charged to (issue 41); absent from older receipts. */
+  key_id: Schema.optionalWith(Schema.String, { exact: true }),
+  end_user: Schema.optionalWith(Schema.String, { exact: true }),
   hash: Schema.String,
   signature: Schema.String
 }).annotations({ identifier: "Receipt", description: "Signed (Ed25519) and hash-chained per project; see docs/receipts.md." })

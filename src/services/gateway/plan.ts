@@ -286,7 +286,10 @@ export const makePlanning = (ctx: GatewayContext) => {
       requestId,
       projectId: principal.projectId,
       period: sizing.period,
-      deadline: now + settings.reservationTtlMs
+      deadline: now + settings.reservationTtlMs,
+      // The call is held in its key's and its end user's scopes too (spec/scopes.ts).
+      keyId: principal.keyId,
+      endUser: request.endUser
     }
     const first = chain[0]!
     const scope = scopeOf(principal)
