@@ -7,6 +7,7 @@
 import type { Schema } from "effect"
 import type * as A from "../../src/domain/wire/admin.ts"
 import type * as R from "../../src/domain/wire/records.ts"
+import type { StatementSchema } from "../../src/http/receiptsApi.ts"
 
 // Every shape below is the encoded form (what the JSON carries) of the schema that serves it and
 // /openapi.json (src/domain/wire/): imported as types only, so none of Effect reaches the bundle, and
@@ -119,5 +120,11 @@ export const api = {
       cursor = res.headers.get("x-next-cursor")
     } while (cursor !== null && cursor !== "")
     return text
-  }
+  },
+  /** A closed period's signed statement (the body GET /v1/statements/{period} serves); 404 while the period is open. */
+  statement: (projectId: string, period: string) =>
+    call<Statement>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/statements/${encodeURIComponent(period)}`)
 }
+
+/** A closed period's signed statement, as served (spec/statement.ts). */
+export type Statement = Wire<typeof StatementSchema>

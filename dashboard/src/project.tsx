@@ -1,5 +1,5 @@
 import { useEffect, useMemo, useState } from "preact/hooks"
-import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Page, type Project, type RotatedKey, type Session, type Usage } from "./api.ts"
+import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Page, type Project, type RotatedKey, type Session, type Statement, type Usage } from "./api.ts"
 import { UsageChart } from "./chart.tsx"
 import { describeFinding, type ExportVerdict, verifyExport } from "./verify.ts"
 import { ago, BudgetBar, credits, Dialog, ErrorNote, message, More, Status, usePages, when } from "./ui.tsx"
@@ -233,15 +233,30 @@ const SecretOnce = ({ issued, onDone }: { issued: IssuedKey | RotatedKey; onDone
 }
 
 /**
- * This month's receipts as a file a customer verifies with `tollgate verify` (docs/verification.md),
- * and the same checks run here, in the browser, by the package @tollgate/spec.
+ * A month's receipts as a file a customer verifies with `tollgate verify` (docs/verification.md), the
+ * same checks run here, in the browser, by the package @tollgate/spec, and — for a closed month — its
+ * signed statement as a file, checked against the export when both are here (statement_mismatch names
+ * a total that is not the receipts' sum). The open month has no statement yet: the section says so
+ * instead of offering one.
  */
 const VerifySection = ({ project }: { project: Project }) => {
-  const period = thisMonth()
+  const [period, setPeriod] = useState(thisMonth())
   const [busy, setBusy] = useState(false)
   const [error, setError] = useState<string | null>(null)
-  const [file, setFile] = useState<{ url: string; name: string; receipts: number } | null>(null)
+  const [file, setFile] = useState<{ url: string; name: string; receipts: number; text: string } | null>(null)
+  const [statement, setStatement] = useState<{ url: string; name: string; body: Statement } | null>(null)
   const [verdict, setVerdict] = useState<ExportVerdict | null>(null)
+  const current = period === thisMonth()
+  const open = period >= thisMonth()
+  const valid = /^\d{4}-\d{2}$/.test(period)
+  const pick = (p: string) => {
+    for (const f of [file, statement]) if (f !== null) URL.revokeObjectURL(f.url)
+    setFile(null)
+    setStatement(null)
+    setVerdict(null)
+    setError(null)
+    setPeriod(p)
+  }
   const run = async () => {
     setBusy(true)
     setError(null)
@@ -249,9 +264,24 @@ const VerifySection = ({ project }: { project: Project }) => {
     try {
       const text = await api.exportReceipts(project.id, period)
       if (file !== null) URL.revokeObjectURL(file.url)
-      const v = verifyExport(text)
-      setFile({ url: URL.createObjectURL(new Blob([text], { type: "application/jsonl" })), name: `${project.id}-${period}.jsonl`, receipts: v.summary.receipts })
+      const v = verifyExport(text, statement === null ? [] : [statement.body])
+      setFile({ url: URL.createObjectURL(new Blob([text], { type: "application/jsonl" })), name: `${project.id}-${period}.jsonl`, receipts: v.summary.receipts, text })
       setVerdict(v)
+    } catch (e) {
+      setError(message(e))
+    } finally {
+      setBusy(false)
+    }
+  }
+  const fetchStatement = async () => {
+    setBusy(true)
+    setError(null)
+    try {
+      const body = await api.statement(project.id, period)
+      if (statement !== null) URL.revokeObjectURL(statement.url)
+      const json = `${JSON.stringify(body, null, 2)}\n`
+      setStatement({ url: URL.createObjectURL(new Blob([json], { type: "application/json" })), name: `statement-${project.id}-${period}.json`, body })
+      if (file !== null) setVerdict(verifyExport(file.text, [body]))
     } catch (e) {
       setError(message(e))
     } finally {
@@ -260,19 +290,34 @@ const VerifySection = ({ project }: { project: Project }) => {
   }
   return (
     <section class="card" aria-labelledby="verify-h">
-      <h2 id="verify-h">Verify this month's bill</h2>
+      <h2 id="verify-h">Verify a month's bill</h2>
       <p class="meta">
-        Every receipt of {period}, signed and hash-chained, as one file. Check it here, or offline with{" "}
-        <code>tollgate verify {project.id}-{period}.jsonl</code>. The month's signed statement is{" "}
-        <code>GET /v1/statements/{period}</code> (with a key of this project) once the month has closed.
+        Every receipt of the month, signed and hash-chained, as one file, and the month's signed statement once it has closed. Check them here, or
+        offline with <code>tollgate verify {project.id}-{period}.jsonl --statement statement-{project.id}-{period}.json</code> (docs/verification.md).
       </p>
-      <button type="button" onClick={run} disabled={busy}>{busy ? "Exporting and verifying…" : "Export and verify this month's receipts"}</button>
+      <div class="grid-form inline">
+        <label for="v-month">Month</label>
+        <input id="v-month" type="month" value={period} max={thisMonth()} onInput={(e) => pick(e.currentTarget.value)} />
+      </div>
+      <div class="buttons">
+        <button type="button" onClick={run} disabled={busy || !valid}>{busy ? "Working…" : current ? "Export and verify this month's receipts" : `Export and verify the receipts of ${period}`}</button>
+        {open ? null : <button type="button" class="secondary" onClick={fetchStatement} disabled={busy || !valid}>{`Get the statement of ${period}`}</button>}
+      </div>
+      {open && valid
+        ? <p class="meta" data-statement="open">{period} is still open: its signed statement is made once the month has ended and nothing of it is still held. Until then the export covers the receipts so far.</p>
+        : null}
       <ErrorNote error={error} />
       {file === null ? null : <p><a href={file.url} download={file.name} data-download="export">Download {file.name}</a> ({file.receipts} receipts)</p>}
+      {statement === null ? null : (
+        <p>
+          <a href={statement.url} download={statement.name} data-download="statement">Download {statement.name}</a> (signed; {credits(statement.body.spent)} Credits spent over{" "}
+          {credits(statement.body.receipt_count)} receipts, closed {when(statement.body.closed_at)})
+        </p>
+      )}
       {verdict === null ? null : (
         <div role="status" data-export-verdict={verdict.findings.length === 0 ? "clean" : "findings"}>
           {verdict.findings.length === 0
-            ? <p class="ok">✓ {verdict.summary.receipts} receipts: every signature and chain link checks out, and every charge the export's rate cards price ({verdict.summary.keys} key(s), {verdict.summary.rateCards} rate card(s)).</p>
+            ? <p class="ok">✓ {verdict.summary.receipts} receipts: every signature and chain link checks out, and every charge the export's rate cards price ({verdict.summary.keys} key(s), {verdict.summary.rateCards} rate card(s)){verdict.summary.statements > 0 ? "; the statement's totals are the receipts' sums and its signature checks out" : ""}.</p>
             : (
               <>
                 <p class="bad">✗ {verdict.findings.length} finding(s) in {verdict.summary.receipts} receipts.</p>

@@ -5,6 +5,7 @@
  *   - one receipt: its hash and signature under the published key whose id it names (docs/receipts.md);
  *   - a month's export (GET /admin/v1/projects/{id}/receipts?period=…): every receipt's seal, the chain
  *     links, every charge recomputed from the rate cards the export carries, as `tollgate verify` does.
+ *     With a statement of the month, its signature and its totals against the receipts' sums.
  *     A card the export does not carry (rate_card_missing) is shown as a check not made, not as a
  *     fault: the session cannot read GET /v1/rate_cards (a project key's route).
  */
@@ -36,9 +37,9 @@ export interface ExportVerdict {
   readonly unchecked: ReadonlyArray<string>
 }
 
-/** `tollgate verify`'s checks on an export's text, in this browser. */
-export const verifyExport = (text: string): ExportVerdict => {
-  const { summary, findings } = Verify.verifyRecords(Export.readExport(text), {})
+/** `tollgate verify`'s checks on an export's text (and the statements given: their signatures and totals), in this browser. */
+export const verifyExport = (text: string, statements: ReadonlyArray<unknown> = []): ExportVerdict => {
+  const { summary, findings } = Verify.verifyRecords(Export.readExport(text), { statements })
   const missing = findings.filter((f) => f.kind === "rate_card_missing")
   return {
     summary,
