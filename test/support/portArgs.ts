@@ -20,6 +20,9 @@ export interface ReserveOptions {
   /** Ids to use instead of fresh ones (models name their holds). */
   readonly ids?: { readonly reservationId: string; readonly requestId: string }
   readonly maxCredits?: number
+  /** The key and end user the hold is in besides the project (issue 41, spec/scopes.ts); none when absent. */
+  readonly keyId?: string
+  readonly endUser?: string
 }
 
 export const DEFAULT_NOW = Date.UTC(2026, 0, 15)
@@ -46,7 +49,15 @@ export const reserveArgs = (projectId: string, amount: number, o: ReserveOptions
       rateCardVersion: "rc_2026-01",
       createdAt: now
     },
-    hold: { reservationId: o.ids?.reservationId ?? newReservationId(now), requestId, projectId, period, deadline: o.deadline ?? now + 60_000 },
+    hold: {
+      reservationId: o.ids?.reservationId ?? newReservationId(now),
+      requestId,
+      projectId,
+      period,
+      deadline: o.deadline ?? now + 60_000,
+      ...(o.keyId === undefined ? {} : { keyId: o.keyId }),
+      ...(o.endUser === undefined ? {} : { endUser: o.endUser })
+    },
     sizing: {
       chain: [{ name: "demo", prices: { input: 1_000_000, output: 0 }, routeLimit: 16 }],
       inputTokens: amount,
