@@ -189,7 +189,7 @@ export const makeFastHandler = Effect.gen(function* () {
   /** Answer a typed failure as its OpenAI error body, with the headers gathered so far. */
   const fail = (c: FastCall, error: TollgateError): void => {
     // The project's budget refused the call: budget.exhausted once per window, written off this path (src/services/Events.ts).
-    if (error._tag === "BudgetExceeded" && error.param === null && c.caller !== undefined) events?.budgetRefused(c.caller.projectId, c.caller.organization, clock.unsafeCurrentTimeMillis())
+    if (error._tag === "BudgetExceeded" && error.param === "project" && c.caller !== undefined) events?.budgetRefused(c.caller.projectId, c.caller.organization, clock.unsafeCurrentTimeMillis())
     const response = errorResponse(wireError(error), c.headers)
     record(c, response.status, response.headers["x-request-id"])
     writeResponse(c.res, response)
