@@ -23,6 +23,17 @@ const webhooks = {
   retry: (id: string, delivery: string) => call<Delivery>("POST", `${path(id)}/deliveries/${encodeURIComponent(delivery)}/retry`)
 }
 
+/** Run an action of the page: its error shown in the page's note (cleared first), the page's list read again after it. */
+const action = (setError: (e: string | null) => void, reload: () => void) => async (work: () => Promise<void>) => {
+  setError(null)
+  try {
+    await work()
+    reload()
+  } catch (err) {
+    setError(message(err))
+  }
+}
+
 /** #/webhooks: the endpoints, and a form to add one. */
 export const WebhooksPage = () => {
   const [first, setFirst] = useState<Page<Endpoint> | null>(null)
@@ -33,16 +44,12 @@ export const WebhooksPage = () => {
   const [created, setCreated] = useState<WithSecret | null>(null)
   const load = () => void webhooks.list(null).then(setFirst, (e) => setError(message(e)))
   useEffect(load, [])
-  const create = async (e: Event) => {
+  const create = (e: Event) => {
     e.preventDefault()
-    setError(null)
-    try {
+    return action(setError, load)(async () => {
       setCreated(await webhooks.create(url, events.split(",").map((s) => s.trim()).filter((s) => s !== "")))
       setUrl("")
-      load()
-    } catch (err) {
-      setError(message(err))
-    }
+    })
   }
   return (
     <>
@@ -95,16 +102,11 @@ export const WebhookPage = ({ id }: { id: string }) => {
     webhooks.get(id).then(setEndpoint, (e) => setError(message(e)))
     load()
   }, [id])
-  const again = async (d: Delivery) => {
-    setError(null)
-    try {
+  const again = (d: Delivery) =>
+    action(setError, load)(async () => {
       const made = await webhooks.retry(id, d.id)
       setNotice(`Event ${made.event_id} queued again as ${made.id}.`)
-      load()
-    } catch (err) {
-      setError(message(err))
-    }
-  }
+    })
   return (
     <>
       <h1>Webhook endpoint</h1>
