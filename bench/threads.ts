@@ -17,6 +17,7 @@ import { arg, flag, numArg } from "./lib/args.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { closedLoad } from "./lib/load.ts"
 import { cpuSplit, sampleProc, signalForJson, startChild } from "./lib/procs.ts"
+import { median } from "./lib/stats.ts"
 
 const here = import.meta.dirname
 const root = resolve(here, "..")
@@ -60,6 +61,10 @@ for (const t of targets) {
 const totals = new Map<string, { main: number; busiestOther: number; rest: number }>()
 const calls = new Map<string, number>()
 const rps = new Map<string, Array<number>>()
+/** The process's CPU µs a call (all threads), each round: their median sets targets side by side (rounds shared with other work vary). */
+const cpuRounds = new Map<string, Array<number>>()
+/** What `tollgate-webhook`'s /metrics said of its deliveries at the end (the bench's traffic crosses no threshold: none expected). */
+let webhookAttempts = ""
 try {
   for (let round = 0; round < rounds; round++) {
     // Rotated each round, as bench/run.ts does: no target always runs first or last.
@@ -83,8 +88,14 @@ try {
       totals.set(t, { main: sum.main + split.main, busiestOther: sum.busiestOther + split.busiestOther, rest: sum.rest + split.rest })
       calls.set(t, (calls.get(t) ?? 0) + r.ok)
       rps.set(t, [...(rps.get(t) ?? []), r.achievedRps])
+      cpuRounds.set(t, [...(cpuRounds.get(t) ?? []), ((split.main + split.busiestOther + split.rest) * 1000) / r.ok])
       console.log(`round ${round + 1} ${t}: ${r.achievedRps.toFixed(0)} RPS, ${r.errors} errors`)
     }
+  }
+  const hooked = started.get("tollgate-webhook")
+  if (hooked !== undefined) {
+    const metrics = await (await fetch(`${hooked.origin}/metrics`, { headers: { authorization: "Bearer bench-admin-token" } })).text()
+    webhookAttempts = metrics.split("\n").filter((l) => l.startsWith("tollgate_webhook_")).join("; ")
   }
 } finally {
   for (const s of started.values()) await s.stop()
@@ -101,6 +112,9 @@ console.log(`| RPS, each round | ${targets.map((t) => rps.get(t)!.map((x) => x.t
 ;["main thread", "busiest other thread (the store worker)", "the rest (V8's GC helpers, libuv's pool)", "all"].forEach((label, i) =>
   console.log(`| ${label} | ${targets.map((t) => perCall(t)[i]).join(" | ")} |`)
 )
+console.log(`| CPU µs a call (all threads), median of the rounds [each round] | ${targets.map((t) => `${median(cpuRounds.get(t)!).toFixed(0)} [${cpuRounds.get(t)!.map((x) => x.toFixed(0)).join(" / ")}]`).join(" | ")} |`)
+console.log(`| calls/s, median of the rounds | ${targets.map((t) => median(rps.get(t)!).toFixed(0)).join(" | ")} |`)
+if (webhookAttempts !== "") console.log(`tollgate-webhook at the end: ${webhookAttempts}`)
 for (const t of targets) {
   const n = calls.get(t)!
   console.log(`${t}: main-thread GC pauses ` + [...gcTotals.get(t)!].map(([k, [c, ms]]) => `${k} ${((c * 1000) / n).toFixed(1)} per 1,000 calls, ${((ms * 1000) / n).toFixed(1)} µs a call`).join("; "))
