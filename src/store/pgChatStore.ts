@@ -41,8 +41,9 @@
  */
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Cause, Duration, Effect, Exit, Layer, Option, Runtime } from "effect"
-import { available, checkWindow } from "../../spec/ledger.ts"
-import { holdRefusedMessage, sizeReservation } from "../domain/budgetSizing.ts"
+import { checkWindow } from "../../spec/ledger.ts"
+import type { ScopeKind } from "../../spec/scopes.ts"
+import { holdRefusedMessage, type ScopeWindow, sizeInScopes, sizeReservation } from "../domain/budgetSizing.ts"
 import { Settings } from "../domain/config.ts"
 import { ServerOverloaded, StoreUnavailable } from "../domain/errors.ts"
 import { type AbandonArgs, InvariantViolated, type ExpireArgs, type ExtendArgs, type HeartbeatArgs, type ReserveArgs, type Reserved, type ReserveRefused, type SettleArgs } from "./chatTransactions.ts"
@@ -51,7 +52,7 @@ import { PgConnectionsTracker } from "./pgPool.ts"
 import { fastestSealer } from "./sodium.ts"
 import { faultOf, storeUnavailable } from "./storeFaults.ts"
 import { asBuffer, type ClaimOutcome, outcomeOf } from "./idempotencyStatements.ts"
-import { unsignedReceipt, type WindowFactsRow, windowFactsOf } from "./ledgerStatements.ts"
+import { endUserAccount, keyAccount, unsignedReceipt, type WindowFactsRow, windowFactsOf } from "./ledgerStatements.ts"
 
 /** Transactions run again after a serialization failure or a deadlock, by SQLSTATE (read by /metrics). */
 export const pgRetries: Record<"40001" | "40P01", number> = { "40001": 0, "40P01": 0 }
@@ -222,6 +223,24 @@ export const makePgChatStore = Effect.gen(function* () {
     readonly o_content_type: string | null
     readonly o_body: Uint8Array | null
     readonly o_expires_at: number | null
+    /** Migration 0014: the scope that refused the hold (none: not sized), and the key's and end user's figures. */
+    readonly o_scope: ScopeKind | null
+    readonly o_key_cap: number | null
+    readonly o_key_spent: number | null
+    readonly o_key_reserved: number | null
+    readonly o_eu_cap: number | null
+    readonly o_eu_spent: number | null
+    readonly o_eu_reserved: number | null
+  }
+
+  /** Every scope's window a refused (or unsized) reservation answered, in SCOPE_ORDER (spec/scopes.ts). */
+  const scopeWindowsOf = (a: ReserveArgs, row: ReserveRow): ReadonlyArray<ScopeWindow> => {
+    const n = (x: number | string | null) => Number(x ?? 0)
+    return [
+      { scope: "project", cap: n(row.o_cap), spent: n(row.o_spent), reserved: n(row.o_reserved) },
+      ...(a.hold.keyId === undefined ? [] : [{ scope: "key" as const, cap: n(row.o_key_cap), spent: n(row.o_key_spent), reserved: n(row.o_key_reserved) }]),
+      ...(a.hold.endUser === undefined ? [] : [{ scope: "end_user" as const, cap: n(row.o_eu_cap), spent: n(row.o_eu_spent), reserved: n(row.o_eu_reserved) }])
+    ]
   }
 
   const claimOutcome = (row: ReserveRow, fingerprint: string): ClaimOutcome =>
@@ -320,7 +339,10 @@ export const makePgChatStore = Effect.gen(function* () {
       h_project: h.projectId,
       h_period: h.period,
       h_deadline: h.deadline,
-      amount
+      amount,
+      // Migration 0014: the hold's other scopes (spec/scopes.ts).
+      h_key: h.keyId ?? null,
+      h_end_user: h.endUser ?? null
     }
   }
 
@@ -430,13 +452,14 @@ export const makePgChatStore = Effect.gen(function* () {
       const first = yield* reserveAttempt(a, unbounded._tag === "Fits" ? unbounded.reservation : null)
       if (first.o_outcome === "claim") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimOutcome(first, fingerprint) })
       if (first.o_outcome === "held" && unbounded._tag === "Fits") return { outputCap: unbounded.outputCap, reservation: unbounded.reservation }
-      const cap = first.o_cap ?? 0
-      const sized = sizeReservation(a.sizing, cap, available({ cap, spent: first.o_spent ?? 0, reserved: first.o_reserved ?? 0 }))
+      // Sized on every scope's figures (the smallest room; a refusal names the first scope without room).
+      const sized = sizeInScopes(a.sizing, scopeWindowsOf(a, first))
       if (sized._tag === "OverBudget") return yield* Effect.fail<ReserveRefused>(sized)
       const second = yield* reserveAttempt(a, sized.reservation)
       if (second.o_outcome === "claim") return yield* Effect.fail<ReserveRefused>({ _tag: "ClaimLost", outcome: claimOutcome(second, fingerprint) })
       if (second.o_outcome !== "held") {
-        return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(sized.reservation, a.hold.period), param: null })
+        const scope = second.o_scope ?? "project"
+        return yield* Effect.fail<ReserveRefused>({ _tag: "OverBudget", message: holdRefusedMessage(sized.reservation, a.hold.period, scope), param: scope })
       }
       return { outputCap: sized.outputCap, reservation: sized.reservation }
     }).pipe(
@@ -786,12 +809,12 @@ export const makePgChatStore = Effect.gen(function* () {
   const expireBatch = (a: ExpireArgs): Effect.Effect<number> =>
     transact(
       Effect.gen(function* () {
-        const voided = yield* sql<{ request_id: string; amount: number; project_id: string; period: string }>`
+        const voided = yield* sql<{ request_id: string; amount: number; project_id: string; period: string; key_id: string | null; end_user: string | null }>`
           UPDATE reservations SET state = 'voided', charge = 0, resolved_at = ${a.now}
           WHERE state = 'held' AND id IN (
             SELECT id FROM reservations WHERE state = 'held' AND deadline <= ${a.now}
             ORDER BY id LIMIT ${SWEEP_BATCH} FOR UPDATE SKIP LOCKED)
-          RETURNING request_id, amount, project_id, period`
+          RETURNING request_id, amount, project_id, period, key_id, end_user`
         if (voided.length === 0) return 0
         const requestIds = voided.map((v) => v.request_id)
         yield* sql`UPDATE requests SET status = 'failed', credits_charged = 0, error_code = ${a.failure.code},
@@ -808,6 +831,21 @@ export const makePgChatStore = Effect.gen(function* () {
         }
         for (const w of [...released.values()].sort((x, y) => (x.projectId + x.period < y.projectId + y.period ? -1 : 1))) {
           yield* sql`UPDATE budget_windows SET reserved = reserved - ${w.amount} WHERE project_id = ${w.projectId} AND period = ${w.period}`
+        }
+        // Then the holds' key and end-user windows (migration 0014), each behind its project's row locked above.
+        const scoped = new Map<string, { scope: string; period: string; amount: number }>()
+        const release = (scope: string, period: string, amount: number) => {
+          const k = `${scope}\u0000${period}`
+          const w = scoped.get(k) ?? { scope, period, amount: 0 }
+          w.amount += amount
+          scoped.set(k, w)
+        }
+        for (const v of voided) {
+          if (v.key_id !== null) release(keyAccount(v.key_id), v.period, v.amount)
+          if (v.end_user !== null) release(endUserAccount(v.project_id, v.end_user), v.period, v.amount)
+        }
+        for (const w of [...scoped.values()].sort((x, y) => (x.scope + x.period < y.scope + y.period ? -1 : 1))) {
+          yield* sql`UPDATE scope_windows SET reserved = reserved - ${w.amount} WHERE scope = ${w.scope} AND period = ${w.period}`
         }
         return voided.length
       })
