@@ -34,11 +34,12 @@ import { Events } from "./services/Events.ts"
 import { Webhooks } from "./services/Webhooks.ts"
 import { WebhookSecrets, WebhookSettingsLive } from "./services/WebhookSecrets.ts"
 import { WebhookWorker } from "./services/WebhookWorker.ts"
+import { ScopeBudgets } from "./services/ScopeBudgets.ts"
 import { ChatStoreLive } from "./store/chatStoreLive.ts"
 import { StoreDatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
-export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default, Webhooks.Default, WebhookWorker.Default, Events.Default).pipe(
+export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default, Webhooks.Default, WebhookWorker.Default, Events.Default, ScopeBudgets.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default, AuthThrottle.Default, ReceiptLog.Default)),
   Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default)),
   Layer.provideMerge(

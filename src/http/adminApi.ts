@@ -36,6 +36,7 @@ import {
 import { adminExportReceipts, adminStatement } from "./receiptsApi.ts"
 import { adminErrorAt as errorAt, PageParams, PathId } from "./adminParams.ts"
 import { webhooksGroup } from "./webhooksApi.ts"
+import { scopeBudgetsGroup } from "./scopeBudgetsApi.ts"
 
 // The shapes are defined once in src/domain/wire/admin.ts (the services and the dashboard take them from there).
 export * from "../domain/wire/admin.ts"
@@ -207,4 +208,9 @@ const signIn = HttpApiGroup.make("session").add(
     .annotate(OpenApi.Description, "Sign out: ends the session and expires the cookie. Needs X-CSRF-Token.")
 )
 
-export const adminGroups = { admin, signIn, webhooks: webhooksGroup.addError(E.rateLimited).middleware(AdminAuth) }
+export const adminGroups = {
+  admin,
+  signIn,
+  webhooks: webhooksGroup.addError(E.rateLimited).middleware(AdminAuth),
+  scopeBudgets: scopeBudgetsGroup.addError(E.rateLimited).middleware(AdminAuth)
+}

@@ -26,6 +26,7 @@ import { PublicApi } from "./api.ts"
 import { respondErrors } from "./caller.ts"
 import { decodedBody, header } from "./request.ts"
 import { webhooksRoutes } from "./webhooksRoutes.ts"
+import { scopeBudgetsRoutes } from "./scopeBudgetsRoutes.ts"
 import { type AdminCheckServices, adminCaller, clientOf, cookieOptions, json, operatorOnly, SESSION_COOKIE, sessionCaller, viewedEnvironment, visibleProject } from "./session.ts"
 
 /**
@@ -227,4 +228,6 @@ const sessionGroup = HttpApiBuilder.group(PublicApi, "session", (handlers) =>
 )
 
 /** The admin groups' layers, for the HttpApi's router (./apiRoutes.ts). */
-export const adminGroups = Layer.mergeAll(adminGroup.pipe(Layer.provide(AdminAuthLive)), sessionGroup.pipe(Layer.provide(SessionAuthLive)), webhooksRoutes.pipe(Layer.provide(AdminAuthLive)))
+export const adminGroups = Layer.mergeAll(adminGroup.pipe(Layer.provide(AdminAuthLive)), sessionGroup.pipe(Layer.provide(SessionAuthLive)), webhooksRoutes.pipe(Layer.provide(AdminAuthLive)),
+  scopeBudgetsRoutes.pipe(Layer.provide(AdminAuthLive))
+)

@@ -1,0 +1,127 @@
+/**
+ * The key and end-user budgets (issue 41, spec/scopes.ts; docs/contract.md §8): a key's
+ * `budget_credits`, a project's default for its end users (`end_user_budget_credits`) and each end
+ * user's override — what the admin API sets and shows. The reservation reads the same columns inside
+ * its guarded statements (src/store/scopeSql.ts), so a cap set here holds from the next call on.
+ *
+ * The window shown is the current one (the UTC month, as the project's), its spent and reserved read
+ * from the scope's `scope_windows` row (none yet: zero).
+ */
+import { Clock, Effect } from "effect"
+import { periodOf } from "../../spec/ledger.ts"
+import { BudgetCredits, checkField } from "../domain/adminFields.ts"
+import { AdminNotFound, type InvalidRequest } from "../domain/errors.ts"
+import type { Page } from "../domain/paging.ts"
+import type * as Wire from "../domain/wire/scopes.ts"
+import { type EndUserRow, ScopeBudgetsRepo } from "../store/scopeBudgetsRepo.ts"
+
+export type KeyBudget = typeof Wire.KeyBudget.Type
+export type EndUser = typeof Wire.EndUser.Type
+
+const checkCap = (cap: number | null, param: string): Effect.Effect<number | null, InvalidRequest> =>
+  cap === null ? Effect.succeed(null) : checkField(BudgetCredits, param, cap)
+
+const windowOf = (period: string, cap: number | null, w: { readonly spent: number | null; readonly reserved: number | null } | undefined) => {
+  const spent = Number(w?.spent ?? 0)
+  const reserved = Number(w?.reserved ?? 0)
+  return { period, spent, reserved, remaining: cap === null ? null : Math.max(0, cap - spent - reserved) }
+}
+
+const iso = (millis: number | null) => (millis === null ? null : new Date(Number(millis)).toISOString())
+
+export class ScopeBudgets extends Effect.Service<ScopeBudgets>()("tollgate/ScopeBudgets", {
+  dependencies: [ScopeBudgetsRepo.Default],
+  effect: Effect.gen(function* () {
+    const repo = yield* ScopeBudgetsRepo
+    const now = Clock.currentTimeMillis
+
+    const keyBudget = (keyId: string): Effect.Effect<KeyBudget, AdminNotFound> =>
+      Effect.gen(function* () {
+        const [key] = yield* Effect.orDie(repo.key(keyId))
+        if (key === undefined) return yield* new AdminNotFound({ message: `No API key with id ${keyId}.` })
+        const period = periodOf(yield* now)
+        const [w] = yield* Effect.orDie(repo.keyWindow(keyId, period))
+        const cap = key.budget_credits === null ? null : Number(key.budget_credits)
+        return { object: "key_budget" as const, key_id: key.id, project_id: key.project_id, budget_credits: cap, ...windowOf(period, cap, w) }
+      })
+
+    /** Set a key's budget (null: none), checked first: the key's budget and current window. */
+    const setKeyBudget = (keyId: string, cap: number | null): Effect.Effect<KeyBudget, AdminNotFound | InvalidRequest> =>
+      Effect.gen(function* () {
+        const checked = yield* checkCap(cap, "budget_credits")
+        const updated = yield* Effect.orDie(repo.setKey(keyId, checked))
+        if (updated.length === 0) return yield* new AdminNotFound({ message: `No API key with id ${keyId}.` })
+        return yield* keyBudget(keyId)
+      })
+
+    const projectDefault = (projectId: string): Effect.Effect<number | null, AdminNotFound> =>
+      Effect.flatMap(Effect.orDie(repo.endUserDefault(projectId)), ([p]) =>
+        p === undefined
+          ? Effect.fail(new AdminNotFound({ message: `No project with id ${projectId}.` }))
+          : Effect.succeed(p.end_user_budget_credits === null ? null : Number(p.end_user_budget_credits))
+      )
+
+    /** Set a project's default budget for its end users (null: none). */
+    const setEndUserDefault = (projectId: string, cap: number | null): Effect.Effect<number | null, AdminNotFound | InvalidRequest> =>
+      Effect.gen(function* () {
+        const checked = yield* checkCap(cap, "end_user_budget_credits")
+        const updated = yield* Effect.orDie(repo.setEndUserDefault(projectId, checked, yield* now))
+        if (updated.length === 0) return yield* new AdminNotFound({ message: `No project with id ${projectId}.` })
+        return checked
+      })
+
+    const endUserOf = (row: EndUserRow, fallback: number | null, period: string): EndUser => {
+      const override = row.created_at !== null
+      const cap = override ? (row.budget_credits === null ? null : Number(row.budget_credits)) : fallback
+      return {
+        object: "end_user",
+        project_id: row.project_id,
+        user: row.end_user,
+        budget_credits: cap,
+        budget_source: override ? "override" : cap === null ? "none" : "project_default",
+        ...windowOf(period, cap, row),
+        created_at: iso(row.created_at),
+        updated_at: iso(row.updated_at)
+      }
+    }
+
+    /** An end user of a project, override or not (any name: one that never called has spent nothing). */
+    const endUser = (projectId: string, user: string): Effect.Effect<EndUser, AdminNotFound> =>
+      Effect.gen(function* () {
+        const fallback = yield* projectDefault(projectId)
+        const period = periodOf(yield* now)
+        const [row] = yield* Effect.orDie(repo.endUser(projectId, user, period))
+        return endUserOf(row!, fallback, period)
+      })
+
+    const putEndUser = (projectId: string, user: string, cap: number | null): Effect.Effect<EndUser, AdminNotFound | InvalidRequest> =>
+      Effect.gen(function* () {
+        const checked = yield* checkCap(cap, "budget_credits")
+        yield* projectDefault(projectId)
+        yield* Effect.orDie(repo.putEndUser(projectId, user, checked, yield* now))
+        return yield* endUser(projectId, user)
+      })
+
+    /** Remove an end user's override: 404 when it had none. */
+    const deleteEndUser = (projectId: string, user: string): Effect.Effect<EndUser, AdminNotFound> =>
+      Effect.gen(function* () {
+        yield* projectDefault(projectId)
+        const deleted = yield* Effect.orDie(repo.deleteEndUser(projectId, user))
+        if (deleted.length === 0) return yield* new AdminNotFound({ message: `End user ${JSON.stringify(user)} of project ${projectId} has no budget of its own.` })
+        return yield* endUser(projectId, user)
+      })
+
+    /** A project's end users with an override, by name, a page at a time (the cursor: the last name of the page before). */
+    const endUsers = (projectId: string, cursor: string | undefined, limit: number): Effect.Effect<Page<EndUser>, AdminNotFound> =>
+      Effect.gen(function* () {
+        const fallback = yield* projectDefault(projectId)
+        const period = periodOf(yield* now)
+        const rows = yield* Effect.orDie(repo.endUsers(projectId, cursor === "" ? undefined : cursor, limit + 1, period))
+        const page = rows.slice(0, limit)
+        const hasMore = rows.length > limit
+        return { data: page.map((r) => endUserOf(r, fallback, period)), has_more: hasMore, next_cursor: hasMore ? page[page.length - 1]!.end_user : null }
+      })
+
+    return { keyBudget, setKeyBudget, setEndUserDefault, projectDefault, endUser, putEndUser, deleteEndUser, endUsers } as const
+  })
+}) {}

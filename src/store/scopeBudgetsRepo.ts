@@ -1,0 +1,68 @@
+/**
+ * The key and end-user budgets' rows (issue 41, migration 0014; src/services/ScopeBudgets.ts): a key's
+ * `budget_credits`, a project's `end_user_budget_credits`, the `end_users` overrides, and the scopes'
+ * windows (`scope_windows`, named by spec/scopes.ts `accountOf`) the admin API shows with them.
+ */
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+import { endUserAccount, keyAccount } from "./ledgerStatements.ts"
+
+/** An end user's override as stored, with its window's figures. */
+export interface EndUserRow {
+  readonly project_id: string
+  readonly end_user: string
+  readonly budget_credits: number | null
+  readonly created_at: number
+  readonly updated_at: number
+  readonly spent: number | null
+  readonly reserved: number | null
+}
+
+export interface ScopeWindowRow {
+  readonly spent: number | null
+  readonly reserved: number | null
+}
+
+export const makeScopeBudgetsRepo = (sql: SqlClient.SqlClient) => ({
+  /** Key `keyId`'s project and budget. */
+  key: (keyId: string) => sql<{ id: string; project_id: string; budget_credits: number | null }>`SELECT id, project_id, budget_credits FROM api_keys WHERE id = ${keyId}`,
+
+  /** Set (or, null, clear) key `keyId`'s budget: a row back when the key exists. */
+  setKey: (keyId: string, cap: number | null) => sql<{ id: string }>`UPDATE api_keys SET budget_credits = ${cap} WHERE id = ${keyId} RETURNING id`,
+
+  /** A project's default budget for its end users. */
+  endUserDefault: (projectId: string) => sql<{ end_user_budget_credits: number | null }>`SELECT end_user_budget_credits FROM projects WHERE id = ${projectId}`,
+
+  setEndUserDefault: (projectId: string, cap: number | null, now: number) =>
+    sql<{ id: string }>`UPDATE projects SET end_user_budget_credits = ${cap}, updated_at = ${now} WHERE id = ${projectId} RETURNING id`,
+
+  /** A key's window of `period` (none yet: no row). */
+  keyWindow: (keyId: string, period: string) => sql<ScopeWindowRow>`SELECT spent, reserved FROM scope_windows WHERE scope = ${keyAccount(keyId)} AND period = ${period}`,
+
+  /** End user `user` of project `projectId`: its override (none: no row) and its window of `period` (none yet: nulls). */
+  endUser: (projectId: string, user: string, period: string) =>
+    sql<EndUserRow>`SELECT ${projectId} AS project_id, ${user} AS end_user, e.budget_credits, e.created_at, e.updated_at, w.spent, w.reserved
+      FROM (SELECT 1 AS one) AS one
+      LEFT JOIN end_users e ON e.project_id = ${projectId} AND e.end_user = ${user}
+      LEFT JOIN scope_windows w ON w.scope = ${endUserAccount(projectId, user)} AND w.period = ${period}`,
+
+  /** Set end user `user`'s override (null: no budget at all, whatever the project's default). */
+  putEndUser: (projectId: string, user: string, cap: number | null, now: number) =>
+    sql`INSERT INTO end_users (project_id, end_user, budget_credits, created_at, updated_at) VALUES (${projectId}, ${user}, ${cap}, ${now}, ${now})
+        ON CONFLICT (project_id, end_user) DO UPDATE SET budget_credits = excluded.budget_credits, updated_at = excluded.updated_at`,
+
+  /** Remove end user `user`'s override (the project's default applies again): a row back when there was one. */
+  deleteEndUser: (projectId: string, user: string) =>
+    sql<{ end_user: string }>`DELETE FROM end_users WHERE project_id = ${projectId} AND end_user = ${user} RETURNING end_user`,
+
+  /** Up to `limit` of a project's overrides after `after` (by name), each with its window of `period`. */
+  endUsers: (projectId: string, after: string | undefined, limit: number, period: string) =>
+    sql<EndUserRow>`SELECT e.project_id, e.end_user, e.budget_credits, e.created_at, e.updated_at, w.spent, w.reserved
+      FROM (SELECT * FROM end_users WHERE project_id = ${projectId} ${after === undefined ? sql`` : sql`AND end_user > ${after}`} ORDER BY end_user LIMIT ${limit}) e
+      LEFT JOIN scope_windows w ON w.scope = ${`end_user:${projectId}/`} || e.end_user AND w.period = ${period}
+      ORDER BY e.end_user`
+})
+
+export class ScopeBudgetsRepo extends Effect.Service<ScopeBudgetsRepo>()("tollgate/ScopeBudgetsRepo", {
+  effect: Effect.map(SqlClient.SqlClient, makeScopeBudgetsRepo)
+}) {}
