@@ -16,6 +16,7 @@ import type * as Wire from "../domain/wire/admin.ts"
 import { makeKeyEvents } from "../store/keyEvents.ts"
 import { type KeyRow, KeysRepo } from "../store/keysRepo.ts"
 import { Projects } from "./Projects.ts"
+import type { CallLimits, ScopeLimits } from "./UpstreamLimits.ts"
 
 /** Who is calling: the tenant scope a request runs in. */
 export interface Principal {
@@ -25,6 +26,20 @@ export interface Principal {
   readonly environment: Environment
   readonly budgetCredits: number
   readonly rateLimit: { readonly requestsPerMinute: number; readonly burst: number }
+  /** The project's and the key's tokens-per-minute and in-flight limits; undefined when none is set (src/services/UpstreamLimits.ts). */
+  readonly limits: CallLimits | undefined
+}
+
+/** A key row's upstream limits, the project's first: undefined when neither sets any. */
+const limitsOf = (row: KeyRow): CallLimits | undefined => {
+  const out: Array<ScopeLimits> = []
+  if (row.project_tokens_per_minute !== null || row.project_max_concurrent !== null) {
+    out.push({ scope: "project", id: `p:${row.project_id}`, tokensPerMinute: row.project_tokens_per_minute ?? undefined, maxConcurrent: row.project_max_concurrent ?? undefined })
+  }
+  if (row.tokens_per_minute !== null || row.max_concurrent !== null) {
+    out.push({ scope: "key", id: `k:${row.id}`, tokensPerMinute: row.tokens_per_minute ?? undefined, maxConcurrent: row.max_concurrent ?? undefined })
+  }
+  return out.length === 0 ? undefined : out
 }
 
 /** An issued key, its secret shown once (never stored): the admin API's `IssuedKey`. */
@@ -119,7 +134,8 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         organization: row.organization,
         environment: row.environment,
         budgetCredits: row.budget_credits,
-        rateLimit: { requestsPerMinute: row.requests_per_minute, burst: row.burst }
+        rateLimit: { requestsPerMinute: row.requests_per_minute, burst: row.burst },
+        limits: limitsOf(row)
       }
     }
 

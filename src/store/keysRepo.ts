@@ -24,6 +24,11 @@ export interface KeyRow {
   readonly budget_credits: number
   readonly requests_per_minute: number
   readonly burst: number
+  /** The key's and its project's upstream limits (migration 0015; NULL: none). */
+  readonly tokens_per_minute: number | null
+  readonly max_concurrent: number | null
+  readonly project_tokens_per_minute: number | null
+  readonly project_max_concurrent: number | null
 }
 
 /** A key to insert: only SHA-256(secret) is stored. */
@@ -44,7 +49,8 @@ export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
 
     /** Key `keyId` with its project's organization, cap and rate limit. */
     find: (keyId: string) =>
-      sql<KeyRow>`SELECT k.*, p.organization, p.budget_credits, p.requests_per_minute, p.burst
+      sql<KeyRow>`SELECT k.*, p.organization, p.budget_credits, p.requests_per_minute, p.burst,
+                    p.tokens_per_minute AS project_tokens_per_minute, p.max_concurrent AS project_max_concurrent
                   FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,
 
     insert: (key: NewKey) =>
