@@ -57,7 +57,15 @@ export class UnsupportedWorkflow extends Schema.TaggedError<UnsupportedWorkflow>
 /** 429 rate_limited: the project's rate check rejected the burst. */
 export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", {
   message: Schema.String,
-  retryAfterMs: Schema.Number
+  retryAfterMs: Schema.Number,
+  /**
+   * The limit that refused when it is not the project's requests_per_minute (issue 41 item 3): its
+   * scope and field, `project.rate_limit.tokens_per_minute`, `key.rate_limit.max_concurrent`,
+   * `route.rate_limit.requests_per_minute`…; the wire's `param`.
+   */
+  param: Schema.optional(Schema.String),
+  /** That limit's own x-ratelimit-* headers (the tokens' ones), sent instead of the requests' remaining 0. */
+  limitHeaders: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String }))
 }, wire(429, "rate_limit_error", "rate_limited")) {}
 
 /** 503 route_unavailable: no available route for the requested model (unknown, failing, or open breaker). */

@@ -11,6 +11,7 @@ import { isPostgresUrl } from "../domain/databaseUrl.ts"
 import { staleAfterMs } from "../../spec/epochs.ts"
 import { makeEpochStore } from "../store/epochStore.ts"
 import { connectRedisGcra, pgGcra, type SharedGcraDecision } from "../store/sharedGcra.ts"
+import { localLimiter, redisLimiter, type UpstreamLimiter } from "./UpstreamLimits.ts"
 
 export interface RateVerdict {
   readonly limit: number
@@ -79,6 +80,8 @@ export type RateLimiterApi =
 interface LimiterCommon {
   readonly admit: (projectId: string, limit: RateLimit) => Effect.Effect<RateVerdict, RateLimited>
   readonly health: () => RateLimitHealth
+  /** The limits that protect the upstream (tokens per minute, calls in flight): src/services/UpstreamLimits.ts. */
+  readonly upstream: UpstreamLimiter
 }
 
 /** The in-memory limiter (one instance, or tests). */
@@ -93,7 +96,8 @@ const localService = (): RateLimiterApi => {
     admitAt: local.admitAt,
     admit,
     peek,
-    health: (): RateLimitHealth => ({ mode: "local" })
+    health: (): RateLimitHealth => ({ mode: "local" }),
+    upstream: localLimiter()
   }
 }
 
@@ -121,7 +125,8 @@ const COUNT_EVERY_MS = 5_000
  */
 const makeShared = (
   store: string,
-  admitShared: (projectId: string, intervalMicros: number, burst: number) => Effect.Effect<SharedGcraDecision, unknown>
+  admitShared: (projectId: string, intervalMicros: number, burst: number) => Effect.Effect<SharedGcraDecision, unknown>,
+  upstream: UpstreamLimiter = localLimiter()
 ) =>
   Effect.gen(function* () {
     const epochs = yield* makeEpochStore
@@ -165,6 +170,7 @@ const makeShared = (
     return RateLimiter.of({
       mode: "shared",
       admit,
+      upstream,
       health: (): RateLimitHealth =>
         degradedReason === undefined ? { mode: "shared", degraded: false } : { mode: "shared", degraded: true, reason: degradedReason, share: instances }
     })
@@ -181,7 +187,17 @@ export const RateLimiterShared = (redisUrl: string) =>
       )
       // A start waits up to a second for Redis; still unreachable, it serves on the fallback meanwhile.
       yield* Effect.promise(() => redis.ready(1_000))
-      return yield* makeShared("Redis", (projectId, interval, burst) => Effect.tryPromise(() => redis.admit(projectId, interval, burst)))
+      // A slot's lease lasts as long as the epoch recovery waits before it calls an instance dead,
+      // and is renewed every heartbeat while its call lives.
+      const heartbeatMs = (yield* Settings).heartbeatMs
+      const shared = redisLimiter(redis, staleAfterMs(heartbeatMs), localLimiter(), () => rateLimitFallbacks.count++)
+      yield* Effect.forkScoped(
+        Effect.repeat(
+          Effect.delay(Effect.catchAllCause(Effect.tryPromise(shared.renew), () => Effect.void), Duration.millis(heartbeatMs)),
+          Schedule.forever
+        )
+      )
+      return yield* makeShared("Redis", (projectId, interval, burst) => Effect.tryPromise(() => redis.admit(projectId, interval, burst)), shared.limiter)
     })
   )
 

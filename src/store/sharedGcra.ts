@@ -33,9 +33,120 @@ export type SharedGcraDecision =
   | { readonly _tag: "Allowed"; readonly remaining: number; readonly resetMicros: number }
   | { readonly _tag: "Limited"; readonly retryAfterMicros: number; readonly resetMicros: number }
 
+/**
+ * The limits that protect the upstream (issue 41 item 3), all of a call's scopes in ONE script, all or
+ * none: each tokens-per-minute scope's bucket (src/domain/tokenBucket.ts `take`, in ms on Redis's
+ * clock; a hash {l: level in units, a: refilled at}) and each max_concurrent scope's leases (a sorted
+ * set of call ids scored by their expiry; expired ones dropped first, so a dead instance's calls give
+ * their slots back once their lease runs out). KEYS: the buckets, then the lease sets. ARGV: the
+ * counts, the call's tokens, its id, the lease's length (ms), each bucket's limit, each set's limit.
+ * Answers {1, tightest bucket, its tokens left, ms until it is full} or {0, refusing scope (1-based),
+ * tokens left, ms until full, ms until the estimate fits (-1: never, over the whole limit)}.
+ */
+export const LIMITS_TAKE_LUA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nT = tonumber(ARGV[1])
+local nC = tonumber(ARGV[2])
+local tokens = tonumber(ARGV[3])
+local levels = {}
+for i = 1, nT do
+  local tpm = tonumber(ARGV[5 + i])
+  local full = tpm * 60000
+  local s = redis.call('HMGET', KEYS[i], 'l', 'a')
+  local level = full
+  if s[1] then
+    level = math.min(full, tonumber(s[1]) + math.max(0, now - tonumber(s[2])) * tpm)
+  end
+  local need = tokens * 60000
+  if need > level then
+    local retry = -1
+    if tokens <= tpm then retry = math.ceil((need - level) / tpm) end
+    return {0, i, math.floor(level / 60000), math.ceil((full - level) / tpm), retry}
+  end
+  levels[i] = level - need
+end
+for j = 1, nC do
+  local key = KEYS[nT + j]
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  if redis.call('ZSCORE', key, ARGV[4]) == false and redis.call('ZCARD', key) >= tonumber(ARGV[5 + nT + j]) then
+    return {0, nT + j, 0, 0, 1000}
+  end
+end
+local tightest, left, reset = 0, -1, 0
+for i = 1, nT do
+  local tpm = tonumber(ARGV[5 + i])
+  local untilFull = math.ceil((tpm * 60000 - levels[i]) / tpm)
+  redis.call('HSET', KEYS[i], 'l', string.format('%.0f', levels[i]), 'a', string.format('%.0f', now))
+  redis.call('PEXPIRE', KEYS[i], untilFull + 1000)
+  local tokensLeft = math.floor(levels[i] / 60000)
+  if left < 0 or tokensLeft < left then tightest, left, reset = i, tokensLeft, untilFull end
+end
+for j = 1, nC do
+  redis.call('ZADD', KEYS[nT + j], now + tonumber(ARGV[5]), ARGV[4])
+  redis.call('PEXPIRE', KEYS[nT + j], tonumber(ARGV[5]) * 2)
+end
+return {1, tightest, left, reset}
+`
+
+/**
+ * A call's end: each bucket corrected by `ARGV[3]` tokens (the estimate less the real count: given
+ * back up to full, or taken down to empty — tokenBucket.ts `correct`), and its leases dropped. KEYS
+ * as LIMITS_TAKE_LUA's; ARGV: the counts, the correction, the call's id, each bucket's limit.
+ */
+export const LIMITS_END_LUA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nT = tonumber(ARGV[1])
+local nC = tonumber(ARGV[2])
+local delta = tonumber(ARGV[3]) * 60000
+for i = 1, nT do
+  local tpm = tonumber(ARGV[4 + i])
+  local full = tpm * 60000
+  local s = redis.call('HMGET', KEYS[i], 'l', 'a')
+  if s[1] and delta ~= 0 then
+    local level = math.min(full, tonumber(s[1]) + math.max(0, now - tonumber(s[2])) * tpm)
+    level = math.min(full, math.max(0, level + delta))
+    redis.call('HSET', KEYS[i], 'l', string.format('%.0f', level), 'a', string.format('%.0f', now))
+    redis.call('PEXPIRE', KEYS[i], math.ceil((full - level) / tpm) + 1000)
+  end
+end
+for j = 1, nC do redis.call('ZREM', KEYS[nT + j], ARGV[4]) end
+return 1
+`
+
+/** The leases of the calls an instance still runs, pushed ahead by ARGV[1] ms: KEYS[i] holds ARGV[1 + i]. */
+export const LEASES_RENEW_LUA = `
+local t = redis.call('TIME')
+local until_ = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], 'XX', until_, ARGV[1 + i])
+  redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[1]) * 2)
+end
+return 1
+`
+
+/** What LIMITS_TAKE_LUA decided. */
+export type SharedLimitsDecision =
+  | { readonly _tag: "Taken"; readonly tightest: number; readonly remaining: number; readonly resetMs: number }
+  | { readonly _tag: "Limited"; readonly scope: number; readonly remaining: number; readonly resetMs: number; readonly retryAfterMs: number }
+
+/** A call's shared limits as the scripts read them: its buckets' and its lease sets' names and limits. */
+export interface SharedLimitsCall {
+  readonly buckets: ReadonlyArray<{ readonly id: string; readonly tpm: number }>
+  readonly slots: ReadonlyArray<{ readonly id: string; readonly max: number }>
+  readonly callId: string
+}
+
 export interface RedisGcra {
   /** One admission for `projectId`; rejects when Redis cannot answer (the caller falls back). */
   readonly admit: (projectId: string, intervalMicros: number, burst: number) => Promise<SharedGcraDecision>
+  /** Take a call's tokens and slots, all or none (LIMITS_TAKE_LUA). */
+  readonly takeLimits: (call: SharedLimitsCall, tokens: number, leaseMs: number) => Promise<SharedLimitsDecision>
+  /** Correct a call's buckets by `delta` tokens and drop its leases (LIMITS_END_LUA). */
+  readonly endLimits: (call: SharedLimitsCall, delta: number) => Promise<void>
+  /** Push the leases of the calls still running ahead by `leaseMs`. */
+  readonly renewLeases: (leases: ReadonlyArray<{ readonly slot: string; readonly callId: string }>, leaseMs: number) => Promise<void>
   readonly connected: () => boolean
   /** Resolves once connected, or after `timeoutMs` (whichever first): a start waits a moment for Redis. */
   readonly ready: (timeoutMs: number) => Promise<void>
@@ -59,8 +170,33 @@ export const connectRedisGcra = (url: string, keyPrefix = "tollgate:rl:"): Redis
   // Errors surface on the commands; the connection's own are expected while Redis is away.
   redis.on("error", () => undefined)
   redis.defineCommand("tollgateGcra", { numberOfKeys: 1, lua: GCRA_LUA })
-  const run = (redis as unknown as { tollgateGcra: (key: string, interval: number, burst: number) => Promise<[number, number, number]> }).tollgateGcra.bind(redis)
+  redis.defineCommand("tollgateLimitsTake", { lua: LIMITS_TAKE_LUA })
+  redis.defineCommand("tollgateLimitsEnd", { lua: LIMITS_END_LUA })
+  redis.defineCommand("tollgateLeasesRenew", { lua: LEASES_RENEW_LUA })
+  const commands = redis as unknown as {
+    tollgateGcra: (key: string, interval: number, burst: number) => Promise<[number, number, number]>
+    tollgateLimitsTake: (...args: Array<string | number>) => Promise<Array<number>>
+    tollgateLimitsEnd: (...args: Array<string | number>) => Promise<number>
+    tollgateLeasesRenew: (...args: Array<string | number>) => Promise<number>
+  }
+  const run = commands.tollgateGcra.bind(redis)
+  const keysOf = (c: SharedLimitsCall) => [...c.buckets.map((b) => `${keyPrefix}tb:${b.id}`), ...c.slots.map((s) => `${keyPrefix}cc:${s.id}`)]
   return {
+    takeLimits: async (c, tokens, leaseMs) => {
+      const keys = keysOf(c)
+      const r = await commands.tollgateLimitsTake.call(redis, keys.length, ...keys, c.buckets.length, c.slots.length, tokens, c.callId, leaseMs, ...c.buckets.map((b) => b.tpm), ...c.slots.map((s) => s.max))
+      return r[0] === 1
+        ? { _tag: "Taken", tightest: r[1]! - 1, remaining: r[2]!, resetMs: r[3]! }
+        : { _tag: "Limited", scope: r[1]! - 1, remaining: r[2]!, resetMs: r[3]!, retryAfterMs: r[4]! < 0 ? Number.POSITIVE_INFINITY : r[4]! }
+    },
+    endLimits: async (c, delta) => {
+      const keys = keysOf(c)
+      await commands.tollgateLimitsEnd.call(redis, keys.length, ...keys, c.buckets.length, c.slots.length, delta, c.callId, ...c.buckets.map((b) => b.tpm))
+    },
+    renewLeases: async (leases, leaseMs) => {
+      if (leases.length === 0) return
+      await commands.tollgateLeasesRenew.call(redis, leases.length, ...leases.map((l) => `${keyPrefix}cc:${l.slot}`), leaseMs, ...leases.map((l) => l.callId))
+    },
     admit: async (projectId, intervalMicros, burst) => {
       const [allowed, a, b] = await run(keyPrefix + projectId, intervalMicros, burst)
       return allowed === 1 ? { _tag: "Allowed", remaining: a, resetMicros: b } : { _tag: "Limited", retryAfterMicros: a, resetMicros: b }
