@@ -104,6 +104,9 @@ export class InFlight {
     if (DONE.has(next)) {
       this.stop = undefined
       this.progress = undefined
+      // Its upstream limits' slots back; a declined call never reached the upstream: its tokens too. A
+      // settled call corrected its tokens first (settlement.ts); a voided one keeps its estimate taken.
+      this.call.limitsTaken?.end(next === "declined" ? 0 : undefined, this.clock.unsafeCurrentTimeMillis())
       this.registry.settle(this)
     }
   }

@@ -15,6 +15,7 @@ import type { Principal } from "../KeyRegistry.ts"
 import { available } from "../../../spec/ledger.ts"
 import { periodOf } from "../Ledger.ts"
 import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
+import type { CallLimits, LimitsTaken } from "../UpstreamLimits.ts"
 import type { Reserved, ReserveArgs, ReserveRefused } from "../../store/ChatStore.ts"
 import { countChatInput, countChatInputNow } from "../Tokenizer.ts"
 import type { ChatCall, GatewayContext, GatewayReply, Plan, Quote, ReplyHeaders, Routed } from "./types.ts"
@@ -248,11 +249,34 @@ export const makePlanning = (ctx: GatewayContext) => {
       return planFrom(planCounted(call, now, admitted, counted))
     })
 
-  /** A counted call: its reservation, or — no route for a keyed call — the lookup of its key as the rest. */
-  const planCounted = (call: ChatCall, now: number, admitted: Keyed, counted: number): Either.Either<Reservation | PlanRest, never> => {
+  /**
+   * A counted call: its reservation, or — no route for a keyed call — the lookup of its key as the
+   * rest; a call whose project or key sets upstream limits takes its tokens and slots first.
+   */
+  const planCounted = (call: ChatCall, now: number, admitted: Keyed, counted: number): Either.Either<Reservation | PlanRest, GovernanceError> => {
     const fingerprint = fingerprintOf_(call, admitted.key)
     const r = reservationOf(call, now, admitted, fingerprint, counted)
-    return Either.right(Either.isLeft(r) ? unroutable(call, now, admitted, fingerprint, r.left) : r.right)
+    if (Either.isLeft(r)) return Either.right(unroutable(call, now, admitted, fingerprint, r.left))
+    const limits = call.principal.limits
+    if (limits === undefined || call.limitsTaken !== undefined) return r
+    return takeLimits(call, limits, r.right, now)
+  }
+
+  /**
+   * The call's estimate — its prompt and the most its first route may generate for it — taken from
+   * every upstream limit of its project and key, with a slot of each in-flight limit: all or none.
+   */
+  const takeLimits = (call: ChatCall, limits: CallLimits, r: Reservation, now: number): Either.Either<Reservation | PlanRest, RateLimited> => {
+    const routeMax = r.chain[0]!.max_output_tokens
+    const tokens = r.inputTokens + Math.min(r.request.requestedMaxTokens ?? routeMax, routeMax)
+    const taken = (t: LimitsTaken): Reservation => {
+      call.limitsTaken = t
+      if (t.headers !== undefined) Object.assign(call.headers, t.headers)
+      return r
+    }
+    const upstream = rateLimiter.upstream
+    if (upstream.takeNow !== undefined) return Either.map(upstream.takeNow(limits, r.requestId, tokens, now), taken)
+    return Either.right(Effect.map(upstream.take(limits, r.requestId, tokens), taken))
   }
 
   /** No route: a replay (or a conflict, or an original in flight) answers even when the route is gone. */

@@ -151,6 +151,8 @@ export const makeSettlement = (ctx: GatewayContext) => {
   const settle = (f: InFlight, charged: Charged, now: number, done: (written: Exit.Exit<Stored>) => void): void => {
     f.to("settling")
     const { charge, stored, args } = settlementAt(f, charged, now)
+    // The upstream limits corrected to the real count, and the call's slots back (src/services/UpstreamLimits.ts).
+    f.call.limitsTaken?.end(charged.tokens.input + charged.tokens.output, now)
     const traced = childSpan(f, "tollgate.settle", () => ({ "tollgate.request_id": f.plan.requestId, "tollgate.credits_charged": charge, "tollgate.usage_source": charged.usageSource }))
     store.settleThen(args, (written) => {
       endSpan(f, traced, written)

@@ -16,6 +16,7 @@ import type { Hold, Ledger } from "../Ledger.ts"
 import type { Metrics } from "../Metrics.ts"
 import type { Pricing } from "../Pricing.ts"
 import type { RateLimiterApi } from "../RateLimiter.ts"
+import type { LimitsTaken } from "../UpstreamLimits.ts"
 import type { Route, Router } from "../Router.ts"
 import type { Surface } from "../surfaces/Surface.ts"
 import type { InFlight } from "./inflight.ts"
@@ -53,6 +54,11 @@ export interface ChatCall {
    * Called from callbacks (the store's, the upstream's): must not throw.
    */
   readonly deliver: (answer: Exit.Exit<GatewayReply, GovernanceError>) => void
+  /**
+   * The tokens and slots the call took from its project's and key's upstream limits, once taken
+   * (src/services/UpstreamLimits.ts); ended with the call (src/services/gateway/inflight.ts).
+   */
+  limitsTaken?: LimitsTaken | undefined
 }
 /** Where a request would go and what it would cost per token: routing and pricing, before any budget question. */
 export interface Routed {
