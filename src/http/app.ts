@@ -61,4 +61,8 @@ const adminNoStore = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResp
  * The whole app, built once in the services' context: the HttpRouter handlers and the HttpApi's
  * routes (./apiRoutes.ts), the catch-all, and per request one metric update and one access log line.
  */
-export const makeApp = Effect.map(apiRouter, (api) => observed(adminNoStore(withCatchAll(HttpRouter.concat(router, api)))))
+export const makeApp = Effect.map(apiRouter, (api) =>
+  // A path parameter up to 1,024 characters (find-my-way's default is 100): an end user's name is up
+  // to 256 (issue 41), percent-encoded up to three times that; the schemas bound each parameter.
+  observed(adminNoStore(withCatchAll(HttpRouter.withRouterConfig(HttpRouter.concat(router, api), { maxParamLength: 1024 }))))
+)
