@@ -24,6 +24,12 @@ export const MAX_REQUESTS_PER_MINUTE = 60_000_000
 /** Keeps burst × emission interval (at most 60,000,000 µs, at one request a minute) exact: 6·10^14 < 2^53. */
 export const MAX_BURST = 10_000_000
 
+/** Tokens a minute: keeps a token bucket's level (tokens × 60,000 units, src/domain/tokenBucket.ts) exact, 6·10^13 < 2^53. */
+export const MAX_TOKENS_PER_MINUTE = 1_000_000_000
+
+/** Calls in flight at once, per project or key. */
+export const MAX_CONCURRENT = 100_000
+
 /** A project's name, in characters (code points). */
 export const MAX_NAME_LENGTH = 200
 
@@ -39,6 +45,10 @@ export const BudgetCredits = integerFrom(0, MAX_BUDGET_CREDITS, `The project's c
 export const RequestsPerMinute = integerFrom(1, MAX_REQUESTS_PER_MINUTE, `1 to ${MAX_REQUESTS_PER_MINUTE} (one a microsecond).`)
 
 export const Burst = integerFrom(1, MAX_BURST, `Requests a quiet project may send at once: 1 to ${MAX_BURST}; default a tenth of requests_per_minute.`)
+
+export const TokensPerMinute = integerFrom(1, MAX_TOKENS_PER_MINUTE, `Tokens (prompt and completion) a minute, taken at admission on the estimate and corrected at settlement: 1 to ${MAX_TOKENS_PER_MINUTE}; absent or null: no limit.`)
+
+export const MaxConcurrent = integerFrom(1, MAX_CONCURRENT, `Calls in flight at once: 1 to ${MAX_CONCURRENT}; absent or null: no limit.`)
 
 /** No control character (NUL, line breaks, tabs, C1) and no lone surrogate (`u`: a lone surrogate is a code point of category Cs). */
 const NAME_CHARACTERS = /^[^\p{Cc}\p{Cs}]*$/u

@@ -5,7 +5,7 @@
 import { Clock, Effect, Option, type Schema } from "effect"
 import { DEFAULT_THRESHOLDS } from "../../spec/events.ts"
 import { defaultBurst } from "../../spec/rateLimit.ts"
-import { BudgetCredits, Burst, checkField, Organization, ProjectName, RequestsPerMinute } from "../domain/adminFields.ts"
+import { BudgetCredits, Burst, checkField, MaxConcurrent, Organization, ProjectName, RequestsPerMinute, TokensPerMinute } from "../domain/adminFields.ts"
 import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
 import { newOrganizationId, newProjectId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
@@ -21,7 +21,12 @@ export const toProject = (r: ProjectRow): Project => ({
   organization: r.organization,
   name: r.name,
   budget_credits: r.budget_credits,
-  rate_limit: { requests_per_minute: r.requests_per_minute, burst: r.burst },
+  rate_limit: {
+    requests_per_minute: r.requests_per_minute,
+    burst: r.burst,
+    ...(r.tokens_per_minute === null ? {} : { tokens_per_minute: r.tokens_per_minute }),
+    ...(r.max_concurrent === null ? {} : { max_concurrent: r.max_concurrent })
+  },
   alert_thresholds_percent: JSON.parse(r.alert_thresholds_percent) as Array<number>,
   created_at: new Date(r.created_at).toISOString(),
   updated_at: new Date(r.updated_at).toISOString()
@@ -50,6 +55,10 @@ const checkName = (name: string): Effect.Effect<string, InvalidRequest> =>
 const patched = <A>(schema: Schema.Schema<A>, param: string, value: A | undefined, stored: A): Effect.Effect<A, InvalidRequest> =>
   value === undefined ? Effect.succeed(stored) : checkField(schema, param, value)
 
+/** An upstream limit as sent: checked; null removes it; absent keeps `stored`. */
+const optionalLimit = (schema: Schema.Schema<number>, param: string, value: number | null | undefined, stored: number | null): Effect.Effect<number | null, InvalidRequest> =>
+  value === undefined ? Effect.succeed(stored) : value === null ? Effect.succeed(null) : checkField(schema, param, value)
+
 /** `project.updated`'s `changes`: each field the update changed, as [old, new] (the rate limit's as `rate_limit.*`). */
 const projectChanges = (before: ProjectRow, after: Omit<ProjectFields, "updated_at">): Record<string, readonly [unknown, unknown]> => {
   const changes: Record<string, readonly [unknown, unknown]> = {}
@@ -60,6 +69,8 @@ const projectChanges = (before: ProjectRow, after: Omit<ProjectFields, "updated_
   put("budget_credits", before.budget_credits, after.budget_credits)
   put("rate_limit.requests_per_minute", before.requests_per_minute, after.requests_per_minute)
   put("rate_limit.burst", before.burst, after.burst)
+  put("rate_limit.tokens_per_minute", before.tokens_per_minute, after.tokens_per_minute)
+  put("rate_limit.max_concurrent", before.max_concurrent, after.max_concurrent)
   put("alert_thresholds_percent", JSON.parse(before.alert_thresholds_percent), JSON.parse(after.alert_thresholds_percent))
   return changes
 }
@@ -91,6 +102,8 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
         const budget = yield* checkField(BudgetCredits, "budget_credits", input.budget_credits)
         const rpm = yield* checkField(RequestsPerMinute, "rate_limit.requests_per_minute", input.rate_limit.requests_per_minute)
         const burst = yield* checkField(Burst, "rate_limit.burst", input.rate_limit.burst ?? defaultBurst(rpm))
+        const tpm = yield* optionalLimit(TokensPerMinute, "rate_limit.tokens_per_minute", input.rate_limit.tokens_per_minute, null)
+        const concurrent = yield* optionalLimit(MaxConcurrent, "rate_limit.max_concurrent", input.rate_limit.max_concurrent, null)
         const now = yield* Clock.currentTimeMillis
         const row: ProjectRow = {
           id: newProjectId(),
@@ -99,6 +112,8 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
           budget_credits: budget,
           requests_per_minute: rpm,
           burst,
+          tokens_per_minute: tpm,
+          max_concurrent: concurrent,
           alert_thresholds_percent: JSON.stringify(input.alert_thresholds_percent ?? DEFAULT_THRESHOLDS),
           created_at: now,
           updated_at: now
@@ -115,6 +130,8 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
         const budget = yield* patched(BudgetCredits, "budget_credits", patch.budget_credits, current.budget_credits)
         const rpm = yield* patched(RequestsPerMinute, "rate_limit.requests_per_minute", patch.rate_limit?.requests_per_minute, current.rate_limit.requests_per_minute)
         const burst = yield* patched(Burst, "rate_limit.burst", patch.rate_limit?.burst, current.rate_limit.burst)
+        const tpm = yield* optionalLimit(TokensPerMinute, "rate_limit.tokens_per_minute", patch.rate_limit?.tokens_per_minute, current.rate_limit.tokens_per_minute ?? null)
+        const concurrent = yield* optionalLimit(MaxConcurrent, "rate_limit.max_concurrent", patch.rate_limit?.max_concurrent, current.rate_limit.max_concurrent ?? null)
         const thresholds = JSON.stringify(patch.alert_thresholds_percent ?? current.alert_thresholds_percent)
         const now = yield* Clock.currentTimeMillis
         // The row is read again inside the transaction (locked on PostgreSQL), so `changes` holds the
@@ -123,7 +140,7 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
           Effect.gen(function* () {
             const [before] = yield* repo.findForUpdate(id)
             if (before === undefined) return
-            const fields = { name, budget_credits: budget, requests_per_minute: rpm, burst, alert_thresholds_percent: thresholds }
+            const fields = { name, budget_credits: budget, requests_per_minute: rpm, burst, tokens_per_minute: tpm, max_concurrent: concurrent, alert_thresholds_percent: thresholds }
             const changes = projectChanges(before, fields)
             yield* repo.update(id, { ...fields, updated_at: now })
             if (Object.keys(changes).length > 0) {

@@ -16,6 +16,9 @@ export interface ProjectRow {
   readonly budget_credits: number
   readonly requests_per_minute: number
   readonly burst: number
+  /** The upstream limits (migration 0015); NULL: none. */
+  readonly tokens_per_minute: number | null
+  readonly max_concurrent: number | null
   /** JSON array of whole percents (migration 0012). */
   readonly alert_thresholds_percent: string
   readonly created_at: number
@@ -23,7 +26,7 @@ export interface ProjectRow {
 }
 
 /** What a patch writes. */
-export type ProjectFields = Pick<ProjectRow, "name" | "budget_credits" | "requests_per_minute" | "burst" | "alert_thresholds_percent" | "updated_at">
+export type ProjectFields = Pick<ProjectRow, "name" | "budget_credits" | "requests_per_minute" | "burst" | "tokens_per_minute" | "max_concurrent" | "alert_thresholds_percent" | "updated_at">
 
 /** The statements; a service runs them (a store failure is a defect there). */
 export const makeProjectsRepo = (sql: SqlClient.SqlClient) => {
@@ -51,6 +54,8 @@ export const makeProjectsRepo = (sql: SqlClient.SqlClient) => {
             budget_credits = ${f.budget_credits},
             requests_per_minute = ${f.requests_per_minute},
             burst = ${f.burst},
+            tokens_per_minute = ${f.tokens_per_minute},
+            max_concurrent = ${f.max_concurrent},
             alert_thresholds_percent = ${f.alert_thresholds_percent},
             updated_at = ${f.updated_at}
           WHERE id = ${id}`,

@@ -13,7 +13,13 @@ import { RequestStatus, Receipt } from "./records.ts"
 
 export const Environment = Schema.Literal("development", "staging", "production")
 
-export const RateLimit = Schema.Struct({ requests_per_minute: Schema.Int, burst: Schema.Int })
+export const RateLimit = Schema.Struct({
+  requests_per_minute: Schema.Int,
+  burst: Schema.Int,
+  /** Issue 41 item 3; present only when set. */
+  tokens_per_minute: Schema.optional(Schema.Int),
+  max_concurrent: Schema.optional(Schema.Int)
+})
 
 /** A project's budget window as the admin API shows it (the Ledger's window, with what is left). */
 export const BudgetWindow = Schema.Struct({
@@ -113,14 +119,27 @@ export const NewProject = Schema.Struct({
   name: F.ProjectName,
   organization: Schema.optional(F.Organization),
   budget_credits: F.BudgetCredits,
-  rate_limit: Schema.Struct({ requests_per_minute: F.RequestsPerMinute, burst: Schema.optional(F.Burst) }),
+  rate_limit: Schema.Struct({
+    requests_per_minute: F.RequestsPerMinute,
+    burst: Schema.optional(F.Burst),
+    tokens_per_minute: Schema.optional(Schema.NullOr(F.TokensPerMinute)),
+    max_concurrent: Schema.optional(Schema.NullOr(F.MaxConcurrent))
+  }),
   alert_thresholds_percent: Schema.optional(AlertThresholds)
 })
 
 export const ProjectPatch = Schema.Struct({
   name: Schema.optional(F.ProjectName),
   budget_credits: Schema.optional(F.BudgetCredits),
-  rate_limit: Schema.optional(Schema.Struct({ requests_per_minute: Schema.optional(F.RequestsPerMinute), burst: Schema.optional(F.Burst) })),
+  rate_limit: Schema.optional(
+    Schema.Struct({
+      requests_per_minute: Schema.optional(F.RequestsPerMinute),
+      burst: Schema.optional(F.Burst),
+      /** null removes the limit. */
+      tokens_per_minute: Schema.optional(Schema.NullOr(F.TokensPerMinute)),
+      max_concurrent: Schema.optional(Schema.NullOr(F.MaxConcurrent))
+    })
+  ),
   alert_thresholds_percent: Schema.optional(AlertThresholds)
 })
 
