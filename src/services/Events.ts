@@ -18,6 +18,7 @@ import { periodOf } from "../../spec/ledger.ts"
 import { InvalidRequest } from "../domain/errors.ts"
 import { type Page, type PageRequest } from "../domain/paging.ts"
 import { type EventRow, EventsRepo } from "../store/eventsRepo.ts"
+import { BackgroundLane } from "./BackgroundLane.ts"
 
 /** An event as the admin API answers it. */
 export interface EventView {
@@ -48,6 +49,8 @@ const MAX_SEEN = 10_000
 export class Events extends Effect.Service<Events>()("tollgate/Events", {
   scoped: Effect.gen(function* () {
     const repo = yield* EventsRepo
+    // The sweep and the budget.exhausted writer are background work: their statements take the lane (src/services/BackgroundLane.ts).
+    const lane = yield* BackgroundLane
     const refusals = yield* Queue.sliding<{ projectId: string; organization: string; period: string; now: number }>(1024)
     const seen = new Set<string>()
 
@@ -61,7 +64,7 @@ export class Events extends Effect.Service<Events>()("tollgate/Events", {
       refusals.unsafeOffer({ projectId, organization, period, now })
     }
 
-    const writeExhausted = (r: { projectId: string; period: string; now: number }) => repo.insertExhausted(r.projectId, r.period, r.now)
+    const writeExhausted = (r: { projectId: string; period: string; now: number }) => lane.run(repo.insertExhausted(r.projectId, r.period, r.now))
 
     yield* Effect.forkScoped(
       Effect.forever(Effect.flatMap(refusals.take, (r) => writeExhausted(r).pipe(Effect.catchAllCause((c) => Effect.logWarning("events: budget.exhausted not written", c)))))
@@ -69,16 +72,16 @@ export class Events extends Effect.Service<Events>()("tollgate/Events", {
 
     const sweepExpiredKeys = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      const keys = yield* repo.expiredKeys(now)
+      const keys = yield* lane.run(repo.expiredKeys(now))
       for (const k of keys) {
-        yield* repo.insert({
+        yield* lane.run(repo.insert({
           type: "key.expired",
           projectId: k.project_id,
           organization: k.organization,
           now,
           cause: `key.expired:${k.id}`,
           data: { key_id: k.id, project_id: k.project_id, environment: k.environment, replaced_by: k.replaced_by, expired_at: new Date(Number(k.expires_at)).toISOString() }
-        })
+        }))
       }
     })
 
@@ -110,5 +113,5 @@ export class Events extends Effect.Service<Events>()("tollgate/Events", {
 
     return { budgetRefused, list, sweepExpiredKeys } as const
   }),
-  dependencies: [EventsRepo.Default]
+  dependencies: [EventsRepo.Default, BackgroundLane.Default]
 }) {}

@@ -26,6 +26,7 @@ import { request as httpsRequest } from "node:https"
 import { Webhook } from "standardwebhooks"
 import { nextAttempt } from "../../spec/events.ts"
 import { type AttemptOutcome, type ClaimedDelivery, WebhooksRepo } from "../store/webhooksRepo.ts"
+import { BackgroundLane } from "./BackgroundLane.ts"
 import { Instance } from "./Instance.ts"
 import { WebhookSecrets, WebhookSettings } from "./WebhookSecrets.ts"
 import { resolveDestination } from "./WebhookUrls.ts"
@@ -98,9 +99,11 @@ export class WebhookWorker extends Effect.Service<WebhookWorker>()("tollgate/Web
     const config = yield* WebhookSettings
     const instance = yield* Instance
     const token = `epoch:${instance.epoch}`
+    // Every statement of the worker takes the background lane: at most one connection, whatever the concurrency of the POSTs.
+    const lane = yield* BackgroundLane
 
     // Claims this instance's earlier processes left: they are dead (this process has the instance id now).
-    yield* repo.releaseEarlierClaims(instance.instanceId, instance.epoch).pipe(
+    yield* lane.run(repo.releaseEarlierClaims(instance.instanceId, instance.epoch)).pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("webhooks: could not release the claims of this instance's earlier processes", cause))
     )
 
@@ -136,16 +139,16 @@ export class WebhookWorker extends Effect.Service<WebhookWorker>()("tollgate/Web
           at: end,
           nextAttemptAt: next === "failed" ? end : next
         }
-        yield* repo.complete(d.seq, token, outcome)
+        yield* lane.run(repo.complete(d.seq, token, outcome))
         webhookStats.outcomes[ok ? "delivered" : next === "failed" ? "failed" : "retry"]++
       })
 
     /** One round: the outbox's age, then the due deliveries claimed and attempted; whether any were. */
     const round = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
-      const [oldest] = yield* repo.oldestPending()
+      const [oldest] = yield* lane.run(repo.oldestPending())
       webhookStats.oldestPendingAgeSeconds = oldest?.oldest == null ? 0 : Math.max(0, (now - Number(oldest.oldest)) / 1000)
-      const claimed = yield* repo.claim(token, now, now + config.claimMs, config.concurrency)
+      const claimed = yield* lane.run(repo.claim(token, now, now + config.claimMs, config.concurrency))
       yield* Effect.forEach(claimed, attempt, { concurrency: config.concurrency, discard: true })
       return claimed.length > 0
     })
@@ -160,5 +163,5 @@ export class WebhookWorker extends Effect.Service<WebhookWorker>()("tollgate/Web
     )
     return { token } as const
   }),
-  dependencies: [WebhooksRepo.Default]
+  dependencies: [WebhooksRepo.Default, BackgroundLane.Default]
 }) {}
