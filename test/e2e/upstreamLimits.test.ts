@@ -1,0 +1,139 @@
+/**
+ * Issue 41 item 3 through the official `openai` client against a started gateway and a real HTTP mock
+ * upstream: a project's `rate_limit.tokens_per_minute` (its estimate taken at admission, corrected at
+ * settlement; a 429 naming the limit with OpenAI's token headers, which successful answers carry too)
+ * and `rate_limit.max_concurrent` (a 429 while N calls are in flight on a slow upstream, the slot back
+ * once one ends); the admin fields' bounds (400 naming the field).
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { startGateway, mockGatewayFile, type TestGateway } from "../support/gateway.ts"
+import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
+import { clientFor, expectApiError, newKey } from "./helpers.ts"
+
+const hello = [{ role: "user" as const, content: "Say hello." }]
+
+/** Resolves once the mock upstream has received `n` requests in all (the calls are in flight there). */
+const untilUpstreamSaw = async (mock: MockUpstream, n: number): Promise<void> => {
+  for (let i = 0; i < 500 && mock.calls < n; i++) await new Promise((r) => setTimeout(r, 10))
+  expect(mock.calls).toBeGreaterThanOrEqual(n)
+}
+
+describe("upstream limits: tokens per minute and calls in flight (one instance)", () => {
+  let mock: MockUpstream
+  let gw: TestGateway
+
+  beforeAll(async () => {
+    mock = await startMockUpstream()
+    mock.behaviorsByModel.set("slow-model", { delayMs: 600 })
+    gw = await startGateway(
+      mockGatewayFile(mock.url, [
+        { name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true },
+        { name: "gpt-slow", provider: "mock", upstream_model: "slow-model", max_output_tokens: 256, auto: false }
+      ])
+    )
+  })
+  afterAll(async () => {
+    await gw?.close()
+    await mock?.close()
+  })
+
+  const project = async (rate_limit: Record<string, unknown>) => {
+    const created = await gw.admin("POST", "/admin/v1/projects", { name: "limits", budget_credits: 10_000_000, rate_limit: { requests_per_minute: 6000, ...rate_limit } })
+    expect(created.status).toBe(201)
+    const key = await newKey(gw, created.body.id)
+    return { id: created.body.id as string, body: created.body, client: clientFor(gw, key.secret) }
+  }
+
+  it("tokens_per_minute: the estimate is taken while the call is in flight (a 429 naming the limit, with the token headers), and the settlement gives back what the call did not use", async () => {
+    const p = await project({ tokens_per_minute: 300 })
+    expect(p.body.rate_limit).toMatchObject({ tokens_per_minute: 300 })
+    // An estimate of its prompt + 200: taken at admission, so a second one cannot fit meanwhile.
+    const first = p.client.chat.completions.create({ model: "gpt-slow", messages: hello, max_tokens: 200 }).withResponse()
+    await untilUpstreamSaw(mock, mock.calls + 1)
+    const refused = await expectApiError(p.client.chat.completions.create({ model: "gpt-slow", messages: hello, max_tokens: 200 }), {
+      status: 429,
+      code: "rate_limited",
+      type: "rate_limit_error",
+      param: "project.rate_limit.tokens_per_minute",
+      message: /300 tokens per minute/
+    })
+    expect(refused.headers?.get("x-ratelimit-limit-tokens")).toBe("300")
+    const left = Number(refused.headers?.get("x-ratelimit-remaining-tokens"))
+    expect(left).toBeLessThan(200)
+    expect(refused.headers?.get("x-ratelimit-reset-tokens")).toMatch(/^(\d+ms|\d+s|\d+m\d+s)$/)
+    expect(Number(refused.headers?.get("retry-after"))).toBeGreaterThanOrEqual(1)
+    const ok = await first
+    expect(ok.response.headers.get("x-ratelimit-limit-tokens")).toBe("300")
+    expect(ok.response.headers.get("x-ratelimit-limit-requests")).toBe("6000")
+    const used = ok.data.usage!.prompt_tokens + ok.data.usage!.completion_tokens
+    expect(used).toBeLessThan(100)
+    // Corrected to what it used: the next one of the same size fits at once (about 300 − used left).
+    const again = await p.client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 200 }).withResponse()
+    expect(again.response.status).toBe(200)
+    expect(Number(again.response.headers.get("x-ratelimit-remaining-tokens"))).toBeLessThan(100)
+  })
+
+  it("tokens_per_minute: a request whose estimate exceeds the whole limit is refused, whatever is left", async () => {
+    const p = await project({ tokens_per_minute: 100 })
+    await expectApiError(p.client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 200 }), {
+      status: 429,
+      code: "rate_limited",
+      param: "project.rate_limit.tokens_per_minute",
+      message: /exceed the 100 tokens per minute/
+    })
+    const small = await p.client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20 }).withResponse()
+    expect(small.response.headers.get("x-ratelimit-limit-tokens")).toBe("100")
+  })
+
+  it("max_concurrent: a 429 naming the limit while N calls are in flight, and the slot back once one ends", async () => {
+    const p = await project({ max_concurrent: 2 })
+    const before = mock.calls
+    const inFlight = [0, 1].map(() => p.client.chat.completions.create({ model: "gpt-slow", messages: hello }))
+    await untilUpstreamSaw(mock, before + 2)
+    await expectApiError(p.client.chat.completions.create({ model: "gpt-test", messages: hello }), {
+      status: 429,
+      code: "rate_limited",
+      param: "project.rate_limit.max_concurrent",
+      message: /2 calls in flight/
+    })
+    expect(mock.calls).toBe(before + 2)
+    await Promise.all(inFlight)
+    // Both ended: both slots back, two at once again.
+    const after = await Promise.all([0, 1].map(() => p.client.chat.completions.create({ model: "gpt-test", messages: hello })))
+    expect(after).toHaveLength(2)
+  })
+
+  it("a project with no token or concurrency limit answers no token headers", async () => {
+    const p = await project({})
+    expect(p.body.rate_limit).toEqual({ requests_per_minute: 6000, burst: 600 })
+    const ok = await p.client.chat.completions.create({ model: "gpt-test", messages: hello }).withResponse()
+    expect(ok.response.headers.get("x-ratelimit-limit-tokens")).toBeNull()
+    expect(ok.response.headers.get("x-ratelimit-limit-requests")).toBe("6000")
+  })
+
+  it("the admin fields: bad values are a 400 naming the field; PATCH sets and null removes", async () => {
+    for (const [field, value] of [
+      ["tokens_per_minute", -1],
+      ["tokens_per_minute", 1.5],
+      ["tokens_per_minute", 1e12],
+      ["max_concurrent", 0],
+      ["max_concurrent", 2.5],
+      ["max_concurrent", 1e9],
+      ["max_concurrent", "3"]
+    ] as const) {
+      const res = await gw.admin("POST", "/admin/v1/projects", { name: "bad", budget_credits: 1, rate_limit: { requests_per_minute: 60, [field]: value } })
+      expect(res.status, `${field}=${value}`).toBe(400)
+      expect(res.body.error.param).toBe(`rate_limit.${field}`)
+    }
+    const p = await project({})
+    const patched = await gw.admin("PATCH", `/admin/v1/projects/${p.id}`, { rate_limit: { tokens_per_minute: 5000, max_concurrent: 4 } })
+    expect(patched.status).toBe(200)
+    expect(patched.body.rate_limit).toMatchObject({ tokens_per_minute: 5000, max_concurrent: 4 })
+    const bad = await gw.admin("PATCH", `/admin/v1/projects/${p.id}`, { rate_limit: { max_concurrent: -3 } })
+    expect(bad.status).toBe(400)
+    expect(bad.body.error.param).toBe("rate_limit.max_concurrent")
+    const cleared = await gw.admin("PATCH", `/admin/v1/projects/${p.id}`, { rate_limit: { tokens_per_minute: null } })
+    expect(cleared.status).toBe(200)
+    expect(cleared.body.rate_limit).toEqual({ requests_per_minute: 6000, burst: 600, max_concurrent: 4 })
+  })
+})
