@@ -9,24 +9,21 @@
  * resolved, one unbroken receipt chain per project. Runs when PostgreSQL and Redis answer (always
  * under CI=true).
  */
-import { type ChildProcess, spawn, spawnSync } from "node:child_process"
+import { spawnSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { dirname, join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { GENESIS_HASH, type Receipt, verifyReceipt } from "../../spec/receipt.ts"
 import { mockGatewayFile } from "../support/gateway.ts"
+import { type Instance, startInstance } from "../support/instances.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
 import { freshSchema, onEngines, pgQuerySync, TEST_REDIS_URL, type TestSchema } from "../support/pg.ts"
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..")
 const ADMIN = "multi-instance-admin-token"
 
-interface Node {
-  child: ChildProcess
-  origin: string
-  out: string
-}
+type Node = Instance
 
 describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: true }))("three instances on one PostgreSQL and one Redis", () => {
   mkdirSync(join(root, ".tollgate"), { recursive: true })
@@ -36,27 +33,8 @@ describe.runIf(onEngines("test/start/multiInstance.test.ts", { pg: true, redis: 
   const nodes: Array<Node> = []
   let env: Record<string, string>
 
-  const start = (i: number): Promise<Node> => {
-    const child = spawn(process.execPath, [join(dir, "dist/main.mjs")], {
-      env: { ...env, TOLLGATE_RECEIPT_KEY_FILE: join(dir, `key-${i}.pem`), TOLLGATE_INSTANCE_ID: `node-${i}` },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    const node: Node = { child, origin: "", out: "" }
-    child.stderr!.on("data", (c: Buffer) => (node.out += c.toString()))
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`instance ${i}: no banner within 60 s: ${node.out}`)), 60_000)
-      child.stdout!.on("data", (c: Buffer) => {
-        node.out += c.toString()
-        const url = /listening on (http:\/\/\S+) /.exec(node.out)
-        if (url && node.origin === "") {
-          clearTimeout(timer)
-          node.origin = url[1]!.replace("localhost", "127.0.0.1")
-          resolve(node)
-        }
-      })
-      child.once("exit", (code) => reject(new Error(`instance ${i} exited ${code}: ${node.out}`)))
-    })
-  }
+  const start = (i: number): Promise<Node> => startInstance(dir, i, env)
+
 
   const admin = async (node: Node, method: string, path: string, body?: unknown) => {
     const res = await fetch(`${node.origin}${path}`, {
