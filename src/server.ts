@@ -39,9 +39,10 @@ import { ChatStoreLive } from "./store/chatStoreLive.ts"
 import { StoreDatabaseLive } from "./store/Database.ts"
 
 /** Every governance service, over the store and the upstream HTTP client. Requires Settings. */
-export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default, Webhooks.Default, WebhookWorker.Default, Events.Default, ScopeBudgets.Default).pipe(
+export const ServicesLive = Layer.mergeAll(Sessions.Default, Activity.Default, Webhooks.Default, WebhookWorker.Default, ScopeBudgets.Default).pipe(
   Layer.provideMerge(Layer.mergeAll(Gateway.Default, Bootstrap.Default, Recovery.Default, AuthThrottle.Default, ReceiptLog.Default)),
-  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default)),
+  // Events below the Gateway: a store refusal writes its budget.exhausted before the 402 (src/services/Events.ts).
+  Layer.provideMerge(Layer.mergeAll(KeyRegistry.Default, Ledger.Default, ChatStoreLive.pipe(Layer.provide(ReceiptKeyLive)), Instance.Default, Events.Default)),
   Layer.provideMerge(
     Layer.mergeAll(Projects.Default, RateLimiterLive, IdempotencyStore.Default, Pricing.Default, ReceiptSigner.Default, Requests.Default, Router.DefaultWithoutDependencies)
   ),

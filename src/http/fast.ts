@@ -21,7 +21,6 @@ import { Settings } from "../domain/config.ts"
 import { timeline } from "../domain/timeline.ts"
 import { type GovernanceError, InvalidApiKey, RouteUnavailable, type TollgateError } from "../domain/errors.ts"
 import { storeUnavailableIn } from "../store/storeFaults.ts"
-import { Events } from "../services/Events.ts"
 import { Gateway, type GatewayReply, type SseReply } from "../services/Gateway.ts"
 import { KeyRegistry, type Principal } from "../services/KeyRegistry.ts"
 import { Metrics } from "../services/Metrics.ts"
@@ -125,7 +124,6 @@ export const makeFastHandler = Effect.gen(function* () {
   const keys = yield* KeyRegistry
   const gateway = yield* Gateway
   const clock = yield* Effect.clock
-  const events = Option.getOrUndefined(yield* Effect.serviceOption(Events))
   const runtime = yield* Effect.runtime<never>()
   const runFork = Runtime.runFork(runtime)
 
@@ -188,8 +186,6 @@ export const makeFastHandler = Effect.gen(function* () {
 
   /** Answer a typed failure as its OpenAI error body, with the headers gathered so far. */
   const fail = (c: FastCall, error: TollgateError): void => {
-    // The project's budget refused the call: budget.exhausted once per window, written off this path (src/services/Events.ts).
-    if (error._tag === "BudgetExceeded" && error.param === "project" && c.caller !== undefined) events?.budgetRefused(c.caller.projectId, c.caller.organization, clock.unsafeCurrentTimeMillis())
     const response = errorResponse(wireError(error), c.headers)
     record(c, response.status, response.headers["x-request-id"])
     writeResponse(c.res, response)

@@ -6,18 +6,18 @@
  * - `key.expired`: a rotated key's grace ends by the clock, not by a write. A sweep (every instance,
  *   every 5 s) writes it once per key: its cause is the key id, unique in the outbox, so instances
  *   and restarts racing on one key write one event.
- * - `budget.exhausted`: the first 402 of a window for the project's budget (not a client's
- *   max_credits). The refusal writes nothing (it must not slow the governed path), so the HTTP layer
- *   tells `budgetRefused` (a set lookup, no I/O) and a background fiber writes the event, keyed by
- *   project and window: at most one per project and window, whatever the instances. It is written
- *   after the 402 is answered, so a process that dies in between (milliseconds) has not written it;
- *   the window's next 402 then does. Its figures are the window's as the fiber reads them.
+ * - `budget.exhausted`: the first 402 of a window in a scope (the project's budget, a key's, an end
+ *   user's; not a client's max_credits). A refusal is not a write, so the Gateway calls `exhausted`
+ *   when the store refuses a reservation: the first time this process sees that scope's window, the
+ *   event is written — committed — before the 402 is answered, so a 402 a client has seen never lacks
+ *   its event, whatever crashes after; the scope's next 402s in this process write nothing (a set
+ *   lookup). Keyed by scope and window in the outbox: at most one per scope and window, whatever the
+ *   instances. A write that fails is logged and forgotten, so the window's next 402 tries again.
  */
-import { Clock, Duration, Effect, Queue } from "effect"
-import { periodOf } from "../../spec/ledger.ts"
+import { Clock, Duration, Effect } from "effect"
 import { InvalidRequest } from "../domain/errors.ts"
 import { type Page, type PageRequest } from "../domain/paging.ts"
-import { type EventRow, EventsRepo } from "../store/eventsRepo.ts"
+import { type EventRow, EventsRepo, type ExhaustedScope } from "../store/eventsRepo.ts"
 import { BackgroundLane } from "./BackgroundLane.ts"
 
 /** An event as the admin API answers it. */
@@ -51,24 +51,24 @@ export class Events extends Effect.Service<Events>()("tollgate/Events", {
     const repo = yield* EventsRepo
     // The sweep and the budget.exhausted writer are background work: their statements take the lane (src/services/BackgroundLane.ts).
     const lane = yield* BackgroundLane
-    const refusals = yield* Queue.sliding<{ projectId: string; organization: string; period: string; now: number }>(1024)
     const seen = new Set<string>()
 
-    /** The HTTP layer's note of a 402 for the project's budget: no I/O here. */
-    const budgetRefused = (projectId: string, organization: string, now: number): void => {
-      const period = periodOf(now)
-      const key = `${projectId}:${period}`
-      if (seen.has(key)) return
-      seen.add(key)
-      if (seen.size > MAX_SEEN) seen.delete(seen.values().next().value!)
-      refusals.unsafeOffer({ projectId, organization, period, now })
+    /**
+     * A reservation refused in `r.scope`: budget.exhausted once per scope and window, committed before
+     * the caller answers the 402 (only the first refusal this process sees of a window waits for it).
+     */
+    const exhausted = (r: ExhaustedScope): Effect.Effect<void> => {
+      const key = r.scope === "project" ? `${r.projectId}:${r.period}` : `${r.projectId}:${r.period}:${r.scope}:${r.scope === "key" ? r.keyId : r.endUser}`
+      if (seen.has(key)) return Effect.void
+      return Clock.currentTimeMillis.pipe(
+        Effect.flatMap((now) => lane.run(repo.insertExhausted(r, now))),
+        Effect.zipRight(Effect.sync(() => {
+          seen.add(key)
+          if (seen.size > MAX_SEEN) seen.delete(seen.values().next().value!)
+        })),
+        Effect.catchAllCause((c) => Effect.logWarning("events: budget.exhausted not written; the window's next 402 tries again", c))
+      )
     }
-
-    const writeExhausted = (r: { projectId: string; period: string; now: number }) => lane.run(repo.insertExhausted(r.projectId, r.period, r.now))
-
-    yield* Effect.forkScoped(
-      Effect.forever(Effect.flatMap(refusals.take, (r) => writeExhausted(r).pipe(Effect.catchAllCause((c) => Effect.logWarning("events: budget.exhausted not written", c)))))
-    )
 
     const sweepExpiredKeys = Effect.gen(function* () {
       const now = yield* Clock.currentTimeMillis
@@ -111,7 +111,7 @@ export class Events extends Effect.Service<Events>()("tollgate/Events", {
         return { data: page.map(toView), has_more: hasMore, next_cursor: hasMore ? page[page.length - 1]!.id : null }
       })
 
-    return { budgetRefused, list, sweepExpiredKeys } as const
+    return { exhausted, list, sweepExpiredKeys } as const
   }),
   dependencies: [EventsRepo.Default, BackgroundLane.Default]
 }) {}

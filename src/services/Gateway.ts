@@ -25,6 +25,7 @@ import { makeSettlement } from "./gateway/settlement.ts"
 import { makeStreaming } from "./gateway/streaming.ts"
 import type { ChatCall, GatewayContext, GatewayReply, SpanOf } from "./gateway/types.ts"
 import { IdempotencyStore } from "./IdempotencyStore.ts"
+import { Events } from "./Events.ts"
 import { Instance } from "./Instance.ts"
 import { Ledger } from "./Ledger.ts"
 import { Metrics } from "./Metrics.ts"
@@ -56,6 +57,8 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
     const ledger = yield* Ledger
     const metrics = yield* Metrics
     const instance = yield* Instance
+    // The outbox's budget.exhausted writer; a Gateway built without the Events service writes none.
+    const events = Option.getOrUndefined(yield* Effect.serviceOption(Events))
 
     // Every call taken and not finished (answered, and done with its hold): the keep-alive, the
     // heartbeat, `inFlight` and shutdown read it, and nothing else.
@@ -111,7 +114,7 @@ export class Gateway extends Effect.Service<Gateway>()("tollgate/Gateway", {
       fiber.addObserver(k)
     }
 
-    const ctx: GatewayContext = { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, metrics, instance, fork }
+    const ctx: GatewayContext = { settings, span, store, rateLimiter, idempotency, router, pricing, ledger, metrics, instance, events, fork }
     const planning = makePlanning(ctx)
     const settlement = makeSettlement(ctx)
     const { abandon, abandonInterrupted, startLeg } = settlement

@@ -8,6 +8,12 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { randomBase32 } from "../domain/ids.ts"
 
+/** The scope a 402 named, in the window of the refused call (`budget.exhausted`, issue 41's scopes). */
+export type ExhaustedScope =
+  | { readonly scope: "project"; readonly projectId: string; readonly period: string }
+  | { readonly scope: "key"; readonly projectId: string; readonly keyId: string; readonly period: string }
+  | { readonly scope: "end_user"; readonly projectId: string; readonly endUser: string; readonly period: string }
+
 /** An event as stored (data as JSON text). */
 export interface EventRow {
   readonly seq: number
@@ -47,16 +53,31 @@ export const makeEventsRepo = (sql: SqlClient.SqlClient) => ({
    * `budget.exhausted` for project `projectId`'s window `period`, with the window's figures as they
    * are now: once per project and window (its cause), whoever writes it first.
    */
-  insertExhausted: (projectId: string, period: string, now: number) =>
-    sql`INSERT INTO events (id, type, project_id, organization, data, cause, created_at)
+  insertExhausted: (r: ExhaustedScope, now: number) => {
+    // The scope's cap and window as the refusal found them (spec/scopes.ts: a key's cap; an end user's
+    // override, else the project's default); the project's window is budget_windows, the others scope_windows.
+    const scopeId = r.scope === "project" ? r.projectId : r.scope === "key" ? r.keyId : r.endUser
+    const window = r.scope === "project" ? undefined : `${r.scope}:${r.scope === "key" ? r.keyId : `${r.projectId}/${r.endUser}`}`
+    const cap = r.scope === "project"
+      ? sql`p.budget_credits`
+      : r.scope === "key"
+        ? sql`(SELECT kc.budget_credits FROM api_keys kc WHERE kc.id = ${r.keyId})`
+        : sql`CASE WHEN EXISTS (SELECT 1 FROM end_users eu WHERE eu.project_id = p.id AND eu.end_user = ${r.endUser})
+               THEN (SELECT eu.budget_credits FROM end_users eu WHERE eu.project_id = p.id AND eu.end_user = ${r.endUser})
+               ELSE p.end_user_budget_credits END`
+    const spent = window === undefined ? sql`COALESCE(w.spent, 0)` : sql`COALESCE((SELECT sw.spent FROM scope_windows sw WHERE sw.scope = ${window} AND sw.period = ${r.period}), 0)`
+    const reserved = window === undefined ? sql`COALESCE(w.reserved, 0)` : sql`COALESCE((SELECT sw.reserved FROM scope_windows sw WHERE sw.scope = ${window} AND sw.period = ${r.period}), 0)`
+    // The project's window keeps the cause it always had; a key's or an end user's names its scope.
+    const cause = r.scope === "project" ? `budget.exhausted:${r.projectId}:${r.period}` : `budget.exhausted:${r.projectId}:${r.period}:${r.scope}:${scopeId}`
+    return sql`INSERT INTO events (id, type, project_id, organization, data, cause, created_at)
         SELECT ${newEventId()}, ${"budget.exhausted"}, p.id, p.organization, ${sql.onDialectOrElse({
-          pg: () =>
-            sql`json_build_object('scope', 'project', 'scope_id', p.id, 'period', ${period}::TEXT, 'cap', p.budget_credits, 'spent', COALESCE(w.spent, 0), 'reserved', COALESCE(w.reserved, 0))::TEXT`,
-          orElse: () => sql`json_object('scope', 'project', 'scope_id', p.id, 'period', ${period}, 'cap', p.budget_credits, 'spent', COALESCE(w.spent, 0), 'reserved', COALESCE(w.reserved, 0))`
-        })}, ${`budget.exhausted:${projectId}:${period}`}, ${now}
-        FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
-        WHERE p.id = ${projectId}
-        ON CONFLICT DO NOTHING`,
+          pg: () => sql`json_build_object('scope', ${r.scope}::TEXT, 'scope_id', ${scopeId}::TEXT, 'period', ${r.period}::TEXT, 'cap', ${cap}, 'spent', ${spent}, 'reserved', ${reserved})::TEXT`,
+          orElse: () => sql`json_object('scope', ${r.scope}, 'scope_id', ${scopeId}, 'period', ${r.period}, 'cap', ${cap}, 'spent', ${spent}, 'reserved', ${reserved})`
+        })}, ${cause}, ${now}
+        FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${r.period}
+        WHERE p.id = ${r.projectId}
+        ON CONFLICT DO NOTHING`
+  },
 
   /** Event `id`'s position in the list (its seq). */
   position: (id: string) => sql<{ seq: number }>`SELECT seq FROM events WHERE id = ${id}`,

@@ -88,13 +88,41 @@ describe.each(engines)("events and webhooks on %s", (engine, runs) => {
     // Once each, exactly the thresholds spent has reached under the cap (the first call's spend was under a 1e6 cap).
     expect(thresholds.sort((a, b) => a - b)).toEqual(crossedThresholds(charge, spent, cap, [50, 80, 100]))
     expect(thresholds.length).toBeGreaterThanOrEqual(2)
-    await eventually("budget.exhausted written", () => gw.query("SELECT id FROM events WHERE project_id = ? AND type = 'budget.exhausted'", p.projectId).length === 1)
+    // Committed before the first 402 was answered: there when the answers are, no waiting.
+    expect(gw.query("SELECT id FROM events WHERE project_id = ? AND type = 'budget.exhausted'", p.projectId)).toHaveLength(1)
     // More 402s in the same window write nothing more.
     await Promise.allSettled(Array.from({ length: 5 }, call))
     await new Promise((r) => setTimeout(r, 200))
     expect(gw.query("SELECT id FROM events WHERE project_id = ? AND type = 'budget.exhausted'", p.projectId)).toHaveLength(1)
     const all = gw.query<{ id: string }>("SELECT id FROM events WHERE project_id = ?", p.projectId)
     await eventually("every event of the project delivered", () => all.every((e) => receiver.acknowledged().get(e.id) === 1))
+  })
+
+  it.runIf(runs)("budget.exhausted in a key's and an end user's scope: the first 402 naming each has its event, with the scope's figures, before it is answered", async () => {
+    const p = await newProject(gw, { budget: 1_000_000 })
+    const client = clientFor(gw, p.key)
+    const call = (user?: string) =>
+      client.chat.completions.create({ model: "gpt-test", messages: [{ role: "user", content: "hi" }], max_tokens: 4, ...(user === undefined ? {} : { user }) })
+    const charge = ((await call()) as any).governance.credits_charged as number
+    const exhaustedOf = () =>
+      gw.query<{ data: string }>("SELECT data FROM events WHERE project_id = ? AND type = 'budget.exhausted' ORDER BY seq", p.projectId).map((e) => JSON.parse(e.data))
+    // An end user capped at one call: its second call is refused naming end_user.
+    expect((await gw.admin("PUT", `/admin/v1/projects/${p.projectId}/end_users/carol`, { budget_credits: charge * 2 - 1 })).status).toBe(200)
+    await call("carol")
+    const eu = await call("carol").catch((e: unknown) => e)
+    expect([(eu as APIError).status, (eu as any).error?.param]).toEqual([402, "end_user"])
+    expect(exhaustedOf()).toEqual([expect.objectContaining({ scope: "end_user", scope_id: "carol", cap: charge * 2 - 1, spent: charge })])
+    // The key capped below what it spent already: refused naming key.
+    expect((await gw.admin("PATCH", `/admin/v1/keys/${p.keyId}`, { budget_credits: charge })).status).toBe(200)
+    const key = await call().catch((e: unknown) => e)
+    expect([(key as APIError).status, (key as any).error?.param]).toEqual([402, "key"])
+    expect(exhaustedOf()).toEqual([
+      expect.objectContaining({ scope: "end_user", scope_id: "carol" }),
+      expect.objectContaining({ scope: "key", scope_id: p.keyId, cap: charge, spent: charge * 2 })
+    ])
+    // Their next 402s write nothing more; the project's budget was never exhausted.
+    await Promise.allSettled([call(), call("carol")])
+    expect(exhaustedOf()).toHaveLength(2)
   })
 
   it.runIf(runs)("key and project events, each in its cause's transaction; every type delivered, verified, once", async () => {

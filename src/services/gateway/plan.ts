@@ -17,6 +17,7 @@ import { periodOf } from "../Ledger.ts"
 import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
 import type { CallLimits, LimitsTaken } from "../UpstreamLimits.ts"
 import type { Reserved, ReserveArgs, ReserveRefused } from "../../store/ChatStore.ts"
+import type { ExhaustedScope } from "../../store/eventsRepo.ts"
 import { countChatInput, countChatInputNow } from "../Tokenizer.ts"
 import type { ChatCall, GatewayContext, GatewayReply, Plan, Quote, ReplyHeaders, Routed } from "./types.ts"
 
@@ -362,6 +363,21 @@ export const makePlanning = (ctx: GatewayContext) => {
     }
   }
 
+  /** The scope a store refusal names (a 402's `param`), in the refused hold's window; none for a client's own max_credits. */
+  const exhaustedScope = (r: Reservation, param: string | null): ExhaustedScope | undefined => {
+    const h = r.args.hold
+    switch (param) {
+      case "project":
+        return { scope: "project", projectId: h.projectId, period: h.period }
+      case "key":
+        return h.keyId === undefined ? undefined : { scope: "key", projectId: h.projectId, keyId: h.keyId, period: h.period }
+      case "end_user":
+        return h.endUser === undefined ? undefined : { scope: "end_user", projectId: h.projectId, endUser: h.endUser, period: h.period }
+      default:
+        return undefined
+    }
+  }
+
   /**
    * A reservation refused: over budget, or its idempotency key claimed already — a replay, a
    * conflict, or an original in flight, waited for. None: the original was released while the call
@@ -369,8 +385,12 @@ export const makePlanning = (ctx: GatewayContext) => {
    */
   const refusal = (call: ChatCall, r: Reservation, refused: ReserveRefused): Effect.Effect<Option.Option<GatewayReply>, GovernanceError> => {
     switch (refused._tag) {
-      case "OverBudget":
-        return Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
+      case "OverBudget": {
+        const refusal = Effect.fail(new BudgetExceeded({ message: refused.message, param: refused.param }))
+        const exhausted = exhaustedScope(r, refused.param)
+        // budget.exhausted, committed before the 402 the first time this process sees the scope's window (src/services/Events.ts).
+        return exhausted === undefined || ctx.events === undefined ? refusal : Effect.zipRight(ctx.events.exhausted(exhausted), refusal)
+      }
       case "Shed":
         return Effect.fail(refused.error)
       case "ClaimLost":

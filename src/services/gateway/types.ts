@@ -10,6 +10,7 @@ import type { BudgetExceeded, GovernanceError } from "../../domain/errors.ts"
 import type { ChatPort } from "../../store/ChatStore.ts"
 import type { SizingRequest } from "../../domain/budgetSizing.ts"
 import type { IdempotencyStore, Scope as TenantScope } from "../IdempotencyStore.ts"
+import type { Events } from "../Events.ts"
 import type { Instance } from "../Instance.ts"
 import type { Principal } from "../KeyRegistry.ts"
 import type { Hold, Ledger } from "../Ledger.ts"
@@ -115,6 +116,8 @@ export interface GatewayContext {
   readonly ledger: Ledger
   readonly metrics: Metrics
   readonly instance: Instance
+  /** The events outbox's budget.exhausted writer (absent where a test builds the Gateway without it). */
+  readonly events: Pick<Events, "exhausted"> | undefined
   /**
    * Run an effect of the call's in a fiber the Gateway owns (shutdown interrupts it), under the
    * call's span when traced, and tell `k` how it ended.
