@@ -73,6 +73,17 @@ describe("/v1/usage?group_by=: the window's receipts per model, per key, per end
     }
   })
 
+  it("group_by=end_user: one group per end user named, its own calls; calls that named none are left out", async () => {
+    const { status, body } = await usage("?group_by=end_user")
+    expect(status).toBe(200)
+    const named = calls.filter((c) => c.user !== undefined)
+    const byUser = new Map(body.groups!.map((g) => [g.end_user, g]))
+    expect([...byUser.keys()].sort()).toEqual([...new Set(named.map((c) => c.user!))].sort())
+    for (const [user, g] of byUser) expect(g.requests).toBe(named.filter((c) => c.user === user).length)
+    expect(sumOf(body.groups!, (g) => g.requests)).toBe(named.length)
+    expect(sumOf(body.groups!, (g) => g.credits)).toBeLessThanOrEqual(body.credits)
+  })
+
   it("group_by=model: the same figures as by_model", async () => {
     const { body } = await usage("?group_by=model")
     expect(body.groups).toEqual(body.by_model)
