@@ -73,6 +73,9 @@ const int = (v: string | undefined, name: string): number | undefined => {
   return Number(v)
 }
 
+/** A key's or an end user's cap (issue 41): a non-negative integer, or `none` for no budget (null). */
+const cap = (v: string | undefined): number | null | undefined => (v === "none" ? null : int(v, "budget"))
+
 export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArray<string>): Promise<number> => {
   const { positionals, values } = parseArgs({
     args: [...argv],
@@ -85,10 +88,11 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       burst: { type: "string" },
       environment: { type: "string" },
       "grace-seconds": { type: "string" },
+      delete: { type: "boolean" },
       ...pageOptions
     }
   })
-  const [action, id] = positionals
+  const [action, id, user] = positionals
   const need = (what: string) => {
     if (id === undefined) throw new Error(`${group} ${action} needs ${what}`)
     return encodeURIComponent(id)
@@ -115,6 +119,19 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
           ...(rpm === undefined && burst === undefined ? {} : { rate_limit: { ...(rpm === undefined ? {} : { requests_per_minute: rpm }), ...(burst === undefined ? {} : { burst }) } })
         })
       }
+      // Issue 41: the project's default budget for its end users, and an end user's own.
+      case "end-user-budget": {
+        const path = `/admin/v1/projects/${need("a project id")}/end_user_budget`
+        return values.budget === undefined ? call("GET", path) : call("PATCH", path, { end_user_budget_credits: cap(values.budget) })
+      }
+      case "end-users":
+        return list(`/admin/v1/projects/${need("a project id")}/end_users`, values)
+      case "end-user": {
+        if (user === undefined) throw new Error("projects end-user needs a project id and an end user")
+        const path = `/admin/v1/projects/${need("a project id")}/end_users/${encodeURIComponent(user)}`
+        if (values.delete === true) return call("DELETE", path)
+        return values.budget === undefined ? call("GET", path) : call("PUT", path, { budget_credits: cap(values.budget) })
+      }
     }
   } else {
     switch (action) {
@@ -128,6 +145,10 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       }
       case "revoke":
         return call("POST", `/admin/v1/keys/${need("a key id")}/revoke`)
+      case "budget": {
+        const path = `/admin/v1/keys/${need("a key id")}`
+        return values.budget === undefined ? call("GET", `${path}/budget`) : call("PATCH", path, { budget_credits: cap(values.budget) })
+      }
     }
   }
   process.stderr.write(`unknown action: ${group} ${action ?? ""}\n`)
