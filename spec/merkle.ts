@@ -18,7 +18,7 @@
  * not by the 32-bit bitwise operators. Nothing here does I/O; SHA-256 is ./platform.ts's, which the
  * browser build of @tollgate/spec swaps.
  */
-import { fromHex, sha256 } from "./platform.ts"
+import { sha256 } from "./platform.ts"
 
 export const HASH_BYTES = 32
 
@@ -31,22 +31,47 @@ const NODE_PREFIX = Uint8Array.of(0x01)
 /** RFC 9162 §2.1.1: the hash of a leaf whose data is `data`. */
 export const leafHash = (data: Uint8Array): Uint8Array => sha256(LEAF_PREFIX, data)
 
-/** RFC 9162 §2.1.1: the hash of an interior node. */
-export const nodeHash = (left: Uint8Array, right: Uint8Array): Uint8Array => sha256(NODE_PREFIX, left, right)
+/**
+ * RFC 9162 §2.1.1: the hash of an interior node. Its 65 input bytes written into one array and hashed
+ * as one part (no joining of three parts a node: a verifier hashes about one node a receipt).
+ */
+export const nodeHash = (left: Uint8Array, right: Uint8Array): Uint8Array => {
+  if (left.length !== HASH_BYTES || right.length !== HASH_BYTES) return sha256(NODE_PREFIX, left, right)
+  const input = new Uint8Array(1 + 2 * HASH_BYTES)
+  input[0] = 0x01
+  input.set(left, 1)
+  input.set(right, 1 + HASH_BYTES)
+  return sha256(input)
+}
 
 /** The root of the empty tree: SHA-256 of nothing. */
 export const EMPTY_ROOT: Uint8Array = sha256()
-
-const RECEIPT_HASH = /^[0-9a-f]{64}$/
 
 /**
  * The leaf of a receipt: its data is the 32 bytes its `hash` (lowercase hex, spec/receipt.ts
  * `receiptHash`) spells. Throws on anything that is not such a hash.
  */
 export const receiptLeafHash = (receiptHashHex: string): Uint8Array => {
-  if (!RECEIPT_HASH.test(receiptHashHex)) throw new TypeError(`not a receipt hash: ${JSON.stringify(receiptHashHex)}`)
-  return leafHash(fromHex(receiptHashHex)!)
+  // 0x00 and the 32 bytes the hex spells, decoded into one array and hashed as one part (one a receipt,
+  // in a verifier); a character that is not a lowercase hex digit refuses the whole (as /^[0-9a-f]{64}$/ would).
+  const input = new Uint8Array(1 + HASH_BYTES)
+  let bad = typeof receiptHashHex !== "string" || receiptHashHex.length !== 2 * HASH_BYTES
+  for (let i = 0; i < HASH_BYTES && !bad; i++) {
+    const hi = HEX_VALUE[receiptHashHex.charCodeAt(2 * i)] ?? -1
+    const lo = HEX_VALUE[receiptHashHex.charCodeAt(2 * i + 1)] ?? -1
+    if (hi < 0 || lo < 0) bad = true
+    input[1 + i] = (hi << 4) | lo
+  }
+  if (bad) throw new TypeError(`not a receipt hash: ${JSON.stringify(receiptHashHex)}`)
+  return sha256(input)
 }
+
+/** The value of a lowercase hex digit by its char code, −1 for any other character below 128. */
+const HEX_VALUE: ReadonlyArray<number> = (() => {
+  const v = new Array<number>(128).fill(-1)
+  for (let d = 0; d < 16; d++) v["0123456789abcdef".charCodeAt(d)] = d
+  return v
+})()
 
 export const equalHashes = (a: Uint8Array, b: Uint8Array): boolean => {
   if (a.length !== b.length) return false

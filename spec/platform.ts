@@ -14,13 +14,24 @@ import * as nodeCrypto from "node:crypto"
 export const PLATFORM = "node" as "node" | "web"
 
 /**
+ * The bytes a latin1 ("binary") string spells (one a character). Node 20's one-shot `crypto.hash` answers a
+ * string several times faster than a Buffer (≈ 0.3 against ≈ 1.2 µs for a Merkle node, bench/verifyParts.ts),
+ * and copying 32 characters out is cheaper than the difference.
+ */
+const bytesOfLatin1 = (s: string): Uint8Array => {
+  const out = new Uint8Array(s.length)
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i)
+  return out
+}
+
+/**
  * SHA-256 of the concatenation of `parts`. One-shot `crypto.hash` over the joined parts where it
  * exists (a Merkle node is 65 bytes: joining is cheaper than a Hash object a node, which a verifier
  * builds twice a receipt); a Hash object otherwise.
  */
 export const sha256: (...parts: ReadonlyArray<Uint8Array>) => Uint8Array =
   typeof nodeCrypto.hash === "function"
-    ? (...parts) => new Uint8Array(nodeCrypto.hash("sha256", parts.length === 1 ? parts[0]! : Buffer.concat(parts), "buffer"))
+    ? (...parts) => bytesOfLatin1(nodeCrypto.hash("sha256", parts.length === 1 ? parts[0]! : Buffer.concat(parts), "binary"))
     : (...parts) => {
         const h = nodeCrypto.createHash("sha256")
         for (const p of parts) h.update(p)

@@ -132,7 +132,18 @@ export const sealKeys = (keys: ReadonlyArray<TrustedKeyInput>, checkOf: (pem: st
  * The line as stored (canonical, spec/receipt.ts `SealedReceipt`): its signed text is the line
  * without `hash` and `signature` (the audit's `sealOfStored` argument); else it is written again.
  */
-export const sealOfLine = (r: Receipt, text: string, key: Pick<Key, "check" | "retiredAt"> | undefined): SealVerdict => {
+export const sealOfLine = (r: Receipt, text: string, key: Pick<Key, "check" | "retiredAt"> | undefined): SealVerdict => sealOfText(r, text, key, () => r)
+
+/** What a receipt's seal is checked by, besides its line: four of its members. */
+export type SealFields = Pick<Receipt, "hash" | "signature" | "created_at">
+
+/**
+ * `sealOfLine` given the receipt's `hash`, `signature` and `created_at` and, only when the line is
+ * not in the stored form (or does not verify as it), the whole receipt (`receipt()`, the line parsed):
+ * the same verdict, without parsing a stored line again where it was parsed already (a signature
+ * worker of `tollgate verify` is sent these members with the line).
+ */
+export const sealOfText = (r: SealFields, text: string, key: Pick<Key, "check" | "retiredAt"> | undefined, receipt: () => Receipt): SealVerdict => {
   const signature = fromBase64Any(r.signature)
   const retired = (k: Pick<Key, "retiredAt">) => k.retiredAt !== null && Date.parse(r.created_at) > k.retiredAt
   const cut = signedTextOfStored(text, r.hash, r.signature)
@@ -140,7 +151,7 @@ export const sealOfLine = (r: Receipt, text: string, key: Pick<Key, "check" | "r
     const bytes = utf8(cut)
     if (sha256Hex(bytes) === r.hash && key.check(bytes, signature)) return retired(key) ? "retired" : "intact"
   }
-  const bytes = receiptBytes(unsignedPart(r))
+  const bytes = receiptBytes(unsignedPart(receipt()))
   if (sha256Hex(bytes) !== r.hash) return "hash"
   if (key === undefined) return "unknownKey"
   if (key.check === undefined || !key.check(bytes, signature)) return "signature"

@@ -85,7 +85,7 @@ const statSize = (path: string): number => {
 
 const BATCH = 256
 /** Batches in flight before reading waits: what bounds memory. */
-const IN_FLIGHT = 8
+const IN_FLIGHT = 4
 
 /**
  * Records fed to `verifier` in file order, each receipt's seal computed by one of `jobs` worker
@@ -112,18 +112,20 @@ const sealPool = (jobs: number, verifier: Verifier) => {
   const queue: Array<{ readonly records: ReadonlyArray<ExportRecord>; readonly verdicts: Promise<ReadonlyArray<SealVerdict>> }> = []
   let records: Array<ExportRecord> = []
   let lines: Array<string> = []
+  let members: Array<string> = []
   let next = 0
   const flush = () => {
     if (records.length === 0) return
     const id = next++
     const at = id % workers.length
     const keys = verifier.trustedKeys()
-    const job: SealJob = { id, lines, ...(keys.length === keysSent[at] ? {} : { keys }) }
+    const job: SealJob = { id, lines, members, ...(keys.length === keysSent[at] ? {} : { keys }) }
     keysSent[at] = keys.length
     queue.push({ records, verdicts: new Promise((resolve, reject) => waiting.set(id, { resolve, reject })) })
     workers[at]!.postMessage(job)
     records = []
     lines = []
+    members = []
   }
   const drain = async (max: number) => {
     if (max === 0) flush()
@@ -134,18 +136,18 @@ const sealPool = (jobs: number, verifier: Verifier) => {
       for (const r of batch.records) verifier.record(r, r.kind === "receipt" ? verdicts[i++] : undefined)
     }
   }
-  const record = async (r: ExportRecord) => {
-    if (r.kind === "header") {
-      await drain(0)
-      verifier.record(r)
-      return
-    }
+  /** A promise only when the record must wait (a header, or a full batch with IN_FLIGHT ahead): no await a line otherwise. */
+  const record = (r: ExportRecord): Promise<void> | undefined => {
+    if (r.kind === "header") return drain(0).then(() => verifier.record(r))
     records.push(r)
-    if (r.kind === "receipt") lines.push(r.text)
-    if (records.length >= BATCH) {
-      flush()
-      await drain(IN_FLIGHT)
+    if (r.kind === "receipt") {
+      lines.push(r.text)
+      const { hash, signature, created_at, signing_key_id } = r.receipt
+      members.push(hash, signature, created_at, signing_key_id) // SealJob.members, in its order
     }
+    if (records.length < BATCH) return undefined
+    flush()
+    return queue.length > IN_FLIGHT ? drain(IN_FLIGHT) : undefined
   }
   const close = () => Promise.all(workers.map((w) => w.terminate()))
   return { record, drain, close }
@@ -177,7 +179,12 @@ export const verifyExport = async (input: VerifyInput): Promise<VerifyResult> =>
   } else {
     const pool = sealPool(jobs, verifier)
     try {
-      for await (const chunk of input.exportStream) for (const line of splitter.push(chunk)) await pool.record(reader.read(line))
+      for await (const chunk of input.exportStream) {
+        for (const line of splitter.push(chunk)) {
+          const wait = pool.record(reader.read(line))
+          if (wait !== undefined) await wait
+        }
+      }
       for (const line of splitter.end()) await pool.record(reader.read(line))
       await pool.drain(0)
     } finally {
