@@ -11,6 +11,7 @@ import { Effect } from "effect"
 import { MAX_BUDGET_CREDITS, MAX_BURST, MAX_REQUESTS_PER_MINUTE } from "../domain/adminFields.ts"
 import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
 import { migrationScopes } from "./migrationsScopes.ts"
+import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
 import { migrationLimits } from "./migrationsLimits.ts"
 import { migrationEvents } from "./migrationsEvents.ts"
 import { migrationReceiptLog } from "./migrationsReceiptLog.ts"
@@ -670,7 +671,8 @@ export const migrationSteps = {
   "0012_events_outbox": migrationEvents,
   "0013_pg_bounded_waits": migrationBoundedWaits,
   "0014_budget_scopes": migrationScopes,
-  "0015_upstream_limits": migrationLimits
+  "0015_upstream_limits": migrationLimits,
+  "0018_scope_thresholds": migrationScopeThresholds
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -25,8 +25,8 @@ import { Effect } from "effect"
 import { pgDdl } from "./migrations.ts"
 
 /** Epoch milliseconds, as each engine's clock says. */
-const SQLITE_NOW = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
-const PG_NOW = "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT"
+export const SQLITE_NOW = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+export const PG_NOW = "(extract(epoch FROM clock_timestamp()) * 1000)::BIGINT"
 
 /** The tables, in SQLite's words (pgDdl converts); `{SERIAL}` is each engine's increasing key. */
 const TABLES = [
@@ -76,7 +76,7 @@ const TABLES = [
 ]
 
 /** The threshold rule (spec/events.ts `crossedThresholds`) in SQL: percent t of cap c crossed from o to n. */
-const crossed = (o: string, n: string, t: string, c: string) => `${c} > 0 AND ${n} * 100 >= ${t} * ${c} AND ${o} * 100 < ${t} * ${c}`
+export const crossed = (o: string, n: string, t: string, c: string) => `${c} > 0 AND ${n} * 100 >= ${t} * ${c} AND ${o} * 100 < ${t} * ${c}`
 
 const thresholdData = (t: string) =>
   `'scope', 'project', 'scope_id', p.id, 'threshold_percent', ${t}, 'cap', p.budget_credits, 'spent', NEW.spent, 'reserved', NEW.reserved, 'period', NEW.period`

@@ -85,4 +85,48 @@ describe.each(engines)("threshold events on %s", (engine, enabled, numRuns) => {
       await runtime.dispose()
     }
   }, 120_000)
+
+  it.runIf(enabled)("a key's and an end user's window (migration 0018): the same rule, with the scope's own cap; a scope without a cap emits nothing", async () => {
+    schema ??= engine === "pg" ? freshSchema() : undefined
+    const settings = makeSettings({ databaseUrl: schema?.url ?? "sqlite::memory:" })
+    const runtime = ManagedRuntime.make(StoreDatabaseLive.pipe(Layer.provide(Layer.succeed(Settings, settings))))
+    // Where the scope's cap comes from: the key's own, an end user's override, the project's default
+    // for its end users, or nowhere (an uncapped key).
+    const kinds = fc.constantFrom("key", "end_user override", "end_user default", "uncapped key")
+    let n = 0
+    try {
+      await fc.assert(
+        fc.asyncProperty(runs, kinds, async ({ cap, thresholds, posts }, kind) => {
+          const project = `prj_scope${n}`
+          const key = `key_scope${n++}`
+          const period = "2026-11"
+          const isKey = kind === "key" || kind === "uncapped key"
+          const scope = isKey ? `key:${key}` : `end_user:${project}/ann/ö`
+          const found = await runtime.runPromise(
+            Effect.gen(function* () {
+              const sql = yield* SqlClient.SqlClient
+              // The project's own cap never binds here; only the scope's does.
+              yield* sql`INSERT INTO projects (id, organization, name, budget_credits, requests_per_minute, burst, alert_thresholds_percent, created_at, updated_at, end_user_budget_credits)
+                VALUES (${project}, 'org_p', 'p', 1000000000, 60, 10, ${JSON.stringify(thresholds)}, 0, 0, ${kind === "end_user default" ? cap : kind === "end_user override" ? cap * 7 : null})`
+              yield* sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, budget_credits)
+                VALUES (${key}, ${project}, 'development', 'x', 0, ${kind === "key" ? cap : null})`
+              if (kind === "end_user override") yield* sql`INSERT INTO end_users (project_id, end_user, budget_credits, created_at, updated_at) VALUES (${project}, 'ann/ö', ${cap}, 0, 0)`
+              yield* sql`INSERT INTO scope_windows (scope, period, spent, reserved) VALUES (${scope}, ${period}, 0, ${cap})`
+              for (const charge of posts) yield* sql`UPDATE scope_windows SET spent = spent + ${charge} WHERE scope = ${scope} AND period = ${period}`
+              return yield* sql<{ type: string; data: string; cause: string }>`SELECT type, data, cause FROM events WHERE project_id = ${project} ORDER BY seq`
+            })
+          )
+          let spent = 0
+          const expected = kind === "uncapped key" ? [] : emittedOverRun(posts.map((c) => (spent += c)), cap, thresholds)
+          const got = found.map((e) => JSON.parse(e.data) as { threshold_percent: number; scope: string; scope_id: string; cap: number; period: string })
+          expect(got.map((d) => Number(d.threshold_percent)).sort((a, b) => a - b)).toEqual(expected)
+          for (const d of got) expect([d.scope, d.scope_id, Number(d.cap), d.period]).toEqual([isKey ? "key" : "end_user", isKey ? key : "ann/ö", cap, period])
+          expect(new Set(found.map((e) => e.cause)).size).toBe(found.length)
+        }),
+        { numRuns }
+      )
+    } finally {
+      await runtime.dispose()
+    }
+  }, 120_000)
 })
