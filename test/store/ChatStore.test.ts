@@ -215,7 +215,7 @@ describe("ChatStore", () => {
       )
       expect(results[0]).toEqual({ outputCap: 600, reservation: 600 })
       expect(results[1]).toEqual({ outputCap: 400, reservation: 400 })
-      expect(results[2]).toMatchObject({ _tag: "OverBudget", param: null })
+      expect(results[2]).toMatchObject({ _tag: "OverBudget", param: "project" })
     } finally {
       await rt.dispose()
     }

@@ -37,7 +37,7 @@ describe("the store port, inline", () => {
       expect(yield* store.reserve(reserveArgs(p.id, 60))).toEqual({ outputCap: 1, reservation: 60 })
       const over = yield* Effect.either(store.reserve(reserveArgs(p.id, 41)))
       expect(Either.isLeft(over) && over.left._tag).toBe("OverBudget")
-      expect(Either.isLeft(over) && over.left._tag === "OverBudget" && over.left.param).toBe(null)
+      expect(Either.isLeft(over) && over.left._tag === "OverBudget" && over.left.param).toBe("project")
       expect((yield* rows(p.id)).requests).toHaveLength(1)
       expect(yield* store.reserve(reserveArgs(p.id, 40))).toEqual({ outputCap: 1, reservation: 40 })
       expect(yield* windowOf(p.id)).toMatchObject({ spent: 0, reserved: 100 })
