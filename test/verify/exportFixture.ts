@@ -50,6 +50,8 @@ export interface ChainOptions {
   readonly variant?: number
   /** Leave out the content of receipt `skip` and seal the rest after it again: a clean chain, one receipt fewer. */
   readonly skip?: number
+  /** The project (default PROJECT): another, to seed a gateway's own project (bench/exportServer.ts). */
+  readonly project?: string
 }
 
 /** The sealed receipts' stored bodies (canonical JSON, what the export serves) in chain order, and their hashes. */
@@ -65,7 +67,7 @@ export function* chainBodies(o: ChainOptions): Generator<{ readonly body: string
       receipt_id: `rcpt_${String(seq).padStart(8, "0")}`,
       request_id: `req_${String(seq).padStart(8, "0")}`,
       organization: "org_default",
-      project_id: PROJECT,
+      project_id: o.project ?? PROJECT,
       environment: "production",
       status: "completed",
       verification: { state: "verified", checks: ["route", "usage", "budget"], failed_checks: [] },
