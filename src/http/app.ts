@@ -64,5 +64,5 @@ const adminNoStore = <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResp
 export const makeApp = Effect.map(apiRouter, (api) =>
   // A path parameter up to 1,024 characters (find-my-way's default is 100): an end user's name is up
   // to 256 (issue 41), percent-encoded up to three times that; the schemas bound each parameter.
-  observed(adminNoStore(withCatchAll(HttpRouter.withRouterConfig(HttpRouter.concat(router, api), { maxParamLength: 1024 }))))
+  observed(adminNoStore(HttpRouter.withRouterConfig(withCatchAll(HttpRouter.concat(router, api)), { maxParamLength: 1024 })))
 )
