@@ -97,7 +97,17 @@ export class Recovery extends Effect.Service<Recovery>()("tollgate/Recovery", {
         return Effect.as(
           store.settle({
             now,
-            hold: { reservationId: h.id, requestId: h.request_id, projectId: h.project_id, period: h.period, amount: h.amount, deadline: h.deadline },
+            hold: {
+              reservationId: h.id,
+              requestId: h.request_id,
+              projectId: h.project_id,
+              period: h.period,
+              amount: h.amount,
+              deadline: h.deadline,
+              // The hold's scopes, as stored: the receipt names them (issue 41).
+              ...(h.key_id === null ? {} : { keyId: h.key_id }),
+              ...(h.end_user === null ? {} : { endUser: h.end_user })
+            },
             receiptId,
             organization: h.organization,
             environment: h.environment,

@@ -65,7 +65,7 @@ const pgEpochStore = (sql: SqlClient.SqlClient): EpochStoreApi => {
       ),
     heldOf: (epoch) =>
       orDie(sql<OrphanHold>`SELECT r.id, r.request_id, r.project_id, r.period, r.amount, r.deadline, r.epoch, r.progress,
-            q.environment, q.endpoint, q.model, q.stream, q.idempotency_key, p.organization
+            q.environment, q.endpoint, q.model, q.stream, q.idempotency_key, p.organization, r.key_id, r.end_user
         FROM reservations r JOIN requests q ON q.id = r.request_id JOIN projects p ON p.id = r.project_id
         WHERE r.state = 'held' AND r.epoch = ${epoch}`),
     dropClaims: (epoch) =>

@@ -41,6 +41,9 @@ export interface OrphanHold {
   readonly stream: number
   readonly idempotency_key: string | null
   readonly organization: string
+  /** The scopes the hold is in besides its project (migration 0014): its receipt names them. */
+  readonly key_id: string | null
+  readonly end_user: string | null
 }
 
 /** The epoch statements a governed call's transactions use (main thread or store worker). */
@@ -72,7 +75,7 @@ export const makeEpochReads = (db: BetterSqlite3.Database) => {
   )
   const heldOf = db.prepare<[number], OrphanHold>(
     `SELECT r.id, r.request_id, r.project_id, r.period, r.amount, r.deadline, r.epoch, r.progress,
-            q.environment, q.endpoint, q.model, q.stream, q.idempotency_key, p.organization
+            q.environment, q.endpoint, q.model, q.stream, q.idempotency_key, p.organization, r.key_id, r.end_user
      FROM reservations r JOIN requests q ON q.id = r.request_id JOIN projects p ON p.id = r.project_id
      WHERE r.state = 'held' AND r.epoch = ?`
   )
