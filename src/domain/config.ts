@@ -8,6 +8,7 @@ import { hostname } from "node:os"
 import { readFileSync } from "node:fs"
 import { DEFAULT_TTL_MILLIS, MIN_TTL_MILLIS } from "../../spec/idempotency.ts"
 import { isSupportedDatabaseUrl } from "./databaseUrl.ts"
+import { MAX_REQUESTS_PER_MINUTE, MAX_TOKENS_PER_MINUTE } from "./adminFields.ts"
 
 export const ProviderConfig = Schema.Union(
   Schema.Struct({
@@ -37,7 +38,17 @@ export const RouteConfig = Schema.Struct({
   max_output_tokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { default: () => 4096 }),
   auto: Schema.optionalWith(Schema.Boolean, { default: () => false }),
   /** Projects allowed to use the route; absent = every project. */
-  projects: Schema.optional(Schema.Array(Schema.String))
+  projects: Schema.optional(Schema.Array(Schema.String)),
+  /**
+   * The provider's quota for this route, kept by every instance together (issue 41 item 3): calls
+   * refused by it fall back to the next `auto` route; a call pinned to it gets a 429.
+   */
+  rate_limit: Schema.optional(
+    Schema.Struct({
+      requests_per_minute: Schema.optional(Schema.Int.pipe(Schema.between(1, MAX_REQUESTS_PER_MINUTE))),
+      tokens_per_minute: Schema.optional(Schema.Int.pipe(Schema.between(1, MAX_TOKENS_PER_MINUTE)))
+    })
+  )
 })
 export type RouteConfig = typeof RouteConfig.Type
 

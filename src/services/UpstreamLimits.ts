@@ -25,6 +25,8 @@ export interface ScopeLimits {
   readonly id: string
   readonly tokensPerMinute: number | undefined
   readonly maxConcurrent: number | undefined
+  /** A route's requests_per_minute: a bucket of `tokensPerMinute` requests, one taken a call, never corrected. */
+  readonly countsRequests?: true
 }
 
 /** A call's limits, its scopes in order (project, key). */
@@ -66,7 +68,7 @@ const owner: Record<ScopeLimits["scope"], string> = { project: "this project", k
 export const tokensRefused = (s: ScopeLimits, tokens: number, remaining: number, resetMs: number, retryAfterMs: number): RateLimited => {
   const tpm = s.tokensPerMinute!
   const never = !Number.isFinite(retryAfterMs)
-  const who = s.scope === "route" ? `route '${s.id}'` : owner[s.scope]
+  const who = s.scope === "route" ? `route '${s.id.slice(2)}'` : owner[s.scope]
   return new RateLimited({
     message: never
       ? `This request's estimated ${tokens} tokens (prompt and max_tokens) exceed the ${tpm} tokens per minute of ${who}; lower max_tokens or shorten the prompt.`
@@ -76,6 +78,23 @@ export const tokensRefused = (s: ScopeLimits, tokens: number, remaining: number,
     limitHeaders: tokenHeaders(tpm, remaining, resetMs)
   })
 }
+
+/** The 429 of a route's requests_per_minute refusal. */
+const requestsRefused = (s: ScopeLimits, remaining: number, resetMs: number, retryAfterMs: number): RateLimited =>
+  new RateLimited({
+    message: `Route '${s.id.slice(2)}' is at its provider quota of ${s.tokensPerMinute} requests per minute; retry after ${formatReset(retryAfterMs)}, or use model 'auto'.`,
+    retryAfterMs,
+    param: "route.rate_limit.requests_per_minute",
+    limitHeaders: {
+      "x-ratelimit-limit-requests": String(s.tokensPerMinute),
+      "x-ratelimit-remaining-requests": String(Math.max(0, remaining)),
+      "x-ratelimit-reset-requests": formatReset(resetMs)
+    }
+  })
+
+/** A bucket's refusal: a route's requests, or tokens. */
+const refusedBy = (s: ScopeLimits, amount: number, remaining: number, resetMs: number, retryAfterMs: number): RateLimited =>
+  s.countsRequests ? requestsRefused(s, remaining, resetMs, retryAfterMs) : tokensRefused(s, amount, remaining, resetMs, retryAfterMs)
 
 /** The 429 of a max_concurrent refusal. */
 export const slotsRefused = (s: ScopeLimits): RateLimited =>
@@ -96,10 +115,11 @@ export const localLimiter = (): UpstreamLimiter & { readonly inFlight: (id: stri
     let tightest = Number.POSITIVE_INFINITY
     for (const s of limits) {
       if (s.tokensPerMinute !== undefined) {
-        const d = take(buckets.get(s.id), s.tokensPerMinute, tokens, now)
-        if (d._tag === "Limited") return Either.left(tokensRefused(s, tokens, d.remaining, d.resetMs, d.retryAfterMs))
+        const amount = s.countsRequests ? 1 : tokens
+        const d = take(buckets.get(s.id), s.tokensPerMinute, amount, now)
+        if (d._tag === "Limited") return Either.left(refusedBy(s, amount, d.remaining, d.resetMs, d.retryAfterMs))
         next.push([s, d.bucket])
-        if (d.remaining < tightest) {
+        if (!s.countsRequests && d.remaining < tightest) {
           tightest = d.remaining
           headers = tokenHeaders(s.tokensPerMinute, d.remaining, d.resetMs)
         }
@@ -115,7 +135,7 @@ export const localLimiter = (): UpstreamLimiter & { readonly inFlight: (id: stri
         if (ended) return
         ended = true
         for (const s of limits) {
-          if (s.tokensPerMinute !== undefined && used !== undefined) {
+          if (s.tokensPerMinute !== undefined && used !== undefined && !s.countsRequests) {
             buckets.set(s.id, correct(buckets.get(s.id), s.tokensPerMinute, tokens, used, at))
           }
           if (s.maxConcurrent !== undefined) {
@@ -136,8 +156,10 @@ export const localLimiter = (): UpstreamLimiter & { readonly inFlight: (id: stri
 }
 
 /** A call's limits as the Redis scripts read them. */
-const sharedCall = (limits: CallLimits, callId: string): SharedLimitsCall => ({
-  buckets: limits.flatMap((s) => (s.tokensPerMinute === undefined ? [] : [{ id: s.id, tpm: s.tokensPerMinute }])),
+const sharedCall = (limits: CallLimits, callId: string, tokens: number): SharedLimitsCall => ({
+  buckets: limits.flatMap((s) =>
+    s.tokensPerMinute === undefined ? [] : [{ id: s.id, tpm: s.tokensPerMinute, amount: s.countsRequests ? 1 : tokens, corrected: !s.countsRequests }]
+  ),
   slots: limits.flatMap((s) => (s.maxConcurrent === undefined ? [] : [{ id: s.id, max: s.maxConcurrent }])),
   callId
 })
@@ -149,9 +171,9 @@ const sharedCall = (limits: CallLimits, callId: string): SharedLimitsCall => ({
 export const redisLimiter = (redis: RedisGcra, leaseMs: number, fallback: UpstreamLimiter, onFallback: (e: unknown) => void) => {
   const live = new Map<string, SharedLimitsCall>()
   const take = (limits: CallLimits, callId: string, tokens: number): Effect.Effect<LimitsTaken, RateLimited> => {
-    const call = sharedCall(limits, callId)
+    const call = sharedCall(limits, callId, tokens)
     return Effect.flatMap(
-      Effect.either(Effect.tryPromise(() => redis.takeLimits(call, tokens, leaseMs))),
+      Effect.either(Effect.tryPromise(() => redis.takeLimits(call, leaseMs))),
       (answer): Effect.Effect<LimitsTaken, RateLimited> => {
         if (Either.isLeft(answer)) {
           onFallback(answer.left)
@@ -161,10 +183,10 @@ export const redisLimiter = (redis: RedisGcra, leaseMs: number, fallback: Upstre
         if (d._tag === "Limited") {
           const all = [...limits.filter((s) => s.tokensPerMinute !== undefined), ...limits.filter((s) => s.maxConcurrent !== undefined)]
           const s = all[d.scope]!
-          return Effect.fail(d.scope < call.buckets.length ? tokensRefused(s, tokens, d.remaining, d.resetMs, d.retryAfterMs) : slotsRefused(s))
+          return Effect.fail(d.scope < call.buckets.length ? refusedBy(s, call.buckets[d.scope]!.amount, d.remaining, d.resetMs, d.retryAfterMs) : slotsRefused(s))
         }
         if (call.slots.length > 0) live.set(callId, call)
-        const tight = call.buckets[d.tightest]
+        const tight = call.buckets[d.tightest]?.corrected === true ? call.buckets[d.tightest] : undefined
         let ended = false
         return Effect.succeed({
           headers: tight === undefined ? undefined : tokenHeaders(tight.tpm, d.remaining, d.resetMs),

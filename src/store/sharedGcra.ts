@@ -39,7 +39,8 @@ export type SharedGcraDecision =
  * clock; a hash {l: level in units, a: refilled at}) and each max_concurrent scope's leases (a sorted
  * set of call ids scored by their expiry; expired ones dropped first, so a dead instance's calls give
  * their slots back once their lease runs out). KEYS: the buckets, then the lease sets. ARGV: the
- * counts, the call's tokens, its id, the lease's length (ms), each bucket's limit, each set's limit.
+ * counts, (unused), the call's id, the lease's length (ms), each bucket's limit and what the call
+ * takes from it (its tokens; 1 from a route's requests bucket), each set's limit.
  * Answers {1, tightest bucket, its tokens left, ms until it is full} or {0, refusing scope (1-based),
  * tokens left, ms until full, ms until the estimate fits (-1: never, over the whole limit)}.
  */
@@ -48,10 +49,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nT = tonumber(ARGV[1])
 local nC = tonumber(ARGV[2])
-local tokens = tonumber(ARGV[3])
 local levels = {}
 for i = 1, nT do
-  local tpm = tonumber(ARGV[5 + i])
+  local tpm = tonumber(ARGV[4 + 2 * i])
+  local tokens = tonumber(ARGV[5 + 2 * i])
   local full = tpm * 60000
   local s = redis.call('HMGET', KEYS[i], 'l', 'a')
   local level = full
@@ -69,13 +70,13 @@ end
 for j = 1, nC do
   local key = KEYS[nT + j]
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  if redis.call('ZSCORE', key, ARGV[4]) == false and redis.call('ZCARD', key) >= tonumber(ARGV[5 + nT + j]) then
+  if redis.call('ZSCORE', key, ARGV[4]) == false and redis.call('ZCARD', key) >= tonumber(ARGV[5 + 2 * nT + j]) then
     return {0, nT + j, 0, 0, 1000}
   end
 end
 local tightest, left, reset = 0, -1, 0
 for i = 1, nT do
-  local tpm = tonumber(ARGV[5 + i])
+  local tpm = tonumber(ARGV[4 + 2 * i])
   local untilFull = math.ceil((tpm * 60000 - levels[i]) / tpm)
   redis.call('HSET', KEYS[i], 'l', string.format('%.0f', levels[i]), 'a', string.format('%.0f', now))
   redis.call('PEXPIRE', KEYS[i], untilFull + 1000)
@@ -90,18 +91,18 @@ return {1, tightest, left, reset}
 `
 
 /**
- * A call's end: each bucket corrected by `ARGV[3]` tokens (the estimate less the real count: given
+ * A call's end: each bucket corrected by its delta in tokens (the estimate less the real count: given
  * back up to full, or taken down to empty — tokenBucket.ts `correct`), and its leases dropped. KEYS
- * as LIMITS_TAKE_LUA's; ARGV: the counts, the correction, the call's id, each bucket's limit.
+ * as LIMITS_TAKE_LUA's; ARGV: the counts, (unused), the call's id, each bucket's limit and delta.
  */
 export const LIMITS_END_LUA = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local nT = tonumber(ARGV[1])
 local nC = tonumber(ARGV[2])
-local delta = tonumber(ARGV[3]) * 60000
 for i = 1, nT do
-  local tpm = tonumber(ARGV[4 + i])
+  local tpm = tonumber(ARGV[3 + 2 * i])
+  local delta = tonumber(ARGV[4 + 2 * i]) * 60000
   local full = tpm * 60000
   local s = redis.call('HMGET', KEYS[i], 'l', 'a')
   if s[1] and delta ~= 0 then
@@ -133,7 +134,8 @@ export type SharedLimitsDecision =
 
 /** A call's shared limits as the scripts read them: its buckets' and its lease sets' names and limits. */
 export interface SharedLimitsCall {
-  readonly buckets: ReadonlyArray<{ readonly id: string; readonly tpm: number }>
+  /** `amount`: what the call takes (its tokens, or 1 from a requests bucket); `corrected`: whether its end corrects it. */
+  readonly buckets: ReadonlyArray<{ readonly id: string; readonly tpm: number; readonly amount: number; readonly corrected: boolean }>
   readonly slots: ReadonlyArray<{ readonly id: string; readonly max: number }>
   readonly callId: string
 }
@@ -142,8 +144,8 @@ export interface RedisGcra {
   /** One admission for `projectId`; rejects when Redis cannot answer (the caller falls back). */
   readonly admit: (projectId: string, intervalMicros: number, burst: number) => Promise<SharedGcraDecision>
   /** Take a call's tokens and slots, all or none (LIMITS_TAKE_LUA). */
-  readonly takeLimits: (call: SharedLimitsCall, tokens: number, leaseMs: number) => Promise<SharedLimitsDecision>
-  /** Correct a call's buckets by `delta` tokens and drop its leases (LIMITS_END_LUA). */
+  readonly takeLimits: (call: SharedLimitsCall, leaseMs: number) => Promise<SharedLimitsDecision>
+  /** Correct a call's token buckets by `delta` tokens and drop its leases (LIMITS_END_LUA). */
   readonly endLimits: (call: SharedLimitsCall, delta: number) => Promise<void>
   /** Push the leases of the calls still running ahead by `leaseMs`. */
   readonly renewLeases: (leases: ReadonlyArray<{ readonly slot: string; readonly callId: string }>, leaseMs: number) => Promise<void>
@@ -182,16 +184,16 @@ export const connectRedisGcra = (url: string, keyPrefix = "tollgate:rl:"): Redis
   const run = commands.tollgateGcra.bind(redis)
   const keysOf = (c: SharedLimitsCall) => [...c.buckets.map((b) => `${keyPrefix}tb:${b.id}`), ...c.slots.map((s) => `${keyPrefix}cc:${s.id}`)]
   return {
-    takeLimits: async (c, tokens, leaseMs) => {
+    takeLimits: async (c, leaseMs) => {
       const keys = keysOf(c)
-      const r = await commands.tollgateLimitsTake.call(redis, keys.length, ...keys, c.buckets.length, c.slots.length, tokens, c.callId, leaseMs, ...c.buckets.map((b) => b.tpm), ...c.slots.map((s) => s.max))
+      const r = await commands.tollgateLimitsTake.call(redis, keys.length, ...keys, c.buckets.length, c.slots.length, 0, c.callId, leaseMs, ...c.buckets.flatMap((b) => [b.tpm, b.amount]), ...c.slots.map((s) => s.max))
       return r[0] === 1
         ? { _tag: "Taken", tightest: r[1]! - 1, remaining: r[2]!, resetMs: r[3]! }
         : { _tag: "Limited", scope: r[1]! - 1, remaining: r[2]!, resetMs: r[3]!, retryAfterMs: r[4]! < 0 ? Number.POSITIVE_INFINITY : r[4]! }
     },
     endLimits: async (c, delta) => {
       const keys = keysOf(c)
-      await commands.tollgateLimitsEnd.call(redis, keys.length, ...keys, c.buckets.length, c.slots.length, delta, c.callId, ...c.buckets.map((b) => b.tpm))
+      await commands.tollgateLimitsEnd.call(redis, keys.length, ...keys, c.buckets.length, c.slots.length, 0, c.callId, ...c.buckets.flatMap((b) => [b.tpm, b.corrected ? delta : 0]))
     },
     renewLeases: async (leases, leaseMs) => {
       if (leases.length === 0) return

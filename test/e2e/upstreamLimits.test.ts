@@ -137,3 +137,51 @@ describe("upstream limits: tokens per minute and calls in flight (one instance)"
     expect(cleared.body.rate_limit).toEqual({ requests_per_minute: 6000, burst: 600, max_concurrent: 4 })
   })
 })
+
+describe("route quotas: a route's rate_limit as the provider's quota", () => {
+  let mock: MockUpstream
+  let gw: TestGateway
+
+  beforeAll(async () => {
+    mock = await startMockUpstream()
+    gw = await startGateway(
+      mockGatewayFile(mock.url, [
+        { name: "quota-rpm", provider: "mock", upstream_model: "model-rpm", max_output_tokens: 256, auto: true, rate_limit: { requests_per_minute: 1 } },
+        { name: "quota-tpm", provider: "mock", upstream_model: "model-tpm", max_output_tokens: 256, auto: true, rate_limit: { tokens_per_minute: 100 } },
+        { name: "spare", provider: "mock", upstream_model: "model-spare", max_output_tokens: 256, auto: true }
+      ])
+    )
+  })
+  afterAll(async () => {
+    await gw?.close()
+    await mock?.close()
+  })
+
+  it("auto falls back to the next route when one is at its quota; a call pinned to an exhausted route is a 429 naming the route's limit", async () => {
+    const client = clientFor(gw, gw.devKey)
+    const upstreamModel = () => (mock.requests.at(-1)?.body as { model?: string } | undefined)?.model
+    // The first route's one request a minute: taken by the first call…
+    await client.chat.completions.create({ model: "auto", messages: hello, max_tokens: 20 })
+    expect(upstreamModel()).toBe("model-rpm")
+    // …so the next goes to the second route (its 100 tokens a minute fit an estimate of ~30)…
+    await client.chat.completions.create({ model: "auto", messages: hello, max_tokens: 20 })
+    expect(upstreamModel()).toBe("model-tpm")
+    // …and one whose estimate (~210) exceeds the second's quota goes on to the third.
+    await client.chat.completions.create({ model: "auto", messages: hello, max_tokens: 200 })
+    expect(upstreamModel()).toBe("model-spare")
+    const calls = mock.calls
+    const pinned = await expectApiError(client.chat.completions.create({ model: "quota-rpm", messages: hello, max_tokens: 20 }), {
+      status: 429,
+      code: "rate_limited",
+      param: "route.rate_limit.requests_per_minute",
+      message: /quota-rpm/
+    })
+    expect(pinned.headers?.get("x-ratelimit-limit-requests")).toBe("1")
+    await expectApiError(client.chat.completions.create({ model: "quota-tpm", messages: hello, max_tokens: 200 }), {
+      status: 429,
+      code: "rate_limited",
+      param: "route.rate_limit.tokens_per_minute"
+    })
+    expect(mock.calls).toBe(calls)
+  })
+})

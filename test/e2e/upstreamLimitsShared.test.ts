@@ -31,7 +31,12 @@ describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts", { pg: true, re
   let file: GatewayFile
   const settings = () => ({ databaseUrl: schema.url, redisUrl: Option.some(Redacted.make(TEST_REDIS_URL)), heartbeatMs: 100 })
 
+  let server: { main: string; dispose: () => void }
+  let store: Store
+
   beforeAll(async () => {
+    // Bundled first: the build blocks this process's loop, which the in-process instances share.
+    server = await buildServer()
     mock = await startMockUpstream()
     mock.behaviorsByModel.set("slow-model", { delayMs: 800 })
     schema = freshSchema()
@@ -41,12 +46,17 @@ describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts", { pg: true, re
     ])
     a = await startGateway(file, { ...settings(), instanceId: "limits-a" })
     b = await startGateway(file, { ...settings(), instanceId: "limits-b" })
-  }, 60_000)
+    store = newStore(mock.url)
+    // The same routes and rate card as the in-process instances (a card in use is immutable).
+    writeFileSync(store.configPath, JSON.stringify(file))
+  }, 120_000)
   afterAll(async () => {
     await b?.close()
     await a?.close()
     await mock?.close()
     schema?.drop()
+    store?.dispose()
+    server?.dispose()
   })
 
   const project = async (rate_limit: Record<string, unknown>) => {
@@ -91,20 +101,10 @@ describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts", { pg: true, re
   })
 
   describe("an instance killed with SIGKILL while its call is in flight", () => {
-    let server: { main: string; dispose: () => void }
-    let store: Store
     let killed: Proc | undefined
 
-    beforeAll(async () => {
-      server = await buildServer()
-      store = newStore(mock.url)
-      // The same routes and rate card as the in-process instances (a card in use is immutable).
-      writeFileSync(store.configPath, JSON.stringify(file))
-    }, 120_000)
     afterAll(() => {
       killed?.child.kill("SIGKILL")
-      store?.dispose()
-      server?.dispose()
     })
 
     it("its slot comes back once its lease runs out, with nothing to recover; a survivor's call, living past a lease's length, keeps its own by renewal", async () => {

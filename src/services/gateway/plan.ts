@@ -13,9 +13,10 @@ import { timeline } from "../../domain/timeline.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, type Scope as TenantScope, type StoredResult } from "../IdempotencyStore.ts"
 import type { Principal } from "../KeyRegistry.ts"
 import { available } from "../../../spec/ledger.ts"
-import { periodOf } from "../Ledger.ts"
+import { windowOfCall } from "../Ledger.ts"
 import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
-import type { CallLimits, LimitsTaken } from "../UpstreamLimits.ts"
+import type { CallLimits, LimitsTaken, ScopeLimits } from "../UpstreamLimits.ts"
+import type { Route } from "../Router.ts"
 import type { Reserved, ReserveArgs, ReserveRefused } from "../../store/ChatStore.ts"
 import type { ExhaustedScope } from "../../store/eventsRepo.ts"
 import { countChatInput, countChatInputNow } from "../Tokenizer.ts"
@@ -51,6 +52,18 @@ export interface Reservation {
  * reservation to make, or the reply that answers the call without one (a replay).
  */
 export type PlanRest = Effect.Effect<Reservation | GatewayReply, GovernanceError>
+
+/** Whether a route carries a provider quota (its config's `rate_limit`). */
+const hasQuota = (r: Route): boolean => r.rate_limit !== undefined
+
+/** A route's quota as upstream limits: its requests a minute (one a call) and its tokens a minute. */
+const routeLimits = (r: Route): CallLimits => {
+  const q = r.rate_limit!
+  const out: Array<ScopeLimits> = []
+  if (q.requests_per_minute !== undefined) out.push({ scope: "route", id: `q:${r.name}`, tokensPerMinute: q.requests_per_minute, maxConcurrent: undefined, countsRequests: true })
+  if (q.tokens_per_minute !== undefined) out.push({ scope: "route", id: `r:${r.name}`, tokensPerMinute: q.tokens_per_minute, maxConcurrent: undefined })
+  return out
+}
 
 const scopeOf = (principal: Principal): TenantScope => ({ projectId: principal.projectId, environment: principal.environment })
 
@@ -119,7 +132,9 @@ export const makePlanning = (ctx: GatewayContext) => {
     maxCredits: number | undefined,
     maxCreditsParam: string,
     now: number,
-    inputTokens: number
+    inputTokens: number,
+    /** Routes at their quota now (an `auto` call falls back past them). */
+    exhausted?: ReadonlySet<string>
   ): Either.Either<Routed, RouteUnavailable> => {
     const candidates = router.candidatesAt(request.model, principal.projectId, now)
     if (Either.isLeft(candidates)) return Either.left(candidates.left)
@@ -128,7 +143,7 @@ export const makePlanning = (ctx: GatewayContext) => {
       const priced = pricing.priceAt(r.name, now)
       if (priced !== undefined) prices.set(r.name, { prices: priced.prices, version: priced.card.version })
     }
-    const chain = candidates.right.filter((r) => prices.has(r.name))
+    const chain = candidates.right.filter((r) => prices.has(r.name) && exhausted?.has(r.name) !== true)
     if (chain.length === 0) {
       return Either.left(new RouteUnavailable({ message: `No rate card in force prices the route for '${request.model}'.`, retryable: false }))
     }
@@ -138,7 +153,8 @@ export const makePlanning = (ctx: GatewayContext) => {
       requested: request.requestedMaxTokens,
       maxCredits,
       maxCreditsParam,
-      period: periodOf(now)
+      // The window the call falls in: its project's budget period in its time zone, at its start.
+      period: windowOfCall(principal, now)
     }
     return Either.right({ chain, prices, inputTokens, sizing })
   }
@@ -259,25 +275,54 @@ export const makePlanning = (ctx: GatewayContext) => {
     const r = reservationOf(call, now, admitted, fingerprint, counted)
     if (Either.isLeft(r)) return Either.right(unroutable(call, now, admitted, fingerprint, r.left))
     const limits = call.principal.limits
-    if (limits === undefined || call.limitsTaken !== undefined) return r
-    return takeLimits(call, limits, r.right, now)
+    if (call.limitsTaken !== undefined || (limits === undefined && !r.right.chain.some(hasQuota))) return r
+    const exhausted = new Set<string>()
+    return takeLimits(call, limits ?? [], r.right, now, (route) => {
+      exhausted.add(route)
+      return reservationOf(call, now, admitted, fingerprint, counted, exhausted)
+    })
   }
 
   /**
    * The call's estimate — its prompt and the most its first route may generate for it — taken from
-   * every upstream limit of its project and key, with a slot of each in-flight limit: all or none.
+   * every upstream limit of its project and key and its first route's quota, with a slot of each
+   * in-flight limit: all or none. A route at its quota: an `auto` call tries again on the rest of
+   * its chain (`without`), a pinned one is refused naming the route's limit.
    */
-  const takeLimits = (call: ChatCall, limits: CallLimits, r: Reservation, now: number): Either.Either<Reservation | PlanRest, RateLimited> => {
-    const routeMax = r.chain[0]!.max_output_tokens
-    const tokens = r.inputTokens + Math.min(r.request.requestedMaxTokens ?? routeMax, routeMax)
+  const takeLimits = (
+    call: ChatCall,
+    limits: CallLimits,
+    r: Reservation,
+    now: number,
+    without: (route: string) => Either.Either<Reservation, RouteUnavailable>
+  ): Either.Either<Reservation | PlanRest, RateLimited> => {
+    const first = r.chain[0]!
+    const tokens = r.inputTokens + Math.min(r.request.requestedMaxTokens ?? first.max_output_tokens, first.max_output_tokens)
+    const all = first.rate_limit === undefined ? limits : [...limits, ...routeLimits(first)]
     const taken = (t: LimitsTaken): Reservation => {
       call.limitsTaken = t
       if (t.headers !== undefined) Object.assign(call.headers, t.headers)
       return r
     }
+    /** Refused by the route's quota: the next route of an `auto` chain, if there is one. */
+    const next = (refused: RateLimited): Either.Either<Reservation, RateLimited> | undefined => {
+      if (!refused.param?.startsWith("route.") || r.request.model !== "auto") return undefined
+      const rest = without(first.name)
+      return Either.isLeft(rest) ? Either.left(refused) : Either.right(rest.right)
+    }
     const upstream = rateLimiter.upstream
-    if (upstream.takeNow !== undefined) return Either.map(upstream.takeNow(limits, r.requestId, tokens, now), taken)
-    return Either.right(Effect.map(upstream.take(limits, r.requestId, tokens), taken))
+    if (upstream.takeNow !== undefined) {
+      const d = upstream.takeNow(all, r.requestId, tokens, now)
+      if (Either.isRight(d)) return Either.right(taken(d.right))
+      const fallback = next(d.left)
+      return fallback === undefined ? Either.left(d.left) : Either.flatMap(fallback, (r2) => takeLimits(call, limits, r2, now, without))
+    }
+    return Either.right(
+      Effect.catchAll(Effect.map(upstream.take(all, r.requestId, tokens), taken), (refused): PlanRest => {
+        const fallback = next(refused)
+        return fallback === undefined ? Effect.fail(refused) : Either.isLeft(fallback) ? Effect.fail(fallback.left) : planFrom(takeLimits(call, limits, fallback.right, now, without))
+      })
+    )
   }
 
   /** No route: a replay (or a conflict, or an original in flight) answers even when the route is gone. */
@@ -298,10 +343,17 @@ export const makePlanning = (ctx: GatewayContext) => {
    * Route and price the counted request, and make its ids and hold: the reservation's arguments and
    * what its plan will hold. Pure but for the request id it sets on the reply's headers.
    */
-  const reservationOf = (call: ChatCall, now: number, admitted: Keyed, fingerprint: string, counted: number): Either.Either<Reservation, RouteUnavailable> => {
+  const reservationOf = (
+    call: ChatCall,
+    now: number,
+    admitted: Keyed,
+    fingerprint: string,
+    counted: number,
+    exhausted?: ReadonlySet<string>
+  ): Either.Either<Reservation, RouteUnavailable> => {
     const { principal, headers, surface } = call
     const { request, key } = admitted
-    const routed = route(principal, request, admitted.maxCredits, admitted.maxCreditsParam, now, counted)
+    const routed = route(principal, request, admitted.maxCredits, admitted.maxCreditsParam, now, counted, exhausted)
     if (Either.isLeft(routed)) return Either.left(routed.left)
     const { chain, prices, inputTokens, sizing } = routed.right
     const requestId = newRequestId(now)
