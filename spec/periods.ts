@@ -226,3 +226,16 @@ export const windowLabeller = (period: BudgetPeriod, timeZone: string): ((millis
     return label
   }
 }
+
+const labellers = new Map<string, (millis: number) => string>()
+
+/**
+ * The window label of an instant for a project's period and zone, each (period, zone) pair's labeller
+ * made once and kept (a process meets a handful of zones): the governed path asks it once a call.
+ */
+export const windowAt = (period: BudgetPeriod, timeZone: string, millis: number): string => {
+  const key = `${period} ${timeZone}`
+  let labeller = labellers.get(key)
+  if (labeller === undefined) labellers.set(key, (labeller = windowLabeller(period, timeZone)))
+  return labeller(millis)
+}

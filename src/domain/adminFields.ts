@@ -7,6 +7,7 @@
  * Date into the store.
  */
 import { Effect, ParseResult, Schema } from "effect"
+import { BUDGET_PERIODS, isTimeZone } from "../../spec/periods.ts"
 import { InvalidRequest } from "./errors.ts"
 
 /** One year: the longest an old key keeps working after a rotation. */
@@ -47,6 +48,16 @@ export const RequestsPerMinute = integerFrom(1, MAX_REQUESTS_PER_MINUTE, `1 to $
 export const Burst = integerFrom(1, MAX_BURST, `Requests a quiet project may send at once: 1 to ${MAX_BURST}; default a tenth of requests_per_minute.`)
 
 export const TokensPerMinute = integerFrom(1, MAX_TOKENS_PER_MINUTE, `Tokens (prompt and completion) a minute, taken at admission on the estimate and corrected at settlement: 1 to ${MAX_TOKENS_PER_MINUTE}; absent or null: no limit.`)
+
+/** A project's budget period (spec/periods.ts): the window its caps count in. */
+export const BudgetPeriod = Schema.Literal(...BUDGET_PERIODS).annotations({
+  description: "The window every cap of the project counts in: month (default), week (ISO, Monday to Sunday), day, or total (one window forever); a call belongs to the window of its start."
+})
+
+/** A project's time zone: an IANA name the runtime knows. */
+export const TimeZone = Schema.String.pipe(
+  Schema.filter((s) => isTimeZone(s), { message: (issue) => `Expected an IANA time zone such as Europe/Paris or UTC, actual ${JSON.stringify(issue.actual).slice(0, 80)}` })
+).annotations({ description: "The IANA time zone the budget period's windows are counted in (default UTC)." })
 
 export const MaxConcurrent = integerFrom(1, MAX_CONCURRENT, `Calls in flight at once: 1 to ${MAX_CONCURRENT}; absent or null: no limit.`)
 

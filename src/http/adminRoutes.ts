@@ -18,7 +18,7 @@ import { available } from "../../spec/ledger.ts"
 import { type PageRequest, pageRequest } from "../domain/paging.ts"
 import { Activity } from "../services/Activity.ts"
 import { KeyRegistry } from "../services/KeyRegistry.ts"
-import { type BudgetWindow, Ledger } from "../services/Ledger.ts"
+import { type BudgetWindow, Ledger, periodSettings, windowOfCall, windowParam } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
 import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
 import { AdminAuth, AdminCaller, type ApiKey, type BudgetWindow as WindowView, type DailyUsage, NewKey, NewProject, type Project, ProjectPatch, type RequestListItem, type RequestPage, Rotation, SessionAuth, type SessionInfo, SignIn } from "./adminApi.ts"
@@ -74,6 +74,10 @@ const budgetWindow = (projectId: string, period: string) => Effect.map(Effect.fl
 
 const currentPeriod = Effect.flatMap(Ledger, (ledger) => Effect.map(Clock.currentTimeMillis, (now) => ledger.periodOf(now)))
 
+/** The window a project's calls fall in now: its budget period in its time zone (spec/periods.ts). */
+const currentWindowOf = (project: { readonly budget_period: string; readonly time_zone: string }) =>
+  Effect.map(Clock.currentTimeMillis, (now) => windowOfCall(periodSettings(project), now))
+
 /** A project with its current window and the first page of its keys (docs/contract.md §8). */
 const projectView = (id: string, viewer: Viewer = { role: "operator" }) =>
   Effect.gen(function* () {
@@ -82,7 +86,7 @@ const projectView = (id: string, viewer: Viewer = { role: "operator" }) =>
     const answer: typeof Project.Type = {
       ...project,
       object: "project" as const,
-      current_window: yield* budgetWindow(id, yield* currentPeriod),
+      current_window: yield* budgetWindow(id, yield* currentWindowOf(project)),
       keys: keys.data,
       keys_has_more: keys.has_more
     }
@@ -113,8 +117,14 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
     .handle("listProjects", ({ urlParams }) =>
       respondErrors(Effect.gen(function* () {
         const v = yield* viewer
-        const page = yield* (yield* Projects).page(yield* currentPeriod, pageRequest(urlParams), v.role === "team" ? v.projectId : undefined)
-        const data = page.data.map(({ project, window }) => ({ ...project, object: "project" as const, current_window: windowView(window) }))
+        const month = yield* currentPeriod
+        const page = yield* (yield* Projects).page(month, pageRequest(urlParams), v.role === "team" ? v.projectId : undefined)
+        // The page's windows are read for this month; a project counting in another period or zone reads its own.
+        const data = yield* Effect.forEach(page.data, ({ project, window }) =>
+          Effect.map(
+            Effect.flatMap(currentWindowOf(project), (own) => (own === month ? Effect.succeed(windowView(window)) : budgetWindow(project.id, own))),
+            (current) => ({ ...project, object: "project" as const, current_window: current })
+          ))
         return { object: "list" as const, ...page, data }
       }))
     )
@@ -159,9 +169,8 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
     .handle("getProjectUsage", ({ path, urlParams }) =>
       respondErrors(Effect.gen(function* () {
         const v = yield* viewerOf(path.id)
-        yield* (yield* Projects).get(path.id)
-        const period = urlParams.period ?? (yield* currentPeriod)
-        if (!/^\d{4}-(0[1-9]|1[0-2])$/.test(period)) return yield* new InvalidRequest({ message: "period must be a month written YYYY-MM.", param: "period" })
+        const project = yield* (yield* Projects).get(path.id)
+        const period = urlParams.period === undefined ? yield* currentWindowOf(project) : yield* windowParam(periodSettings(project), urlParams.period)
         const environment = yield* viewedEnvironment(v, urlParams.environment)
         const usage = yield* (yield* Activity).dailyUsage(path.id, period, environment)
         const answer = { object: "project_usage" as const, project_id: path.id, environment: environment ?? null, period, budget: yield* budgetWindow(path.id, period), ...usage }

@@ -15,7 +15,7 @@ import { Clock, Effect, FiberRef, Layer } from "effect"
 import { InvalidRequest } from "../domain/errors.ts"
 import { available } from "../../spec/ledger.ts"
 import { KeyRegistry } from "../services/KeyRegistry.ts"
-import { Ledger } from "../services/Ledger.ts"
+import { Ledger, windowOfCall, windowParam } from "../services/Ledger.ts"
 import type { UsageGroup } from "../store/ledgerRepo.ts"
 import { Pricing } from "../services/Pricing.ts"
 import { ReceiptSigner } from "../services/ReceiptSigner.ts"
@@ -96,10 +96,8 @@ const governedGroup = HttpApiBuilder.group(PublicApi, "governed", (handlers) =>
       respondErrors(Effect.gen(function* () {
         const ledger = yield* Ledger
         const principal = yield* CurrentPrincipal
-        const period = urlParams.period ?? ledger.periodOf(yield* Clock.currentTimeMillis)
-        if (!/^\d{4}-(0[1-9]|1[0-2])$/.test(period)) {
-          return yield* new InvalidRequest({ message: "period must be a month written YYYY-MM.", param: "period" })
-        }
+        // A window of the project's budget period (spec/periods.ts); by default the one its calls fall in now.
+        const period = urlParams.period === undefined ? windowOfCall(principal, yield* Clock.currentTimeMillis) : yield* windowParam(principal, urlParams.period)
         const groupBy = urlParams.group_by
         if (groupBy !== undefined && !isUsageGroup(groupBy)) {
           return yield* new InvalidRequest({ message: "group_by must be one of model, key, end_user.", param: "group_by" })

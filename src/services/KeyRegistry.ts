@@ -5,6 +5,7 @@
  * `keyCacheTtlMs` (default 1 s), which bounds how long a revocation made by another instance takes
  * to be seen; a revocation made through this instance drops the cache entry at once.
  */
+import type { BudgetPeriod } from "../../spec/periods.ts"
 import { Clock, Effect, Option, Stream } from "effect"
 import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
@@ -25,6 +26,9 @@ export interface Principal {
   readonly organization: string
   readonly environment: Environment
   readonly budgetCredits: number
+  /** The project's budget period and time zone (spec/periods.ts); absent: month in UTC. */
+  readonly budgetPeriod?: BudgetPeriod
+  readonly timeZone?: string
   readonly rateLimit: { readonly requestsPerMinute: number; readonly burst: number }
   /** The project's and the key's tokens-per-minute and in-flight limits; undefined when none is set (src/services/UpstreamLimits.ts). */
   readonly limits: CallLimits | undefined
@@ -134,6 +138,8 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         organization: row.organization,
         environment: row.environment,
         budgetCredits: row.budget_credits,
+        budgetPeriod: row.budget_period,
+        timeZone: row.time_zone,
         rateLimit: { requestsPerMinute: row.requests_per_minute, burst: row.burst },
         limits: limitsOf(row)
       }

@@ -6,12 +6,48 @@
  */
 import { Effect } from "effect"
 import { periodOf } from "../../spec/ledger.ts"
+import { type BudgetPeriod, isBudgetPeriod, isWindowLabel, windowAt } from "../../spec/periods.ts"
 import type { Receipt } from "../../spec/receipt.ts"
-import { RequestNotFound } from "../domain/errors.ts"
+import { InvalidRequest, RequestNotFound } from "../domain/errors.ts"
 import type { Scope } from "../store/idempotencyStatements.ts"
 import { LedgerRepo, type UsageGroup } from "../store/ledgerRepo.ts"
 
 export { periodOf }
+
+/**
+ * The window a call starting at `millis` belongs to: its project's budget period in its time zone
+ * (spec/periods.ts); month in UTC — every project's until migration 0019 — is the ledger's `periodOf`.
+ */
+/** A project's period and zone as the admin API and the principal carry them (absent: month in UTC). */
+export interface PeriodOf {
+  readonly budgetPeriod?: BudgetPeriod | undefined
+  readonly timeZone?: string | undefined
+}
+
+/** The project's settings as a `PeriodOf` (a stored project row or its admin answer). */
+export const periodSettings = (p: { readonly budget_period: string; readonly time_zone: string }): PeriodOf => ({
+  budgetPeriod: isBudgetPeriod(p.budget_period) ? p.budget_period : "month",
+  timeZone: p.time_zone
+})
+
+/**
+ * A window a caller names (`?period=`), checked against the project's kind: a 400 naming `period`
+ * unless it is a label of that kind (spec/periods.ts), else the label.
+ */
+export const windowParam = (p: PeriodOf, period: string): Effect.Effect<string, InvalidRequest> =>
+  isWindowLabel(p.budgetPeriod ?? "month", period)
+    ? Effect.succeed(period)
+    : Effect.fail(new InvalidRequest({ message: LABEL_FORMS[p.budgetPeriod ?? "month"], param: "period" }))
+
+const LABEL_FORMS: Record<BudgetPeriod, string> = {
+  month: "period must be a month written YYYY-MM.",
+  week: "period must be an ISO week written YYYY-Www (the project's budget period is week).",
+  day: "period must be a day written YYYY-MM-DD (the project's budget period is day).",
+  total: "period must be total (the project's budget period is total)."
+}
+
+export const windowOfCall = (p: PeriodOf, millis: number): string =>
+  (p.budgetPeriod ?? "month") === "month" && (p.timeZone ?? "UTC") === "UTC" ? periodOf(millis) : windowAt(p.budgetPeriod ?? "month", p.timeZone ?? "UTC", millis)
 
 export type { BudgetWindow, Hold, Sealer, Settlement } from "../store/ledgerStatements.ts"
 

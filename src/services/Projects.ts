@@ -5,7 +5,8 @@
 import { Clock, Effect, Option, type Schema } from "effect"
 import { DEFAULT_THRESHOLDS } from "../../spec/events.ts"
 import { defaultBurst } from "../../spec/rateLimit.ts"
-import { BudgetCredits, Burst, checkField, MaxConcurrent, Organization, ProjectName, RequestsPerMinute, TokensPerMinute } from "../domain/adminFields.ts"
+import { type BudgetPeriod as BudgetPeriodName, DEFAULT_BUDGET_PERIOD, DEFAULT_TIME_ZONE } from "../../spec/periods.ts"
+import { BudgetCredits, BudgetPeriod, Burst, checkField, MaxConcurrent, Organization, ProjectName, RequestsPerMinute, TimeZone, TokensPerMinute } from "../domain/adminFields.ts"
 import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
 import { newOrganizationId, newProjectId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
@@ -28,6 +29,8 @@ export const toProject = (r: ProjectRow): Project => ({
     ...(r.max_concurrent === null ? {} : { max_concurrent: r.max_concurrent })
   },
   alert_thresholds_percent: JSON.parse(r.alert_thresholds_percent) as Array<number>,
+  budget_period: r.budget_period,
+  time_zone: r.time_zone,
   created_at: new Date(r.created_at).toISOString(),
   updated_at: new Date(r.updated_at).toISOString()
 })
@@ -72,6 +75,8 @@ const projectChanges = (before: ProjectRow, after: Omit<ProjectFields, "updated_
   put("rate_limit.tokens_per_minute", before.tokens_per_minute, after.tokens_per_minute)
   put("rate_limit.max_concurrent", before.max_concurrent, after.max_concurrent)
   put("alert_thresholds_percent", JSON.parse(before.alert_thresholds_percent), JSON.parse(after.alert_thresholds_percent))
+  put("budget_period", before.budget_period, after.budget_period)
+  put("time_zone", before.time_zone, after.time_zone)
   return changes
 }
 
@@ -115,6 +120,8 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
           tokens_per_minute: tpm,
           max_concurrent: concurrent,
           alert_thresholds_percent: JSON.stringify(input.alert_thresholds_percent ?? DEFAULT_THRESHOLDS),
+          budget_period: yield* checkField(BudgetPeriod, "budget_period", input.budget_period ?? DEFAULT_BUDGET_PERIOD),
+          time_zone: yield* checkField(TimeZone, "time_zone", input.time_zone ?? DEFAULT_TIME_ZONE),
           created_at: now,
           updated_at: now
         }
@@ -133,6 +140,8 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
         const tpm = yield* optionalLimit(TokensPerMinute, "rate_limit.tokens_per_minute", patch.rate_limit?.tokens_per_minute, current.rate_limit.tokens_per_minute ?? null)
         const concurrent = yield* optionalLimit(MaxConcurrent, "rate_limit.max_concurrent", patch.rate_limit?.max_concurrent, current.rate_limit.max_concurrent ?? null)
         const thresholds = JSON.stringify(patch.alert_thresholds_percent ?? current.alert_thresholds_percent)
+        const period = yield* patched(BudgetPeriod, "budget_period", patch.budget_period, current.budget_period as BudgetPeriodName)
+        const timeZone = yield* patched(TimeZone, "time_zone", patch.time_zone, current.time_zone)
         const now = yield* Clock.currentTimeMillis
         // The row is read again inside the transaction (locked on PostgreSQL), so `changes` holds the
         // values this update replaced, and the event commits with the update or not at all.
@@ -140,7 +149,7 @@ export class Projects extends Effect.Service<Projects>()("tollgate/Projects", {
           Effect.gen(function* () {
             const [before] = yield* repo.findForUpdate(id)
             if (before === undefined) return
-            const fields = { name, budget_credits: budget, requests_per_minute: rpm, burst, tokens_per_minute: tpm, max_concurrent: concurrent, alert_thresholds_percent: thresholds }
+            const fields = { name, budget_credits: budget, requests_per_minute: rpm, burst, tokens_per_minute: tpm, max_concurrent: concurrent, alert_thresholds_percent: thresholds, budget_period: period, time_zone: timeZone }
             const changes = projectChanges(before, fields)
             yield* repo.update(id, { ...fields, updated_at: now })
             if (Object.keys(changes).length > 0) {

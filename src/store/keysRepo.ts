@@ -3,6 +3,7 @@
  * project's limits, the INSERT of a new key, the guarded claims of rotation and revocation, and the
  * admin list's page (src/store/adminLists.ts).
  */
+import type { BudgetPeriod } from "../../spec/periods.ts"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import type { Environment } from "../domain/ids.ts"
@@ -29,6 +30,9 @@ export interface KeyRow {
   readonly max_concurrent: number | null
   readonly project_tokens_per_minute: number | null
   readonly project_max_concurrent: number | null
+  /** The project's budget period and time zone (migration 0019). */
+  readonly budget_period: BudgetPeriod
+  readonly time_zone: string
 }
 
 /** A key to insert: only SHA-256(secret) is stored. */
@@ -50,7 +54,8 @@ export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
     /** Key `keyId` with its project's organization, cap and rate limit. */
     find: (keyId: string) =>
       sql<KeyRow>`SELECT k.*, p.organization, p.budget_credits, p.requests_per_minute, p.burst,
-                    p.tokens_per_minute AS project_tokens_per_minute, p.max_concurrent AS project_max_concurrent
+                    p.tokens_per_minute AS project_tokens_per_minute, p.max_concurrent AS project_max_concurrent,
+                    p.budget_period, p.time_zone
                   FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,
 
     insert: (key: NewKey) =>

@@ -12,6 +12,7 @@ import { MAX_BUDGET_CREDITS, MAX_BURST, MAX_REQUESTS_PER_MINUTE } from "../domai
 import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
 import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
+import { migrationBudgetPeriods } from "./migrationsBudgetPeriods.ts"
 import { migrationLimits } from "./migrationsLimits.ts"
 import { migrationEvents } from "./migrationsEvents.ts"
 import { migrationReceiptLog } from "./migrationsReceiptLog.ts"
@@ -672,7 +673,8 @@ export const migrationSteps = {
   "0013_pg_bounded_waits": migrationBoundedWaits,
   "0014_budget_scopes": migrationScopes,
   "0015_upstream_limits": migrationLimits,
-  "0018_scope_thresholds": migrationScopeThresholds
+  "0018_scope_thresholds": migrationScopeThresholds,
+  "0019_budget_periods": migrationBudgetPeriods
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -21,12 +21,15 @@ export interface ProjectRow {
   readonly max_concurrent: number | null
   /** JSON array of whole percents (migration 0012). */
   readonly alert_thresholds_percent: string
+  /** The budget period and its time zone (migration 0019, spec/periods.ts). */
+  readonly budget_period: string
+  readonly time_zone: string
   readonly created_at: number
   readonly updated_at: number
 }
 
 /** What a patch writes. */
-export type ProjectFields = Pick<ProjectRow, "name" | "budget_credits" | "requests_per_minute" | "burst" | "tokens_per_minute" | "max_concurrent" | "alert_thresholds_percent" | "updated_at">
+export type ProjectFields = Pick<ProjectRow, "name" | "budget_credits" | "requests_per_minute" | "burst" | "tokens_per_minute" | "max_concurrent" | "alert_thresholds_percent" | "budget_period" | "time_zone" | "updated_at">
 
 /** The statements; a service runs them (a store failure is a defect there). */
 export const makeProjectsRepo = (sql: SqlClient.SqlClient) => {
@@ -57,6 +60,8 @@ export const makeProjectsRepo = (sql: SqlClient.SqlClient) => {
             tokens_per_minute = ${f.tokens_per_minute},
             max_concurrent = ${f.max_concurrent},
             alert_thresholds_percent = ${f.alert_thresholds_percent},
+            budget_period = ${f.budget_period},
+            time_zone = ${f.time_zone},
             updated_at = ${f.updated_at}
           WHERE id = ${id}`,
 

@@ -75,6 +75,8 @@ const { id: projectId, ...projectRest } = {
   budget_credits: Schema.Int,
   rate_limit: RateLimit,
   alert_thresholds_percent: Schema.Array(Schema.Int).annotations({ description: "Percents of the cap whose crossing emits budget.threshold_reached, once per window (default [50, 80, 100])." }),
+  budget_period: Schema.String.annotations({ description: "month, week, day or total: the window every cap of the project counts in." }),
+  time_zone: Schema.String.annotations({ description: "The IANA time zone its windows are counted in." }),
   created_at: Schema.String,
   updated_at: Schema.String
 }
@@ -125,7 +127,9 @@ export const NewProject = Schema.Struct({
     tokens_per_minute: Schema.optional(Schema.NullOr(F.TokensPerMinute)),
     max_concurrent: Schema.optional(Schema.NullOr(F.MaxConcurrent))
   }),
-  alert_thresholds_percent: Schema.optional(AlertThresholds)
+  alert_thresholds_percent: Schema.optional(AlertThresholds),
+  budget_period: Schema.optional(F.BudgetPeriod),
+  time_zone: Schema.optional(F.TimeZone)
 })
 
 export const ProjectPatch = Schema.Struct({
@@ -140,7 +144,9 @@ export const ProjectPatch = Schema.Struct({
       max_concurrent: Schema.optional(Schema.NullOr(F.MaxConcurrent))
     })
   ),
-  alert_thresholds_percent: Schema.optional(AlertThresholds)
+  alert_thresholds_percent: Schema.optional(AlertThresholds),
+  budget_period: Schema.optional(F.BudgetPeriod),
+  time_zone: Schema.optional(F.TimeZone)
 })
 
 export const NewKey = Schema.Struct({ environment: Environment })
