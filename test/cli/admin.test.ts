@@ -104,4 +104,25 @@ describe("tollgate CLI: projects and keys through the admin API", () => {
     const bad = await cli(["projects", "list", "--limit", "0"])
     expect([bad.code, JSON.parse(bad.stderr).error.param]).toEqual([1, "limit"])
   }, 60_000)
+
+  it("sets and reads budgets at the key and end-user scopes (issue 41); a 402 names the scope that refused", async () => {
+    const project = json(await cli(["projects", "create", "--name", "cli-scopes", "--budget", "100000", "--rpm", "600"]))
+    const key = json(await cli(["keys", "create", project.id]))
+    expect(json(await cli(["keys", "budget", key.id, "--budget", "0"]))).toMatchObject({ object: "key_budget", key_id: key.id, budget_credits: 0, spent: 0 })
+    const client = new OpenAI({ baseURL: gw.url, apiKey: key.secret, maxRetries: 0 })
+    await expect(client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "cli" }] })).rejects.toMatchObject({ status: 402, error: { param: "key" } })
+    expect(json(await cli(["keys", "budget", key.id, "--budget", "none"]))).toMatchObject({ budget_credits: null, remaining: null })
+    expect(json(await cli(["projects", "end-user-budget", project.id, "--budget", "0"]))).toMatchObject({ end_user_budget_credits: 0 })
+    await expect(client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "cli" }], user: "ann" })).rejects.toMatchObject({
+      status: 402,
+      error: { param: "end_user" }
+    })
+    expect(json(await cli(["projects", "end-user", project.id, "ann", "--budget", "5000"]))).toMatchObject({ user: "ann", budget_credits: 5000, budget_source: "override" })
+    await client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "cli" }], user: "ann" })
+    expect(json(await cli(["projects", "end-user", project.id, "ann"])).spent).toBeGreaterThan(0)
+    expect(json(await cli(["projects", "end-users", project.id])).data.map((u: any) => u.user)).toEqual(["ann"])
+    expect(json(await cli(["projects", "end-user", project.id, "ann", "--delete"]))).toMatchObject({ budget_source: "project_default", budget_credits: 0 })
+    const bad = await cli(["projects", "end-user", project.id, "ann", "--budget", "-5"])
+    expect(bad.code).not.toBe(0)
+  }, 60_000)
 })
