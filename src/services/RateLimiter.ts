@@ -10,8 +10,8 @@ import { RateLimited } from "../domain/errors.ts"
 import { isPostgresUrl } from "../domain/databaseUrl.ts"
 import { staleAfterMs } from "../../spec/epochs.ts"
 import { makeEpochStore } from "../store/epochStore.ts"
-import { connectRedisGcra, pgGcra, type SharedGcraDecision } from "../store/sharedGcra.ts"
-import { localLimiter, redisLimiter, type UpstreamLimiter } from "./UpstreamLimits.ts"
+import { connectRedisGcra, pgGcra, pgLimits, type RedisGcra, type SharedGcraDecision } from "../store/sharedGcra.ts"
+import { localLimiter, sharedLimiter, type UpstreamLimiter } from "./UpstreamLimits.ts"
 
 export interface RateVerdict {
   readonly limit: number
@@ -176,6 +176,24 @@ const makeShared = (
     })
   })
 
+/**
+ * The upstream limits shared through `store` (Redis, or PostgreSQL): a slot's lease lasts as long as
+ * the epoch recovery waits before it calls an instance dead, and is renewed every heartbeat while its
+ * call lives.
+ */
+const upstreamShared = (store: Pick<RedisGcra, "takeLimits" | "endLimits" | "renewLeases">) =>
+  Effect.gen(function* () {
+    const heartbeatMs = (yield* Settings).heartbeatMs
+    const shared = sharedLimiter(store, staleAfterMs(heartbeatMs), localLimiter(), () => rateLimitFallbacks.count++)
+    yield* Effect.forkScoped(
+      Effect.repeat(
+        Effect.delay(Effect.catchAllCause(Effect.tryPromise(shared.renew), () => Effect.void), Duration.millis(heartbeatMs)),
+        Schedule.forever
+      )
+    )
+    return shared.limiter
+  })
+
 /** The limit shared through Redis (REDIS_URL). */
 export const RateLimiterShared = (redisUrl: string) =>
   Layer.scoped(
@@ -187,24 +205,18 @@ export const RateLimiterShared = (redisUrl: string) =>
       )
       // A start waits up to a second for Redis; still unreachable, it serves on the fallback meanwhile.
       yield* Effect.promise(() => redis.ready(1_000))
-      // A slot's lease lasts as long as the epoch recovery waits before it calls an instance dead,
-      // and is renewed every heartbeat while its call lives.
-      const heartbeatMs = (yield* Settings).heartbeatMs
-      const shared = redisLimiter(redis, staleAfterMs(heartbeatMs), localLimiter(), () => rateLimitFallbacks.count++)
-      yield* Effect.forkScoped(
-        Effect.repeat(
-          Effect.delay(Effect.catchAllCause(Effect.tryPromise(shared.renew), () => Effect.void), Duration.millis(heartbeatMs)),
-          Schedule.forever
-        )
-      )
-      return yield* makeShared("Redis", (projectId, interval, burst) => Effect.tryPromise(() => redis.admit(projectId, interval, burst)), shared.limiter)
+      const upstream = yield* upstreamShared(redis)
+      return yield* makeShared("Redis", (projectId, interval, burst) => Effect.tryPromise(() => redis.admit(projectId, interval, burst)), upstream)
     })
   )
 
 /** The limit shared through PostgreSQL (a postgres:// DATABASE_URL and no REDIS_URL). */
 export const RateLimiterPostgres = Layer.scoped(
   RateLimiter,
-  Effect.flatMap(pgGcra, (admit) => makeShared("PostgreSQL", admit))
+  Effect.gen(function* () {
+    const admit = yield* pgGcra
+    return yield* makeShared("PostgreSQL", admit, yield* upstreamShared(yield* pgLimits))
+  })
 )
 
 /** Admissions made by the fallback because Redis could not answer (read by /metrics). */

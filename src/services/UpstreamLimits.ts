@@ -165,10 +165,11 @@ const sharedCall = (limits: CallLimits, callId: string, tokens: number): SharedL
 })
 
 /**
- * The limits shared through Redis. `leaseMs`: how long a slot outlives its instance's last renewal;
+ * The limits shared through Redis (or PostgreSQL without it: src/store/sharedGcra.ts `pgLimits`, the
+ * same three steps as transactions). `leaseMs`: how long a slot outlives its instance's last renewal;
  * `live` lists the leases to renew (`renew`, every heartbeat). Redis unreachable: `fallback` decides.
  */
-export const redisLimiter = (redis: RedisGcra, leaseMs: number, fallback: UpstreamLimiter, onFallback: (e: unknown) => void) => {
+export const sharedLimiter = (redis: Pick<RedisGcra, "takeLimits" | "endLimits" | "renewLeases">, leaseMs: number, fallback: UpstreamLimiter, onFallback: (e: unknown) => void) => {
   const live = new Map<string, SharedLimitsCall>()
   const take = (limits: CallLimits, callId: string, tokens: number): Effect.Effect<LimitsTaken, RateLimited> => {
     const call = sharedCall(limits, callId, tokens)

@@ -9,8 +9,9 @@
  * database's clock.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { Effect, Runtime } from "effect"
 import { Redis } from "ioredis"
+import { type Bucket, correct, take } from "../domain/tokenBucket.ts"
 
 export const GCRA_LUA = `
 local t = redis.call('TIME')
@@ -244,3 +245,97 @@ export const pgGcra = Effect.map(SqlClient.SqlClient, (sql) => (projectId: strin
     return { _tag: "Limited", retryAfterMicros: Math.max(0, tat + interval - burst * interval - row!.now), resetMicros: tat - row!.now } as const
   })
 )
+
+/**
+ * The upstream limits shared through PostgreSQL (no REDIS_URL; migration 0015's `token_buckets` and
+ * `concurrency_leases`): what LIMITS_TAKE_LUA, LIMITS_END_LUA and LEASES_RENEW_LUA do, as one
+ * transaction each on the database's clock. The call's scopes are locked first, in one order
+ * (transaction advisory locks on their names, sorted), so two calls sharing scopes never deadlock
+ * and a scope with no row yet is locked all the same; the bucket rule is tokenBucket.ts's.
+ */
+export const pgLimits = Effect.map(Effect.runtime<SqlClient.SqlClient>(), (runtime) => {
+  const run = Runtime.runPromise(runtime)
+  const locked = <A>(scopes: ReadonlyArray<string>, body: (sql: SqlClient.SqlClient, now: number) => Effect.Effect<A, unknown, never>) =>
+    Effect.flatMap(SqlClient.SqlClient, (sql) =>
+      sql.withTransaction(
+        Effect.gen(function* () {
+          for (const s of [...new Set(scopes)].sort()) yield* sql`SELECT pg_advisory_xact_lock(hashtext(${s}))`
+          const [{ now }] = (yield* sql<{ now: number }>`SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now`) as [{ now: number }]
+          return yield* body(sql, Number(now))
+        })
+      )
+    )
+  const bucketsOf = (sql: SqlClient.SqlClient, ids: ReadonlyArray<string>) =>
+    ids.length === 0
+      ? Effect.succeed(new Map<string, Bucket>())
+      : Effect.map(
+          sql<{ scope: string; level: number; at_us: number }>`SELECT scope, level, at_us FROM token_buckets WHERE ${sql.in("scope", ids)}`,
+          (rows) => new Map(rows.map((r) => [r.scope, { level: Number(r.level), at: Math.floor(Number(r.at_us) / 1000) }]))
+        )
+  const save = (sql: SqlClient.SqlClient, id: string, b: Bucket) =>
+    sql`INSERT INTO token_buckets (scope, level, at_us) VALUES (${id}, ${b.level}, ${b.at * 1000})
+        ON CONFLICT (scope) DO UPDATE SET level = excluded.level, at_us = excluded.at_us`
+  const scopesOf = (c: SharedLimitsCall) => [...c.buckets.map((b) => `tb:${b.id}`), ...c.slots.map((s) => `cc:${s.id}`)]
+
+  const takeLimits = (c: SharedLimitsCall, leaseMs: number): Promise<SharedLimitsDecision> =>
+    run(
+      locked(scopesOf(c), (sql, now) =>
+        Effect.gen(function* () {
+          const stored = yield* bucketsOf(sql, c.buckets.map((b) => b.id))
+          const next: Array<Bucket> = []
+          let tightest = 0
+          let left = -1
+          let reset = 0
+          for (const [i, b] of c.buckets.entries()) {
+            const d = take(stored.get(b.id), b.tpm, b.amount, now)
+            if (d._tag === "Limited") return { _tag: "Limited", scope: i, remaining: d.remaining, resetMs: d.resetMs, retryAfterMs: d.retryAfterMs } as const
+            next.push(d.bucket)
+            if (left < 0 || d.remaining < left) [tightest, left, reset] = [i, d.remaining, d.resetMs]
+          }
+          for (const [j, s] of c.slots.entries()) {
+            yield* sql`DELETE FROM concurrency_leases WHERE scope = ${s.id} AND expires_us <= ${now * 1000}`
+            const [held] = yield* sql<{ n: number; mine: number }>`
+              SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE call_id = ${c.callId}) AS mine FROM concurrency_leases WHERE scope = ${s.id}`
+            if (Number(held!.mine) === 0 && Number(held!.n) >= s.max) {
+              return { _tag: "Limited", scope: c.buckets.length + j, remaining: 0, resetMs: 0, retryAfterMs: 1000 } as const
+            }
+          }
+          for (const [i, b] of c.buckets.entries()) yield* save(sql, b.id, next[i]!)
+          for (const s of c.slots) {
+            yield* sql`INSERT INTO concurrency_leases (scope, call_id, expires_us) VALUES (${s.id}, ${c.callId}, ${(now + leaseMs) * 1000})
+                       ON CONFLICT (scope, call_id) DO UPDATE SET expires_us = excluded.expires_us`
+          }
+          return { _tag: "Taken", tightest, remaining: Math.max(0, left), resetMs: reset } as const
+        })
+      )
+    )
+
+  const endLimits = (c: SharedLimitsCall, delta: number): Promise<void> =>
+    run(
+      locked(scopesOf(c), (sql, now) =>
+        Effect.gen(function* () {
+          const stored = yield* bucketsOf(sql, c.buckets.filter((b) => b.corrected && delta !== 0).map((b) => b.id))
+          for (const b of c.buckets) {
+            const was = stored.get(b.id)
+            if (was !== undefined) yield* save(sql, b.id, correct(was, b.tpm, delta, 0, now))
+          }
+          for (const s of c.slots) yield* sql`DELETE FROM concurrency_leases WHERE scope = ${s.id} AND call_id = ${c.callId}`
+        })
+      )
+    )
+
+  const renewLeases = (leases: ReadonlyArray<{ readonly slot: string; readonly callId: string }>, leaseMs: number): Promise<void> =>
+    leases.length === 0
+      ? Promise.resolve()
+      : run(
+          Effect.flatMap(SqlClient.SqlClient, (sql) =>
+            Effect.forEach(
+              leases,
+              (l) => sql`UPDATE concurrency_leases SET expires_us = (extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + ${leaseMs * 1000}
+                         WHERE scope = ${l.slot} AND call_id = ${l.callId}`,
+              { discard: true }
+            )
+          )
+        )
+  return { takeLimits, endLimits, renewLeases }
+})

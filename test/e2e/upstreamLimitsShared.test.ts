@@ -166,3 +166,58 @@ describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts", { pg: true, re
     }, 60_000)
   })
 })
+
+describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts (PostgreSQL alone)", { pg: true }))("upstream limits shared by instances on PostgreSQL without Redis", () => {
+  let mock: MockUpstream
+  let schema: TestSchema
+  let a: TestGateway
+  let b: TestGateway
+
+  beforeAll(async () => {
+    mock = await startMockUpstream()
+    mock.behaviorsByModel.set("slow-model", { delayMs: 800 })
+    schema = freshSchema()
+    const file = mockGatewayFile(mock.url, [
+      { name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true },
+      { name: "gpt-slow", provider: "mock", upstream_model: "slow-model", max_output_tokens: 256, auto: false }
+    ])
+    a = await startGateway(file, { databaseUrl: schema.url, redisUrl: Option.none(), instanceId: "pg-limits-a" })
+    b = await startGateway(file, { databaseUrl: schema.url, redisUrl: Option.none(), instanceId: "pg-limits-b" })
+  }, 60_000)
+  afterAll(async () => {
+    await b?.close()
+    await a?.close()
+    await mock?.close()
+    schema?.drop()
+  })
+
+  it("max_concurrent and tokens_per_minute: a call in flight on one instance refuses the other's (token_buckets, concurrency_leases), which passes once it ended", async () => {
+    const created = await a.admin("POST", "/admin/v1/projects", {
+      name: "pg-limits",
+      budget_credits: 10_000_000,
+      rate_limit: { requests_per_minute: 6000, tokens_per_minute: 300, max_concurrent: 1 }
+    })
+    expect(created.status).toBe(201)
+    const key = await newKey(a, created.body.id)
+    const before = mock.calls
+    const first = clientFor(a, key.secret).chat.completions.create({ model: "gpt-slow", messages: hello, max_tokens: 20 }).withResponse()
+    await untilUpstreamSaw(mock, before + 1)
+    await expectApiError(clientFor(b, key.secret).chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20 }), {
+      status: 429,
+      code: "rate_limited",
+      param: "project.rate_limit.max_concurrent"
+    })
+    const ok = await first
+    expect(ok.response.headers.get("x-ratelimit-limit-tokens")).toBe("300")
+    // An estimate of ~210 in flight on one instance: the other's of the same size does not fit (the bucket is checked before the slot).
+    const big = clientFor(b, key.secret).chat.completions.create({ model: "gpt-slow", messages: hello, max_tokens: 200 })
+    await untilUpstreamSaw(mock, before + 2)
+    await expectApiError(clientFor(a, key.secret).chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 200 }), {
+      status: 429,
+      code: "rate_limited",
+      param: "project.rate_limit.tokens_per_minute"
+    })
+    await big
+    expect(a.query<{ n: number }>("SELECT COUNT(*)::int AS n FROM concurrency_leases")[0]!.n).toBe(0)
+  })
+})
