@@ -149,7 +149,7 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
       respondErrors(Effect.gen(function* () {
         yield* operator
         const body = yield* decodedBody(NewKey)
-        return yield* (yield* KeyRegistry).create(path.id, body.environment)
+        return yield* (yield* KeyRegistry).create(path.id, body.environment, body.rate_limit)
       }))
     )
     .handle("listKeys", ({ path, urlParams }) =>

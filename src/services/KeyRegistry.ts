@@ -9,7 +9,7 @@ import type { BudgetPeriod } from "../../spec/periods.ts"
 import { Clock, Effect, Option, Stream } from "effect"
 import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
-import { checkField, GraceSeconds } from "../domain/adminFields.ts"
+import { checkField, GraceSeconds, MaxConcurrent, TokensPerMinute } from "../domain/adminFields.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
@@ -33,6 +33,13 @@ export interface Principal {
   /** The project's and the key's tokens-per-minute and in-flight limits; undefined when none is set (src/services/UpstreamLimits.ts). */
   readonly limits: CallLimits | undefined
 }
+
+/** A key's own upstream limits as stored (null: none). */
+interface KeyLimits {
+  readonly tokensPerMinute: number | null
+  readonly maxConcurrent: number | null
+}
+const NO_LIMITS: KeyLimits = { tokensPerMinute: null, maxConcurrent: null }
 
 /** A key row's upstream limits, the project's first: undefined when neither sets any. */
 const limitsOf = (row: KeyRow): CallLimits | undefined => {
@@ -180,18 +187,23 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
      * A key about to be issued: its row's values and the answer that shows its secret once, computed
      * before anything is written, so that a write never commits a key whose answer then fails.
      */
-    const prepareKey = (projectId: string, environment: Environment, now: number, replaces: string | null) => {
+    const prepareKey = (projectId: string, environment: Environment, now: number, replaces: string | null, limits: KeyLimits = NO_LIMITS) => {
       const id = newKeyId()
       const secret = newSecret()
+      const shown = {
+        ...(limits.tokensPerMinute === null ? {} : { tokens_per_minute: limits.tokensPerMinute }),
+        ...(limits.maxConcurrent === null ? {} : { max_concurrent: limits.maxConcurrent })
+      }
       const issued: IssuedKey = {
         id,
         object: "api_key",
         project_id: projectId,
         environment,
         secret: formatKey(id, environment, secret),
-        created_at: new Date(now).toISOString()
+        created_at: new Date(now).toISOString(),
+        ...(Object.keys(shown).length === 0 ? {} : { rate_limit: shown })
       }
-      return { issued, secretSha256: hashSecret(secret), now, replaces }
+      return { issued, secretSha256: hashSecret(secret), now, replaces, limits }
     }
 
     const insertKey = (key: ReturnType<typeof prepareKey>) =>
@@ -203,17 +215,29 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
           environment: key.issued.environment,
           secretSha256: key.secretSha256,
           createdAt: key.now,
-          replaces: key.replaces
+          replaces: key.replaces,
+          tokensPerMinute: key.limits.tokensPerMinute,
+          maxConcurrent: key.limits.maxConcurrent
         })
       )
 
-    const create = (projectId: string, environment: unknown): Effect.Effect<IssuedKey, AdminNotFound | InvalidRequest> =>
+    const create = (
+      projectId: string,
+      environment: unknown,
+      rateLimit?: { readonly tokens_per_minute?: number | null | undefined; readonly max_concurrent?: number | null | undefined }
+    ): Effect.Effect<IssuedKey, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         if (!isEnvironment(environment)) {
           return yield* new InvalidRequest({ message: "environment must be one of development, staging, production.", param: "environment" })
         }
+        const tpm = rateLimit?.tokens_per_minute
+        const concurrent = rateLimit?.max_concurrent
+        const limits: KeyLimits = {
+          tokensPerMinute: tpm === undefined || tpm === null ? null : yield* checkField(TokensPerMinute, "rate_limit.tokens_per_minute", tpm),
+          maxConcurrent: concurrent === undefined || concurrent === null ? null : yield* checkField(MaxConcurrent, "rate_limit.max_concurrent", concurrent)
+        }
         const project = yield* projects.get(projectId)
-        const key = prepareKey(projectId, environment, yield* Clock.currentTimeMillis, null)
+        const key = prepareKey(projectId, environment, yield* Clock.currentTimeMillis, null, limits)
         // The key and its `key.created` event commit together (docs/contract.md, "Webhooks").
         yield* repo.withTransaction(
           Effect.zipRight(insertKey(key), repo.event({ type: "key.created", projectId, organization: project.organization, now: key.now, data: keyEventData(key.issued.id, projectId, environment) }))
@@ -242,7 +266,8 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         const status = keyStatus(old, now)
         if (status !== "active") return yield* notRotatable(keyId, status)
         const expiresAt = now + graceSeconds * 1000
-        const fresh = prepareKey(old.project_id, old.environment, now, keyId)
+        // The new key keeps the old one's upstream limits.
+        const fresh = prepareKey(old.project_id, old.environment, now, keyId, { tokensPerMinute: old.tokens_per_minute, maxConcurrent: old.max_concurrent })
         const answer: RotatedKey = { ...fresh.issued, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
         const claimed = yield* repo.withTransaction(
           Effect.gen(function* () {

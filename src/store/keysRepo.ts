@@ -43,6 +43,9 @@ export interface NewKey {
   readonly secretSha256: string
   readonly createdAt: number
   readonly replaces: string | null
+  /** Its own upstream limits (migration 0015; null: none). */
+  readonly tokensPerMinute: number | null
+  readonly maxConcurrent: number | null
 }
 
 /** The statements, and the transaction runner the service keeps its boundary with. */
@@ -59,8 +62,8 @@ export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
                   FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,
 
     insert: (key: NewKey) =>
-      sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces)
-          VALUES (${key.id}, ${key.projectId}, ${key.environment}, ${key.secretSha256}, ${key.createdAt}, ${key.replaces})`,
+      sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces, tokens_per_minute, max_concurrent)
+          VALUES (${key.id}, ${key.projectId}, ${key.environment}, ${key.secretSha256}, ${key.createdAt}, ${key.replaces}, ${key.tokensPerMinute}, ${key.maxConcurrent})`,
 
     /** Rotation's claim on key `keyId`, only while it is active: a row back when it won. */
     claimRotation: (keyId: string, expiresAt: number, replacedBy: string) =>

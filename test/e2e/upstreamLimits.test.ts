@@ -103,6 +103,30 @@ describe("upstream limits: tokens per minute and calls in flight (one instance)"
     expect(after).toHaveLength(2)
   })
 
+  it("a key's own limits: its max_concurrent and tokens_per_minute refuse it (param key.rate_limit.*) while its project and a sibling key have room; a rotation keeps them", async () => {
+    const p = await project({})
+    const limited = await gw.admin("POST", `/admin/v1/projects/${p.id}/keys`, { environment: "development", rate_limit: { max_concurrent: 1, tokens_per_minute: 250 } })
+    expect(limited.status).toBe(201)
+    expect(limited.body.rate_limit).toEqual({ max_concurrent: 1, tokens_per_minute: 250 })
+    const own = clientFor(gw, limited.body.secret)
+    const before = mock.calls
+    const first = own.chat.completions.create({ model: "gpt-slow", messages: hello, max_tokens: 20 })
+    await untilUpstreamSaw(mock, before + 1)
+    await expectApiError(own.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20 }), { status: 429, code: "rate_limited", param: "key.rate_limit.max_concurrent" })
+    // The sibling key of the same project is not limited by it.
+    await p.client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20 })
+    await first
+    await expectApiError(own.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 240 }), { status: 429, code: "rate_limited", param: "key.rate_limit.tokens_per_minute" })
+    const rotated = await gw.admin("POST", `/admin/v1/keys/${limited.body.id}/rotate`, { grace_seconds: 0 })
+    expect(rotated.status).toBe(201)
+    expect(rotated.body.rate_limit).toEqual({ max_concurrent: 1, tokens_per_minute: 250 })
+    for (const bad of [{ max_concurrent: 0 }, { tokens_per_minute: -5 }, { tokens_per_minute: 0.5 }]) {
+      const res = await gw.admin("POST", `/admin/v1/projects/${p.id}/keys`, { environment: "development", rate_limit: bad })
+      expect(res.status).toBe(400)
+      expect(res.body.error.param).toBe(`rate_limit.${Object.keys(bad)[0]}`)
+    }
+  })
+
   it("a project with no token or concurrency limit answers no token headers", async () => {
     const p = await project({})
     expect(p.body.rate_limit).toEqual({ requests_per_minute: 6000, burst: 600 })

@@ -59,7 +59,9 @@ export const IssuedKey = Schema.Struct({
   project_id: Schema.String,
   environment: Environment,
   secret: Schema.String.annotations({ description: "The full key. Shown once; only its hash is stored." }),
-  created_at: Schema.String
+  created_at: Schema.String,
+  /** Present only when the key sets its own upstream limits. */
+  rate_limit: Schema.optional(Schema.Struct({ tokens_per_minute: Schema.optional(Schema.Int), max_concurrent: Schema.optional(Schema.Int) }))
 }).annotations({ identifier: "IssuedKey" })
 
 export const RotatedKey = Schema.Struct({
@@ -149,7 +151,13 @@ export const ProjectPatch = Schema.Struct({
   time_zone: Schema.optional(F.TimeZone)
 })
 
-export const NewKey = Schema.Struct({ environment: Environment })
+export const NewKey = Schema.Struct({
+  environment: Environment,
+  /** The key's own upstream limits (issue 41 item 3), besides its project's; a rotation's key keeps them. */
+  rate_limit: Schema.optional(
+    Schema.Struct({ tokens_per_minute: Schema.optional(Schema.NullOr(F.TokensPerMinute)), max_concurrent: Schema.optional(Schema.NullOr(F.MaxConcurrent)) })
+  )
+})
 
 export const Rotation = Schema.Struct({ grace_seconds: Schema.optional(F.GraceSeconds) })
 
