@@ -54,7 +54,7 @@ describe("the admin groups on the wire", () => {
     const created = await call("POST", "/admin/v1/projects", project)
     expect(created.status).toBe(201)
     expect(created.headers.get("cache-control")).toBe("no-store")
-    expect(Object.keys(created.body)).toEqual(["id", "object", "organization", "name", "budget_credits", "rate_limit", "alert_thresholds_percent", "created_at", "updated_at", "current_window", "keys", "keys_has_more"])
+    expect(Object.keys(created.body)).toEqual(["id", "object", "organization", "name", "budget_credits", "rate_limit", "alert_thresholds_percent", "budget_period", "time_zone", "created_at", "updated_at", "current_window", "keys", "keys_has_more"])
     const key = await call("POST", `/admin/v1/projects/${String(created.body.id)}/keys`, JSON.stringify({ environment: "staging" }))
     expect([key.status, key.body.object, key.body.environment]).toEqual([201, "api_key", "staging"])
     const rotated = await call("POST", `/admin/v1/keys/${String(key.body.id)}/rotate`, undefined)
