@@ -76,6 +76,12 @@ const int = (v: string | undefined, name: string): number | undefined => {
 /** A key's or an end user's cap (issue 41): a non-negative integer, or `none` for no budget (null). */
 const cap = (v: string | undefined): number | null | undefined => (v === "none" ? null : int(v, "budget"))
 
+/** The upstream limits' flags (issue 41 item 3): `--tpm N`, `--max-concurrent N`; `none` removes one (update). */
+const limitFlags = (values: { readonly tpm?: string | undefined; readonly "max-concurrent"?: string | undefined }) => ({
+  ...(values.tpm === undefined ? {} : { tokens_per_minute: values.tpm === "none" ? null : int(values.tpm, "tpm") }),
+  ...(values["max-concurrent"] === undefined ? {} : { max_concurrent: values["max-concurrent"] === "none" ? null : int(values["max-concurrent"], "max-concurrent") })
+})
+
 export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArray<string>): Promise<number> => {
   const { positionals, values } = parseArgs({
     args: [...argv],
@@ -86,6 +92,8 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       budget: { type: "string" },
       rpm: { type: "string" },
       burst: { type: "string" },
+      tpm: { type: "string" },
+      "max-concurrent": { type: "string" },
       environment: { type: "string" },
       "grace-seconds": { type: "string" },
       delete: { type: "boolean" },
@@ -104,7 +112,7 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
           name: values.name ?? "project",
           ...(values.organization === undefined ? {} : { organization: values.organization }),
           budget_credits: int(values.budget, "budget") ?? 0,
-          rate_limit: { requests_per_minute: int(values.rpm, "rpm") ?? 60, ...(values.burst === undefined ? {} : { burst: int(values.burst, "burst") }) }
+          rate_limit: { requests_per_minute: int(values.rpm, "rpm") ?? 60, ...(values.burst === undefined ? {} : { burst: int(values.burst, "burst") }), ...limitFlags(values) }
         })
       case "list":
         return list("/admin/v1/projects", values)
@@ -113,10 +121,13 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       case "update": {
         const rpm = int(values.rpm, "rpm")
         const burst = int(values.burst, "burst")
+        const limits = limitFlags(values)
         return call("PATCH", `/admin/v1/projects/${need("a project id")}`, {
           ...(values.name === undefined ? {} : { name: values.name }),
           ...(values.budget === undefined ? {} : { budget_credits: int(values.budget, "budget") }),
-          ...(rpm === undefined && burst === undefined ? {} : { rate_limit: { ...(rpm === undefined ? {} : { requests_per_minute: rpm }), ...(burst === undefined ? {} : { burst }) } })
+          ...(rpm === undefined && burst === undefined && Object.keys(limits).length === 0
+            ? {}
+            : { rate_limit: { ...(rpm === undefined ? {} : { requests_per_minute: rpm }), ...(burst === undefined ? {} : { burst }), ...limits } })
         })
       }
       // Issue 41: the project's default budget for its end users, and an end user's own.
@@ -136,7 +147,13 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
   } else {
     switch (action) {
       case "create":
-        return call("POST", `/admin/v1/projects/${need("a project id")}/keys`, { environment: values.environment ?? "development" })
+      {
+        const limits = limitFlags(values)
+        return call("POST", `/admin/v1/projects/${need("a project id")}/keys`, {
+          environment: values.environment ?? "development",
+          ...(Object.keys(limits).length === 0 ? {} : { rate_limit: limits })
+        })
+      }
       case "list":
         return list(`/admin/v1/projects/${need("a project id")}/keys`, values)
       case "rotate": {

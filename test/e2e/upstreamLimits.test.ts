@@ -5,6 +5,7 @@
  * and `rate_limit.max_concurrent` (a 429 while N calls are in flight on a slow upstream, the slot back
  * once one ends); the admin fields' bounds (400 naming the field).
  */
+import { execFile } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { startGateway, mockGatewayFile, type TestGateway } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
@@ -125,6 +126,21 @@ describe("upstream limits: tokens per minute and calls in flight (one instance)"
       expect(res.status).toBe(400)
       expect(res.body.error.param).toBe(`rate_limit.${Object.keys(bad)[0]}`)
     }
+  })
+
+  it("the CLI sets them: projects create/update --tpm --max-concurrent (none removes), keys create --tpm --max-concurrent", async () => {
+    const cli = (args: ReadonlyArray<string>) =>
+      new Promise<any>((resolve, reject) =>
+        execFile(process.execPath, ["bin/tollgate.mjs", ...args], { env: { ...process.env, TOLLGATE_URL: gw.origin, TOLLGATE_ADMIN_TOKEN: gw.adminToken } }, (err, stdout, stderr) =>
+          err === null ? resolve(JSON.parse(stdout)) : reject(new Error(`${err.message}: ${stderr}`))
+        )
+      )
+    const created = await cli(["projects", "create", "--name", "cli-limits", "--budget", "1000", "--rpm", "60", "--tpm", "9000", "--max-concurrent", "3"])
+    expect(created.rate_limit).toEqual({ requests_per_minute: 60, burst: 6, tokens_per_minute: 9000, max_concurrent: 3 })
+    const updated = await cli(["projects", "update", created.id, "--tpm", "none", "--max-concurrent", "5"])
+    expect(updated.rate_limit).toEqual({ requests_per_minute: 60, burst: 6, max_concurrent: 5 })
+    const key = await cli(["keys", "create", created.id, "--tpm", "400", "--max-concurrent", "1"])
+    expect(key.rate_limit).toEqual({ tokens_per_minute: 400, max_concurrent: 1 })
   })
 
   it("a project with no token or concurrency limit answers no token headers", async () => {
