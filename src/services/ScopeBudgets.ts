@@ -4,16 +4,18 @@
  * user's override — what the admin API sets and shows. The reservation reads the same columns inside
  * its guarded statements (src/store/scopeSql.ts), so a cap set here holds from the next call on.
  *
- * The window shown is the current one (the UTC month, as the project's), its spent and reserved read
- * from the scope's `scope_windows` row (none yet: zero).
+ * The window shown is the current one — the project's budget period in its time zone (migration 0019,
+ * `Ledger.windowOfCall`), as the calls take it —, its spent and reserved read from the scope's
+ * `scope_windows` row (none yet: zero).
  */
 import { Clock, Effect } from "effect"
-import { periodOf } from "../../spec/ledger.ts"
 import { BudgetCredits, checkField } from "../domain/adminFields.ts"
 import { AdminNotFound, type InvalidRequest } from "../domain/errors.ts"
 import type { Page } from "../domain/paging.ts"
 import type * as Wire from "../domain/wire/scopes.ts"
+import { ProjectsRepo } from "../store/projectsRepo.ts"
 import { type EndUserRow, ScopeBudgetsRepo } from "../store/scopeBudgetsRepo.ts"
+import { periodSettings, windowOfCall } from "./Ledger.ts"
 
 export type KeyBudget = typeof Wire.KeyBudget.Type
 export type EndUser = typeof Wire.EndUser.Type
@@ -30,16 +32,24 @@ const windowOf = (period: string, cap: number | null, w: { readonly spent: numbe
 const iso = (millis: number | null) => (millis === null ? null : new Date(Number(millis)).toISOString())
 
 export class ScopeBudgets extends Effect.Service<ScopeBudgets>()("tollgate/ScopeBudgets", {
-  dependencies: [ScopeBudgetsRepo.Default],
+  dependencies: [ScopeBudgetsRepo.Default, ProjectsRepo.Default],
   effect: Effect.gen(function* () {
     const repo = yield* ScopeBudgetsRepo
+    const projects = yield* ProjectsRepo
     const now = Clock.currentTimeMillis
+
+    /** The window project `projectId`'s calls fall in now (its period in its zone; an unknown project: the month's). */
+    const currentWindow = (projectId: string) =>
+      Effect.gen(function* () {
+        const [project] = yield* Effect.orDie(projects.find(projectId))
+        return windowOfCall(project === undefined ? {} : periodSettings(project), yield* now)
+      })
 
     const keyBudget = (keyId: string): Effect.Effect<KeyBudget, AdminNotFound> =>
       Effect.gen(function* () {
         const [key] = yield* Effect.orDie(repo.key(keyId))
         if (key === undefined) return yield* new AdminNotFound({ message: `No API key with id ${keyId}.` })
-        const period = periodOf(yield* now)
+        const period = yield* currentWindow(key.project_id)
         const [w] = yield* Effect.orDie(repo.keyWindow(keyId, period))
         const cap = key.budget_credits === null ? null : Number(key.budget_credits)
         return { object: "key_budget" as const, key_id: key.id, project_id: key.project_id, budget_credits: cap, ...windowOf(period, cap, w) }
@@ -89,7 +99,7 @@ export class ScopeBudgets extends Effect.Service<ScopeBudgets>()("tollgate/Scope
     const endUser = (projectId: string, user: string): Effect.Effect<EndUser, AdminNotFound> =>
       Effect.gen(function* () {
         const fallback = yield* projectDefault(projectId)
-        const period = periodOf(yield* now)
+        const period = yield* currentWindow(projectId)
         const [row] = yield* Effect.orDie(repo.endUser(projectId, user, period))
         return endUserOf(row!, fallback, period)
       })
@@ -115,7 +125,7 @@ export class ScopeBudgets extends Effect.Service<ScopeBudgets>()("tollgate/Scope
     const endUsers = (projectId: string, cursor: string | undefined, limit: number): Effect.Effect<Page<EndUser>, AdminNotFound> =>
       Effect.gen(function* () {
         const fallback = yield* projectDefault(projectId)
-        const period = periodOf(yield* now)
+        const period = yield* currentWindow(projectId)
         const rows = yield* Effect.orDie(repo.endUsers(projectId, cursor === "" ? undefined : cursor, limit + 1, period))
         const page = rows.slice(0, limit)
         const hasMore = rows.length > limit

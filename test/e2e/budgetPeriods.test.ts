@@ -60,7 +60,7 @@ describe("budget periods: a project's windows in its period and zone", () => {
     const p = await admin("POST", "/admin/v1/projects", { name: "periods", budget_credits: budget, rate_limit: { requests_per_minute: 6000 }, ...fields })
     expect(p.status, JSON.stringify(p.body)).toBe(201)
     const k = await admin("POST", `/admin/v1/projects/${p.body.id}/keys`, { environment: "development" })
-    return { project: p.body, client: new OpenAI({ baseURL: `${origin}/v1`, apiKey: k.body.secret, maxRetries: 0 }), key: k.body.secret as string }
+    return { project: p.body, client: new OpenAI({ baseURL: `${origin}/v1`, apiKey: k.body.secret, maxRetries: 0 }), key: k.body.secret as string, keyId: k.body.id as string }
   }
   const call = (client: OpenAI) => client.chat.completions.create({ model: "gpt-test", messages: [{ role: "user", content: "hi" }], max_tokens: 4 })
 
@@ -88,7 +88,7 @@ describe("budget periods: a project's windows in its period and zone", () => {
     // One call's price first, on a roomy project of the same shape.
     const probe = await projectWith({ budget_period: "day", time_zone: ZONE }, 1_000_000)
     const charge = ((await call(probe.client)) as any).governance.credits_charged as number
-    const { project, client } = await projectWith({ budget_period: "day", time_zone: ZONE }, charge * 2)
+    const { project, client, keyId } = await projectWith({ budget_period: "day", time_zone: ZONE }, charge * 2)
     expect([project.budget_period, project.time_zone, project.current_window.period]).toEqual(["day", ZONE, day])
     await call(client)
     await call(client)
@@ -103,6 +103,10 @@ describe("budget periods: a project's windows in its period and zone", () => {
     expect(receipt.period).toBe(next)
     const view = await admin("GET", `/admin/v1/projects/${project.id}`)
     expect(view.body.current_window).toMatchObject({ period: next, spent: charge, budget_credits: charge * 2 })
+    // The key's and an end user's budget views read the same window.
+    const keyBudget = await admin("PATCH", `/admin/v1/keys/${keyId}`, { budget_credits: charge * 10 })
+    expect([keyBudget.status, keyBudget.body.period, keyBudget.body.spent]).toEqual([200, next, charge])
+    expect((await admin("GET", `/admin/v1/projects/${project.id}/end_users/nobody`)).body.period).toBe(next)
     // Usage reads the project's own windows: yesterday's two calls, today's one; a month label is refused.
     const usage = async (q: string) => (await fetch(`${origin}/v1/usage${q}`, { headers: { authorization: `Bearer ${(client as any).apiKey}` } }))
     expect(((await (await usage("")).json()) as any)).toMatchObject({ period: next, requests: 1 })
