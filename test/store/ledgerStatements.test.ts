@@ -257,7 +257,7 @@ describe("Ledger receipt chain and usage", () => {
       for (const r of [a1, a2, a3, b1]) expect(verifyReceipt(r, signer.publicPem)).toEqual([])
     }).pipe(Effect.provide(Live)))
 
-  it.effect("usage sums the receipts of one scope and window, per route", () =>
+  it.effect("usage sums the receipts of one scope and window, per route (the group named by its route)", () =>
     Effect.gen(function* () {
       const ledger = yield* ledgerStatements
       const p = yield* newProject({ budget_credits: 10_000 })
@@ -280,8 +280,8 @@ describe("Ledger receipt chain and usage", () => {
       yield* ledger.release(voided.reservationId)
 
       expect(yield* ledger.usage({ projectId: p.id, environment: "development" }, JAN)).toEqual([
-        { model: "a-route", requests: 2, credits: 24, tokens: { input: 15, cached_input: 4, output: 26, reasoning: 6 } },
-        { model: "b-route", requests: 1, credits: 7, tokens: { input: 1, cached_input: 0, output: 2, reasoning: 0 } }
+        { group: "a-route", requests: 2, credits: 24, tokens: { input: 15, cached_input: 4, output: 26, reasoning: 6 } },
+        { group: "b-route", requests: 1, credits: 7, tokens: { input: 1, cached_input: 0, output: 2, reasoning: 0 } }
       ])
       expect(yield* ledger.usage({ projectId: p.id, environment: "development" }, "2025-12")).toEqual([])
     }).pipe(Effect.provide(Live)))
