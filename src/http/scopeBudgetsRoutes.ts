@@ -9,6 +9,7 @@ import { Effect } from "effect"
 import type { AdminNotFound, InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
 import { DEFAULT_PAGE_SIZE } from "../domain/paging.ts"
 import { EndUserPut, KeyPatch } from "../domain/wire/scopes.ts"
+import { KeyRegistry } from "../services/KeyRegistry.ts"
 import { ScopeBudgets } from "../services/ScopeBudgets.ts"
 import { AdminCaller } from "./adminApi.ts"
 import { PublicApi } from "./api.ts"
@@ -27,7 +28,18 @@ const defaultOf = (projectId: string, cap: number | null) => ({ object: "end_use
 
 export const scopeBudgetsRoutes = HttpApiBuilder.group(PublicApi, "scopeBudgets", (handlers) =>
   handlers
-    .handleRaw("updateKey", ({ path }) => asOperator((b) => Effect.flatMap(decodedBody(KeyPatch), (patch) => b.setKeyBudget(path.id, patch.budget_credits))))
+    .handleRaw("updateKey", ({ path }) =>
+      asOperator((b) =>
+        Effect.flatMap(decodedBody(KeyPatch), (patch) =>
+          Effect.gen(function* () {
+            // The key's own upstream limits first (issue 41 item 3), then its budget; the answer shows both.
+            const limits = patch.rate_limit === undefined ? undefined : yield* (yield* KeyRegistry).setLimits(path.id, patch.rate_limit)
+            const budget = patch.budget_credits === undefined ? yield* b.keyBudget(path.id) : yield* b.setKeyBudget(path.id, patch.budget_credits)
+            return limits === undefined ? budget : { ...budget, rate_limit: limits }
+          })
+        )
+      )
+    )
     .handle("getKeyBudget", ({ path }) => asOperator((b) => b.keyBudget(path.id)))
     .handle("getEndUserDefault", ({ path }) => asOperator((b) => Effect.map(b.projectDefault(path.id), (cap) => defaultOf(path.id, cap))))
     .handleRaw("updateEndUserDefault", ({ path }) =>

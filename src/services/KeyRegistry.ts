@@ -315,6 +315,27 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         return yield* info(keyId)
       })
 
+    /**
+     * Set key `keyId`'s own upstream limits (PATCH /admin/v1/keys/{id} `rate_limit`): absent keeps
+     * one, null removes it, a value is checked. Every instance drops the key from its cache, so the
+     * next call is limited by the new values. Answers the key's limits as set.
+     */
+    const setLimits = (
+      keyId: string,
+      patch: { readonly tokens_per_minute?: number | null | undefined; readonly max_concurrent?: number | null | undefined }
+    ): Effect.Effect<{ tokens_per_minute?: number; max_concurrent?: number }, AdminNotFound | InvalidRequest> =>
+      Effect.gen(function* () {
+        const row = yield* findKey(keyId)
+        const next = (value: number | null | undefined, stored: number | null, schema: typeof TokensPerMinute, param: string) =>
+          value === undefined ? Effect.succeed(stored) : value === null ? Effect.succeed(null) : checkField(schema, param, value)
+        const tpm = yield* next(patch.tokens_per_minute, row.tokens_per_minute, TokensPerMinute, "rate_limit.tokens_per_minute")
+        const concurrent = yield* next(patch.max_concurrent, row.max_concurrent, MaxConcurrent, "rate_limit.max_concurrent")
+        yield* Effect.orDie(repo.setLimits(keyId, tpm, concurrent))
+        cache.delete(keyId)
+        yield* events.announce({ _tag: "Key", keyId })
+        return { ...(tpm === null ? {} : { tokens_per_minute: tpm }), ...(concurrent === null ? {} : { max_concurrent: concurrent }) }
+      })
+
     const info = (keyId: string): Effect.Effect<KeyInfo, AdminNotFound> =>
       Effect.gen(function* () {
         const row = yield* findKey(keyId)
@@ -352,7 +373,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     const forgetProject = (projectId: string) =>
       Effect.zipRight(Effect.sync(() => dropProject(projectId)), events.announce({ _tag: "Project", projectId }))
 
-    return { authenticate, authenticateCached, authenticateMiss, create, rotate, revoke, info, list, forgetProject } as const
+    return { authenticate, authenticateCached, authenticateMiss, create, rotate, revoke, setLimits, info, list, forgetProject } as const
   }),
   dependencies: [KeysRepo.Default]
 }) {}

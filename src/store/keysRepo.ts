@@ -65,6 +65,10 @@ export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
       sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces, tokens_per_minute, max_concurrent)
           VALUES (${key.id}, ${key.projectId}, ${key.environment}, ${key.secretSha256}, ${key.createdAt}, ${key.replaces}, ${key.tokensPerMinute}, ${key.maxConcurrent})`,
 
+    /** Key `keyId`'s own upstream limits (null: none): a row back when the key exists. */
+    setLimits: (keyId: string, tokensPerMinute: number | null, maxConcurrent: number | null) =>
+      sql<{ id: string }>`UPDATE api_keys SET tokens_per_minute = ${tokensPerMinute}, max_concurrent = ${maxConcurrent} WHERE id = ${keyId} RETURNING id`,
+
     /** Rotation's claim on key `keyId`, only while it is active: a row back when it won. */
     claimRotation: (keyId: string, expiresAt: number, replacedBy: string) =>
       sql`UPDATE api_keys SET expires_at = ${expiresAt}, replaced_by = ${replacedBy}

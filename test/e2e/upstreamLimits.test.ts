@@ -125,7 +125,20 @@ describe("upstream limits: tokens per minute and calls in flight (one instance)"
       const res = await gw.admin("POST", `/admin/v1/projects/${p.id}/keys`, { environment: "development", rate_limit: bad })
       expect(res.status).toBe(400)
       expect(res.body.error.param).toBe(`rate_limit.${Object.keys(bad)[0]}`)
+      const patch = await gw.admin("PATCH", `/admin/v1/keys/${rotated.body.id}`, { rate_limit: bad })
+      expect(patch.status).toBe(400)
+      expect(patch.body.error.param).toBe(`rate_limit.${Object.keys(bad)[0]}`)
     }
+    // PATCH /admin/v1/keys/{id}: null removes the slot limit, the token limit raised; the next calls are limited by the new values at once (the key cached before).
+    const fresh = clientFor(gw, rotated.body.secret)
+    expect((await fresh.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20 }).withResponse()).response.headers.get("x-ratelimit-limit-tokens")).toBe("250")
+    const patched = await gw.admin("PATCH", `/admin/v1/keys/${rotated.body.id}`, { rate_limit: { max_concurrent: null, tokens_per_minute: 100_000 } })
+    expect(patched.status).toBe(200)
+    expect(patched.body.rate_limit).toEqual({ tokens_per_minute: 100_000 })
+    const seen = mock.calls
+    const pair = [0, 1].map(() => fresh.chat.completions.create({ model: "gpt-slow", messages: hello, max_tokens: 20 }).withResponse())
+    await untilUpstreamSaw(mock, seen + 2)
+    for (const r of await Promise.all(pair)) expect(r.response.headers.get("x-ratelimit-limit-tokens")).toBe("100000")
   })
 
   it("the CLI sets them: projects create/update --tpm --max-concurrent (none removes), keys create --tpm --max-concurrent", async () => {

@@ -12,7 +12,14 @@ export const ScopeCap = Schema.NullOr(F.BudgetCredits).annotations({
   description: `Credits a budget window: 0 to ${F.MAX_BUDGET_CREDITS}; null: no budget (its spending is still counted, so a cap set later counts it).`
 })
 
-export const KeyPatch = Schema.Struct({ budget_credits: ScopeCap })
+/** A key's own upstream limits as a PATCH sets them (issue 41 item 3): null removes one. */
+const KeyLimitsPatch = Schema.Struct({
+  tokens_per_minute: Schema.optional(Schema.NullOr(F.TokensPerMinute)),
+  max_concurrent: Schema.optional(Schema.NullOr(F.MaxConcurrent))
+})
+
+/** Either field may be left out (kept as it is). */
+export const KeyPatch = Schema.Struct({ budget_credits: Schema.optional(ScopeCap), rate_limit: Schema.optional(KeyLimitsPatch) })
 
 export const EndUserPut = Schema.Struct({ budget_credits: ScopeCap })
 
@@ -29,7 +36,9 @@ export const KeyBudget = Schema.Struct({
   key_id: Schema.String,
   project_id: Schema.String,
   budget_credits: Schema.NullOr(Schema.Int),
-  ...windowFields
+  ...windowFields,
+  /** The key's own upstream limits, on a PATCH that set them (present only when set). */
+  rate_limit: Schema.optional(Schema.Struct({ tokens_per_minute: Schema.optional(Schema.Int), max_concurrent: Schema.optional(Schema.Int) }))
 }).annotations({ identifier: "KeyBudget", description: "A key's budget and its current window: spent + reserved ≤ budget_credits." })
 
 export const EndUser = Schema.Struct({
