@@ -58,7 +58,7 @@ export const Errors = {
   ),
   tooLarge: errorBodyOf(PayloadTooLarge, "the body exceeds the configured limit"),
   unsupportedWorkflow: errorBodyOf(UnsupportedWorkflow, "outside the text-only scope of the connected beta"),
-  rateLimited: errorBodyOf(RateLimited, "the project's rate check rejected the burst; see Retry-After"),
+  rateLimited: errorBodyOf(RateLimited, "the project's rate check rejected the burst, or an upstream limit refused the call (param names it: project.rate_limit.tokens_per_minute, key.rate_limit.max_concurrent, route.rate_limit.requests_per_minute, …; a tokens refusal carries x-ratelimit-*-tokens); see Retry-After"),
   routeUnavailable: errorBodyOf(RouteUnavailable, "no available route for the model (retry with model auto), or the gateway shut down before the call finished (nothing charged)"),
   serverOverloaded: errorBodyOf(ServerOverloaded, "the store's wait (a lane, a connection, a hot row) would pass its bound: refused before anything was held; retry after Retry-After with the same idempotency key")
 }
