@@ -18,6 +18,9 @@ import { clientFor, expectApiError, newKey } from "./helpers.ts"
 
 const hello = [{ role: "user" as const, content: "Say hello." }]
 
+/** The quota'd route's name, this run's own: its bucket in Redis outlives the run and is shared by every process on that Redis. */
+const QUOTA_ROUTE = `quota-rpm-${process.pid}-${Date.now().toString(36)}`
+
 const untilUpstreamSaw = async (mock: MockUpstream, n: number): Promise<void> => {
   for (let i = 0; i < 1000 && mock.calls < n; i++) await new Promise((r) => setTimeout(r, 10))
   expect(mock.calls).toBeGreaterThanOrEqual(n)
@@ -42,7 +45,8 @@ describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts", { pg: true, re
     schema = freshSchema()
     file = mockGatewayFile(mock.url, [
       { name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true },
-      { name: "gpt-slow", provider: "mock", upstream_model: "slow-model", max_output_tokens: 256, auto: false }
+      { name: "gpt-slow", provider: "mock", upstream_model: "slow-model", max_output_tokens: 256, auto: false },
+      { name: QUOTA_ROUTE, provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: false, rate_limit: { requests_per_minute: 1 } }
     ])
     a = await startGateway(file, { ...settings(), instanceId: "limits-a" })
     b = await startGateway(file, { ...settings(), instanceId: "limits-b" })
@@ -98,6 +102,16 @@ describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts", { pg: true, re
     // Corrected on the shared bucket: the other instance's call of the same size fits now.
     const again = await clientFor(b, p.secret).chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 200 }).withResponse()
     expect(again.response.headers.get("x-ratelimit-limit-tokens")).toBe("300")
+  })
+
+  it("a route's quota is the instances' together: its one request a minute taken on one, the other's call to it is a 429 naming the route's limit", async () => {
+    const p = await project({})
+    await clientFor(a, p.secret).chat.completions.create({ model: QUOTA_ROUTE, messages: hello })
+    await expectApiError(clientFor(b, p.secret).chat.completions.create({ model: QUOTA_ROUTE, messages: hello }), {
+      status: 429,
+      code: "rate_limited",
+      param: "route.rate_limit.requests_per_minute"
+    })
   })
 
   describe("an instance killed with SIGKILL while its call is in flight", () => {
@@ -179,7 +193,8 @@ describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts (PostgreSQL alon
     schema = freshSchema()
     const file = mockGatewayFile(mock.url, [
       { name: "gpt-test", provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: true },
-      { name: "gpt-slow", provider: "mock", upstream_model: "slow-model", max_output_tokens: 256, auto: false }
+      { name: "gpt-slow", provider: "mock", upstream_model: "slow-model", max_output_tokens: 256, auto: false },
+      { name: QUOTA_ROUTE, provider: "mock", upstream_model: "mock-model", max_output_tokens: 256, auto: false, rate_limit: { requests_per_minute: 1 } }
     ])
     a = await startGateway(file, { databaseUrl: schema.url, redisUrl: Option.none(), instanceId: "pg-limits-a" })
     b = await startGateway(file, { databaseUrl: schema.url, redisUrl: Option.none(), instanceId: "pg-limits-b" })
@@ -219,5 +234,12 @@ describe.runIf(onEngines("test/e2e/upstreamLimitsShared.test.ts (PostgreSQL alon
     })
     await big
     expect(a.query<{ n: number }>("SELECT COUNT(*)::int AS n FROM concurrency_leases")[0]!.n).toBe(0)
+    // A route's quota too: its one request a minute taken on one instance, the other's is refused.
+    await clientFor(a, key.secret).chat.completions.create({ model: QUOTA_ROUTE, messages: hello, max_tokens: 20 })
+    await expectApiError(clientFor(b, key.secret).chat.completions.create({ model: QUOTA_ROUTE, messages: hello, max_tokens: 20 }), {
+      status: 429,
+      code: "rate_limited",
+      param: "route.rate_limit.requests_per_minute"
+    })
   })
 })
