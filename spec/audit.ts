@@ -26,6 +26,7 @@ import { governanceOf, parseReceipt, receiptKeyId } from "./audit/receipts.ts"
 import { type BatchFacts, columnMismatches, Facts, FACTS_STRIDE, type SignedFields, signedColumns } from "./audit/facts.ts"
 import { makeChainChecks } from "./audit/chain.ts"
 import { makeWindowChecks } from "./audit/windows.ts"
+import { type EndUserDefaultRow, makeScopeWindowChecks, type ScopeCapRow, type ScopeHoldsRow, type ScopeWindowRow } from "./audit/scopeWindows.ts"
 import { type Ed25519, nodeEd25519 } from "./ed25519.ts"
 import { Seal, type SealCode, sealOfStored, type TrustedKey, trustedKey, type TrustedKeyData } from "./audit/seal.ts"
 import type { AuditScope, AuditStats, AuditSummary, ChainHeadRow, IdempotencyRow, KeyRow, ProjectRow, RateCardRow, ReceiptRow, HeldReservationRow, UnreceiptedRow, WindowRow } from "./audit/rows.ts"
@@ -55,6 +56,10 @@ export interface Auditor {
   readonly rateCards: (rows: Iterable<RateCardRow>) => void
   readonly projects: (rows: Iterable<ProjectRow>) => void
   readonly windows: (rows: Iterable<WindowRow>) => void
+  /** The key and end-user scopes' windows (spec/audit/scopeWindows.ts): the stored rows, their holds' sums, the caps. */
+  readonly scopeWindows: (rows: Iterable<ScopeWindowRow>) => void
+  readonly scopeHolds: (rows: Iterable<ScopeHoldsRow>) => void
+  readonly scopeCaps: (rows: Iterable<ScopeCapRow>, endUserDefaults: Iterable<EndUserDefaultRow>) => void
   readonly chainHeads: (rows: Iterable<ChainHeadRow>) => void
   /**
    * A partial walk of `project`'s chain starts at `seq`; `prevHash` is the hash of receipt seq−1 when
@@ -99,6 +104,8 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
   const chainChecks = makeChainChecks(report)
   const windowChecks = makeWindowChecks(report)
   const windowOf = windowChecks.windowOf
+  // The key and end-user scopes' windows (issue 41), by the same rule as a project's.
+  const scopeChecks = makeScopeWindowChecks(report)
   const cardTallies = new Map<string, CardTally>()
   const missingCards = new Map<string, { count: number; readonly routes: Set<string>; readonly examples: Array<string> }>()
 
@@ -388,13 +395,14 @@ export const makeAuditor = (onFinding: (finding: Finding) => void, scope: AuditS
       }
     }
     stats.windows += windowChecks.finish(inScope, (project) => caps.get(project))
+    stats.windows += scopeChecks.finish(inScope)
     stats.chains = chainChecks.finish(scope)
     return { clean: total === 0, findings: total, byKind: { ...byKind }, stats: { ...stats } }
   }
 
   const trustedKeys = () => [...trustedData]
 
-  return { keys, rateCards, projects, windows: windowChecks.windows, chainHeads: chainChecks.chainHeads, chainStart: chainChecks.chainStart, receipt, receiptWithFacts, trustedKeys, heldReservation, unreceipted, idempotency, finish, stats }
+  return { keys, rateCards, projects, windows: windowChecks.windows, scopeWindows: scopeChecks.scopeWindows, scopeHolds: scopeChecks.scopeHolds, scopeCaps: scopeChecks.scopeCaps, chainHeads: chainChecks.chainHeads, chainStart: chainChecks.chainStart, receipt, receiptWithFacts, trustedKeys, heldReservation, unreceipted, idempotency, finish, stats }
 }
 
 /** The instants [start, end) of a period filter, for stores that select rows by time. */

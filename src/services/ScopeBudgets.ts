@@ -59,7 +59,7 @@ export class ScopeBudgets extends Effect.Service<ScopeBudgets>()("tollgate/Scope
     const setKeyBudget = (keyId: string, cap: number | null): Effect.Effect<KeyBudget, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         const checked = yield* checkCap(cap, "budget_credits")
-        const updated = yield* Effect.orDie(repo.setKey(keyId, checked))
+        const updated = yield* Effect.orDie(repo.setKey(keyId, checked, yield* now))
         if (updated.length === 0) return yield* new AdminNotFound({ message: `No API key with id ${keyId}.` })
         return yield* keyBudget(keyId)
       })

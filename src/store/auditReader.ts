@@ -11,6 +11,7 @@
  * same whatever `jobs` is. At most 2 × jobs batches are outstanding: reading waits for the workers,
  * and memory stays flat whatever the number of receipts.
  */
+import type { EndUserDefaultRow, ScopeCapRow, ScopeHoldsRow, ScopeWindowRow } from "../../spec/audit/scopeWindows.ts"
 import { availableParallelism } from "node:os"
 import {
   type AuditScope,
@@ -134,6 +135,9 @@ export const auditStore = async (options: AuditOptions): Promise<AuditResult> =>
     auditor.rateCards(await allRows<RateCardRow>(source, Q.rateCards))
     auditor.projects(await allRows<ProjectRow>(source, Q.projects))
     for await (const w of rows<WindowRow>(source, Q.windows)) auditor.windows([w])
+    auditor.scopeCaps(await allRows<ScopeCapRow>(source, Q.scopeCaps), await allRows<EndUserDefaultRow>(source, Q.endUserDefaults))
+    for await (const w of rows<ScopeWindowRow>(source, Q.scopeWindows)) auditor.scopeWindows([w])
+    for await (const h of rows<ScopeHoldsRow>(source, Q.scopeHolds)) auditor.scopeHolds([h])
     if (scope.period === undefined) for await (const h of rows<ChainHeadRow>(source, Q.chainHeads)) auditor.chainHeads([h])
 
     // ---- receipts, in settlement order per project, their seals checked by the workers

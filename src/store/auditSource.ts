@@ -97,6 +97,29 @@ export const auditQueries = (scope: AuditScope) => {
        WHERE ${byProject("w.project_id")} AND ${byPeriod("w.period")}
        ORDER BY w.project_id, w.period`
     ),
+    // The key and end-user scopes' windows (issue 41): the stored rows, each window's sums over the holds
+    // made in it (its settled holds' receipts, its held amounts), and the caps; filtered by project in JS
+    // (a key's project is its row's), by period here.
+    scopeWindows: q(`SELECT scope, period, spent, reserved FROM scope_windows WHERE ${byPeriod("period")} ORDER BY scope, period`),
+    scopeHolds: q(
+      `SELECT h.scope, h.period, h.project_id, SUM(h.receipt) AS receipt_sum, SUM(h.held) AS held_sum,
+              SUM(h.receipted) AS receipts, MAX(h.created_at) AS last_hold_at
+         FROM (SELECT CASE WHEN x.k = 1 THEN 'key:' || v.key_id ELSE 'end_user:' || v.project_id || '/' || v.end_user END AS scope,
+                      v.period, v.project_id, v.created_at,
+                      COALESCE(c.credits_charged, 0) AS receipt, CASE WHEN c.id IS NULL THEN 0 ELSE 1 END AS receipted,
+                      CASE WHEN v.state = 'held' THEN v.amount ELSE 0 END AS held
+                 FROM reservations v
+                 JOIN (SELECT 1 AS k UNION ALL SELECT 2) x ON (x.k = 1 AND v.key_id IS NOT NULL) OR (x.k = 2 AND v.end_user IS NOT NULL)
+                 LEFT JOIN receipts c ON c.request_id = v.request_id AND v.state = 'settled'
+                WHERE ${byProject("v.project_id")} AND ${byPeriod("v.period")}) h
+        GROUP BY h.scope, h.period, h.project_id ORDER BY h.scope, h.period`
+    ),
+    scopeCaps: q(
+      `SELECT 'key:' || id AS scope, project_id, budget_credits AS cap, budget_changed_at AS cap_changed_at FROM api_keys WHERE ${byProject("project_id")}
+       UNION ALL
+       SELECT 'end_user:' || project_id || '/' || end_user, project_id, budget_credits, updated_at FROM end_users WHERE ${byProject("project_id")}`
+    ),
+    endUserDefaults: q(`SELECT id AS project_id, end_user_budget_credits AS cap, updated_at AS cap_changed_at FROM projects WHERE ${byProject("id")}`),
     chainHeads: q(`SELECT project_id, seq, hash FROM chain_heads WHERE ${byProject("project_id")} ORDER BY project_id`),
     receiptCount: q(`SELECT COUNT(*) AS n FROM receipts r WHERE ${byProject("r.project_id")} AND ${byPeriod("r.period")}`),
     /** Every receipt in scope, in settlement order per project (no period filter). */

@@ -13,6 +13,7 @@ import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
 import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
 import { migrationBudgetPeriods } from "./migrationsBudgetPeriods.ts"
+import { migrationKeyBudgetChanged } from "./migrationsKeyBudgetChanged.ts"
 import { migrationLimits } from "./migrationsLimits.ts"
 import { migrationEvents } from "./migrationsEvents.ts"
 import { migrationReceiptLog } from "./migrationsReceiptLog.ts"
@@ -674,7 +675,8 @@ export const migrationSteps = {
   "0014_budget_scopes": migrationScopes,
   "0015_upstream_limits": migrationLimits,
   "0018_scope_thresholds": migrationScopeThresholds,
-  "0019_budget_periods": migrationBudgetPeriods
+  "0019_budget_periods": migrationBudgetPeriods,
+  "0020_key_budget_changed": migrationKeyBudgetChanged
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

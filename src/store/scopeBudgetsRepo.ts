@@ -28,7 +28,8 @@ export const makeScopeBudgetsRepo = (sql: SqlClient.SqlClient) => ({
   key: (keyId: string) => sql<{ id: string; project_id: string; budget_credits: number | null }>`SELECT id, project_id, budget_credits FROM api_keys WHERE id = ${keyId}`,
 
   /** Set (or, null, clear) key `keyId`'s budget: a row back when the key exists. */
-  setKey: (keyId: string, cap: number | null) => sql<{ id: string }>`UPDATE api_keys SET budget_credits = ${cap} WHERE id = ${keyId} RETURNING id`,
+  setKey: (keyId: string, cap: number | null, now: number) =>
+    sql<{ id: string }>`UPDATE api_keys SET budget_credits = ${cap}, budget_changed_at = ${now} WHERE id = ${keyId} RETURNING id`,
 
   /** A project's default budget for its end users. */
   endUserDefault: (projectId: string) => sql<{ end_user_budget_credits: number | null }>`SELECT end_user_budget_credits FROM projects WHERE id = ${projectId}`,

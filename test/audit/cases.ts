@@ -36,6 +36,12 @@ export const chainOf = (db: Tamper, project: string): Promise<Array<ChainRow>> =
   )
 
 /** Rewrite one field of a stored receipt, in its body and in its column alike. */
+/** The key scope's window a request was held in (issue 41: every call is held in its key's scope too), as the audit names it. */
+export const keyWindowOf = async (db: Tamper, requestId: string, period: string): Promise<string> => {
+  const [row] = await db.all<{ key_id: string }>(`SELECT key_id FROM reservations WHERE request_id = ?`, requestId)
+  return `key:${row!.key_id}/${period}`
+}
+
 const setReceiptField = async (db: Tamper, row: ChainRow, field: "credits_charged" | "prev_hash" | "signature", value: string | number) => {
   const body = { ...(JSON.parse(row.body) as Receipt), [field]: value }
   await db.run(`UPDATE receipts SET ${field} = ?, body = ? WHERE id = ?`, value, JSON.stringify(body), row.id)
@@ -63,7 +69,9 @@ export const tamperCases: ReadonlyArray<TamperCase> = [
         `receipt_hash_mismatch ${target.id}`,
         `request_mismatch ${target.id}`,
         `reservation_mismatch ${target.id}`,
-        `window_spent_mismatch ${windowSubject(ctx.projectA, ctx.period)}`
+        `window_spent_mismatch ${windowSubject(ctx.projectA, ctx.period)}`,
+        // The call's key scope counts the same receipt (issue 41).
+        `window_spent_mismatch ${await keyWindowOf(db, target.request_id, ctx.period)}`
       ]
     }
   },

@@ -69,7 +69,8 @@ for (const { engine, label, skip } of engines) {
 
     it("--project and --period select the same rows as on the other engine", async () => {
       const copy = await tamperedCopy(engine, store.snapshot)
-      expect((await audit(copy, { project: store.projectB })).summary.stats).toMatchObject({ receipts: 4, chains: 1, windows: 1 })
+      // Project B's window and its key's (issue 41: every call is held in its key's scope too).
+      expect((await audit(copy, { project: store.projectB })).summary.stats).toMatchObject({ receipts: 4, chains: 1, windows: 2 })
       const now = await audit(copy, { period })
       expect(named(now)).toEqual([])
       expect(now.summary.stats.receipts).toBe(21)

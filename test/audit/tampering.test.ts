@@ -10,7 +10,7 @@ import { generateKeyPairSync } from "node:crypto"
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type Database from "better-sqlite3"
+import Database from "better-sqlite3"
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest"
 import { windowSubject } from "../../spec/audit.ts"
 import { periodOf } from "../../spec/ledger.ts"
@@ -70,6 +70,7 @@ describe("tollgate audit: a store built by real traffic", () => {
       db.prepare(`UPDATE requests SET credits_charged = ? WHERE id = ?`).run(lower, target.request_id)
       db.prepare(`UPDATE reservations SET charge = ? WHERE id = ?`).run(lower, target.reservation_id)
       db.prepare(`UPDATE budget_windows SET spent = spent - 5 WHERE project_id = ?`).run(store.projectA)
+      db.prepare(`UPDATE scope_windows SET spent = spent - 5 WHERE scope = (SELECT 'key:' || key_id FROM reservations WHERE id = ?)`).run(target.reservation_id)
     })
     expect(named(await audit(path))).toEqual([`charge_mismatch ${target.id}`, `receipt_hash_mismatch ${target.id}`])
   })
@@ -85,7 +86,7 @@ describe("tollgate audit: a store built by real traffic", () => {
       db.prepare(`DELETE FROM receipts WHERE id = ?`).run(gone.id)
     })
     expect(named(await audit(path))).toEqual(
-      [`chain_gap ${next.id}`, `settled_request_without_receipt ${gone.request_id}`, `window_spent_mismatch ${windowSubject(store.projectA, period)}`].sort()
+      [`chain_gap ${next.id}`, `settled_request_without_receipt ${gone.request_id}`, `window_spent_mismatch ${windowSubject(store.projectA, period)}`, `window_spent_mismatch ${keyWindow(path, gone.request_id)}`].sort()
     )
   })
 
@@ -96,7 +97,7 @@ describe("tollgate audit: a store built by real traffic", () => {
       db.prepare(`DELETE FROM receipts WHERE id = ?`).run(gone.id)
     })
     expect(named(await audit(path))).toEqual(
-      [`chain_head_mismatch ${store.projectB}`, `settled_request_without_receipt ${gone.request_id}`, `window_spent_mismatch ${windowSubject(store.projectB, period)}`].sort()
+      [`chain_head_mismatch ${store.projectB}`, `settled_request_without_receipt ${gone.request_id}`, `window_spent_mismatch ${windowSubject(store.projectB, period)}`, `window_spent_mismatch ${keyWindow(path, gone.request_id)}`].sort()
     )
   })
 
@@ -128,7 +129,8 @@ describe("tollgate audit: a store built by real traffic", () => {
       target = chainOf(db, store.projectA)[3]!
       db.prepare(`UPDATE reservations SET state = 'voided', charge = 0 WHERE id = ?`).run(target.reservation_id)
     })
-    expect(named(await audit(path))).toEqual([`reservation_resolved_twice ${target.reservation_id}`])
+    // The key's window no longer finds that receipt among its settled holds (issue 41's scopes).
+    expect(named(await audit(path))).toEqual([`reservation_resolved_twice ${target.reservation_id}`, `window_spent_mismatch ${keyWindow(path, target.request_id)}`].sort())
   })
 
   it("overspend by direct SQL with consistent books (a hold over the cap): names the window", async () => {
@@ -177,6 +179,16 @@ describe("tollgate audit: a store built by real traffic", () => {
   })
 })
 
+/** The key scope's window a request was held in, read from a tampered copy (as the audit names it). */
+const keyWindow = (path: string, requestId: string): string => {
+  const db = new Database(path, { readonly: true })
+  try {
+    return `key:${(db.prepare(`SELECT key_id FROM reservations WHERE request_id = ?`).get(requestId) as { key_id: string }).key_id}/${period}`
+  } finally {
+    db.close()
+  }
+}
+
 describe("tollgate audit: filters", () => {
   it("--project audits one project's chain and windows only", async () => {
     const path = tampered(store.snapshot, (db) => {
@@ -184,7 +196,8 @@ describe("tollgate audit: filters", () => {
     })
     const onlyB = await audit(path, { project: store.projectB })
     expect(named(onlyB)).toEqual([])
-    expect(onlyB.summary.stats).toMatchObject({ receipts: 4, chains: 1, windows: 1 })
+    // Project B's window and its key's (issue 41: every call is held in its key's scope too).
+    expect(onlyB.summary.stats).toMatchObject({ receipts: 4, chains: 1, windows: 2 })
     expect(named(await audit(path, { project: store.projectA }))).toEqual([`window_spent_mismatch ${windowSubject(store.projectA, period)}`])
   })
 
