@@ -6,6 +6,7 @@
  * The admin API refuses a cap that is negative, fractional, above 2^53 − 1 or not a number, and an end
  * user's name of more than 256 characters, each a 400 naming the field.
  */
+import OpenAI from "openai"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { mockGatewayFile, startGateway, type TestGateway } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
@@ -125,6 +126,18 @@ describe("budgets at the key and end-user scopes", () => {
     expect(budget.body).toMatchObject({ budget_credits: cap, spent: w.get(`key:${p.keyId}`)!.spent, reserved: 0 })
   })
 
+  it("a key created with its budget: answered with it, and held against it from its first call", async () => {
+    const p = await newProject(gw, { name: "scopes-e2e-create" })
+    const created = await gw.admin("POST", `/admin/v1/projects/${p.projectId}/keys`, { environment: "development", budget_credits: 0 })
+    expect([created.status, created.body.budget_credits]).toEqual([201, 0])
+    const budget = await gw.admin("GET", `/admin/v1/keys/${created.body.id}/budget`)
+    expect(budget.body).toMatchObject({ budget_credits: 0, spent: 0 })
+    const refused = await new OpenAI({ baseURL: gw.url, apiKey: created.body.secret, maxRetries: 0 }).chat.completions
+      .create({ model: "gpt-test", messages: [{ role: "user", content: "hi" }] })
+      .catch((e: unknown) => e)
+    expect([(refused as any).status, (refused as any).error?.param]).toEqual([402, "key"])
+  })
+
   it("bad caps and a user of more than 256 characters are 400s naming the field", async () => {
     const p = await newProject(gw, { name: "scopes-e2e-bad" })
     for (const bad of [-1, 1.5, 2 ** 53, "10", true]) {
@@ -135,6 +148,13 @@ describe("budgets at the key and end-user scopes", () => {
       const u = await gw.admin("PUT", `/admin/v1/projects/${p.projectId}/end_users/alice`, { budget_credits: bad })
       expect([bad, u.status, u.body.error?.param]).toEqual([bad, 400, "budget_credits"])
     }
+    // A key created with a bad budget: refused before anything is written.
+    const keysBefore = dbAll(gw, "SELECT id FROM api_keys WHERE project_id = ?", p.projectId).length
+    for (const bad of [-1, 1.5, 2 ** 53, "10"]) {
+      const k = await gw.admin("POST", `/admin/v1/projects/${p.projectId}/keys`, { environment: "development", budget_credits: bad })
+      expect([bad, k.status, k.body.error?.param]).toEqual([bad, 400, "budget_credits"])
+    }
+    expect(dbAll(gw, "SELECT id FROM api_keys WHERE project_id = ?", p.projectId)).toHaveLength(keysBefore)
     const long = await gw.admin("PUT", `/admin/v1/projects/${p.projectId}/end_users/${"x".repeat(257)}`, { budget_credits: 1 })
     expect(long.status).toBe(400)
     expect(long.body.error.param).toBe("user")

@@ -45,6 +45,9 @@ describe("KeyRegistry.authenticate", () => {
         organization: "org_test",
         environment: "development",
         budgetCredits: 500,
+        // The project's budget period and zone (migration 0019): the defaults.
+        budgetPeriod: "month",
+        timeZone: "UTC",
         rateLimit: { requestsPerMinute: 120, burst: 7 }
       })
       // The scheme is case-insensitive and trailing whitespace is tolerated.

@@ -61,7 +61,9 @@ export const IssuedKey = Schema.Struct({
   secret: Schema.String.annotations({ description: "The full key. Shown once; only its hash is stored." }),
   created_at: Schema.String,
   /** Present only when the key sets its own upstream limits. */
-  rate_limit: Schema.optional(Schema.Struct({ tokens_per_minute: Schema.optional(Schema.Int), max_concurrent: Schema.optional(Schema.Int) }))
+  rate_limit: Schema.optional(Schema.Struct({ tokens_per_minute: Schema.optional(Schema.Int), max_concurrent: Schema.optional(Schema.Int) })),
+  /** Present only when the key was created with its own budget (GET /admin/v1/keys/{id}/budget shows its window). */
+  budget_credits: Schema.optional(Schema.Int)
 }).annotations({ identifier: "IssuedKey" })
 
 export const RotatedKey = Schema.Struct({
@@ -153,6 +155,8 @@ export const ProjectPatch = Schema.Struct({
 
 export const NewKey = Schema.Struct({
   environment: Environment,
+  /** The key's own budget (issue 41), held with its project's on every call; absent or null: none. */
+  budget_credits: Schema.optional(Schema.NullOr(F.BudgetCredits)),
   /** The key's own upstream limits (issue 41 item 3), besides its project's; a rotation's key keeps them. */
   rate_limit: Schema.optional(
     Schema.Struct({ tokens_per_minute: Schema.optional(Schema.NullOr(F.TokensPerMinute)), max_concurrent: Schema.optional(Schema.NullOr(F.MaxConcurrent)) })
