@@ -8,7 +8,9 @@
  * flags, as bench/run.ts runs them, interleaved round by round; `--node-flags "…"` adds flags to both;
  * `--compare DIR` adds `tollgate-b`, Tollgate from another checkout (an A/B in one run). `--stream`
  * sends streamed calls (the mock's 20 events, 1 ms apart) instead of whole completions. The target
- * `tollgate-webhook` is Tollgate with a webhook endpoint registered for every event type (issue 42).
+ * `tollgate-webhook` is Tollgate with a webhook endpoint registered for every event type (issue 42);
+ * `tollgate-scoped` Tollgate with a key budget and an end-user default budget, every call naming one of
+ * 50 end users (issue 41: held in three scopes, against `tollgate`'s two).
  * A benchmark: printed, never asserted (docs/decisions/0034).
  */
 import { tmpdir } from "node:os"
@@ -32,11 +34,13 @@ const gcFile = (t: string) => join(tmpdir(), `tollgate-threads-gc-${process.pid}
 type Pause = [number, number, string]
 const gcTotals = new Map<string, Map<string, [number, number]>>()
 
-const body = (n: number) =>
+/** `user`: the end user a call names (tollgate-scoped: one of 50, round robin), else none. */
+const body = (n: number, user?: string) =>
   JSON.stringify({
     model: "gpt-4o-mini",
     messages: [{ role: "user", content: `Where is my order 48213-CX? (${n})` }],
     max_tokens: 400,
+    ...(user === undefined ? {} : { user }),
     ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
     metadata: { idempotency_key: `thr-${Date.now().toString(36)}-${n}` }
   })
@@ -44,10 +48,14 @@ const body = (n: number) =>
 const mock = await startChild<{ port: number }>("mock", process.execPath, ["--import", "tsx", join(here, "targets/mock.ts"), "--delay", "20"], { cwd: root })
 const upstream = `http://127.0.0.1:${mock.ready.port}`
 const started = new Map<string, { pid: number; stop: () => Promise<void>; origin: string; key: string }>()
+const users = new Map<string, (n: number) => string | undefined>()
 for (const t of targets) {
   const script = t === "floor" ? "targets/governedFloor.ts" : "targets/tollgate.ts"
+  const userOf = t === "tollgate-scoped" ? (n: number) => `user-${Math.abs(n) % 50}` : () => undefined
+  users.set(t, userOf)
   // `tollgate-webhook`: Tollgate with a webhook endpoint registered for every event (issue 42).
-  const extra = t === "tollgate-webhook" ? ["--webhook"] : []
+  // `tollgate-scoped`: a key budget and an end-user budget set, each call naming an end user (issue 41).
+  const extra = t === "tollgate-webhook" ? ["--webhook"] : t === "tollgate-scoped" ? ["--scoped"] : []
   const dir = t === "tollgate-b" ? resolve(compare!) : root
   const entry = bundleTarget(dir, script, `threads-${t}`)
   const child = await startChild<{ port: number; key: string }>(t, process.execPath, [...startFlags(dir), ...nodeFlags, "--import", join(here, "lib/gcObserver.mjs"), entry, "--upstream", upstream, "--model", "gpt-4o-mini", ...extra], {
@@ -71,10 +79,11 @@ try {
     for (const t of targets.map((_, i) => targets[(i + round) % targets.length]!)) {
       const s = started.get(t)!
       const endpoint = { name: t, origin: s.origin, path: "/v1/chat/completions", headers: { authorization: `Bearer ${s.key}` } }
-      await closedLoad(endpoint, { connections: 64, durationMs: 2000, body: (n) => body(-n - 1 - round * 1e6) })
+      const userOf = users.get(t)!
+      await closedLoad(endpoint, { connections: 64, durationMs: 2000, body: (n) => body(-n - 1 - round * 1e6, userOf(n)) })
       await signalForJson<Array<Pause>>(s.pid, gcFile(t))
       const before = sampleProc(s.pid)
-      const r = await closedLoad(endpoint, { connections, durationMs, body: (n) => body(n + round * 1e6) })
+      const r = await closedLoad(endpoint, { connections, durationMs, body: (n) => body(n + round * 1e6, userOf(n)) })
       const after = sampleProc(s.pid)
       const pauses = await signalForJson<Array<Pause>>(s.pid, gcFile(t))
       const g = gcTotals.get(t) ?? new Map<string, [number, number]>()

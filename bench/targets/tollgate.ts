@@ -58,6 +58,28 @@ if (flag("--webhook")) {
   })
   if (res.status !== 201) throw new Error(`registering the bench's webhook endpoint: ${res.status} ${await res.text()}`)
 }
+// `--scoped` (bench/threads.ts target tollgate-scoped, issue 41): the default key has a budget of its own
+// and the project a default budget for each end user, both far from binding; the bench's calls name
+// end users, so each call is held in its project, its key and its end user.
+if (flag("--scoped")) {
+  const admin = (method: string, path: string, body: unknown) =>
+    fetch(`http://127.0.0.1:${ready.port}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${arg("--admin-token") ?? "bench-admin-token"}`, "content-type": "application/json" },
+      body: JSON.stringify(body)
+    })
+  const projects = (await (await fetch(`http://127.0.0.1:${ready.port}/admin/v1/projects`, { headers: { authorization: `Bearer ${arg("--admin-token") ?? "bench-admin-token"}` } })).json()) as {
+    data: Array<{ id: string }>
+  }
+  const project = projects.data[0]!.id
+  const keys = (await (await fetch(`http://127.0.0.1:${ready.port}/admin/v1/projects/${project}/keys`, { headers: { authorization: `Bearer ${arg("--admin-token") ?? "bench-admin-token"}` } })).json()) as {
+    data: Array<{ id: string }>
+  }
+  for (const [path, body] of [[`/admin/v1/keys/${keys.data[0]!.id}`, { budget_credits: 1e15 }], [`/admin/v1/projects/${project}/end_user_budget`, { end_user_budget_credits: 1e14 }]] as const) {
+    const res = await admin("PATCH", path, body)
+    if (res.status !== 200) throw new Error(`setting the bench's scoped budgets (${path}): ${res.status} ${await res.text()}`)
+  }
+}
 process.stdout.write(JSON.stringify({ ready: true, port: ready.port, key: ready.key, dbPath }) + "\n")
 
 const stop = () =>

@@ -62,8 +62,11 @@ const data = (t: string, json: "json_object" | "json_build_object") =>
 const cause = (t: string) => `'budget.threshold_reached:' || p.id || ':' || NEW.period || ':' || s.kind || ':' || s.sid || ':' || ${t}`
 
 const sqlite = [
+  // Every call's settlement moves its key's window, capped or not: the WHEN skips an uncapped key's at
+  // the cost of one primary-key read (the body's join and json_each run only for a capped scope).
   `CREATE TRIGGER events_scope_threshold AFTER UPDATE OF spent ON scope_windows
   WHEN NEW.spent > OLD.spent
+    AND (NEW.scope NOT LIKE 'key:%' OR (SELECT budget_credits FROM api_keys WHERE id = substr(NEW.scope, 5)) IS NOT NULL)
 BEGIN
   INSERT OR IGNORE INTO events (id, type, project_id, organization, data, cause, created_at)
     SELECT 'evt_' || lower(hex(randomblob(12))), 'budget.threshold_reached', p.id, p.organization,
