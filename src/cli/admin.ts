@@ -82,6 +82,12 @@ const limitFlags = (values: { readonly tpm?: string | undefined; readonly "max-c
   ...(values["max-concurrent"] === undefined ? {} : { max_concurrent: values["max-concurrent"] === "none" ? null : int(values["max-concurrent"], "max-concurrent") })
 })
 
+/** A project's budget period and time zone (issue 41 item 2): `--budget-period month|week|day|total`, `--time-zone Europe/Paris`; the server checks them. */
+const periodFlags = (values: { readonly "budget-period"?: string | undefined; readonly "time-zone"?: string | undefined }) => ({
+  ...(values["budget-period"] === undefined ? {} : { budget_period: values["budget-period"] }),
+  ...(values["time-zone"] === undefined ? {} : { time_zone: values["time-zone"] })
+})
+
 export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArray<string>): Promise<number> => {
   const { positionals, values } = parseArgs({
     args: [...argv],
@@ -94,6 +100,8 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       burst: { type: "string" },
       tpm: { type: "string" },
       "max-concurrent": { type: "string" },
+      "budget-period": { type: "string" },
+      "time-zone": { type: "string" },
       environment: { type: "string" },
       "grace-seconds": { type: "string" },
       delete: { type: "boolean" },
@@ -112,7 +120,8 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
           name: values.name ?? "project",
           ...(values.organization === undefined ? {} : { organization: values.organization }),
           budget_credits: int(values.budget, "budget") ?? 0,
-          rate_limit: { requests_per_minute: int(values.rpm, "rpm") ?? 60, ...(values.burst === undefined ? {} : { burst: int(values.burst, "burst") }), ...limitFlags(values) }
+          rate_limit: { requests_per_minute: int(values.rpm, "rpm") ?? 60, ...(values.burst === undefined ? {} : { burst: int(values.burst, "burst") }), ...limitFlags(values) },
+          ...periodFlags(values)
         })
       case "list":
         return list("/admin/v1/projects", values)
@@ -125,6 +134,7 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
         return call("PATCH", `/admin/v1/projects/${need("a project id")}`, {
           ...(values.name === undefined ? {} : { name: values.name }),
           ...(values.budget === undefined ? {} : { budget_credits: int(values.budget, "budget") }),
+          ...periodFlags(values),
           ...(rpm === undefined && burst === undefined && Object.keys(limits).length === 0
             ? {}
             : { rate_limit: { ...(rpm === undefined ? {} : { requests_per_minute: rpm }), ...(burst === undefined ? {} : { burst }), ...limits } })
@@ -151,7 +161,8 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
         const limits = limitFlags(values)
         return call("POST", `/admin/v1/projects/${need("a project id")}/keys`, {
           environment: values.environment ?? "development",
-          ...(Object.keys(limits).length === 0 ? {} : { rate_limit: limits })
+          ...(Object.keys(limits).length === 0 ? {} : { rate_limit: limits }),
+          ...(values.budget === undefined ? {} : { budget_credits: cap(values.budget) })
         })
       }
       case "list":

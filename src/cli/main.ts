@@ -3,11 +3,11 @@
  * `tollgate` — the command line.
  *
  *   tollgate serve                                  start the gateway (same as npm start)
- *   tollgate projects create --name N --budget C --rpm R [--burst B] [--tpm T] [--max-concurrent M] [--organization O]
+ *   tollgate projects create --name N --budget C --rpm R [--burst B] [--tpm T] [--max-concurrent M] [--organization O] [--budget-period month|week|day|total] [--time-zone Z]
  *   tollgate projects list [--limit N] [--cursor C] [--all]     one page (a page's next_cursor as --cursor), or every page
  *   tollgate projects get <prj_id>
- *   tollgate projects update <prj_id> [--name N] [--budget C] [--rpm R] [--burst B] [--tpm T|none] [--max-concurrent M|none]
- *   tollgate keys create <prj_id> [--environment development|staging|production] [--tpm T] [--max-concurrent M]
+ *   tollgate projects update <prj_id> [--name N] [--budget C] [--rpm R] [--burst B] [--tpm T|none] [--max-concurrent M|none] [--budget-period P] [--time-zone Z]
+ *   tollgate keys create <prj_id> [--environment development|staging|production] [--tpm T] [--max-concurrent M] [--budget C]
  *   tollgate keys list <prj_id> [--limit N] [--cursor C] [--all]
  *   tollgate keys rotate <key_id> [--grace-seconds S]
  *   tollgate keys revoke <key_id>

@@ -105,6 +105,18 @@ describe("tollgate CLI: projects and keys through the admin API", () => {
     expect([bad.code, JSON.parse(bad.stderr).error.param]).toEqual([1, "limit"])
   }, 60_000)
 
+  it("a project's budget period and zone, a key's budget at creation (issue 41); a zone the server does not know exits 1 naming it", async () => {
+    const created = await cli(["projects", "create", "--name", "cli-periods", "--budget", "1000", "--budget-period", "week", "--time-zone", "Asia/Tokyo"])
+    expect(created.code).toBe(0)
+    const project = json(created)
+    expect(project).toMatchObject({ budget_period: "week", time_zone: "Asia/Tokyo", current_window: { period: expect.stringMatching(/^\d{4}-W\d{2}$/) } })
+    expect(json(await cli(["projects", "update", project.id, "--budget-period", "total"]))).toMatchObject({ budget_period: "total", current_window: { period: "total" } })
+    const bad = await cli(["projects", "update", project.id, "--time-zone", "Mars/Base"])
+    expect(bad.code).toBe(1)
+    expect(bad.stdout + bad.stderr).toContain("time_zone")
+    expect(json(await cli(["keys", "create", project.id, "--budget", "250"]))).toMatchObject({ budget_credits: 250 })
+  })
+
   it("sets and reads budgets at the key and end-user scopes (issue 41); a 402 names the scope that refused", async () => {
     const project = json(await cli(["projects", "create", "--name", "cli-scopes", "--budget", "100000", "--rpm", "600"]))
     const key = json(await cli(["keys", "create", project.id]))
