@@ -59,9 +59,9 @@ export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited"
   message: Schema.String,
   retryAfterMs: Schema.Number,
   /**
-   * The limit that refused when it is not the project's requests_per_minute (issue 41 item 3): its
-   * scope and field, `project.rate_limit.tokens_per_minute`, `key.rate_limit.max_concurrent`,
-   * `route.rate_limit.requests_per_minute`…; the wire's `param`.
+   * The limit that refused (issue 41 item 3): its scope and field, `project.rate_limit.requests_per_minute`,
+   * `project.rate_limit.tokens_per_minute`, `key.rate_limit.max_concurrent`,
+   * `route.rate_limit.requests_per_minute`…; the wire's `param` (none: the admin sign-in throttle).
    */
   param: Schema.optional(Schema.String),
   /** That limit's own x-ratelimit-* headers (the tokens' ones), sent instead of the requests' remaining 0. */

@@ -41,7 +41,9 @@ export type RateLimitHealth =
 const limitedError = (limit: RateLimit, retryAfterMicros: number) =>
   new RateLimited({
     message: `Rate limit of ${limit.requestsPerMinute} requests per minute (burst ${limit.burst}) reached for this project; retry after ${formatDuration(retryAfterMicros / 1000)}.`,
-    retryAfterMs: Math.ceil(retryAfterMicros / 1000)
+    retryAfterMs: Math.ceil(retryAfterMicros / 1000),
+    // Named like the other limits (issue 41): the wire's `param`.
+    param: "project.rate_limit.requests_per_minute"
   })
 
 /** The GCRA of spec/rateLimit.ts over an in-memory map of TATs: one instance's own limiter. */

@@ -298,7 +298,7 @@ describe("errors: one test per stable code", () => {
       expect(first.response.headers.get("x-ratelimit-remaining-requests")).toBe("0")
       const before = ledgerState(gw, p.projectId)
       const err = await touchesNothing(() =>
-        expectApiError(c.chat.completions.create({ model: "auto", messages: hello }), { status: 429, code: "rate_limited", type: "rate_limit_error", param: null })
+        expectApiError(c.chat.completions.create({ model: "auto", messages: hello }), { status: 429, code: "rate_limited", type: "rate_limit_error", param: "project.rate_limit.requests_per_minute" })
       )
       const retryAfter = err.headers!.get("retry-after")
       expect(retryAfter).toMatch(/^\d+$/)
