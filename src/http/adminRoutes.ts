@@ -18,7 +18,6 @@ import { available } from "../../spec/ledger.ts"
 import { type PageRequest, pageRequest } from "../domain/paging.ts"
 import { Activity } from "../services/Activity.ts"
 import { KeyRegistry } from "../services/KeyRegistry.ts"
-import { ScopeBudgets } from "../services/ScopeBudgets.ts"
 import { type BudgetWindow, Ledger, periodSettings, windowOfCall, windowParam } from "../services/Ledger.ts"
 import { Projects } from "../services/Projects.ts"
 import { type Session, Sessions, type Viewer } from "../services/Sessions.ts"
@@ -150,11 +149,7 @@ const adminGroup = HttpApiBuilder.group(PublicApi, "admin", (handlers) =>
       respondErrors(Effect.gen(function* () {
         yield* operator
         const body = yield* decodedBody(NewKey)
-        const issued = yield* (yield* KeyRegistry).create(path.id, body.environment, body.rate_limit)
-        if (body.budget_credits === undefined || body.budget_credits === null) return issued
-        // Set before the secret is answered: no call can use the key until then.
-        yield* (yield* ScopeBudgets).setKeyBudget(issued.id, body.budget_credits)
-        return { ...issued, budget_credits: body.budget_credits }
+        return yield* (yield* KeyRegistry).create(path.id, body.environment, body.rate_limit, body.budget_credits)
       }))
     )
     .handle("listKeys", ({ path, urlParams }) =>

@@ -9,7 +9,7 @@ import type { BudgetPeriod } from "../../spec/periods.ts"
 import { Clock, Effect, Option, Stream } from "effect"
 import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
-import { checkField, GraceSeconds, MaxConcurrent, TokensPerMinute } from "../domain/adminFields.ts"
+import { BudgetCredits, checkField, GraceSeconds, MaxConcurrent, TokensPerMinute } from "../domain/adminFields.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
@@ -35,11 +35,13 @@ export interface Principal {
 }
 
 /** A key's own upstream limits as stored (null: none). */
+/** A key's own limits and budget (issue 41), set with the key in its INSERT. */
 interface KeyLimits {
   readonly tokensPerMinute: number | null
   readonly maxConcurrent: number | null
+  readonly budgetCredits: number | null
 }
-const NO_LIMITS: KeyLimits = { tokensPerMinute: null, maxConcurrent: null }
+const NO_LIMITS: KeyLimits = { tokensPerMinute: null, maxConcurrent: null, budgetCredits: null }
 
 /** A key row's upstream limits, the project's first: undefined when neither sets any. */
 const limitsOf = (row: KeyRow): CallLimits | undefined => {
@@ -201,7 +203,8 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         environment,
         secret: formatKey(id, environment, secret),
         created_at: new Date(now).toISOString(),
-        ...(Object.keys(shown).length === 0 ? {} : { rate_limit: shown })
+        ...(Object.keys(shown).length === 0 ? {} : { rate_limit: shown }),
+        ...(limits.budgetCredits === null ? {} : { budget_credits: limits.budgetCredits })
       }
       return { issued, secretSha256: hashSecret(secret), now, replaces, limits }
     }
@@ -217,14 +220,16 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
           createdAt: key.now,
           replaces: key.replaces,
           tokensPerMinute: key.limits.tokensPerMinute,
-          maxConcurrent: key.limits.maxConcurrent
+          maxConcurrent: key.limits.maxConcurrent,
+          budgetCredits: key.limits.budgetCredits
         })
       )
 
     const create = (
       projectId: string,
       environment: unknown,
-      rateLimit?: { readonly tokens_per_minute?: number | null | undefined; readonly max_concurrent?: number | null | undefined }
+      rateLimit?: { readonly tokens_per_minute?: number | null | undefined; readonly max_concurrent?: number | null | undefined },
+      budgetCredits?: number | null
     ): Effect.Effect<IssuedKey, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         if (!isEnvironment(environment)) {
@@ -234,7 +239,8 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         const concurrent = rateLimit?.max_concurrent
         const limits: KeyLimits = {
           tokensPerMinute: tpm === undefined || tpm === null ? null : yield* checkField(TokensPerMinute, "rate_limit.tokens_per_minute", tpm),
-          maxConcurrent: concurrent === undefined || concurrent === null ? null : yield* checkField(MaxConcurrent, "rate_limit.max_concurrent", concurrent)
+          maxConcurrent: concurrent === undefined || concurrent === null ? null : yield* checkField(MaxConcurrent, "rate_limit.max_concurrent", concurrent),
+          budgetCredits: budgetCredits === undefined || budgetCredits === null ? null : yield* checkField(BudgetCredits, "budget_credits", budgetCredits)
         }
         const project = yield* projects.get(projectId)
         const key = prepareKey(projectId, environment, yield* Clock.currentTimeMillis, null, limits)
@@ -267,7 +273,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         if (status !== "active") return yield* notRotatable(keyId, status)
         const expiresAt = now + graceSeconds * 1000
         // The new key keeps the old one's upstream limits.
-        const fresh = prepareKey(old.project_id, old.environment, now, keyId, { tokensPerMinute: old.tokens_per_minute, maxConcurrent: old.max_concurrent })
+        const fresh = prepareKey(old.project_id, old.environment, now, keyId, { tokensPerMinute: old.tokens_per_minute, maxConcurrent: old.max_concurrent, budgetCredits: null })
         const answer: RotatedKey = { ...fresh.issued, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
         const claimed = yield* repo.withTransaction(
           Effect.gen(function* () {

@@ -46,6 +46,8 @@ export interface NewKey {
   /** Its own upstream limits (migration 0015; null: none). */
   readonly tokensPerMinute: number | null
   readonly maxConcurrent: number | null
+  /** Its own budget (migration 0014; null: none), dated for the audit's grandfathered-cap rule (migration 0020). */
+  readonly budgetCredits: number | null
 }
 
 /** The statements, and the transaction runner the service keeps its boundary with. */
@@ -62,8 +64,9 @@ export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
                   FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,
 
     insert: (key: NewKey) =>
-      sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces, tokens_per_minute, max_concurrent)
-          VALUES (${key.id}, ${key.projectId}, ${key.environment}, ${key.secretSha256}, ${key.createdAt}, ${key.replaces}, ${key.tokensPerMinute}, ${key.maxConcurrent})`,
+      sql`INSERT INTO api_keys (id, project_id, environment, secret_sha256, created_at, replaces, tokens_per_minute, max_concurrent, budget_credits, budget_changed_at)
+          VALUES (${key.id}, ${key.projectId}, ${key.environment}, ${key.secretSha256}, ${key.createdAt}, ${key.replaces}, ${key.tokensPerMinute}, ${key.maxConcurrent},
+                  ${key.budgetCredits}, ${key.budgetCredits === null ? null : key.createdAt})`,
 
     /** Key `keyId`'s own upstream limits (null: none): a row back when the key exists. */
     setLimits: (keyId: string, tokensPerMinute: number | null, maxConcurrent: number | null) =>
