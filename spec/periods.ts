@@ -119,6 +119,9 @@ export const windowOf = (period: BudgetPeriod, timeZone: string, millis: number)
   }
 }
 
+/** How each period's window label is written (what a caller naming a window is told). */
+export const LABEL_FORM: Record<BudgetPeriod, string> = { month: "YYYY-MM", week: "YYYY-Www (ISO week)", day: "YYYY-MM-DD", total: "total" }
+
 const LABEL: Record<BudgetPeriod, RegExp> = {
   month: /^(\d{4})-(0[1-9]|1[0-2])$/,
   week: /^(\d{4})-W(0[1-9]|[1-4]\d|5[0-3])$/,

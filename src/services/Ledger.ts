@@ -6,7 +6,7 @@
  */
 import { Effect } from "effect"
 import { periodOf } from "../../spec/ledger.ts"
-import { type BudgetPeriod, isBudgetPeriod, isWindowLabel, windowAt } from "../../spec/periods.ts"
+import { type BudgetPeriod, DEFAULT_BUDGET_PERIOD, DEFAULT_TIME_ZONE, isBudgetPeriod, isWindowLabel, LABEL_FORM, windowAt } from "../../spec/periods.ts"
 import type { Receipt } from "../../spec/receipt.ts"
 import { InvalidRequest, RequestNotFound } from "../domain/errors.ts"
 import type { Scope } from "../store/idempotencyStatements.ts"
@@ -14,10 +14,6 @@ import { LedgerRepo, type UsageGroup } from "../store/ledgerRepo.ts"
 
 export { periodOf }
 
-/**
- * The window a call starting at `millis` belongs to: its project's budget period in its time zone
- * (spec/periods.ts); month in UTC — every project's until migration 0019 — is the ledger's `periodOf`.
- */
 /** A project's period and zone as the admin API and the principal carry them (absent: month in UTC). */
 export interface PeriodOf {
   readonly budgetPeriod?: BudgetPeriod | undefined
@@ -26,7 +22,7 @@ export interface PeriodOf {
 
 /** The project's settings as a `PeriodOf` (a stored project row or its admin answer). */
 export const periodSettings = (p: { readonly budget_period: string; readonly time_zone: string }): PeriodOf => ({
-  budgetPeriod: isBudgetPeriod(p.budget_period) ? p.budget_period : "month",
+  budgetPeriod: isBudgetPeriod(p.budget_period) ? p.budget_period : DEFAULT_BUDGET_PERIOD,
   timeZone: p.time_zone
 })
 
@@ -34,20 +30,22 @@ export const periodSettings = (p: { readonly budget_period: string; readonly tim
  * A window a caller names (`?period=`), checked against the project's kind: a 400 naming `period`
  * unless it is a label of that kind (spec/periods.ts), else the label.
  */
-export const windowParam = (p: PeriodOf, period: string): Effect.Effect<string, InvalidRequest> =>
-  isWindowLabel(p.budgetPeriod ?? "month", period)
+export const windowParam = (p: PeriodOf, period: string): Effect.Effect<string, InvalidRequest> => {
+  const kind = p.budgetPeriod ?? DEFAULT_BUDGET_PERIOD
+  return isWindowLabel(kind, period)
     ? Effect.succeed(period)
-    : Effect.fail(new InvalidRequest({ message: LABEL_FORMS[p.budgetPeriod ?? "month"], param: "period" }))
-
-const LABEL_FORMS: Record<BudgetPeriod, string> = {
-  month: "period must be a month written YYYY-MM.",
-  week: "period must be an ISO week written YYYY-Www (the project's budget period is week).",
-  day: "period must be a day written YYYY-MM-DD (the project's budget period is day).",
-  total: "period must be total (the project's budget period is total)."
+    : Effect.fail(new InvalidRequest({ message: `period must be a window of the project's ${kind} budget period, written ${LABEL_FORM[kind]}.`, param: "period" }))
 }
 
-export const windowOfCall = (p: PeriodOf, millis: number): string =>
-  (p.budgetPeriod ?? "month") === "month" && (p.timeZone ?? "UTC") === "UTC" ? periodOf(millis) : windowAt(p.budgetPeriod ?? "month", p.timeZone ?? "UTC", millis)
+/**
+ * The window a call starting at `millis` belongs to: its project's budget period in its time zone
+ * (spec/periods.ts); month in UTC — every project's until migration 0019 — is the ledger's `periodOf`.
+ */
+export const windowOfCall = (p: PeriodOf, millis: number): string => {
+  const kind = p.budgetPeriod ?? DEFAULT_BUDGET_PERIOD
+  const zone = p.timeZone ?? DEFAULT_TIME_ZONE
+  return kind === "month" && zone === "UTC" ? periodOf(millis) : windowAt(kind, zone, millis)
+}
 
 export type { BudgetWindow, Hold, Sealer, Settlement } from "../store/ledgerStatements.ts"
 

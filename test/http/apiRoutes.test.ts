@@ -35,7 +35,7 @@ describe("the HttpApi's routes on the wire", () => {
 
   it("a domain failure keeps its wire form: a bad period, an unknown request", async () => {
     const usage = await get("/v1/usage?period=2026-13")
-    expect([usage.status, usage.body.error]).toEqual([400, { message: "period must be a month written YYYY-MM.", type: "invalid_request_error", code: "invalid_request_error", param: "period" }])
+    expect([usage.status, usage.body.error]).toEqual([400, { message: "period must be a window of the project's month budget period, written YYYY-MM.", type: "invalid_request_error", code: "invalid_request_error", param: "period" }])
     const missing = await get("/v1/requests/req_nope")
     expect(missing.status).toBe(404)
     expect(missing.body.error?.code).toBe("request_not_found")
