@@ -7,7 +7,7 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import type { AdminNotFound, InvalidRequest, PayloadTooLarge } from "../domain/errors.ts"
-import { DEFAULT_PAGE_SIZE } from "../domain/paging.ts"
+import { DEFAULT_PAGE_SIZE, type Page } from "../domain/paging.ts"
 import { EndUserPut, KeyPatch } from "../domain/wire/scopes.ts"
 import { KeyRegistry } from "../services/KeyRegistry.ts"
 import { ScopeBudgets } from "../services/ScopeBudgets.ts"
@@ -23,6 +23,8 @@ const operator = Effect.flatMap(AdminCaller, (caller) => operatorOnly(caller.vie
 /** `f` with the ScopeBudgets service, for the operator only. */
 const asOperator = <A, E extends AdminNotFound | InvalidRequest | PayloadTooLarge, R>(f: (budgets: ScopeBudgets) => Effect.Effect<A, E, R>) =>
   respondErrors(Effect.zipRight(operator, Effect.flatMap(ScopeBudgets, f)))
+
+const list = <A>(page: Page<A>) => ({ object: "list" as const, ...page })
 
 const defaultOf = (projectId: string, cap: number | null) => ({ object: "end_user_default" as const, project_id: projectId, end_user_budget_credits: cap })
 
@@ -47,9 +49,8 @@ export const scopeBudgetsRoutes = HttpApiBuilder.group(PublicApi, "scopeBudgets"
         Effect.flatMap(decodedBody(EndUserDefaultPatch), (patch) => Effect.map(b.setEndUserDefault(path.id, patch.end_user_budget_credits), (cap) => defaultOf(path.id, cap)))
       )
     )
-    .handle("listEndUsers", ({ path, urlParams }) =>
-      asOperator((b) => Effect.map(b.endUsers(path.id, urlParams.cursor, urlParams.limit ?? DEFAULT_PAGE_SIZE), (page) => ({ object: "list" as const, ...page })))
-    )
+    .handle("listEndUsers", ({ path, urlParams }) => asOperator((b) => Effect.map(b.endUsers(path.id, urlParams.cursor, urlParams.limit ?? DEFAULT_PAGE_SIZE, urlParams.order), list)))
+    .handle("listKeyBudgets", ({ path, urlParams }) => asOperator((b) => Effect.map(b.keyBudgets(path.id, urlParams.cursor, urlParams.limit ?? DEFAULT_PAGE_SIZE), list)))
     .handle("getEndUser", ({ path }) => asOperator((b) => b.endUser(path.id, path.user)))
     .handleRaw("putEndUser", ({ path }) => asOperator((b) => Effect.flatMap(decodedBody(EndUserPut), (put) => b.putEndUser(path.id, path.user, put.budget_credits))))
     .handle("deleteEndUser", ({ path }) => asOperator((b) => b.deleteEndUser(path.id, path.user)))

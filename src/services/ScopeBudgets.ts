@@ -10,11 +10,11 @@
  */
 import { Clock, Effect } from "effect"
 import { BudgetCredits, checkField } from "../domain/adminFields.ts"
-import { AdminNotFound, type InvalidRequest } from "../domain/errors.ts"
+import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
 import type { Page } from "../domain/paging.ts"
 import type * as Wire from "../domain/wire/scopes.ts"
 import { ProjectsRepo } from "../store/projectsRepo.ts"
-import { type EndUserRow, ScopeBudgetsRepo } from "../store/scopeBudgetsRepo.ts"
+import { type EndUserRow, type KeyBudgetRow, ScopeBudgetsRepo, type SpentPosition } from "../store/scopeBudgetsRepo.ts"
 import { periodSettings, windowOfCall } from "./Ledger.ts"
 
 export type KeyBudget = typeof Wire.KeyBudget.Type
@@ -27,6 +27,26 @@ const windowOf = (period: string, cap: number | null, w: { readonly spent: numbe
   const spent = Number(w?.spent ?? 0)
   const reserved = Number(w?.reserved ?? 0)
   return { period, spent, reserved, remaining: cap === null ? null : Math.max(0, cap - spent - reserved) }
+}
+
+/** How a list of end users is ordered: by name (the overrides), or by what they spent in the window (every end user with one). */
+export type EndUserOrder = "name" | "spent"
+
+/** A page of end users by spend ends at `<spent>:<name>`: the next starts after it. */
+const spentCursor = (row: EndUserRow) => `${Number(row.spent ?? 0)}:${row.end_user}`
+
+const spentPosition = (cursor: string): Effect.Effect<SpentPosition, InvalidRequest> => {
+  const m = /^(0|[1-9][0-9]{0,15}):([\s\S]+)$/.exec(cursor)
+  return m === null
+    ? Effect.fail(new InvalidRequest({ message: "cursor must be the next_cursor of a page of end users by spend (<spent>:<name>).", param: "cursor" }))
+    : Effect.succeed({ spent: Number(m[1]), user: m[2]! })
+}
+
+/** A page from rows read with LIMIT `limit + 1`, its cursor written by `cursorOf` from the page's last row. */
+const pageFrom = <R, A>(rows: ReadonlyArray<R>, limit: number, view: (row: R) => A, cursorOf: (row: R) => string): Page<A> => {
+  const page = rows.slice(0, limit)
+  const hasMore = rows.length > limit
+  return { data: page.map(view), has_more: hasMore, next_cursor: hasMore ? cursorOf(page[page.length - 1]!) : null }
 }
 
 const iso = (millis: number | null) => (millis === null ? null : new Date(Number(millis)).toISOString())
@@ -45,14 +65,18 @@ export class ScopeBudgets extends Effect.Service<ScopeBudgets>()("tollgate/Scope
         return windowOfCall(project === undefined ? {} : periodSettings(project), yield* now)
       })
 
+    const keyBudgetOf = (key: Omit<KeyBudgetRow, "budget_credits"> & { readonly budget_credits: number | null }, period: string): KeyBudget => {
+      const cap = key.budget_credits === null ? null : Number(key.budget_credits)
+      return { object: "key_budget" as const, key_id: key.id, project_id: key.project_id, budget_credits: cap, ...windowOf(period, cap, key) }
+    }
+
     const keyBudget = (keyId: string): Effect.Effect<KeyBudget, AdminNotFound> =>
       Effect.gen(function* () {
         const [key] = yield* Effect.orDie(repo.key(keyId))
         if (key === undefined) return yield* new AdminNotFound({ message: `No API key with id ${keyId}.` })
         const period = yield* currentWindow(key.project_id)
         const [w] = yield* Effect.orDie(repo.keyWindow(keyId, period))
-        const cap = key.budget_credits === null ? null : Number(key.budget_credits)
-        return { object: "key_budget" as const, key_id: key.id, project_id: key.project_id, budget_credits: cap, ...windowOf(period, cap, w) }
+        return keyBudgetOf({ ...key, spent: w?.spent ?? null, reserved: w?.reserved ?? null }, period)
       })
 
     /** Set a key's budget (null: none), checked first: the key's budget and current window. */
@@ -121,17 +145,31 @@ export class ScopeBudgets extends Effect.Service<ScopeBudgets>()("tollgate/Scope
         return yield* endUser(projectId, user)
       })
 
-    /** A project's end users with an override, by name, a page at a time (the cursor: the last name of the page before). */
-    const endUsers = (projectId: string, cursor: string | undefined, limit: number): Effect.Effect<Page<EndUser>, AdminNotFound> =>
+    /**
+     * A project's end users a page at a time: by name, those with an override (the cursor: the last
+     * name of the page before); by spent, every end user with a window now (it called, or holds), most
+     * spent first (the cursor: `<spent>:<name>` of the page's last).
+     */
+    const endUsers = (projectId: string, cursor: string | undefined, limit: number, order: EndUserOrder = "name"): Effect.Effect<Page<EndUser>, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         const fallback = yield* projectDefault(projectId)
         const period = yield* currentWindow(projectId)
-        const rows = yield* Effect.orDie(repo.endUsers(projectId, cursor === "" ? undefined : cursor, limit + 1, period))
-        const page = rows.slice(0, limit)
-        const hasMore = rows.length > limit
-        return { data: page.map((r) => endUserOf(r, fallback, period)), has_more: hasMore, next_cursor: hasMore ? page[page.length - 1]!.end_user : null }
+        const after = cursor === "" ? undefined : cursor
+        const view = (r: EndUserRow) => endUserOf(r, fallback, period)
+        if (order === "name") return pageFrom(yield* Effect.orDie(repo.endUsers(projectId, after, limit + 1, period)), limit, view, (r) => r.end_user)
+        const position = after === undefined ? undefined : yield* spentPosition(after)
+        return pageFrom(yield* Effect.orDie(repo.endUsersBySpent(projectId, position, limit + 1, period)), limit, view, spentCursor)
       })
 
-    return { keyBudget, setKeyBudget, setEndUserDefault, projectDefault, endUser, putEndUser, deleteEndUser, endUsers } as const
+    /** A project's keys with a budget, by id, a page at a time, each with its current window. */
+    const keyBudgets = (projectId: string, cursor: string | undefined, limit: number): Effect.Effect<Page<KeyBudget>, AdminNotFound> =>
+      Effect.gen(function* () {
+        yield* projectDefault(projectId)
+        const period = yield* currentWindow(projectId)
+        const rows = yield* Effect.orDie(repo.keyBudgets(projectId, cursor === "" ? undefined : cursor, limit + 1, period))
+        return pageFrom(rows, limit, (r) => keyBudgetOf(r, period), (r) => r.id)
+      })
+
+    return { keyBudget, setKeyBudget, setEndUserDefault, projectDefault, endUser, putEndUser, deleteEndUser, endUsers, keyBudgets } as const
   })
 }) {}

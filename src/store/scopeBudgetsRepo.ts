@@ -23,6 +23,19 @@ export interface ScopeWindowRow {
   readonly reserved: number | null
 }
 
+/** A key with a budget, with its window's figures. */
+export interface KeyBudgetRow extends ScopeWindowRow {
+  readonly id: string
+  readonly project_id: string
+  readonly budget_credits: number
+}
+
+/** Where a page of end users by spend starts: after this one (spent descending, then name). */
+export interface SpentPosition {
+  readonly spent: number
+  readonly user: string
+}
+
 export const makeScopeBudgetsRepo = (sql: SqlClient.SqlClient) => ({
   /** Key `keyId`'s project and budget. */
   key: (keyId: string) => sql<{ id: string; project_id: string; budget_credits: number | null }>`SELECT id, project_id, budget_credits FROM api_keys WHERE id = ${keyId}`,
@@ -61,8 +74,41 @@ export const makeScopeBudgetsRepo = (sql: SqlClient.SqlClient) => ({
     sql<EndUserRow>`SELECT e.project_id, e.end_user, e.budget_credits, e.created_at, e.updated_at, w.spent, w.reserved
       FROM (SELECT * FROM end_users WHERE project_id = ${projectId} ${after === undefined ? sql`` : sql`AND end_user > ${after}`} ORDER BY end_user LIMIT ${limit}) e
       LEFT JOIN scope_windows w ON w.scope = ${`end_user:${projectId}/`} || e.end_user AND w.period = ${period}
-      ORDER BY e.end_user`
+      ORDER BY e.end_user`,
+
+  endUsersBySpent: endUsersBySpent(sql),
+
+  /** Up to `limit` of a project's keys with a budget after key `after` (by id), each with its window of `period`. */
+  keyBudgets: (projectId: string, after: string | undefined, limit: number, period: string) =>
+    sql<KeyBudgetRow>`SELECT k.id, k.project_id, k.budget_credits, w.spent, w.reserved
+      FROM api_keys k LEFT JOIN scope_windows w ON w.scope = ${keyAccount("")} || k.id AND w.period = ${period}
+      WHERE k.project_id = ${projectId} AND k.budget_credits IS NOT NULL ${after === undefined ? sql`` : sql`AND k.id > ${after}`}
+      ORDER BY k.id LIMIT ${limit}`
 })
+
+/**
+ * Up to `limit` of project `projectId`'s end users with a window of `period` (they called, or hold),
+ * most spent first, then by name; after `after` when given. An end user's window is named
+ * `end_user:<project>/<user>`: the project's are the names between that prefix and the same with '0'
+ * (the character after '/'), an index range — compared bytewise, as PostgreSQL's "C" collation does
+ * whatever the database's, so the range and the order mean the same on both engines.
+ */
+const endUsersBySpent = (sql: SqlClient.SqlClient) => (projectId: string, after: SpentPosition | undefined, limit: number, period: string) => {
+  const prefix = endUserAccount(projectId, "")
+  const bytewise = sql.onDialectOrElse({ pg: () => sql.literal(`COLLATE "C"`), orElse: () => sql.literal("") })
+  const scope = sql`w.scope ${bytewise}`
+  const start = after === undefined
+    ? sql``
+    : sql`AND (w.spent < ${after.spent} OR (w.spent = ${after.spent} AND ${scope} > ${endUserAccount(projectId, after.user)}))`
+  return Effect.map(
+    sql<Omit<EndUserRow, "project_id" | "end_user"> & { readonly scope: string }>`SELECT w.scope, e.budget_credits, e.created_at, e.updated_at, w.spent, w.reserved
+      FROM scope_windows w
+      LEFT JOIN end_users e ON e.project_id = ${projectId} AND w.scope = ${prefix} || e.end_user
+      WHERE w.period = ${period} AND ${scope} > ${prefix} AND ${scope} < ${`end_user:${projectId}0`} ${start}
+      ORDER BY w.spent DESC, ${scope} LIMIT ${limit}`,
+    (rows): Array<EndUserRow> => rows.map(({ scope, ...row }) => ({ ...row, project_id: projectId, end_user: scope.slice(prefix.length) }))
+  )
+}
 
 export class ScopeBudgetsRepo extends Effect.Service<ScopeBudgetsRepo>()("tollgate/ScopeBudgetsRepo", {
   effect: Effect.map(SqlClient.SqlClient, makeScopeBudgetsRepo)
