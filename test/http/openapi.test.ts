@@ -21,7 +21,8 @@ describe("OpenAPI document and the wire schemas", () => {
         "/admin/v1/projects/{id}/usage", "/admin/v1/projects/{id}/requests", "/admin/v1/projects/{id}/requests/{request_id}", "/admin/v1/projects/{id}/requests/{request_id}/receipt",
         "/admin/v1/webhooks", "/admin/v1/webhooks/{id}", "/admin/v1/webhooks/{id}/rotate_secret", "/admin/v1/webhooks/{id}/deliveries", "/admin/v1/webhooks/{id}/deliveries/{delivery_id}/retry", "/admin/v1/events",
         "/v1/receipts", "/v1/receipts/checkpoint", "/v1/receipts/consistency", "/v1/requests/{id}/receipt/proof", "/v1/statements/{period}", "/admin/v1/projects/{id}/receipts", "/admin/v1/projects/{id}/statements/{period}",
-        "/admin/v1/keys/{id}", "/admin/v1/keys/{id}/budget", "/admin/v1/projects/{id}/end_user_budget", "/admin/v1/projects/{id}/end_users", "/admin/v1/projects/{id}/end_users/{user}"
+        "/admin/v1/keys/{id}", "/admin/v1/keys/{id}/budget", "/admin/v1/projects/{id}/end_user_budget", "/admin/v1/projects/{id}/end_users", "/admin/v1/projects/{id}/end_users/{user}",
+        "/admin/v1/projects/{id}/key_budgets"
       ].sort()
     )
     const chat = doc.paths["/v1/chat/completions"].post
@@ -35,7 +36,7 @@ describe("OpenAPI document and the wire schemas", () => {
   it("every admin list documents the same paging: limit and cursor in, has_more and next_cursor out", async () => {
     const doc: any = await (await fetch(`${env.gateway.origin}/openapi.json`)).json()
     const resolve = (schema: any) => (schema.$ref === undefined ? schema : doc.components.schemas[schema.$ref.split("/").at(-1)])
-    for (const path of ["/admin/v1/projects", "/admin/v1/projects/{id}/keys", "/admin/v1/projects/{id}/requests", "/admin/v1/projects/{id}/end_users"]) {
+    for (const path of ["/admin/v1/projects", "/admin/v1/projects/{id}/keys", "/admin/v1/projects/{id}/requests", "/admin/v1/projects/{id}/end_users", "/admin/v1/projects/{id}/key_budgets"]) {
       const list = doc.paths[path].get
       expect([path, list.parameters.filter((p: any) => p.in === "query" && (p.name === "limit" || p.name === "cursor")).length]).toEqual([path, 2])
       expect(list.responses["400"]).toBeDefined()
