@@ -25,6 +25,7 @@ export const openStore = async (dir: string, sync: string) => {
   db.pragma("journal_mode = WAL")
   db.pragma(`synchronous = ${sync}`)
   db.pragma("foreign_keys = ON")
+  db.pragma("temp_store = MEMORY")
   db.prepare(`INSERT INTO projects (id, organization, name, budget_credits, requests_per_minute, burst, created_at, updated_at) VALUES (?, 'org_bench', 'bench', 1000000000000000, 60000000, 1000000, 0, 0)`).run(projectId)
   return { db, wal: `${filename}-wal` }
 }

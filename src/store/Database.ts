@@ -31,6 +31,8 @@ const pragmas = Effect.gen(function* () {
   yield* sql.unsafe("PRAGMA synchronous = FULL")
   yield* sql.unsafe("PRAGMA busy_timeout = 5000")
   yield* sql.unsafe("PRAGMA foreign_keys = ON")
+  // Savepoints' sub-journals in memory (src/store/storeWorker.ts says why).
+  yield* sql.unsafe("PRAGMA temp_store = MEMORY")
 })
 
 /**

@@ -56,6 +56,10 @@ const db = new BetterSqlite3(data.filename, { timeout: 5000 })
 db.pragma("journal_mode = WAL")
 db.pragma("synchronous = FULL")
 db.pragma("foreign_keys = ON")
+// A call of a group commit is its own savepoint, so each page it changes is first copied to the
+// sub-journal: kept in memory, not in a temporary file (better-sqlite3 builds SQLite with TEMP_STORE=1,
+// files unless asked). It only serves a rollback inside the transaction; the WAL is the durable copy.
+db.pragma("temp_store = MEMORY")
 
 // TOLLGATE_TIMELINE=1: each reply says where its transaction's time went (timed only then).
 const timed = process.env.TOLLGATE_TIMELINE === "1"
