@@ -272,8 +272,13 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         const status = keyStatus(old, now)
         if (status !== "active") return yield* notRotatable(keyId, status)
         const expiresAt = now + graceSeconds * 1000
-        // The new key keeps the old one's upstream limits.
-        const fresh = prepareKey(old.project_id, old.environment, now, keyId, { tokensPerMinute: old.tokens_per_minute, maxConcurrent: old.max_concurrent, budgetCredits: null })
+        // The new key keeps the old one's upstream limits and budget (its window starts empty: the old
+        // key's calls stay charged to the old key, whose window the grace period may still add to).
+        const fresh = prepareKey(old.project_id, old.environment, now, keyId, {
+          tokensPerMinute: old.tokens_per_minute,
+          maxConcurrent: old.max_concurrent,
+          budgetCredits: old.key_budget_credits
+        })
         const answer: RotatedKey = { ...fresh.issued, replaces: keyId, old_key_expires_at: new Date(expiresAt).toISOString() }
         const claimed = yield* repo.withTransaction(
           Effect.gen(function* () {

@@ -22,7 +22,10 @@ export interface KeyRow {
   readonly replaces: string | null
   readonly replaced_by: string | null
   readonly organization: string
+  /** The project's cap (the key's own is `key_budget_credits`). */
   readonly budget_credits: number
+  /** The key's own budget (migration 0014; NULL: none). */
+  readonly key_budget_credits: number | null
   readonly requests_per_minute: number
   readonly burst: number
   /** The key's and its project's upstream limits (migration 0015; NULL: none). */
@@ -58,7 +61,9 @@ export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
 
     /** Key `keyId` with its project's organization, cap and rate limit. */
     find: (keyId: string) =>
-      sql<KeyRow>`SELECT k.*, p.organization, p.budget_credits, p.requests_per_minute, p.burst,
+      sql<KeyRow>`SELECT k.id, k.project_id, k.environment, k.secret_sha256, k.created_at, k.expires_at, k.revoked_at, k.replaces, k.replaced_by,
+                    k.tokens_per_minute, k.max_concurrent, k.budget_credits AS key_budget_credits,
+                    p.organization, p.budget_credits, p.requests_per_minute, p.burst,
                     p.tokens_per_minute AS project_tokens_per_minute, p.max_concurrent AS project_max_concurrent,
                     p.budget_period, p.time_zone
                   FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,

@@ -146,6 +146,24 @@ describe("KeyRegistry.authenticate", () => {
       expect((yield* keys.authenticate(bearer(fresh.secret))).keyId).toBe(fresh.id)
     }).pipe(Effect.provide(Live)))
 
+  it.effect("a rotated key keeps the old key's budget and upstream limits; the project's cap is not taken for the key's", () =>
+    Effect.gen(function* () {
+      const { keys, project } = yield* setup
+      const sql = yield* SqlClient.SqlClient
+      const capped = yield* keys.create(project.id, "development", { tokens_per_minute: 900, max_concurrent: 3 }, 300)
+      const fresh = yield* keys.rotate(capped.id, 60)
+      expect(fresh.budget_credits).toBe(300)
+      const stored = yield* sql<{ budget_credits: number | null; tokens_per_minute: number | null; max_concurrent: number | null }>`
+        SELECT budget_credits, tokens_per_minute, max_concurrent FROM api_keys WHERE id = ${fresh.id}`
+      expect(stored).toEqual([{ budget_credits: 300, tokens_per_minute: 900, max_concurrent: 3 }])
+      // A key without a budget of its own rotates into one without (not the project's 500).
+      const uncapped = yield* keys.rotate(fresh.id, 60)
+      const plain = yield* keys.rotate((yield* keys.create(project.id, "development")).id, 60)
+      expect(uncapped.budget_credits).toBe(300)
+      expect(plain.budget_credits).toBeUndefined()
+      expect(yield* sql`SELECT budget_credits FROM api_keys WHERE id = ${plain.id}`).toEqual([{ budget_credits: null }])
+    }).pipe(Effect.provide(Live)))
+
   it.effect("rotation with zero grace ends the old key immediately, even while cached", () =>
     Effect.gen(function* () {
       const { keys, issued } = yield* setup
