@@ -7,7 +7,9 @@
 import type { Schema } from "effect"
 import type * as A from "../../src/domain/wire/admin.ts"
 import type * as R from "../../src/domain/wire/records.ts"
+import type * as S from "../../src/domain/wire/scopes.ts"
 import type { StatementSchema } from "../../src/http/receiptsApi.ts"
+import type * as B from "../../src/http/scopeBudgetsApi.ts"
 
 // Every shape below is the encoded form (what the JSON carries) of the schema that serves it and
 // /openapi.json (src/domain/wire/): imported as types only, so none of Effect reaches the bundle, and
@@ -37,6 +39,11 @@ export type RequestEntry = Wire<typeof A.RequestListItem>
 export type ReceiptView = Wire<typeof A.ReceiptView>
 export type Receipt = Wire<typeof R.Receipt>
 export type Usage = Wire<typeof A.DailyUsage>
+/** A key's budget and its current window (budget_credits null: none). */
+export type KeyBudget = Wire<typeof S.KeyBudget>
+/** An end user of a project, the cap that applies to it (its own, the project's default, none) and its current window. */
+export type EndUser = Wire<typeof S.EndUser>
+export type EndUserDefault = Wire<typeof B.EndUserDefault>
 export type PublicKey = Wire<typeof R.ReceiptKeys>["data"][number]
 
 /** A page of an admin list (every list answers `listPage`'s shape): pass next_cursor as cursor for the next one. */
@@ -108,6 +115,21 @@ export const api = {
     call<RequestEntry>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/requests/${encodeURIComponent(requestId)}`),
   receipt: (projectId: string, requestId: string) =>
     call<ReceiptView>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/requests/${encodeURIComponent(requestId)}/receipt`),
+  /** Every key of the project that has a budget, with its current window (all pages: keys with a budget are few). */
+  keyBudgets: async (projectId: string): Promise<ReadonlyArray<KeyBudget>> => {
+    const all: Array<KeyBudget> = []
+    let cursor: string | null = null
+    do {
+      const page: Wire<typeof B.KeyBudgetList> = await call("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/key_budgets${q({ cursor, limit: "100" })}`)
+      all.push(...page.data)
+      cursor = page.next_cursor
+    } while (cursor !== null)
+    return all
+  },
+  endUserDefault: (projectId: string) => call<EndUserDefault>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/end_user_budget`),
+  /** The end users that spent most in the project's current window, most first. */
+  topEndUsers: (projectId: string, limit: number) =>
+    call<Wire<typeof S.EndUserList>>("GET", `/admin/v1/projects/${encodeURIComponent(projectId)}/end_users${q({ order: "spent", limit: String(limit) })}`),
   receiptKeys: () => call<Wire<typeof R.ReceiptKeys>>("GET", "/v1/receipts/keys").then((r) => r.data),
   /** A period's receipt export (JSON Lines), every page (x-next-cursor) concatenated: one file for `tollgate verify`. */
   exportReceipts: async (projectId: string, period: string): Promise<string> => {

@@ -1,5 +1,6 @@
 import { useEffect, useMemo, useState } from "preact/hooks"
-import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type Page, type Project, type RotatedKey, type Session, type Statement, type Usage } from "./api.ts"
+import { api, type ApiKey, ENVIRONMENTS, type Environment, type IssuedKey, type KeyBudget, type Page, type Project, type RotatedKey, type Session, type Statement, type Usage } from "./api.ts"
+import { EndUsersSection, ScopeBudget, useKeyBudgets } from "./budgets.tsx"
 import { UsageChart } from "./chart.tsx"
 import { describeFinding, type ExportVerdict, verifyExport } from "./verify.ts"
 import { ago, BudgetBar, credits, Dialog, ErrorNote, message, More, Status, usePages, when } from "./ui.tsx"
@@ -22,12 +23,13 @@ export const ProjectPage = ({ id, session }: { id: string; session: Session }) =
       <nav class="tabs" aria-label="Project"><a href={`#/projects/${id}`} aria-current="page">Overview</a><a href={`#/projects/${id}/requests`}>Requests and receipts</a></nav>
       <ErrorNote error={error} />
       <section class="card" aria-labelledby="budget-h">
-        <h2 id="budget-h">Budget this month</h2>
+        <h2 id="budget-h">{project.budget_period === "total" ? "Budget (all time)" : `Budget this ${project.budget_period}`}</h2>
         <BudgetBar window={project.current_window} label="Budget" />
         {operator ? <EditLimits project={project} onSaved={setProject} /> : <p class="meta">Rate limit: {project.rate_limit.requests_per_minute} requests/min, burst {project.rate_limit.burst}</p>}
       </section>
       <UsageSection project={project} session={session} />
       <KeysSection project={project} session={session} reload={load} />
+      {operator ? <EndUsersSection project={project} /> : null}
       <VerifySection project={project} />
     </>
   )
@@ -135,13 +137,15 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
   }, [project])
   const list = usePages(first, (cursor) => api.keys(project.id, cursor))
   const keys = list.items ?? []
+  // A key's own budget is the operator's to see (the budgets API is operator only).
+  const keyBudgets = useKeyBudgets(project, operator)
   return (
     <section class="card" aria-labelledby="keys-h">
       <h2 id="keys-h">API keys</h2>
-      <ErrorNote error={error ?? list.error} />
+      <ErrorNote error={error ?? list.error ?? keyBudgets.error} />
       <div class="table-wrap">
         <table data-table="keys">
-          <thead><tr><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th><th scope="col">Created</th><th scope="col">Expires</th><th scope="col">Last used</th>{operator ? <th scope="col"><span class="sr-only">Actions</span></th> : null}</tr></thead>
+          <thead><tr><th scope="col">Key</th><th scope="col">Environment</th><th scope="col">Status</th><th scope="col">Created</th><th scope="col">Expires</th><th scope="col">Last used</th>{operator ? <><th scope="col">Budget ({project.current_window.period})</th><th scope="col"><span class="sr-only">Actions</span></th></> : null}</tr></thead>
           <tbody>
             {keys.map((k) => (
               <tr data-key={k.id}>
@@ -151,6 +155,11 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
                 <td>{when(k.created_at)}</td>
                 <td>{k.status === "revoked" ? `revoked ${when(k.revoked_at)}` : when(k.expires_at)}</td>
                 <td data-field="last-used" title={when(k.last_used_at)}>{ago(k.last_used_at)}</td>
+                {operator ? (
+                  <td data-key-budget={k.id}>
+                    {keyBudgets.budgets === null ? null : <KeyBudgetCell budget={keyBudgets.budgets.get(k.id)} keyId={k.id} />}
+                  </td>
+                ) : null}
                 {operator ? (
                   <td class="actions">
                     {k.status === "active" ? <button type="button" class="secondary" onClick={() => setRotating(k)} aria-label={`Rotate ${k.id}`}>Rotate</button> : null}
@@ -201,6 +210,9 @@ const KeysSection = ({ project, session, reload }: { project: Project; session: 
     </section>
   )
 }
+
+const KeyBudgetCell = ({ budget, keyId }: { budget: KeyBudget | undefined; keyId: string }) =>
+  budget === undefined ? <span class="meta" data-budget="none">no budget</span> : <ScopeBudget window={budget} label={`Key ${keyId}'s budget`} />
 
 /** Copy with the Clipboard API (secure contexts: HTTPS, localhost), else by selecting the field and the copy command. */
 const copy = async (text: string): Promise<boolean> => {

@@ -16,27 +16,35 @@ export const ago = (iso: string | null) => {
   return `${Math.round(s / 86_400)} d ago`
 }
 
-/** spent / reserved / remaining of the window, as a bar with the figures written out (the bar is decoration). */
-export const BudgetBar = ({ window, label }: { window: Window; label: string }) => {
+/** A window with a cap: the project's, or a key's or an end user's that has one. */
+export type CappedWindow = Pick<Window, "budget_credits" | "spent" | "reserved" | "remaining">
+
+/** The bar itself: spent, then reserved, as shares of the cap (decoration: its label and the figures say the same). */
+export const Bar = ({ window, label }: { window: CappedWindow; label: string }) => {
   const cap = Math.max(window.budget_credits, 1)
   const pct = (n: number) => Math.min(100, (n / cap) * 100)
   const spentPct = pct(window.spent)
   const reservedPct = Math.min(100 - spentPct, pct(window.reserved))
   return (
-    <div class="budget">
-      <div class="bar" role="img" aria-label={`${label}: ${credits(window.spent)} of ${credits(window.budget_credits)} Credits spent, ${credits(window.reserved)} reserved, ${credits(window.remaining)} remaining`}>
-        <span class="bar-spent" data-pct={spentPct.toFixed(1)} ref={(el) => el?.style.setProperty("width", `${spentPct}%`)} />
-        <span class="bar-reserved" ref={(el) => el?.style.setProperty("width", `${reservedPct}%`)} />
-      </div>
-      <dl class="figures">
-        <div><dt>Spent</dt><dd data-field="spent">{credits(window.spent)}</dd></div>
-        <div><dt>Reserved</dt><dd data-field="reserved">{credits(window.reserved)}</dd></div>
-        <div><dt>Remaining</dt><dd data-field="remaining">{credits(window.remaining)}</dd></div>
-        <div><dt>Cap ({window.period})</dt><dd data-field="cap">{credits(window.budget_credits)}</dd></div>
-      </dl>
+    <div class="bar" role="img" aria-label={`${label}: ${credits(window.spent)} of ${credits(window.budget_credits)} Credits spent, ${credits(window.reserved)} reserved, ${credits(window.remaining)} remaining`}>
+      <span class="bar-spent" data-pct={spentPct.toFixed(1)} ref={(el) => el?.style.setProperty("width", `${spentPct}%`)} />
+      <span class="bar-reserved" ref={(el) => el?.style.setProperty("width", `${reservedPct}%`)} />
     </div>
   )
 }
+
+/** spent / reserved / remaining of the window, as a bar with the figures written out. */
+export const BudgetBar = ({ window, label }: { window: Window; label: string }) => (
+  <div class="budget">
+    <Bar window={window} label={label} />
+    <dl class="figures">
+      <div><dt>Spent</dt><dd data-field="spent">{credits(window.spent)}</dd></div>
+      <div><dt>Reserved</dt><dd data-field="reserved">{credits(window.reserved)}</dd></div>
+      <div><dt>Remaining</dt><dd data-field="remaining">{credits(window.remaining)}</dd></div>
+      <div><dt>Cap ({window.period})</dt><dd data-field="cap">{credits(window.budget_credits)}</dd></div>
+    </dl>
+  </div>
+)
 
 /** A modal <dialog>: focus moves into it, Escape closes it, the page behind is inert. */
 export const Dialog = ({ title, open, onClose, children }: { title: string; open: boolean; onClose: () => void; children: ComponentChildren }) => {

@@ -5,7 +5,9 @@
  * uses both during the grace period, revokes one and sees the next call fail with 401, verifies a
  * receipt in the browser and exports and verifies the month's receipts there (the package @tollgate/spec)
  * and downloads them as one file; a team signs in with a key and cannot see another project. Failed
- * sign-in, an expired session and a forged CSRF token are refused.
+ * sign-in, an expired session and a forged CSRF token are refused. Budgets below the project (issue
+ * 41): a capped key's bar and an uncapped key's "no budget", the end-user default, and the end users
+ * ranked by what they spent through governed calls, each figure checked against the receipts.
  *
  * `TOLLGATE_SCREENSHOTS=1` (npm run screenshots) also saves the screens to docs/screenshots/.
  */
@@ -252,6 +254,9 @@ describe("the dashboard in headless Chromium", () => {
     expect(await team.page.locator(".who").textContent()).toBe("Team · production")
     expect(await team.page.getByRole("button", { name: "Create key" }).count()).toBe(0)
     expect(await team.page.getByRole("button", { name: "Save limits" }).count()).toBe(0)
+    // The budgets below the project are the operator's (their API is operator only): no column, no ranking.
+    expect(await team.page.locator("[data-key-budget]").count()).toBe(0)
+    expect(await team.page.getByRole("heading", { name: "Top end users by spend" }).count()).toBe(0)
     await shot(team.page, "team")
     await team.page.goto(`${gw.origin}/dashboard/#/projects/${gw.projectId}`)
     await expect(team.page.getByRole("alert").textContent()).resolves.toContain(`No project with id ${gw.projectId}`)
@@ -295,6 +300,68 @@ describe("the dashboard in headless Chromium", () => {
     await page.getByRole("dialog").getByRole("button", { name: "I have stored it" }).click()
     await expect.poll(() => page.locator(`[data-key="${last}"] .badge-rotated`).count()).toBe(1)
     await expect.poll(() => page.locator("[data-key]").count()).toBe(Math.min(keys + 1, 50))
+
+    expect(problems).toEqual([])
+    await context.close()
+  }, 120_000)
+
+  it("operator: a capped key's budget bar, an uncapped key's 'no budget', the end-user default and the end users ranked by spend", async () => {
+    const { context, page } = await open()
+    // A project with a capped key and an uncapped one, an end-user default and one user's own cap.
+    const project = (await gw.admin("POST", "/admin/v1/projects", { name: "resale", budget_credits: 20_000, rate_limit: { requests_per_minute: 6000 } })).body
+    const capped = (await gw.admin("POST", `/admin/v1/projects/${project.id}/keys`, { environment: "production", budget_credits: 6_000 })).body
+    const uncapped = (await gw.admin("POST", `/admin/v1/projects/${project.id}/keys`, { environment: "production" })).body
+    expect((await gw.admin("PATCH", `/admin/v1/projects/${project.id}/end_user_budget`, { end_user_budget_credits: 3_000 })).status).toBe(200)
+    expect((await gw.admin("PUT", `/admin/v1/projects/${project.id}/end_users/bob`, { budget_credits: 2_000 })).status).toBe(200)
+
+    // Governed calls naming end users, through the gateway against the mock upstream: twelve users
+    // (the page shows ten), spending in different amounts; ann and cy spend through the uncapped key too.
+    const users = ["ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ivy", "jo", "kim", "lu"]
+    const times = [1, 4, 2, 6, 1, 3, 1, 5, 1, 2, 1, 1]
+    const ask = (key: string, user: string) =>
+      new OpenAI({ baseURL: gw.url, apiKey: key, maxRetries: 0 }).chat.completions.create({ model: "gpt-mini", messages: [{ role: "user", content: "a question" }], user })
+    for (const [i, user] of users.entries()) for (let n = 0; n < times[i]!; n++) await ask(capped.secret, user)
+    await ask(uncapped.secret, "ann")
+    await ask(uncapped.secret, "cy")
+
+    // What the page must show, from the receipts themselves (not from the API the page reads).
+    const receipts = gw.query<{ body: string; credits_charged: number }>("SELECT body, credits_charged FROM receipts WHERE project_id = ?", project.id)
+      .map((r) => ({ ...(JSON.parse(r.body) as { key_id: string; end_user?: string }), credits: Number(r.credits_charged) }))
+    const keySpent = receipts.filter((r) => r.key_id === capped.id).reduce((a, r) => a + r.credits, 0)
+    const byUser = new Map<string, number>()
+    for (const r of receipts) if (r.end_user !== undefined) byUser.set(r.end_user, (byUser.get(r.end_user) ?? 0) + r.credits)
+    const ranked = [...byUser].sort(([a, x], [b, y]) => y - x || (a < b ? -1 : 1)).slice(0, 10)
+    expect(keySpent).toBeGreaterThan(0)
+    expect(new Set(ranked.map(([, spent]) => spent)).size, "the ranking has distinct amounts to order").toBeGreaterThan(3)
+    const figures = (n: number) => n.toLocaleString("en-US")
+
+    await signIn(page, ADMIN_TOKEN)
+    await page.getByRole("heading", { name: "Projects" }).waitFor()
+    await page.goto(`${gw.origin}/dashboard/#/projects/${project.id}`)
+    await page.getByRole("heading", { name: "resale" }).waitFor()
+
+    // The capped key's bar: cap, spent, reserved, remaining of its window; the uncapped key has none.
+    const keyCell = page.locator(`[data-key-budget="${capped.id}"]`)
+    await keyCell.locator('[data-budget="spent"]').waitFor()
+    expect(await keyCell.locator("[data-budget]").evaluateAll((els) => els.map((e) => [e.getAttribute("data-budget"), e.textContent]))).toEqual([
+      ["spent", figures(keySpent)], ["reserved", "0"], ["remaining", figures(6_000 - keySpent)], ["cap", "6,000"]
+    ])
+    expect(await keyCell.getByRole("img").getAttribute("aria-label")).toBe(`Key ${capped.id}'s budget: ${figures(keySpent)} of 6,000 Credits spent, 0 reserved, ${figures(6_000 - keySpent)} remaining`)
+    expect(Number(await keyCell.locator(".bar-spent").getAttribute("data-pct"))).toBeCloseTo((keySpent / 6_000) * 100, 1)
+    await expect(page.locator(`[data-key-budget="${uncapped.id}"]`).textContent()).resolves.toBe("no budget")
+
+    // The end-user default, and the ten who spent most, most first, with their amounts and caps.
+    await expect(page.locator('[data-field="end-user-default"]').textContent()).resolves.toContain("3,000 Credits a month")
+    const table = page.locator('[data-table="end-users"]')
+    await table.waitFor()
+    const rows = await table.locator("tbody tr").evaluateAll((trs) =>
+      trs.map((tr) => [tr.getAttribute("data-end-user"), tr.querySelector('[data-field="end-user-spent"]')!.textContent, tr.querySelector('[data-field="end-user-cap"]')!.textContent])
+    )
+    expect(rows).toEqual(ranked.map(([user, spent]) => [user, figures(spent), user === "bob" ? "2,000 (own)" : "3,000 (project default)"]))
+    const bob = table.locator('[data-end-user="bob"]')
+    await expect(bob.locator('[data-budget="remaining"]').textContent()).resolves.toBe(figures(2_000 - byUser.get("bob")!))
+    await page.evaluate(() => document.getElementById("keys-h")!.scrollIntoView())
+    await shot(page, "budgets", false)
 
     expect(problems).toEqual([])
     await context.close()

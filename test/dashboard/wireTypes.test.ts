@@ -23,8 +23,8 @@ describe("the dashboard's wire types", () => {
   it("dashboard/src/api.ts writes no shape by hand: each is a schema's encoded type", () => {
     const api = readFileSync(join(dashboard, "api.ts"), "utf8")
     expect(handWrittenShapes(api)).toEqual([])
-    for (const shape of ["Session", "ApiKey", "Project", "ProjectSummary", "IssuedKey", "RotatedKey", "RequestEntry", "Receipt", "ReceiptView", "Usage", "Window"]) {
-      expect(api).toMatch(new RegExp(`export type ${shape} = Wire<typeof [AR]\\.\\w+>`))
+    for (const shape of ["Session", "ApiKey", "Project", "ProjectSummary", "IssuedKey", "RotatedKey", "RequestEntry", "Receipt", "ReceiptView", "Usage", "Window", "KeyBudget", "EndUser", "EndUserDefault"]) {
+      expect(api).toMatch(new RegExp(`export type ${shape} = Wire<typeof [ARSB]\\.\\w+>`))
     }
   })
 
