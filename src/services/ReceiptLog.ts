@@ -4,8 +4,9 @@
  *
  * Off the governed call path: a call writes its receipt as before and nothing else. A background
  * fiber (every TOLLGATE_CHECKPOINT_INTERVAL_MS, default 30 s; 0 turns it off) reads the receipts
- * already committed past each project's log, stores the complete subtrees they finish
- * (src/store/receiptLogTree.ts), and signs a checkpoint of the new size with the receipt key; it also
+ * already committed past each project's log, appends their leaves to the project's right frontier it
+ * keeps in memory, stores the complete subtrees they finish (src/store/receiptLogTree.ts), and signs
+ * a checkpoint of the new size, whose root is the frontier folded, with the receipt key; it also
  * makes the statements of the month that closed. Everything it writes is keyed by (project, tree
  * size | node | period) and inserted with ON CONFLICT DO NOTHING, the log size only ever grows: with
  * several instances racing, the nodes they write are the same bytes, and the first checkpoint of a
@@ -21,21 +22,35 @@ import { noteSignerOfKey, originOf, signCheckpoint } from "../../spec/checkpoint
 import { headerLine } from "../../spec/export.ts"
 import { Pricing } from "./Pricing.ts"
 import { isPeriod, periodBounds, periodOf } from "../../spec/ledger.ts"
-import { nodeHash, receiptLeafHash, treeHead } from "../../spec/merkle.ts"
+import { receiptLeafHash } from "../../spec/merkle.ts"
 import { type ModelTotals, type Statement, statementSignedBytes, type UnsignedStatement } from "../../spec/statement.ts"
 import { AdminNotFound, InvalidRequest, RequestNotFound } from "../domain/errors.ts"
 import { type CheckpointRow, ReceiptLogRepo } from "../store/receiptLogRepo.ts"
-import { consistencyPath, inclusionPath, newNodes, nodeId, type Oracle, plan, rootOf, runs, STORED_LEVEL } from "../store/receiptLogTree.ts"
+import {
+  appendLeaves,
+  consistencyPath,
+  type Frontier,
+  frontierOf,
+  frontierRoot,
+  inclusionPath,
+  nodeId,
+  type Oracle,
+  plan,
+  rootOf,
+  runs
+} from "../store/receiptLogTree.ts"
 import { ReceiptSigner } from "./ReceiptSigner.ts"
 
 /** A period closes this long after its last instant (and once nothing of it is held). */
 export const CLOSE_GRACE_MS = 60_000
 /**
  * Leaves added to a log in one transaction. On SQLite the round runs on the main thread's connection,
- * synchronously: a step of 1,024 leaves is ≈ 15–20 ms of the event loop (12–20 µs a receipt measured,
- * test/cli/export.test.ts), and the round yields between steps so waiting calls run.
+ * synchronously: a step reads the receipts' hashes (one statement), hashes ≈ 2 a receipt on the kept
+ * frontier, and commits the nodes — ≈ 7 µs a receipt (bench/receiptLogRound.ts), so a step of 2,048
+ * is ≈ 15 ms of the event loop, and the round yields between steps so waiting calls run. Larger steps,
+ * fewer commits (each an fsync on this connection).
  */
-const EXTEND_STEP = 1024
+const EXTEND_STEP = 2048
 /** Receipts read from the store at a time while an export page streams. */
 const EXPORT_CHUNK = 500
 export const EXPORT_DEFAULT_LIMIT = 1000
@@ -85,41 +100,52 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
       throw new Error(`the receipt log lacks ${what}`)
     }
 
-    /** Extend a project's log to cover its receipts up to `target` (or as far as they are contiguous). */
-    const extend = (projectId: string, target: number) =>
+    /**
+     * Each project's frontier as the last round left it (src/store/receiptLogTree.ts `Frontier`): a
+     * round that finds the log at that size goes on from it with no node read, and its checkpoint's
+     * root is the frontier folded. Any other size (the first round, another instance grew the log) is
+     * read from the store: O(log n) nodes and fewer than 16 leaves. A few dozen hashes a project.
+     */
+    const frontiers = new Map<string, Frontier>()
+
+    const frontierAt = (projectId: string, size: number) => {
+      const kept = frontiers.get(projectId)
+      return kept !== undefined && kept.size === size ? Effect.succeed(kept) : withTree(projectId, (o) => frontierOf(o, size))
+    }
+
+    /**
+     * Extend a project's log to cover its receipts up to `target` (or as far as they are contiguous):
+     * per step one read of the new receipts' hashes, their leaves appended to the frontier, and one
+     * transaction storing the nodes they complete with the log's new size.
+     */
+    const extendLog = (projectId: string, target: number) =>
       Effect.gen(function* () {
-        let size = yield* repo.size(projectId)
-        while (size < target) {
-          const base = size - (size % 2 ** STORED_LEVEL)
-          const rows = yield* repo.leafHashes(projectId, base, Math.min(target, size + EXTEND_STEP))
-          let to = base
-          while (to - base < rows.length && rows[to - base]!.seq === to + 1) to++
-          if (to <= size) return size
-          const leaves = rows.slice(0, to - base).map((r) => receiptLeafHash(r.hash))
-          const fresh = newNodes(size, to)
-          const memo = new Map<number, Uint8Array>()
-          const old: Array<number> = []
-          for (const { level, index } of fresh) {
-            if (level === STORED_LEVEL) continue
-            for (const child of [2 * index, 2 * index + 1]) if ((child + 1) * 2 ** (level - 1) <= size) old.push(nodeId(level - 1, child))
-          }
-          for (const r of yield* repo.nodes(projectId, old)) memo.set(r.node, fromHex(r.hash))
-          const written: Array<{ node: number; hash: string }> = []
-          for (const { level, index } of fresh) {
-            const span = 2 ** level
-            const hash =
-              level === STORED_LEVEL
-                ? treeHead(leaves.slice(index * span - base, (index + 1) * span - base))
-                : nodeHash(memo.get(nodeId(level - 1, 2 * index)) ?? missing(`node ${level - 1}/${2 * index}`), memo.get(nodeId(level - 1, 2 * index + 1)) ?? missing(`node ${level - 1}/${2 * index + 1}`))
-            memo.set(nodeId(level, index), hash)
-            written.push({ node: nodeId(level, index), hash: toHex(hash) })
-          }
-          yield* repo.withTransaction(Effect.zipRight(repo.insertNodes(projectId, written), repo.grow(projectId, to)))
-          size = to
+        let f = yield* frontierAt(projectId, yield* repo.size(projectId))
+        while (f.size < target) {
+          const rows = yield* repo.leafHashes(projectId, f.size, Math.min(target, f.size + EXTEND_STEP))
+          let n = 0
+          while (n < rows.length && rows[n]!.seq === f.size + n + 1) n++
+          if (n === 0) break
+          const leaves = new Array<Uint8Array>(n)
+          for (let i = 0; i < n; i++) leaves[i] = receiptLeafHash(rows[i]!.hash)
+          const { frontier, completed } = appendLeaves(f, leaves)
+          const written = completed.map((c) => ({ node: nodeId(c.level, c.index), hash: toHex(c.hash) }))
+          yield* repo.withTransaction(Effect.zipRight(repo.insertNodes(projectId, written), repo.grow(projectId, frontier.size)))
+          f = frontier
+          frontiers.set(projectId, f)
           yield* Effect.yieldNow()
         }
-        return size
+        frontiers.set(projectId, f)
+        return f
       }).pipe(Effect.orDie)
+
+    const extend = (projectId: string, target: number) => Effect.map(extendLog(projectId, target), (f) => f.size)
+
+    /** The root of the log's first `size` leaves: the kept frontier's when it is of that size, else from the store. */
+    const rootAt = (projectId: string, size: number) => {
+      const kept = frontiers.get(projectId)
+      return kept !== undefined && kept.size === size ? Effect.succeed(frontierRoot(kept)) : withTree(projectId, (o) => rootOf(o, size))
+    }
 
     /**
      * The checkpoint of the log's first `size` leaves: signed and offered to the store, which keeps the
@@ -129,7 +155,7 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
     const checkpointOf = (projectId: string, size: number) =>
       Effect.gen(function* () {
         const now = yield* Clock.currentTimeMillis
-        const root = yield* withTree(projectId, (o) => rootOf(o, size))
+        const root = yield* rootAt(projectId, size)
         const note = signCheckpoint({ origin: originOf(projectId), treeSize: size, rootHash: root, extensions: [`time ${new Date(now).toISOString()}`] }, [noteSigner])
         yield* repo.insertCheckpoint(projectId, { tree_size: size, root: toBase64(root), note, created_at: now })
         return (yield* repo.checkpointAt(projectId, size))!

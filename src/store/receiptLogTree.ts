@@ -104,3 +104,79 @@ export const newNodes = (from: number, to: number): Array<{ readonly level: numb
   }
   return out
 }
+
+/**
+ * A log's right frontier: the roots of the perfect subtrees of its first `size` leaves, leftmost
+ * (largest) first — one a set bit of `size`, each aligned, so a subtree of STORED_LEVEL or more is a
+ * stored node. What a round keeps in memory between rounds: a new leaf costs its hash and, amortised,
+ * one node hash, with no node read; the root is the frontier folded (no read either).
+ */
+export interface Frontier {
+  readonly size: number
+  /** levels[i] is the level of hashes[i]; strictly decreasing. */
+  readonly levels: ReadonlyArray<number>
+  readonly hashes: ReadonlyArray<Uint8Array>
+}
+
+export const EMPTY_FRONTIER: Frontier = { size: 0, levels: [], hashes: [] }
+
+/** The perfect subtrees a frontier of `size` leaves holds, leftmost first. */
+export const frontierRanges = (size: number): Array<{ readonly level: number; readonly index: number }> => {
+  const out: Array<{ level: number; index: number }> = []
+  let lo = 0
+  for (let level = Math.floor(Math.log2(Math.max(size, 1))) + 1; level >= 0; level--) {
+    const span = 2 ** level
+    if (size - lo >= span) {
+      out.push({ level, index: lo / span })
+      lo += span
+    }
+  }
+  return out
+}
+
+/**
+ * The frontier after `leaves` are appended, and the stored nodes (level ≥ STORED_LEVEL) the appends
+ * complete, parents after their children — the nodes `newNodes(f.size, f.size + leaves.length)` names.
+ */
+export const appendLeaves = (
+  f: Frontier,
+  leaves: ReadonlyArray<Uint8Array>
+): { readonly frontier: Frontier; readonly completed: Array<{ readonly level: number; readonly index: number; readonly hash: Uint8Array }> } => {
+  const levels = [...f.levels]
+  const hashes = [...f.hashes]
+  const completed: Array<{ level: number; index: number; hash: Uint8Array }> = []
+  let size = f.size
+  for (const leaf of leaves) {
+    let level = 0
+    let hash = leaf
+    size += 1
+    while (levels.length > 0 && levels[levels.length - 1] === level) {
+      levels.pop()
+      hash = nodeHash(hashes.pop()!, hash)
+      level += 1
+      if (level >= STORED_LEVEL) completed.push({ level, index: size / 2 ** level - 1, hash })
+    }
+    levels.push(level)
+    hashes.push(hash)
+  }
+  return { frontier: { size, levels, hashes }, completed }
+}
+
+/** MTH of the frontier's leaves: its subtrees folded from the smallest (rightmost) up. */
+export const frontierRoot = (f: Frontier): Uint8Array => {
+  if (f.hashes.length === 0) return EMPTY_ROOT
+  let r = f.hashes[f.hashes.length - 1]!
+  for (let i = f.hashes.length - 2; i >= 0; i--) r = nodeHash(f.hashes[i]!, r)
+  return r
+}
+
+/**
+ * The frontier of `size` leaves from the store: its subtrees of STORED_LEVEL and more are stored
+ * nodes (`node`), the rest — fewer than 2^STORED_LEVEL leaves — folded from the leaves (`leaf`).
+ */
+export const frontierOf = (o: Oracle, size: number): Frontier => {
+  const base = size - (size % STORED_SPAN)
+  const upper = frontierRanges(base)
+  const start: Frontier = { size: base, levels: upper.map((r) => r.level), hashes: upper.map((r) => o.node(r.level, r.index)) }
+  return appendLeaves(start, Array.from({ length: size - base }, (_, i) => o.leaf(base + i))).frontier
+}

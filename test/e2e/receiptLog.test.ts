@@ -5,13 +5,20 @@
  * checkpoints is consistent by GET /v1/receipts/consistency, a checkpoint opens with the receipt key
  * of GET /v1/receipts/keys — the export's cursor walk, and the clear 400/404s.
  */
+import { Effect, Layer, Option } from "effect"
+import { dirname, join } from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { openCheckpoint, noteVerifier, originOf, type Checkpoint } from "../../spec/checkpoint.ts"
 import { rawOfSpkiPem } from "../../spec/ed25519.ts"
 import { readExport } from "../../spec/export.ts"
-import { receiptLeafHash, verifyConsistency, verifyInclusion } from "../../spec/merkle.ts"
+import { receiptLeafHash, treeHead, verifyConsistency, verifyInclusion } from "../../spec/merkle.ts"
 import type { Receipt } from "../../spec/receipt.ts"
+import { Pricing } from "../../src/services/Pricing.ts"
+import { ReceiptLog } from "../../src/services/ReceiptLog.ts"
+import { ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
+import { StoreDatabaseLive } from "../../src/store/Database.ts"
 import { useMockedGateway } from "../support/gateway.ts"
+import { testRuntime } from "../support/runtime.ts"
 import { clientFor, expectWireError, newProject, raw } from "./helpers.ts"
 
 // The background round every 100 ms, so the test waits for checkpoints by polling, never by time.
@@ -141,5 +148,50 @@ describe("the receipt log as served", () => {
     const other = await newProject(gw, { name: "other" })
     await expectWireError(await raw(gw, `/v1/requests/${req}/receipt/proof?tree_size=5`, { key: other.key }), { status: 404, code: "request_not_found" })
     await expectWireError(await raw(gw, `/v1/receipts/checkpoint`, { key: other.key }), { status: 404, code: "not_found" })
+  }, 120_000)
+
+  it("instances racing on one log, each often behind the others: every complete subtree stored once with the rulebook's hash, every root the tree head", async () => {
+    const gw = t.gateway
+    const { projectId, key } = await newProject(gw, { name: "race" })
+    const client = clientFor(gw, key)
+    // two more instances on the store (their own background rounds off) beside the gateway's own, every 100 ms
+    const layer = ReceiptLog.Default.pipe(Layer.provideMerge(Layer.merge(ReceiptSigner.Default, Pricing.Default)), Layer.provideMerge(StoreDatabaseLive))
+    const before = process.env.TOLLGATE_CHECKPOINT_INTERVAL_MS
+    process.env.TOLLGATE_CHECKPOINT_INTERVAL_MS = "0"
+    const [a, b] = [0, 1].map(() => testRuntime(layer, { databaseUrl: gw.databaseUrl, receiptKeyFile: Option.some(join(dirname(gw.dbPath), "receipt-signing-key.pem")) }))
+    const extend = (rt: typeof a, size: number) => rt!.runPromise(Effect.flatMap(ReceiptLog, (log) => log.extend(projectId, size)))
+    try {
+      await Promise.all([a!.runPromise(ReceiptLog), b!.runPromise(ReceiptLog)])
+      process.env.TOLLGATE_CHECKPOINT_INTERVAL_MS = before
+      const N = 70
+      for (let made = 1; made <= N; made++) {
+        await client.chat.completions.create({ model: "gpt-test", messages: [{ role: "user", content: `race ${made}` }], max_tokens: 8 })
+        // a at some sizes, b at others, both at once at others: each finds the log grown by the others
+        if (made % 3 === 0) await extend(a, made)
+        if (made % 5 === 0) await extend(b, made)
+        if (made % 7 === 0) await Promise.all([extend(a, made), extend(b, made)])
+      }
+      const [sa, sb] = await Promise.all([extend(a, N), extend(b, N)])
+      expect(sa).toBe(N)
+      expect(sb).toBe(N)
+      const hashes = gw.query<{ hash: string }>("SELECT hash FROM receipts WHERE project_id = ? ORDER BY seq", projectId).map((r) => receiptLeafHash(r.hash))
+      expect(hashes).toHaveLength(N)
+      const want: Array<[number, string]> = []
+      for (let level = 4; 2 ** level <= N; level++) {
+        for (let i = 0; (i + 1) * 2 ** level <= N; i++) want.push([i * 64 + level, Buffer.from(treeHead(hashes.slice(i * 2 ** level, (i + 1) * 2 ** level))).toString("hex")])
+      }
+      const stored = gw.query<{ node: number; hash: string }>("SELECT node, hash FROM receipt_log_nodes WHERE project_id = ? ORDER BY node", projectId).map((r) => [Number(r.node), r.hash])
+      expect(stored).toEqual(want.sort((x, y) => x[0] - y[0]))
+      // each instance's root of every size (its kept frontier's, or read from the store) is the tree head
+      for (const size of [N, 64, 37, 16, 1]) {
+        for (const rt of [a, b]) {
+          const cp = await rt!.runPromise(Effect.flatMap(ReceiptLog, (log) => log.checkpointOf(projectId, size)))
+          expect(cp.root, `size ${size}`).toBe(Buffer.from(treeHead(hashes, size)).toString("base64"))
+        }
+      }
+    } finally {
+      process.env.TOLLGATE_CHECKPOINT_INTERVAL_MS = before
+      await Promise.all([a!.dispose(), b!.dispose()])
+    }
   }, 120_000)
 })

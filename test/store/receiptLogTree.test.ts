@@ -6,7 +6,21 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { consistencyProof, inclusionProof, leafHash, treeHead } from "../../spec/merkle.ts"
-import { consistencyPath, inclusionPath, newNodes, nodeId, type Oracle, plan, rootOf, STORED_LEVEL } from "../../src/store/receiptLogTree.ts"
+import {
+  appendLeaves,
+  consistencyPath,
+  EMPTY_FRONTIER,
+  type Frontier,
+  frontierOf,
+  frontierRoot,
+  inclusionPath,
+  newNodes,
+  nodeId,
+  type Oracle,
+  plan,
+  rootOf,
+  STORED_LEVEL
+} from "../../src/store/receiptLogTree.ts"
 
 const leavesOf = (n: number): Array<Uint8Array> => Array.from({ length: n }, (_, i) => leafHash(Uint8Array.of(i & 255, i >> 8)))
 
@@ -64,6 +78,37 @@ describe("the receipt log's stored tree", () => {
         for (let level = STORED_LEVEL; 2 ** level <= size; level++) for (let i = 0; (i + 1) * 2 ** level <= size; i++) want.push(nodeId(level, i))
         expect([...seen].sort((a, b) => a - b)).toEqual(want.sort((a, b) => a - b))
       })
+    )
+  })
+
+  it("a frontier kept between rounds or read from the store at any size: appends store newNodes' nodes with their tree heads, its root is the tree head", () => {
+    fc.assert(
+      fc.property(fc.array(fc.record({ step: fc.integer({ min: 0, max: 70 }), reread: fc.boolean() }), { minLength: 1, maxLength: 10 }), (steps) => {
+        const total = steps.reduce((n, s) => n + s.step, 0)
+        const leaves = leavesOf(total)
+        let f: Frontier = EMPTY_FRONTIER
+        for (const { step, reread } of steps) {
+          // the round that finds the log at a size it did not leave reads the frontier from the store
+          if (reread) {
+            const read = frontierOf(oracleOf(leaves, f.size), f.size)
+            // the same frontier as the one kept
+            expect(read).toEqual(f)
+            f = read
+            // O(log n) nodes and fewer than 2^STORED_LEVEL leaves
+            const p = plan((o) => frontierOf(o, f.size))
+            expect(p.leaves.length).toBeLessThan(2 ** STORED_LEVEL)
+          }
+          const from = f.size
+          const { frontier, completed } = appendLeaves(f, leaves.slice(from, from + step))
+          expect(frontier.size).toBe(from + step)
+          // in the order they complete (a parent after its children)
+          expect(completed.map((c) => [c.level, c.index])).toEqual(newNodes(from, from + step).map((n) => [n.level, n.index]).sort(([l1, i1], [l2, i2]) => (i1! + 1) * 2 ** l1! - (i2! + 1) * 2 ** l2! || l1! - l2!))
+          for (const c of completed) expect(c.hash).toEqual(treeHead(leaves.slice(c.index * 2 ** c.level, (c.index + 1) * 2 ** c.level)))
+          expect(frontierRoot(frontier)).toEqual(treeHead(leaves, frontier.size))
+          f = frontier
+        }
+      }),
+      { numRuns: 200 }
     )
   })
 })
