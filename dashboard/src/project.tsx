@@ -5,6 +5,9 @@ import { UsageChart } from "./chart.tsx"
 import { describeFinding, type ExportVerdict, verifyExport } from "./verify.ts"
 import { ago, BudgetBar, credits, Dialog, ErrorNote, message, More, Status, usePages, when } from "./ui.tsx"
 
+/** The budget card's heading for the project's budget period (its window: this month, this week, today, or all time). */
+const BUDGET_HEADING: Record<string, string> = { month: "Budget this month", week: "Budget this week", day: "Budget today", total: "Budget (all time)" }
+
 const thisMonth = () => new Date().toISOString().slice(0, 7)
 
 export const ProjectPage = ({ id, session }: { id: string; session: Session }) => {
@@ -23,7 +26,7 @@ export const ProjectPage = ({ id, session }: { id: string; session: Session }) =
       <nav class="tabs" aria-label="Project"><a href={`#/projects/${id}`} aria-current="page">Overview</a><a href={`#/projects/${id}/requests`}>Requests and receipts</a></nav>
       <ErrorNote error={error} />
       <section class="card" aria-labelledby="budget-h">
-        <h2 id="budget-h">{project.budget_period === "total" ? "Budget (all time)" : `Budget this ${project.budget_period}`}</h2>
+        <h2 id="budget-h">{BUDGET_HEADING[project.budget_period] ?? `Budget (${project.budget_period})`}</h2>
         <BudgetBar window={project.current_window} label="Budget" />
         {operator ? <EditLimits project={project} onSaved={setProject} /> : <p class="meta">Rate limit: {project.rate_limit.requests_per_minute} requests/min, burst {project.rate_limit.burst}</p>}
       </section>
