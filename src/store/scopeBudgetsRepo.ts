@@ -92,6 +92,11 @@ export const makeScopeBudgetsRepo = (sql: SqlClient.SqlClient) => ({
  * `end_user:<project>/<user>`: the project's are the names between that prefix and the same with '0'
  * (the character after '/'), an index range — compared bytewise, as PostgreSQL's "C" collation does
  * whatever the database's, so the range and the order mean the same on both engines.
+ * Cost: SQLite reads the range of the primary key (0.37 ms for a project of 1,000 end users among
+ * 200,000 windows); PostgreSQL cannot use the primary key (built in the database's collation) for a
+ * "C" comparison and scans scope_windows (31 ms for the same, against 0.6 ms for the range in a
+ * database whose collation is already bytewise). An index on (period, scope COLLATE "C") would
+ * make it a range there too — an admin read, so not yet worth a write on every new window.
  */
 const endUsersBySpent = (sql: SqlClient.SqlClient) => (projectId: string, after: SpentPosition | undefined, limit: number, period: string) => {
   const prefix = endUserAccount(projectId, "")
