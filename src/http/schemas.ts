@@ -158,8 +158,31 @@ export const Evaluation = Schema.Struct({
   estimated_input_tokens: Schema.Int,
   output_cap: Schema.NullOr(Schema.Int),
   estimated_credits: Schema.Struct({ input: Schema.Int, worst_case: Schema.NullOr(Schema.Int) }),
-  budget: Schema.Struct({ would_pass: Schema.Boolean, period: Schema.String, budget_credits: Schema.Int, remaining: Schema.Int, reason: Schema.NullOr(Schema.String) }),
-  rate_limit: Schema.Struct({ would_pass: Schema.Boolean, requests_per_minute: Schema.Int, burst: Schema.Int }),
+  budget: Schema.Struct({
+    would_pass: Schema.Boolean,
+    period: Schema.String,
+    budget_credits: Schema.Int,
+    remaining: Schema.Int,
+    reason: Schema.NullOr(Schema.String),
+    refused_by: Schema.NullOr(Schema.Literal("project", "key", "end_user")).annotations({ description: "The scope whose budget would refuse the call (the 402's param); null when it fits, or when the caller's own X-Max-Credits refuses it." }),
+    scopes: Schema.Array(
+      Schema.Struct({
+        scope: Schema.Literal("project", "key", "end_user"),
+        budget_credits: Schema.NullOr(Schema.Int),
+        spent: Schema.Int,
+        reserved: Schema.Int,
+        remaining: Schema.NullOr(Schema.Int)
+      })
+    ).annotations({ description: "Every scope the call would be held in, the project's first; an uncapped scope's budget_credits and remaining are null." })
+  }),
+  rate_limit: Schema.Struct({
+    would_pass: Schema.Boolean,
+    requests_per_minute: Schema.Int,
+    burst: Schema.Int,
+    limits: Schema.Array(
+      Schema.Struct({ scope: Schema.Literal("project", "key"), tokens_per_minute: Schema.NullOr(Schema.Int), max_concurrent: Schema.NullOr(Schema.Int) })
+    ).annotations({ description: "The project's and the key's tokens-per-minute and in-flight limits, where set (would_pass covers requests_per_minute only)." })
+  }),
   executed: Schema.Literal(false)
 }).annotations({ identifier: "RoutingEvaluation" })
 

@@ -80,7 +80,7 @@ export class Ledger extends Effect.Service<Ledger>()("tollgate/Ledger", {
         }))
       }).pipe(Effect.orDie)
 
-    return { window, receipt, usage, periodOf } as const
+    return { window, scopeWindows: repo.scopeWindows, receipt, usage, periodOf } as const
   }),
   dependencies: [LedgerRepo.Default]
 }) {}

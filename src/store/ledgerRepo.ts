@@ -8,7 +8,10 @@ import { SqlClient } from "@effect/sql"
 import { Context, Effect, Option } from "effect"
 import { Sqlite } from "./Database.ts"
 import type { Scope } from "./idempotencyStatements.ts"
-import { type BudgetWindow, makeLedgerStatements } from "./ledgerStatements.ts"
+import type { ScopeWindow } from "../domain/budgetSizing.ts"
+import { UNLIMITED } from "../../spec/scopes.ts"
+import { type BudgetWindow, endUserAccount, type Hold, keyAccount, makeLedgerStatements } from "./ledgerStatements.ts"
+import { endUserCapSql, keyCapSql } from "./scopeSql.ts"
 
 /** What usage can be broken down by: the route (the model as the caller named it), the key, the end user. */
 export type UsageGroup = "model" | "key" | "end_user"
@@ -24,23 +27,32 @@ export interface UsageRow {
   readonly reasoning_tokens: number
 }
 
-/** The window read on SQLite's connection, synchronously. */
-const windowOnSqlite = (db: Context.Tag.Service<typeof Sqlite>["db"]) => {
+/** The scopes a call would be held in: its project's window, and its key's and end user's when it names them. */
+export type ScopeRead = Pick<Hold, "projectId" | "period" | "keyId" | "endUser">
+
+/** The windows read on SQLite's connection, synchronously. */
+const windowsOnSqlite = (db: Context.Tag.Service<typeof Sqlite>["db"]) => {
   // Reads only: the statements need no signer (nothing is settled through this connection here).
-  const { windowSync } = makeLedgerStatements(db, {
+  const { windowSync, scopeWindowsSync } = makeLedgerStatements(db, {
     keyId: "",
     seal: () => {
       throw new Error("the Ledger service does not settle: settlements go through ChatStore")
     }
   })
-  return (projectId: string, period: string): Effect.Effect<BudgetWindow> => Effect.sync(() => windowSync(projectId, period))
+  return {
+    window: (projectId: string, period: string): Effect.Effect<BudgetWindow> => Effect.sync(() => windowSync(projectId, period)),
+    scopeWindows: (read: ScopeRead): Effect.Effect<ReadonlyArray<ScopeWindow>> => Effect.sync(() => scopeWindowsSync(read))
+  }
 }
+
+/** A figure of a window as PostgreSQL answers it (BIGINT may come back as a string). */
+const figure = (x: number | string | null | undefined, otherwise: number): number => (x === null || x === undefined ? otherwise : Number(x))
 
 /** The statements; `window` is a defect on a store failure, the others are run by the service. */
 export const makeLedgerRepo = (sql: SqlClient.SqlClient, sqlite: Option.Option<Context.Tag.Service<typeof Sqlite>>) => ({
   /** Project `projectId`'s budget window `period` (zero when it has not opened yet). */
   window: Option.match(sqlite, {
-    onSome: ({ db }) => windowOnSqlite(db),
+    onSome: ({ db }) => windowsOnSqlite(db).window,
     onNone: () => (projectId: string, period: string): Effect.Effect<BudgetWindow> =>
       Effect.map(
         sql<{ cap: number; spent: number | null; reserved: number | null }>`
@@ -48,6 +60,34 @@ export const makeLedgerRepo = (sql: SqlClient.SqlClient, sqlite: Option.Option<C
           FROM projects p LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period}
           WHERE p.id = ${projectId}`.pipe(Effect.orDie),
         ([row]) => ({ period, cap: row?.cap ?? 0, spent: row?.spent ?? 0, reserved: row?.reserved ?? 0 })
+      )
+  }),
+
+  /**
+   * Every scope's window a call would be held in (spec/scopes.ts SCOPE_ORDER), each cap read as the
+   * reservation reads it (src/store/scopeSql.ts; an uncapped scope's is UNLIMITED): what POST
+   * /v1/routing/evaluate sizes its preview on. A defect on a store failure, as `window` is.
+   */
+  scopeWindows: Option.match(sqlite, {
+    onSome: ({ db }) => windowsOnSqlite(db).scopeWindows,
+    onNone: () => (read: ScopeRead): Effect.Effect<ReadonlyArray<ScopeWindow>> =>
+      Effect.map(
+        sql<Record<"cap" | "spent" | "reserved" | "key_cap" | "key_spent" | "key_reserved" | "eu_cap" | "eu_spent" | "eu_reserved", number | string | null>>`
+          SELECT p.budget_credits AS cap, w.spent AS spent, w.reserved AS reserved,
+                 ${sql.literal(keyCapSql("kq.id"))} AS key_cap, kw.spent AS key_spent, kw.reserved AS key_reserved,
+                 ${sql.literal(endUserCapSql("p.id", "eq.u"))} AS eu_cap, ew.spent AS eu_spent, ew.reserved AS eu_reserved
+          FROM projects p
+          LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${read.period}
+          LEFT JOIN (SELECT ${read.keyId ?? null} AS id) kq ON TRUE
+          LEFT JOIN (SELECT ${read.endUser ?? null} AS u) eq ON TRUE
+          LEFT JOIN scope_windows kw ON kw.scope = ${read.keyId === undefined ? null : keyAccount(read.keyId)} AND kw.period = ${read.period}
+          LEFT JOIN scope_windows ew ON ew.scope = ${read.endUser === undefined ? null : endUserAccount(read.projectId, read.endUser)} AND ew.period = ${read.period}
+          WHERE p.id = ${read.projectId}`.pipe(Effect.orDie),
+        ([row]): ReadonlyArray<ScopeWindow> => [
+          { scope: "project", cap: figure(row?.cap, 0), spent: figure(row?.spent, 0), reserved: figure(row?.reserved, 0) },
+          ...(read.keyId === undefined ? [] : [{ scope: "key" as const, cap: figure(row?.key_cap, UNLIMITED), spent: figure(row?.key_spent, 0), reserved: figure(row?.key_reserved, 0) }]),
+          ...(read.endUser === undefined ? [] : [{ scope: "end_user" as const, cap: figure(row?.eu_cap, UNLIMITED), spent: figure(row?.eu_spent, 0), reserved: figure(row?.eu_reserved, 0) }])
+        ]
       )
   }),
 

@@ -215,7 +215,7 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
     if (row.end_user !== null) postScopeCharge.run(charge, row.amount, endUserAccount(row.project_id, row.end_user), row.period)
   }
 
-  const scopeRead = (hold: Omit<Hold, "amount">, scope: string): ScopeRead => ({
+  const scopeRead = (hold: Pick<Hold, "projectId" | "period" | "keyId" | "endUser">, scope: string): ScopeRead => ({
     scope,
     period: hold.period,
     key: hold.keyId ?? null,
@@ -227,7 +227,7 @@ export const makeLedgerStatements = (db: BetterSqlite3.Database, signer: Sealer)
    * Every scope the hold is in, in SCOPE_ORDER, as its reservation reads them (spec/scopes.ts): the
    * project's window, the key's and the end user's (an uncapped one's cap is UNLIMITED).
    */
-  const scopeWindowsSync = (hold: Omit<Hold, "amount">): ReadonlyArray<ScopeWindow> => {
+  const scopeWindowsSync = (hold: Pick<Hold, "projectId" | "period" | "keyId" | "endUser">): ReadonlyArray<ScopeWindow> => {
     const project = windowSync(hold.projectId, hold.period)
     const out: Array<ScopeWindow> = [{ scope: "project", cap: project.cap, spent: project.spent, reserved: project.reserved }]
     if (hold.keyId !== undefined) {

@@ -126,6 +126,41 @@ describe("budgets at the key and end-user scopes", () => {
     expect(budget.body).toMatchObject({ budget_credits: cap, spent: w.get(`key:${p.keyId}`)!.spent, reserved: 0 })
   })
 
+  it("POST /v1/routing/evaluate previews every scope: the one that would refuse, each scope's figures, the key's limits", async () => {
+    const p = await newProject(gw, { name: "scopes-e2e-evaluate", budget: 1_000_000 })
+    const evaluate = async (secret: string, user?: string) => {
+      const res = await fetch(`${gw.url}/routing/evaluate`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "auto", messages: hello, ...(user === undefined ? {} : { user }) })
+      })
+      expect(res.status).toBe(200)
+      return (await res.json()) as { budget: { would_pass: boolean; refused_by: string | null; scopes: Array<Record<string, unknown>> }; rate_limit: { limits: unknown } }
+    }
+    // Nothing capped but the project: the key is listed, uncapped.
+    const open = await evaluate(p.key)
+    expect(open.budget).toMatchObject({ would_pass: true, refused_by: null })
+    expect(open.budget.scopes.map((s) => [s.scope, s.budget_credits, s.remaining])).toEqual([["project", 1_000_000, 1_000_000], ["key", null, null]])
+    expect(open.rate_limit.limits).toEqual([])
+
+    const capped = await gw.admin("POST", `/admin/v1/projects/${p.projectId}/keys`, { environment: "development", budget_credits: 0, rate_limit: { max_concurrent: 2 } })
+    const refused = await evaluate(capped.body.secret, "erin")
+    expect(refused.budget).toMatchObject({ would_pass: false, refused_by: "key" })
+    expect(refused.budget.scopes.map((s) => [s.scope, s.budget_credits, s.spent, s.reserved, s.remaining])).toEqual([
+      ["project", 1_000_000, 0, 0, 1_000_000],
+      ["key", 0, 0, 0, 0],
+      ["end_user", null, 0, 0, null]
+    ])
+    expect(refused.rate_limit.limits).toEqual([{ scope: "key", tokens_per_minute: null, max_concurrent: 2 }])
+
+    // An end user out of room: refused by end_user, the key (uncapped) letting it through.
+    expect((await gw.admin("PUT", `/admin/v1/projects/${p.projectId}/end_users/erin`, { budget_credits: 0 })).status).toBe(200)
+    expect((await evaluate(p.key, "erin")).budget).toMatchObject({ would_pass: false, refused_by: "end_user" })
+    expect((await evaluate(p.key, "frank")).budget).toMatchObject({ would_pass: true, refused_by: null })
+    // The preview changed no window.
+    expect(dbAll(gw, "SELECT scope FROM scope_windows WHERE scope LIKE ?", `%${p.projectId}%`)).toEqual([])
+  })
+
   it("a key created with its budget: answered with it, and held against it from its first call", async () => {
     const p = await newProject(gw, { name: "scopes-e2e-create" })
     const created = await gw.admin("POST", `/admin/v1/projects/${p.projectId}/keys`, { environment: "development", budget_credits: 0 })

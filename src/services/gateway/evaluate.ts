@@ -2,19 +2,26 @@
  * POST /v1/routing/evaluate: what a governed call would do, executing, reserving and charging nothing.
  */
 import { Clock, Effect } from "effect"
+import { available } from "../../../spec/ledger.ts"
 import { chargeFor } from "../../../spec/pricing.ts"
+import { type ScopeKind, UNLIMITED } from "../../../spec/scopes.ts"
 import type { InvalidApiKey, InvalidRequest, RateLimited, RouteUnavailable, UnsupportedWorkflow } from "../../domain/errors.ts"
 import type { Principal } from "../KeyRegistry.ts"
 import { countChatInput } from "../Tokenizer.ts"
 import { admitRequest, type makePlanning } from "./plan.ts"
 import type { ReplyHeaders } from "./types.ts"
 
+/** The scope a sizing refusal names in its param; null when the caller's own limit (X-Max-Credits) refused. */
+const refusedBy = (param: string | null): ScopeKind | null => (param === "project" || param === "key" || param === "end_user" ? param : null)
+
 export const makeEvaluate = (planning: Pick<ReturnType<typeof makePlanning>, "quote" | "admitRate">) => {
   const { quote } = planning
 
   /**
    * POST /v1/routing/evaluate: what a call would do — route, rate card, estimated and worst-case
-   * Credits, whether the budget and rate checks would pass — executing, reserving and charging nothing.
+   * Credits, whether the budget (in every scope the call would be held in: project, key, end user) and
+   * the request-rate check would pass, the token and in-flight limits that apply — executing,
+   * reserving and charging nothing.
    */
   const evaluate = (
     principal: Principal,
@@ -54,9 +61,21 @@ export const makeEvaluate = (planning: Pick<ReturnType<typeof makePlanning>, "qu
           period: q.period,
           budget_credits: q.cap,
           remaining: q.remaining,
-          reason: q.decision._tag === "OverBudget" ? q.decision.error.message : null
+          reason: q.decision._tag === "OverBudget" ? q.decision.error.message : null,
+          refused_by: q.decision._tag === "OverBudget" ? refusedBy(q.decision.error.param) : null,
+          scopes: q.scopes.map((w) => {
+            const capped = w.cap !== UNLIMITED
+            return { scope: w.scope, budget_credits: capped ? w.cap : null, spent: w.spent, reserved: w.reserved, remaining: capped ? available(w) : null }
+          })
         },
-        rate_limit: { would_pass: rateOk, requests_per_minute: principal.rateLimit.requestsPerMinute, burst: principal.rateLimit.burst },
+        rate_limit: {
+          would_pass: rateOk,
+          requests_per_minute: principal.rateLimit.requestsPerMinute,
+          burst: principal.rateLimit.burst,
+          limits: (principal.limits ?? []).flatMap((l) =>
+            l.scope === "route" ? [] : [{ scope: l.scope, tokens_per_minute: l.tokensPerMinute ?? null, max_concurrent: l.maxConcurrent ?? null }]
+          )
+        },
         executed: false
       } satisfies Evaluation
     })
@@ -73,7 +92,20 @@ export interface Evaluation {
   readonly estimated_input_tokens: number
   readonly output_cap: number | null
   readonly estimated_credits: { readonly input: number; readonly worst_case: number | null }
-  readonly budget: { readonly would_pass: boolean; readonly period: string; readonly budget_credits: number; readonly remaining: number; readonly reason: string | null }
-  readonly rate_limit: { readonly would_pass: boolean; readonly requests_per_minute: number; readonly burst: number }
+  readonly budget: {
+    readonly would_pass: boolean
+    readonly period: string
+    readonly budget_credits: number
+    readonly remaining: number
+    readonly reason: string | null
+    readonly refused_by: ScopeKind | null
+    readonly scopes: ReadonlyArray<{ readonly scope: ScopeKind; readonly budget_credits: number | null; readonly spent: number; readonly reserved: number; readonly remaining: number | null }>
+  }
+  readonly rate_limit: {
+    readonly would_pass: boolean
+    readonly requests_per_minute: number
+    readonly burst: number
+    readonly limits: ReadonlyArray<{ readonly scope: "project" | "key"; readonly tokens_per_minute: number | null; readonly max_concurrent: number | null }>
+  }
   readonly executed: false
 }

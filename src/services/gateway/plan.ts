@@ -5,7 +5,7 @@
  */
 import { Effect, Either, Option } from "effect"
 import type { Prices } from "../../../spec/pricing.ts"
-import { sizeReservation, type SizingRequest } from "../../domain/budgetSizing.ts"
+import { sizeInScopes, type SizingRequest } from "../../domain/budgetSizing.ts"
 import { type ChatRequest, IDEMPOTENCY_KEY, MAX_CREDITS, oneValueOf, parseChatRequest, parseMaxCredits } from "../../domain/chat.ts"
 import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKey, InvalidRequest, type RateLimited, RouteUnavailable, type UnsupportedWorkflow } from "../../domain/errors.ts"
 import { newRequestId, newReservationId } from "../../domain/ids.ts"
@@ -168,16 +168,19 @@ export const makePlanning = (ctx: GatewayContext) => {
     now: number,
     inputTokens: number
   ): Effect.Effect<Quote, RouteUnavailable> =>
-    Effect.flatMap(route(principal, request, maxCredits, maxCreditsParam, now, inputTokens), (r) => Effect.map(ledger.window(principal.projectId, r.sizing.period), (window): Quote => {
-      const remaining = available(window)
-      const sized = sizeReservation(r.sizing, window.cap, remaining)
+    Effect.flatMap(route(principal, request, maxCredits, maxCreditsParam, now, inputTokens), (r) =>
+      Effect.map(ledger.scopeWindows({ projectId: principal.projectId, period: r.sizing.period, keyId: principal.keyId, endUser: request.endUser }), (scopes): Quote => {
+      // Sized as the reservation sizes it: on every scope the call would be held in (spec/scopes.ts).
+      const project = scopes[0]!
+      const sized = sizeInScopes(r.sizing, scopes)
       return {
         chain: r.chain,
         prices: r.prices,
         inputTokens: r.inputTokens,
         period: r.sizing.period,
-        cap: window.cap,
-        remaining,
+        cap: project.cap,
+        remaining: available(project),
+        scopes,
         decision: sized._tag === "Fits" ? sized : { _tag: "OverBudget", error: new BudgetExceeded({ message: sized.message, param: sized.param }) }
       }
     }))

@@ -8,7 +8,7 @@ import type { ChatRequest } from "../../domain/chat.ts"
 import type { GatewaySettings } from "../../domain/config.ts"
 import type { BudgetExceeded, GovernanceError } from "../../domain/errors.ts"
 import type { ChatPort } from "../../store/ChatStore.ts"
-import type { SizingRequest } from "../../domain/budgetSizing.ts"
+import type { ScopeWindow, SizingRequest } from "../../domain/budgetSizing.ts"
 import type { IdempotencyStore, Scope as TenantScope } from "../IdempotencyStore.ts"
 import type { Events } from "../Events.ts"
 import type { Instance } from "../Instance.ts"
@@ -76,6 +76,8 @@ export interface Quote {
   readonly period: string
   readonly cap: number
   readonly remaining: number
+  /** Every scope the call would be held in, its project's first (spec/scopes.ts SCOPE_ORDER). */
+  readonly scopes: ReadonlyArray<ScopeWindow>
   readonly decision:
     | { readonly _tag: "Fits"; readonly outputCap: number; readonly reservation: number }
     | { readonly _tag: "OverBudget"; readonly error: BudgetExceeded }
