@@ -180,8 +180,8 @@ export const Evaluation = Schema.Struct({
     requests_per_minute: Schema.Int,
     burst: Schema.Int,
     limits: Schema.Array(
-      Schema.Struct({ scope: Schema.Literal("project", "key"), tokens_per_minute: Schema.NullOr(Schema.Int), max_concurrent: Schema.NullOr(Schema.Int) })
-    ).annotations({ description: "The project's and the key's tokens-per-minute and in-flight limits, where set (would_pass covers requests_per_minute only)." })
+      Schema.Struct({ scope: Schema.Literal("project", "key", "end_user"), tokens_per_minute: Schema.NullOr(Schema.Int), max_concurrent: Schema.NullOr(Schema.Int) })
+    ).annotations({ description: "The project's, the key's and the end user's tokens-per-minute and in-flight limits, where set (would_pass covers requests_per_minute only)." })
   }),
   executed: Schema.Literal(false)
 }).annotations({ identifier: "RoutingEvaluation" })

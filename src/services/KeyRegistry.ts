@@ -32,6 +32,8 @@ export interface Principal {
   readonly rateLimit: { readonly requestsPerMinute: number; readonly burst: number }
   /** The project's and the key's tokens-per-minute and in-flight limits; undefined when none is set (src/services/UpstreamLimits.ts). */
   readonly limits: CallLimits | undefined
+  /** The project's end users with limits of their own (migration 0022), by name; undefined when none has. */
+  readonly endUserLimits?: ReadonlyMap<string, ScopeLimits> | undefined
 }
 
 /** A key's own upstream limits as stored (null: none). */
@@ -53,6 +55,28 @@ const limitsOf = (row: KeyRow): CallLimits | undefined => {
     out.push({ scope: "key", id: `k:${row.id}`, tokensPerMinute: row.tokens_per_minute ?? undefined, maxConcurrent: row.max_concurrent ?? undefined })
   }
   return out.length === 0 ? undefined : out
+}
+
+/** Each key row's end-user limits, parsed once per row read (a cached row serves many calls). */
+const parsedEndUserLimits = new WeakMap<KeyRow, ReadonlyMap<string, ScopeLimits> | undefined>()
+
+/** The end users' limits a key row carries (src/store/keysRepo.ts), as each call's scope: undefined when none. */
+const endUserLimitsOf = (row: KeyRow): ReadonlyMap<string, ScopeLimits> | undefined => {
+  if (parsedEndUserLimits.has(row)) return parsedEndUserLimits.get(row)
+  const raw = row.end_user_limits === null ? {} : (JSON.parse(row.end_user_limits) as Record<string, [number | null, number | null]>)
+  const entries = Object.entries(raw).map(([user, [tpm, concurrent]]): [string, ScopeLimits] => [
+    user,
+    { scope: "end_user", id: `u:${row.project_id}/${user}`, tokensPerMinute: tpm ?? undefined, maxConcurrent: concurrent ?? undefined }
+  ])
+  const limits = entries.length === 0 ? undefined : new Map(entries)
+  parsedEndUserLimits.set(row, limits)
+  return limits
+}
+
+/** A call's upstream limits: its project's and key's, then its end user's own when it has some. */
+export const callLimits = (principal: Principal, endUser: string | undefined): CallLimits | undefined => {
+  const own = endUser === undefined ? undefined : principal.endUserLimits?.get(endUser)
+  return own === undefined ? principal.limits : [...(principal.limits ?? []), own]
 }
 
 /** An issued key, its secret shown once (never stored): the admin API's `IssuedKey`. */
@@ -150,7 +174,8 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         budgetPeriod: row.budget_period,
         timeZone: row.time_zone,
         rateLimit: { requestsPerMinute: row.requests_per_minute, burst: row.burst },
-        limits: limitsOf(row)
+        limits: limitsOf(row),
+        endUserLimits: endUserLimitsOf(row)
       }
     }
 

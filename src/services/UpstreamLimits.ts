@@ -21,7 +21,7 @@ import type { RedisGcra, SharedLimitsCall } from "../store/sharedGcra.ts"
 
 /** One scope's upstream limits: a project's or a key's (undefined: no such limit). */
 export interface ScopeLimits {
-  readonly scope: "project" | "key" | "route"
+  readonly scope: "project" | "key" | "end_user" | "route"
   readonly id: string
   readonly tokensPerMinute: number | undefined
   readonly maxConcurrent: number | undefined
@@ -29,7 +29,7 @@ export interface ScopeLimits {
   readonly countsRequests?: true
 }
 
-/** A call's limits, its scopes in order (project, key). */
+/** A call's limits, its scopes in order (project, key, end user, then its route's). */
 export type CallLimits = ReadonlyArray<ScopeLimits>
 
 /** What a call took: the token headers of its tightest bucket, and its end. */
@@ -62,7 +62,7 @@ const formatReset = (ms: number): string => {
   return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m${s % 60}s`
 }
 
-const owner: Record<ScopeLimits["scope"], string> = { project: "this project", key: "this API key", route: "route" }
+const owner: Record<ScopeLimits["scope"], string> = { project: "this project", key: "this API key", end_user: "this end user", route: "route" }
 
 /** The 429 of a tokens-per-minute refusal, naming the scope and field. */
 export const tokensRefused = (s: ScopeLimits, tokens: number, remaining: number, resetMs: number, retryAfterMs: number): RateLimited => {

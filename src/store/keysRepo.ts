@@ -36,6 +36,8 @@ export interface KeyRow {
   /** The project's budget period and time zone (migration 0019). */
   readonly budget_period: BudgetPeriod
   readonly time_zone: string
+  /** The project's end users with limits of their own: JSON `{user: [tokens_per_minute, max_concurrent]}` (NULL or `{}`: none). */
+  readonly end_user_limits: string | null
 }
 
 /** A key to insert: only SHA-256(secret) is stored. */
@@ -56,6 +58,15 @@ export interface NewKey {
 /** The statements, and the transaction runner the service keeps its boundary with. */
 export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
   const lists = makeAdminLists(sql)
+  // The project's end users with upstream limits of their own (migration 0022), as one JSON object
+  // `{user: [tokens_per_minute, max_concurrent]}` read with the key, so a call's end user's limits come
+  // from the key's cache entry, dropped with it when they change.
+  const endUserLimits = sql.literal(
+    sql.onDialectOrElse({
+      pg: () => "(SELECT json_object_agg(e.end_user, json_build_array(e.tokens_per_minute, e.max_concurrent))::TEXT",
+      orElse: () => "(SELECT json_group_object(e.end_user, json_array(e.tokens_per_minute, e.max_concurrent))"
+    }) + " FROM end_users e WHERE e.project_id = k.project_id AND (e.tokens_per_minute IS NOT NULL OR e.max_concurrent IS NOT NULL))"
+  )
   return {
     withTransaction: sql.withTransaction,
 
@@ -65,7 +76,7 @@ export const makeKeysRepo = (sql: SqlClient.SqlClient) => {
                     k.tokens_per_minute, k.max_concurrent, k.budget_credits AS key_budget_credits,
                     p.organization, p.budget_credits, p.requests_per_minute, p.burst,
                     p.tokens_per_minute AS project_tokens_per_minute, p.max_concurrent AS project_max_concurrent,
-                    p.budget_period, p.time_zone
+                    p.budget_period, p.time_zone, ${endUserLimits} AS end_user_limits
                   FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.id = ${keyId}`,
 
     insert: (key: NewKey) =>

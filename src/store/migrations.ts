@@ -14,6 +14,7 @@ import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
 import { migrationBudgetPeriods } from "./migrationsBudgetPeriods.ts"
 import { migrationKeyBudgetChanged } from "./migrationsKeyBudgetChanged.ts"
+import { migrationEndUserLimits } from "./migrationsEndUserLimits.ts"
 import { migrationLimits } from "./migrationsLimits.ts"
 import { migrationEvents } from "./migrationsEvents.ts"
 import { migrationReceiptLog } from "./migrationsReceiptLog.ts"
@@ -676,7 +677,8 @@ export const migrationSteps = {
   "0015_upstream_limits": migrationLimits,
   "0018_scope_thresholds": migrationScopeThresholds,
   "0019_budget_periods": migrationBudgetPeriods,
-  "0020_key_budget_changed": migrationKeyBudgetChanged
+  "0020_key_budget_changed": migrationKeyBudgetChanged,
+  "0022_end_user_limits": migrationEndUserLimits
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

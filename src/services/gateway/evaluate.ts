@@ -6,7 +6,7 @@ import { available } from "../../../spec/ledger.ts"
 import { chargeFor } from "../../../spec/pricing.ts"
 import { type ScopeKind, UNLIMITED } from "../../../spec/scopes.ts"
 import type { InvalidApiKey, InvalidRequest, RateLimited, RouteUnavailable, UnsupportedWorkflow } from "../../domain/errors.ts"
-import type { Principal } from "../KeyRegistry.ts"
+import { callLimits, type Principal } from "../KeyRegistry.ts"
 import { countChatInput } from "../Tokenizer.ts"
 import { admitRequest, type makePlanning } from "./plan.ts"
 import type { ReplyHeaders } from "./types.ts"
@@ -72,7 +72,7 @@ export const makeEvaluate = (planning: Pick<ReturnType<typeof makePlanning>, "qu
           would_pass: rateOk,
           requests_per_minute: principal.rateLimit.requestsPerMinute,
           burst: principal.rateLimit.burst,
-          limits: (principal.limits ?? []).flatMap((l) =>
+          limits: (callLimits(principal, request.endUser) ?? []).flatMap((l) =>
             l.scope === "route" ? [] : [{ scope: l.scope, tokens_per_minute: l.tokensPerMinute ?? null, max_concurrent: l.maxConcurrent ?? null }]
           )
         },
@@ -105,7 +105,7 @@ export interface Evaluation {
     readonly would_pass: boolean
     readonly requests_per_minute: number
     readonly burst: number
-    readonly limits: ReadonlyArray<{ readonly scope: "project" | "key"; readonly tokens_per_minute: number | null; readonly max_concurrent: number | null }>
+    readonly limits: ReadonlyArray<{ readonly scope: "project" | "key" | "end_user"; readonly tokens_per_minute: number | null; readonly max_concurrent: number | null }>
   }
   readonly executed: false
 }

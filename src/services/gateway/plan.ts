@@ -11,7 +11,7 @@ import { BudgetExceeded, type GovernanceError, IdempotencyConflict, InvalidApiKe
 import { newRequestId, newReservationId } from "../../domain/ids.ts"
 import { timeline } from "../../domain/timeline.ts"
 import { checkKey, type ClaimOutcome, fingerprintOf, type Scope as TenantScope, type StoredResult } from "../IdempotencyStore.ts"
-import type { Principal } from "../KeyRegistry.ts"
+import { callLimits, type Principal } from "../KeyRegistry.ts"
 import { available } from "../../../spec/ledger.ts"
 import { windowOfCall } from "../Ledger.ts"
 import { rateLimitHeaders, type RateVerdict } from "../RateLimiter.ts"
@@ -277,7 +277,7 @@ export const makePlanning = (ctx: GatewayContext) => {
     const fingerprint = fingerprintOf_(call, admitted.key)
     const r = reservationOf(call, now, admitted, fingerprint, counted)
     if (Either.isLeft(r)) return Either.right(unroutable(call, now, admitted, fingerprint, r.left))
-    const limits = call.principal.limits
+    const limits = callLimits(call.principal, admitted.request.endUser)
     if (call.limitsTaken !== undefined || (limits === undefined && !r.right.chain.some(hasQuota))) return r
     const exhausted = new Set<string>()
     return takeLimits(call, limits ?? [], r.right, now, (route) => {
