@@ -26,6 +26,8 @@ const asOperator = <A, E extends AdminNotFound | InvalidRequest | PayloadTooLarg
 
 const list = <A>(page: Page<A>) => ({ object: "list" as const, ...page })
 
+const forgetProject = (projectId: string) => Effect.flatMap(KeyRegistry, (keys) => keys.forgetProject(projectId))
+
 const defaultOf = (projectId: string, cap: number | null) => ({ object: "end_user_default" as const, project_id: projectId, end_user_budget_credits: cap })
 
 export const scopeBudgetsRoutes = HttpApiBuilder.group(PublicApi, "scopeBudgets", (handlers) =>
@@ -52,6 +54,12 @@ export const scopeBudgetsRoutes = HttpApiBuilder.group(PublicApi, "scopeBudgets"
     .handle("listEndUsers", ({ path, urlParams }) => asOperator((b) => Effect.map(b.endUsers(path.id, urlParams.cursor, urlParams.limit ?? DEFAULT_PAGE_SIZE, urlParams.order), list)))
     .handle("listKeyBudgets", ({ path, urlParams }) => asOperator((b) => Effect.map(b.keyBudgets(path.id, urlParams.cursor, urlParams.limit ?? DEFAULT_PAGE_SIZE), list)))
     .handle("getEndUser", ({ path }) => asOperator((b) => b.endUser(path.id, path.user)))
-    .handleRaw("putEndUser", ({ path }) => asOperator((b) => Effect.flatMap(decodedBody(EndUserPut), (put) => b.putEndUser(path.id, path.user, put.budget_credits))))
-    .handle("deleteEndUser", ({ path }) => asOperator((b) => b.deleteEndUser(path.id, path.user)))
+    // An end user's own limits travel with its project's keys' cached rows (src/store/keysRepo.ts): a
+    // write drops them here and, through the key events, on every other instance.
+    .handleRaw("putEndUser", ({ path }) =>
+      asOperator((b) =>
+        Effect.flatMap(decodedBody(EndUserPut), (put) => Effect.tap(b.putEndUser(path.id, path.user, put.budget_credits, put.rate_limit), () => forgetProject(path.id)))
+      )
+    )
+    .handle("deleteEndUser", ({ path }) => asOperator((b) => Effect.tap(b.deleteEndUser(path.id, path.user), () => forgetProject(path.id))))
 )

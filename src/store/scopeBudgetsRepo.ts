@@ -12,10 +12,19 @@ export interface EndUserRow {
   readonly project_id: string
   readonly end_user: string
   readonly budget_credits: number | null
+  /** Its own upstream limits (migration 0022; NULL: none). */
+  readonly tokens_per_minute: number | null
+  readonly max_concurrent: number | null
   readonly created_at: number
   readonly updated_at: number
   readonly spent: number | null
   readonly reserved: number | null
+}
+
+/** An end user's own upstream limits as a PUT sets them (null: none). */
+export interface EndUserLimits {
+  readonly tokensPerMinute: number | null
+  readonly maxConcurrent: number | null
 }
 
 export interface ScopeWindowRow {
@@ -55,15 +64,17 @@ export const makeScopeBudgetsRepo = (sql: SqlClient.SqlClient) => ({
 
   /** End user `user` of project `projectId`: its override (none: no row) and its window of `period` (none yet: nulls). */
   endUser: (projectId: string, user: string, period: string) =>
-    sql<EndUserRow>`SELECT ${projectId} AS project_id, ${user} AS end_user, e.budget_credits, e.created_at, e.updated_at, w.spent, w.reserved
+    sql<EndUserRow>`SELECT ${projectId} AS project_id, ${user} AS end_user, e.budget_credits, e.tokens_per_minute, e.max_concurrent, e.created_at, e.updated_at, w.spent, w.reserved
       FROM (SELECT 1 AS one) AS one
       LEFT JOIN end_users e ON e.project_id = ${projectId} AND e.end_user = ${user}
       LEFT JOIN scope_windows w ON w.scope = ${endUserAccount(projectId, user)} AND w.period = ${period}`,
 
-  /** Set end user `user`'s override (null: no budget at all, whatever the project's default). */
-  putEndUser: (projectId: string, user: string, cap: number | null, now: number) =>
-    sql`INSERT INTO end_users (project_id, end_user, budget_credits, created_at, updated_at) VALUES (${projectId}, ${user}, ${cap}, ${now}, ${now})
-        ON CONFLICT (project_id, end_user) DO UPDATE SET budget_credits = excluded.budget_credits, updated_at = excluded.updated_at`,
+  /** Set end user `user`'s override (cap null: no budget at all, whatever the project's default) and its own limits (null: none). */
+  putEndUser: (projectId: string, user: string, cap: number | null, limits: EndUserLimits, now: number) =>
+    sql`INSERT INTO end_users (project_id, end_user, budget_credits, tokens_per_minute, max_concurrent, created_at, updated_at)
+        VALUES (${projectId}, ${user}, ${cap}, ${limits.tokensPerMinute}, ${limits.maxConcurrent}, ${now}, ${now})
+        ON CONFLICT (project_id, end_user) DO UPDATE SET budget_credits = excluded.budget_credits,
+          tokens_per_minute = excluded.tokens_per_minute, max_concurrent = excluded.max_concurrent, updated_at = excluded.updated_at`,
 
   /** Remove end user `user`'s override (the project's default applies again): a row back when there was one. */
   deleteEndUser: (projectId: string, user: string) =>
@@ -71,7 +82,7 @@ export const makeScopeBudgetsRepo = (sql: SqlClient.SqlClient) => ({
 
   /** Up to `limit` of a project's overrides after `after` (by name), each with its window of `period`. */
   endUsers: (projectId: string, after: string | undefined, limit: number, period: string) =>
-    sql<EndUserRow>`SELECT e.project_id, e.end_user, e.budget_credits, e.created_at, e.updated_at, w.spent, w.reserved
+    sql<EndUserRow>`SELECT e.project_id, e.end_user, e.budget_credits, e.tokens_per_minute, e.max_concurrent, e.created_at, e.updated_at, w.spent, w.reserved
       FROM (SELECT * FROM end_users WHERE project_id = ${projectId} ${after === undefined ? sql`` : sql`AND end_user > ${after}`} ORDER BY end_user LIMIT ${limit}) e
       LEFT JOIN scope_windows w ON w.scope = ${`end_user:${projectId}/`} || e.end_user AND w.period = ${period}
       ORDER BY e.end_user`,
@@ -106,7 +117,7 @@ const endUsersBySpent = (sql: SqlClient.SqlClient) => (projectId: string, after:
     ? sql``
     : sql`AND (w.spent < ${after.spent} OR (w.spent = ${after.spent} AND ${scope} > ${endUserAccount(projectId, after.user)}))`
   return Effect.map(
-    sql<Omit<EndUserRow, "project_id" | "end_user"> & { readonly scope: string }>`SELECT w.scope, e.budget_credits, e.created_at, e.updated_at, w.spent, w.reserved
+    sql<Omit<EndUserRow, "project_id" | "end_user"> & { readonly scope: string }>`SELECT w.scope, e.budget_credits, e.tokens_per_minute, e.max_concurrent, e.created_at, e.updated_at, w.spent, w.reserved
       FROM scope_windows w
       LEFT JOIN end_users e ON e.project_id = ${projectId} AND w.scope = ${prefix} || e.end_user
       WHERE w.period = ${period} AND ${scope} > ${prefix} AND ${scope} < ${`end_user:${projectId}0`} ${start}

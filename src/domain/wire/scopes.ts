@@ -21,7 +21,11 @@ const KeyLimitsPatch = Schema.Struct({
 /** Either field may be left out (kept as it is). */
 export const KeyPatch = Schema.Struct({ budget_credits: Schema.optional(ScopeCap), rate_limit: Schema.optional(KeyLimitsPatch) })
 
-export const EndUserPut = Schema.Struct({ budget_credits: ScopeCap })
+/** An end user's override: its cap, and its own upstream limits (DESIGN §9; absent or null: none — a PUT replaces both). */
+export const EndUserPut = Schema.Struct({ budget_credits: ScopeCap, rate_limit: Schema.optional(KeyLimitsPatch) })
+
+/** A scope's own upstream limits as answered: only those set. */
+const LimitsShown = Schema.Struct({ tokens_per_minute: Schema.optional(Schema.Int), max_concurrent: Schema.optional(Schema.Int) })
 
 /** A scope's current window: what it spent, holds, and has left (null: no cap). */
 const windowFields = {
@@ -38,7 +42,7 @@ export const KeyBudget = Schema.Struct({
   budget_credits: Schema.NullOr(Schema.Int),
   ...windowFields,
   /** The key's own upstream limits, on a PATCH that set them (present only when set). */
-  rate_limit: Schema.optional(Schema.Struct({ tokens_per_minute: Schema.optional(Schema.Int), max_concurrent: Schema.optional(Schema.Int) }))
+  rate_limit: Schema.optional(LimitsShown)
 }).annotations({ identifier: "KeyBudget", description: "A key's budget and its current window: spent + reserved ≤ budget_credits." })
 
 export const EndUser = Schema.Struct({
@@ -48,6 +52,7 @@ export const EndUser = Schema.Struct({
   budget_credits: Schema.NullOr(Schema.Int).annotations({ description: "The cap that applies: the override, else the project's end_user_budget_credits, else null (none)." }),
   budget_source: Schema.Literal("override", "project_default", "none"),
   ...windowFields,
+  rate_limit: Schema.optional(LimitsShown).annotations({ description: "The end user's own upstream limits (its override's; absent: none)." }),
   created_at: Schema.NullOr(Schema.String).annotations({ description: "When the override was set (null: none)." }),
   updated_at: Schema.NullOr(Schema.String)
 }).annotations({ identifier: "EndUser", description: "An end user of a project (the body's user, else metadata.end_user) and its budget." })
@@ -57,7 +62,7 @@ export const EndUserList = Schema.Struct({
   data: Schema.Array(EndUser),
   has_more: Schema.Boolean,
   next_cursor: Schema.NullOr(Schema.String)
-}).annotations({ identifier: "EndUserList", description: "A project's end users with an override, by name." })
+}).annotations({ identifier: "EndUserList", description: "A project's end users: with an override, by name; or (order=spent) the current window's, most spent first." })
 
 /** An end user in a path: 1 to MAX_END_USER_LENGTH characters (percent-decoded). */
 export const EndUserName = Schema.String.pipe(
@@ -66,6 +71,3 @@ export const EndUserName = Schema.String.pipe(
     jsonSchema: { minLength: 1, maxLength: MAX_END_USER_LENGTH }
   })
 ).annotations({ description: `The end user, as a request names it (user, or metadata.end_user): 1 to ${MAX_END_USER_LENGTH} characters.` })
-
-/** `cursor` of the end-user list: the last name of the previous page. */
-export const EndUserCursor = Schema.String.pipe(Schema.maxLength(MAX_END_USER_LENGTH)).annotations({ description: "The previous page's next_cursor." })
