@@ -151,7 +151,12 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
         if (user === undefined) throw new Error("projects end-user needs a project id and an end user")
         const path = `/admin/v1/projects/${need("a project id")}/end_users/${encodeURIComponent(user)}`
         if (values.delete === true) return call("DELETE", path)
-        return values.budget === undefined ? call("GET", path) : call("PUT", path, { budget_credits: cap(values.budget) })
+        // A PUT sets the whole override: its cap and its own upstream limits (absent: none).
+        const limits = limitFlags(values)
+        if (values.budget === undefined && Object.keys(limits).length > 0) throw new Error("projects end-user sets the whole override: give --budget (C or none) with --tpm / --max-concurrent")
+        return values.budget === undefined
+          ? call("GET", path)
+          : call("PUT", path, { budget_credits: cap(values.budget), ...(Object.keys(limits).length === 0 ? {} : { rate_limit: limits }) })
       }
     }
   } else {

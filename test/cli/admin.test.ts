@@ -136,5 +136,12 @@ describe("tollgate CLI: projects and keys through the admin API", () => {
     expect(json(await cli(["projects", "end-user", project.id, "ann", "--delete"]))).toMatchObject({ budget_source: "project_default", budget_credits: 0 })
     const bad = await cli(["projects", "end-user", project.id, "ann", "--budget", "-5"])
     expect(bad.code).not.toBe(0)
+    // An end user's own upstream limits go with its override (the whole of it: --budget is needed).
+    expect(json(await cli(["projects", "end-user", project.id, "bo", "--budget", "none", "--tpm", "900", "--max-concurrent", "2"]))).toMatchObject({
+      user: "bo",
+      budget_credits: null,
+      rate_limit: { tokens_per_minute: 900, max_concurrent: 2 }
+    })
+    expect((await cli(["projects", "end-user", project.id, "bo", "--tpm", "900"])).code).not.toBe(0)
   }, 60_000)
 })
