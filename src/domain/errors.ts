@@ -65,7 +65,9 @@ export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited"
    */
   param: Schema.optional(Schema.String),
   /** That limit's own x-ratelimit-* headers (the tokens' ones), sent instead of the requests' remaining 0. */
-  limitHeaders: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String }))
+  limitHeaders: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
+  /** false: waiting cannot help (an estimate larger than the whole limit): answered with x-should-retry: false, no Retry-After. */
+  retryable: Schema.optional(Schema.Boolean)
 }, wire(429, "rate_limit_error", "rate_limited")) {}
 
 /** 503 route_unavailable: no available route for the requested model (unknown, failing, or open breaker). */

@@ -31,7 +31,7 @@ const headersOf = (e: TollgateError): Record<string, string> => {
       // The original still in flight: a retry later gets its result (an SDK retries on its own).
       return e.retryAfterMs === undefined ? noRetry : { ...retryAfter(e.retryAfterMs), "x-should-retry": "true" }
     case "RateLimited":
-      return { ...retryAfter(e.retryAfterMs), ...(e.limitHeaders ?? { "x-ratelimit-remaining-requests": "0" }) }
+      return { ...(e.retryable === false ? noRetry : retryAfter(e.retryAfterMs)), ...(e.limitHeaders ?? { "x-ratelimit-remaining-requests": "0" }) }
     case "RouteUnavailable":
       return e.retryable ? {} : noRetry
     case "StoreUnavailable":

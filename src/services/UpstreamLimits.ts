@@ -75,7 +75,9 @@ export const tokensRefused = (s: ScopeLimits, tokens: number, remaining: number,
       : `Rate limit of ${tpm} tokens per minute reached for ${who} (${remaining} left, the request needs up to ${tokens}); retry after ${formatReset(retryAfterMs)}.`,
     retryAfterMs: never ? resetMs : retryAfterMs,
     param: `${s.scope}.rate_limit.tokens_per_minute`,
-    limitHeaders: tokenHeaders(tpm, remaining, resetMs)
+    limitHeaders: tokenHeaders(tpm, remaining, resetMs),
+    // It never fits: an SDK must not retry it (x-should-retry: false), the caller must shrink it.
+    ...(never ? { retryable: false } : {})
   })
 }
 

@@ -74,14 +74,16 @@ describe("upstream limits: tokens per minute and calls in flight (one instance)"
     expect(Number(again.response.headers.get("x-ratelimit-remaining-tokens"))).toBeLessThan(100)
   })
 
-  it("tokens_per_minute: a request whose estimate exceeds the whole limit is refused, whatever is left", async () => {
+  it("tokens_per_minute: a request whose estimate exceeds the whole limit is refused, whatever is left, and told not to retry", async () => {
     const p = await project({ tokens_per_minute: 100 })
-    await expectApiError(p.client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 200 }), {
+    const never = await expectApiError(p.client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 200 }), {
       status: 429,
       code: "rate_limited",
       param: "project.rate_limit.tokens_per_minute",
       message: /exceed the 100 tokens per minute/
     })
+    // Waiting cannot help: an SDK must not retry it (the OpenAI SDKs honour x-should-retry).
+    expect([never.headers?.get("x-should-retry"), never.headers?.get("retry-after")]).toEqual(["false", null])
     const small = await p.client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20 }).withResponse()
     expect(small.response.headers.get("x-ratelimit-limit-tokens")).toBe("100")
   })
