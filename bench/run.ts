@@ -85,13 +85,13 @@ const config = {
   chunkDelayMs: numArg("--chunk-delay", 1),
   streamChunks: numArg("--chunks", 20),
   // --quick leaves the durable bare proxy out: a sixth target took it from 87 to 106 s on 2026-11-27.
-  targets: list("--targets", ["baseline", "bare", "bare-durable", "floor", "tollgate", "portkey"].filter((t) => !quick || t !== "bare-durable").join(",")),
+  targets: list("--targets", ["baseline", "bare", "bare-durable", "floor", "tollgate", "tollgate-scoped", "portkey"].filter((t) => !quick || t !== "bare-durable").join(",")),
   compare: arg("--compare"),
   compareNodeFlags: (arg("--compare-node-flags") ?? "").split(" ").filter((f) => f !== ""),
   compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-pg", "tollgate-pg-lb", "tollgate-pg2", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
+const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-scoped", "tollgate-pg", "tollgate-pg-lb", "tollgate-pg2", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (config.targets.some((t) => t.endsWith("-b")) && config.compare === undefined) throw new Error("the -b targets run the --compare checkout: name it")
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
@@ -114,7 +114,7 @@ const REPLY =
   "options: switch to express delivery at no extra cost, collect the shoes from the Harbour Street store from Thursday, or cancel for a " +
   "full refund to your original payment method within five business days. Your discount code stays valid for a replacement order."
 
-const bodyText = (stream: boolean, key: string) =>
+const bodyText = (stream: boolean, key: string, user?: string) =>
   JSON.stringify({
     model: config.model,
     messages: [
@@ -124,7 +124,8 @@ const bodyText = (stream: boolean, key: string) =>
     max_tokens: 400,
     temperature: 0.2,
     ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
-    metadata: { idempotency_key: key }
+    metadata: { idempotency_key: key },
+    ...(user === undefined ? {} : { user })
   })
 
 const runId = Date.now().toString(36)
@@ -140,6 +141,8 @@ interface Target {
   keys?: ReadonlyArray<string>
   /** Each instance's port, to read its /metrics (the PostgreSQL targets: store round trips and checkouts a call). */
   readonly metricsPorts?: ReadonlyArray<number>
+  /** The end user the n-th call names (tollgate-scoped: one of 50), else none. */
+  user?: (n: number) => string | undefined
 }
 
 const tsxNode = (script: string, extra: ReadonlyArray<string>, benchDir = here, nodeFlags: ReadonlyArray<string> = []) =>
@@ -203,13 +206,13 @@ const allScenarios: Array<Scenario> = [
   {
     id: "one-caller",
     label: "non-streaming, one caller (sequential calls, one in flight)",
-    run: (t, round) => callersLoad(t.endpoint, { callers: 1, durationMs: config.durationS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-1-r${round}-${n}`) })
+    run: (t, round) => callersLoad(t.endpoint, { callers: 1, durationMs: config.durationS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-1-r${round}-${n}`, t.user?.(n)) })
   },
   {
     id: "one-caller-stream",
     label: "streaming, one caller (time to first byte)",
     stream: true,
-    run: (t, round) => callersLoad(t.endpoint, { callers: 1, durationMs: config.durationS * 1000, stream: true, body: (n) => bodyText(true, `bench-${runId}-${t.name}-1s-r${round}-${n}`) })
+    run: (t, round) => callersLoad(t.endpoint, { callers: 1, durationMs: config.durationS * 1000, stream: true, body: (n) => bodyText(true, `bench-${runId}-${t.name}-1s-r${round}-${n}`, t.user?.(n)) })
   },
   ...(oneCallerOnly
     ? []
@@ -218,7 +221,7 @@ const allScenarios: Array<Scenario> = [
           id: `callers-${config.callers}`,
           label: `non-streaming, closed model ${config.callers} callers`,
           run: (t: Target, round: number) =>
-            callersLoad(t.endpoint, { callers: config.callers, durationMs: config.durationS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-k-r${round}-${n}`) })
+            callersLoad(t.endpoint, { callers: config.callers, durationMs: config.durationS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-k-r${round}-${n}`, t.user?.(n)) })
         },
         ...(quick && arg("--projects") === undefined && !(arg("--only") ?? "").includes("projects-") ? [] : [{
           // Issue 40: many projects, no hot row. Caller i calls with project i mod N's key (targets without project keys use their one key).
@@ -230,7 +233,7 @@ const allScenarios: Array<Scenario> = [
               callers: config.projectCallers,
               durationMs: config.durationS * 1000,
               stream: false,
-              body: (n) => bodyText(false, `bench-${runId}-${t.name}-p-r${round}-${n}`),
+              body: (n) => bodyText(false, `bench-${runId}-${t.name}-p-r${round}-${n}`, t.user?.(n)),
               ...(keys.length > 1 ? { headersFor: (i: number) => ({ authorization: `Bearer ${keys[i % keys.length]!}` }) } : {})
             })
           }
@@ -241,7 +244,7 @@ const allScenarios: Array<Scenario> = [
       id: `open-${rate}`,
       label: `non-streaming, open model ${rate} RPS`,
       run: (t, round) =>
-        openLoad(t.endpoint, { rate, durationMs: config.durationS * 1000, drainMs: config.drainS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-o${rate}-r${round}-${n}`) })
+        openLoad(t.endpoint, { rate, durationMs: config.durationS * 1000, drainMs: config.drainS * 1000, stream: false, body: (n) => bodyText(false, `bench-${runId}-${t.name}-o${rate}-r${round}-${n}`, t.user?.(n)) })
     })
   ),
   ...config.streamRates.map(
@@ -250,7 +253,7 @@ const allScenarios: Array<Scenario> = [
       label: `streaming, open model ${rate} RPS`,
       stream: true,
       run: (t, round) =>
-        openLoad(t.endpoint, { rate, durationMs: config.durationS * 1000, drainMs: config.drainS * 1000, stream: true, body: (n) => bodyText(true, `bench-${runId}-${t.name}-s${rate}-r${round}-${n}`) })
+        openLoad(t.endpoint, { rate, durationMs: config.durationS * 1000, drainMs: config.drainS * 1000, stream: true, body: (n) => bodyText(true, `bench-${runId}-${t.name}-s${rate}-r${round}-${n}`, t.user?.(n)) })
     })
   ),
   // Issue 40's connections curve: the closed loop at each `--curve` point (the one at --connections is the `closed` phase below).
@@ -258,7 +261,7 @@ const allScenarios: Array<Scenario> = [
     (connections): Scenario => ({
       id: `closed-${connections}`,
       label: `non-streaming, closed model ${connections} connections (connections curve)`,
-      run: (t, round) => closedLoad(t.endpoint, { connections, durationMs: config.durationS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-c${connections}-r${round}-${n}`) })
+      run: (t, round) => closedLoad(t.endpoint, { connections, durationMs: config.durationS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-c${connections}-r${round}-${n}`, t.user?.(n)) })
     })
   ),
   ...(oneCallerOnly
@@ -268,7 +271,7 @@ const allScenarios: Array<Scenario> = [
           id: "closed",
           label: `non-streaming, closed model ${config.connections} connections (max throughput)`,
           run: (t: Target, round: number) =>
-            closedLoad(t.endpoint, { connections: config.connections, durationMs: config.durationS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-c-r${round}-${n}`) })
+            closedLoad(t.endpoint, { connections: config.connections, durationMs: config.durationS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-c-r${round}-${n}`, t.user?.(n)) })
         }
       ])
 ]
@@ -510,6 +513,12 @@ const main = async () => {
     floor: () => startGoverned("floor", "targets/governedFloor.ts"),
     "floor-inline": () => startGoverned("floor-inline", "targets/governedFloor.ts", { extra: ["--inline"] }),
     tollgate: () => startGoverned("tollgate", "targets/tollgate.ts"),
+    // Issue 41: a key budget and an end users' default budget set (never binding), every call naming one
+    // of 50 end users — held in three scopes where `tollgate`'s calls are held in two.
+    "tollgate-scoped": async () => ({
+      ...(await startGoverned("tollgate-scoped", "targets/tollgate.ts", { extra: ["--scoped", "--admin-token", ADMIN_TOKEN] })),
+      user: (n: number) => `user-${Math.abs(n) % 50}`
+    }),
     // PostgreSQL + Redis (scripts/services.sh), one instance and two (bench/targets/tollgatePg.ts).
     "tollgate-pg": () => startGoverned("tollgate-pg", "targets/tollgatePg.ts", { extra: pgLanes }),
     "tollgate-pg-lb": () => startGoverned("tollgate-pg-lb", "targets/tollgatePg.ts", { extra: ["--lb", ...pgLanes] }),
@@ -570,7 +579,7 @@ const main = async () => {
 
   // Warm-up (JIT, connection pools, SQLite page cache): closed loop, not recorded.
   for (const t of targets) {
-    await closedLoad(t.endpoint, { connections: 32, durationMs: config.warmupS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-warm-${n}`) })
+    await closedLoad(t.endpoint, { connections: 32, durationMs: config.warmupS * 1000, body: (n) => bodyText(false, `bench-${runId}-${t.name}-warm-${n}`, t.user?.(n)) })
     await pause(200)
   }
 
@@ -693,6 +702,7 @@ const main = async () => {
     floor: "governed floor (Tollgate's store worker, no pipeline)",
     "floor-inline": "governed floor, transactions on the event loop",
     tollgate: "Tollgate (full governance, SQLite FULL)",
+    "tollgate-scoped": "Tollgate, every call also held in a key budget and an end-user budget (issue 41)",
     "tollgate-pg": "Tollgate on PostgreSQL + Redis, 1 instance",
     "tollgate-pg-lb": "Tollgate on PostgreSQL + Redis, 1 instance behind the bench's TCP balancer (its own process)",
     "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (threads of one process) behind the TCP balancer (its own process, round robin)",
@@ -769,6 +779,22 @@ const main = async () => {
   }
   overLine(overDurable(figures), "added p50 over the durable bare proxy of this run, the disk's price taken out (docs/decisions/0040)")
   overLine(overFloor(figures), "added p50 over the governed floor of this run, what Tollgate's pipeline adds to the guarantees' own cost (docs/decisions/0041)")
+
+  // ---- Issue 41: what holding a call in a key's and an end user's budget costs, side by side ----
+  const scopedFigures = figures.find((f) => f.target === "tollgate-scoped")
+  const plainFigures = figures.find((f) => f.target === "tollgate")
+  const scopes =
+    scopedFigures === undefined || plainFigures === undefined || plainFigures.cpuUsPerCall <= 0
+      ? undefined
+      : { scoped: scopedFigures.cpuUsPerCall, plain: plainFigures.cpuUsPerCall, ratio: scopedFigures.cpuUsPerCall / plainFigures.cpuUsPerCall }
+  if (scopes !== undefined) {
+    md.push(
+      "| target (issue 41) | figure | verdict |",
+      "| --- | ---: | --- |",
+      `| a call held in a key budget and an end-user budget costs ≤ 10% more CPU than one without (closed loop, gateway CPU µs a call) | ${f0(scopes.scoped)} / ${f0(scopes.plain)} µs = ${signed((scopes.ratio - 1) * 100, f1)}% | ${scopes.ratio <= 1.1 ? "**met**" : "not met"} |`,
+      ""
+    )
+  }
 
   // ---- Issue 40: the scale-out store side by side with SQLite, its verdicts, and the connections curve ----
   const hotId = `callers-${config.callers}`
@@ -929,6 +955,7 @@ const main = async () => {
     finished: finished.toISOString(),
     summary,
     targets: verdicts,
+    scopes,
     scaleOut: { rows: scaleRows, verdicts: scaleVerdicts, portAlone, curve },
     results
   }
