@@ -198,5 +198,10 @@ describe("budgets at the key and end-user scopes", () => {
     expect((await gw.admin("PATCH", "/admin/v1/keys/key_nope", { budget_credits: 1 })).status).toBe(404)
     // Nothing was written by a refusal.
     expect(dbAll(gw, "SELECT budget_credits FROM api_keys WHERE id = ?", p.keyId)).toEqual([{ budget_credits: null }])
+    // A call naming an end user of 10 KB: a 400 naming the field, before anything is held.
+    const client = clientFor(gw, p.key, log)
+    await expectApiError(client.chat.completions.create({ model: "auto", messages: hello, user: "x".repeat(10_240) }), { status: 400, code: "invalid_request_error", param: "user", noRetry: true })
+    await expectApiError(client.chat.completions.create({ model: "auto", messages: hello, metadata: { end_user: "x".repeat(10_240) } }), { status: 400, code: "invalid_request_error", param: "metadata.end_user" })
+    expect(dbAll(gw, "SELECT COUNT(*) AS n FROM reservations WHERE project_id = ?", p.projectId)).toEqual([{ n: 0 }])
   })
 })
