@@ -12,18 +12,13 @@
  * governed call (reserve + settle) cost. On a shared 2-core box the figures are about cost, not scale.
  */
 import { SqlClient } from "@effect/sql"
-import { Effect, Layer, ManagedRuntime, Option } from "effect"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { makeSettings, Settings } from "../src/domain/config.ts"
+import { Effect } from "effect"
 import { Projects } from "../src/services/Projects.ts"
-import { ReceiptKeyLive, ReceiptSigner } from "../src/services/ReceiptSigner.ts"
 import { ChatStore } from "../src/store/ChatStore.ts"
-import { pgRetries, pgSettleBatches, PgChatStoreLive } from "../src/store/pgChatStore.ts"
+import { pgRetries, pgSettleBatches } from "../src/store/pgChatStore.ts"
 import { pgRoundTrips } from "../src/store/pgPool.ts"
-import { PostgresLive } from "../src/store/Postgres.ts"
 import { freshSchema } from "../test/support/pg.ts"
+import { makePgStoreNode } from "../test/support/pgStoreNode.ts"
 import { reserveArgs, settleArgs } from "../test/support/portArgs.ts"
 
 const arg = (name: string, fallback: number) => {
@@ -35,20 +30,7 @@ const concurrency = arg("concurrency", 16)
 const instances = arg("instances", 1)
 
 const schema = freshSchema()
-const node = () =>
-  ManagedRuntime.make(
-    PgChatStoreLive.pipe(
-      Layer.provide(ReceiptKeyLive),
-      Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default)),
-      Layer.provideMerge(PostgresLive),
-      Layer.provideMerge(
-        Layer.succeed(
-          Settings,
-          makeSettings({ databaseUrl: schema.url, pgPoolSize: 10, receiptKeyFile: Option.some(join(mkdtempSync(join(tmpdir(), "tg-bench-")), "k.pem")) })
-        )
-      )
-    )
-  )
+const node = () => makePgStoreNode(schema.url, { pgPoolSize: 10 })
 const nodes = Array.from({ length: instances }, node)
 try {
   const project = await nodes[0]!.runPromise(

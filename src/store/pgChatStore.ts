@@ -26,9 +26,9 @@
  * - expire: the sweep takes expired holds with FOR UPDATE SKIP LOCKED and moves each `held → voided`
  *   once: several instances sweeping at once split the work, none voids a hold twice.
  *
- * - bounded waits (issue 40, item 3; docs/decisions/0046): a reservation waits at most
- *   `TOLLGATE_PG_MAX_WAIT_MS` for its lane's turn (judged when its batch is taken: a late one is never
- *   sent), finds at most `TOLLGATE_PG_MAX_QUEUED` others waiting on its lane (else it is refused at once),
+ * - bounded waits (issue 40, item 3; docs/decisions/0046, 0051): a reservation waits for its lane's
+ *   turn at most `TOLLGATE_PG_MAX_WAIT_MS` beyond the database's own time for a statement (judged when
+ *   its batch is taken: a late one is never sent), finds at most `TOLLGATE_PG_MAX_QUEUED` others waiting on its lane (else it is refused at once),
  *   and its statement waits at most `TOLLGATE_PG_LOCK_TIMEOUT_MS` for a locked row (its transaction's
  *   `lock_timeout`, migration 0013: past it the statement rolls back whole). Each is a clean refusal
  *   before any money moved — 503 `server_overloaded` (a defect the Gateway answers), no hold, no
@@ -70,6 +70,9 @@ export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMove
 
 /** Reservation statements that answered (each one transaction) and the reservations they carried: their ratio is the mean batch. */
 export const pgReserveBatches = { batches: 0, reservations: 0 }
+
+/** Batches a lane held for company (docs/decisions/0051) before sending them. */
+export const pgCompany = { waits: 0 }
 
 /**
  * Reservations shed (issue 40, item 3; docs/decisions/0046), by the bound that shed them: the lane's
@@ -123,6 +126,21 @@ const SETTLE_BATCH = 128
 
 /** How many times in a row a settlement is sealed again on a head another instance moved, before it gives up. */
 const HEAD_ROUNDS = 20
+
+/**
+ * Waiting for company (docs/decisions/0051): a busy lane whose next batch would be small while calls
+ * keep arriving holds it for a moment, so that two instances — each seeing half the calls — still
+ * commit batches of about one instance's size. The moment is a fraction of the lane's own statement
+ * time, at most `COMPANY_WAIT_MAX_MS`; the batch goes as soon as it holds `COMPANY_TARGET` calls. An
+ * idle lane never waits: a lone call goes at once, as before.
+ */
+const COMPANY_TARGET = 16
+const COMPANY_FRACTION = 0.5
+const COMPANY_WAIT_MAX_MS = 25
+/** The weight of a new sample in a lane's moving averages (statement time, gap between arrivals). */
+const FLOW_WEIGHT = 0.2
+/** Adaptive shedding (docs/decisions/0051): the lane's own statement time is the minimum of its last few statements. */
+const SERVED_SAMPLES = 4
 
 
 
@@ -284,11 +302,63 @@ export const makePgChatStore = Effect.gen(function* () {
     }
     return once_
   }
-  const tellTheRest = (batch: ReadonlyArray<{ readonly done: (outcome: Exit.Exit<any>) => void }>, exit: Exit.Exit<void>, requeued: ReadonlyArray<unknown> = []) => {
+  const tellTheRest = (batch: ReadonlyArray<{ readonly done: (outcome: Exit.Exit<any>) => void }>, exit: Exit.Exit<unknown>, requeued: ReadonlyArray<unknown> = []) => {
     for (const p of batch) {
       if ((p.done as Told).told === true || requeued.includes(p)) continue
       p.done(Exit.isFailure(exit) ? Exit.failCause(exit.cause) : Exit.die(new Error("store: a batch ended without answering this call")))
     }
+  }
+
+  /**
+   * A lane's flow (docs/decisions/0051): how long its statements take and how often calls arrive
+   * (moving averages, in milliseconds from the clock's nanoseconds), the last few statements' times
+   * (what the database itself takes, for adaptive shedding), and the wake-up of a batch held for company.
+   */
+  interface Flow {
+    statementMs: number
+    gapMs: number
+    lastArrival: number
+    served: Array<number>
+    waiting: (() => void) | undefined
+  }
+  const newFlow = (): Flow => ({ statementMs: 0, gapMs: Number.POSITIVE_INFINITY, lastArrival: Number.NEGATIVE_INFINITY, served: [], waiting: undefined })
+  const nowMs = () => Number(clock.unsafeCurrentTimeNanos()) / 1e6
+  const average = (mean: number, sample: number) => (Number.isFinite(mean) && mean > 0 ? mean + FLOW_WEIGHT * (sample - mean) : sample)
+
+  /** A call joined the lane (its queue now `queued` long): a batch held for company goes once it is big enough. */
+  const arrived = (flow: Flow, queued: number): void => {
+    const t = nowMs()
+    flow.gapMs = average(flow.gapMs, t - flow.lastArrival)
+    flow.lastArrival = t
+    if (flow.waiting !== undefined && queued >= COMPANY_TARGET) flow.waiting()
+  }
+
+  /** A statement of the lane answered after `ms` (`ok`: it committed; its time is then the database's own). */
+  const statementTook = (flow: Flow, ms: number, ok: boolean): void => {
+    flow.statementMs = average(flow.statementMs, ms)
+    if (!ok) return
+    flow.served.push(ms)
+    if (flow.served.length > SERVED_SAMPLES) flow.served.shift()
+  }
+
+  /**
+   * The lane's next batch, after a statement: sent now, or — when it would be small while calls keep
+   * arriving (one expected within the moment) — after waiting a moment for company (a fraction of the
+   * lane's statement time, at most COMPANY_WAIT_MAX_MS), or as soon as COMPANY_TARGET calls are queued.
+   */
+  const sendWithCompany = (flow: Flow, queued: number, send: () => void): void => {
+    const waitMs = Math.min(COMPANY_WAIT_MAX_MS, COMPANY_FRACTION * flow.statementMs)
+    if (queued >= COMPANY_TARGET || !(flow.gapMs < waitMs)) return send()
+    let sent = false
+    const go = () => {
+      if (sent) return
+      sent = true
+      flow.waiting = undefined
+      send()
+    }
+    flow.waiting = go
+    pgCompany.waits++
+    runFork(clock.sleep(Duration.millis(waitMs))).addObserver(go)
   }
 
   /**
@@ -308,8 +378,9 @@ export const makePgChatStore = Effect.gen(function* () {
   interface ReserveLane {
     queue: Array<PendingReserve>
     busy: boolean
+    readonly flow: Flow
   }
-  const reserveLanes: ReadonlyArray<ReserveLane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false }))
+  const reserveLanes: ReadonlyArray<ReserveLane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false, flow: newFlow() }))
 
   const reserveItem = (a: ReserveArgs, amount: number | null) => {
     const c = a.claim
@@ -355,7 +426,8 @@ export const makePgChatStore = Effect.gen(function* () {
   /** A reservation shed by a bound: refused before anything of it was held (a typed refusal, not a defect). */
   const shedBy = (why: string): Exit.Exit<never, ReserveRefused> => Exit.fail({ _tag: "Shed", error: serverOverloaded(why) })
 
-  const runReserveBatch = (batch: ReadonlyArray<PendingReserve>): Effect.Effect<void> =>
+  /** Whether the batch's one statement answered (committed): its time is then the database's own for a statement. */
+  const runReserveBatch = (batch: ReadonlyArray<PendingReserve>): Effect.Effect<boolean> =>
     Effect.gen(function* () {
       const exit = yield* Effect.exit(
         once(
@@ -369,17 +441,17 @@ export const makePgChatStore = Effect.gen(function* () {
           pgShed.lock += batch.length
           const shed = shedBy(`a budget row or idempotency key was locked by other calls for longer than ${pgLockTimeoutMs} ms`)
           for (const p of batch) p.done(shed)
-          return
+          return false
         }
         const lost = [...Cause.defects(exit.cause)].some((d) => d instanceof MayHaveCommitted || d instanceof StoreUnavailable)
         if (lost || batch.length === 1) {
           for (const p of batch) p.done(Exit.failCause(exit.cause))
-          return
+          return false
         }
         pgSettleBatches.splits++
         yield* Effect.logWarning(`store: a batch of ${batch.length} reservations was refused; each runs alone: ${refusal(exit.cause)}`)
         for (const p of batch) yield* runReserveBatch([p])
-        return
+        return false
       }
       pgReserveBatches.batches++
       pgReserveBatches.reservations += batch.length
@@ -388,22 +460,36 @@ export const makePgChatStore = Effect.gen(function* () {
         const row = byIndex.get(i)
         p.done(row === undefined ? Exit.die(new Error(`tollgate_reserve_bounded answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
       })
+      return true
     })
 
   /**
-   * The lane's next batch. A reservation that waited for its turn past `pgMaxWaitMs` is shed here,
-   * before its statement is sent: it never reaches the database, so nothing of it is held.
+   * What the database itself takes for a statement of the lane: the fastest of its last few that
+   * committed (none yet: 0). A minimum, so one stuck statement does not raise it — only a database
+   * slow statement after statement does.
+   */
+  const ownTime = (flow: Flow): number => (flow.served.length === 0 ? 0 : Math.min(...flow.served))
+
+  /**
+   * The lane's next batch. A reservation that waited for its turn past `pgMaxWaitMs` beyond the
+   * database's own time for a statement (`ownTime`) is shed here, before its statement is sent: it
+   * never reaches the database, so nothing of it is held. Beyond, not past: a call that waited only
+   * for the statement in flight waited for the database, not for a queue, and shedding it would
+   * shed everything once the database is slower than the bound (docs/decisions/0046) — it goes, and a
+   * batch a statement keeps flowing. What is shed is a standing queue: calls passed over by a full
+   * batch, or queued behind a statement far slower than the lane's recent ones (a stuck row).
    */
   const drainReserves = (lane: ReserveLane): void => {
     lane.busy = true
     const taken = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
     lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
-    const oldest = clock.unsafeCurrentTimeMillis() - pgMaxWaitMs
+    const bound = pgMaxWaitMs + ownTime(lane.flow)
+    const oldest = clock.unsafeCurrentTimeMillis() - bound
     const late = taken.filter((p) => p.at < oldest)
     const batch = late.length === 0 ? taken : taken.filter((p) => p.at >= oldest)
     if (late.length > 0) {
       pgShed.waited += late.length
-      const shed = shedBy(`its reservation waited for the database past ${pgMaxWaitMs} ms`)
+      const shed = shedBy(`its reservation waited for the database ${Math.round(bound - pgMaxWaitMs)} ms (a statement's own time) plus ${pgMaxWaitMs} ms`)
       for (const p of late) p.done(shed)
     }
     if (batch.length === 0) {
@@ -411,9 +497,11 @@ export const makePgChatStore = Effect.gen(function* () {
       lane.busy = false
       return
     }
+    const sentAt = nowMs()
     runFork(runReserveBatch(batch)).addObserver((exit) => {
+      statementTook(lane.flow, nowMs() - sentAt, Exit.isSuccess(exit) && exit.value)
       tellTheRest(batch, exit)
-      if (lane.queue.length > 0) return drainReserves(lane)
+      if (lane.queue.length > 0) return sendWithCompany(lane.flow, lane.queue.length, () => drainReserves(lane))
       lane.busy = false
     })
   }
@@ -430,6 +518,7 @@ export const makePgChatStore = Effect.gen(function* () {
         return resume(shedBy(`${lane.queue.length} reservations wait for the database already`))
       }
       lane.queue.push({ a, amount, at: clock.unsafeCurrentTimeMillis(), done: toldOnce((outcome) => resume(outcome)) })
+      arrived(lane.flow, lane.queue.length)
       if (!lane.busy) drainReserves(lane)
     }).pipe(Effect.uninterruptible)
 
@@ -516,8 +605,9 @@ export const makePgChatStore = Effect.gen(function* () {
   interface Lane {
     queue: Array<Pending>
     busy: boolean
+    readonly flow: Flow
   }
-  const lanes: ReadonlyArray<Lane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false }))
+  const lanes: ReadonlyArray<Lane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false, flow: newFlow() }))
   const laneOf = (projectId: string): Lane => lanes[laneIndex(projectId, pgLanes)]!
   const runtime = yield* Effect.runtime<never>()
   const runFork = Runtime.runFork(runtime)
@@ -696,9 +786,11 @@ export const makePgChatStore = Effect.gen(function* () {
     lane.busy = true
     const batch = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
     lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
+    const sentAt = nowMs()
     runFork(runBatch(lane, batch)).addObserver((exit) => {
+      statementTook(lane.flow, nowMs() - sentAt, Exit.isSuccess(exit))
       tellTheRest(batch, exit, lane.queue)
-      if (lane.queue.length > 0) return drain(lane)
+      if (lane.queue.length > 0) return sendWithCompany(lane.flow, lane.queue.length, () => drain(lane))
       lane.busy = false
     })
   }
@@ -707,6 +799,7 @@ export const makePgChatStore = Effect.gen(function* () {
   const settleThen = (s: SettleArgs, done: (outcome: Exit.Exit<void>) => void): void => {
     const lane = laneOf(s.hold.projectId)
     lane.queue.push({ s, done: toldOnce(done) })
+    arrived(lane.flow, lane.queue.length)
     if (!lane.busy) drain(lane)
   }
 

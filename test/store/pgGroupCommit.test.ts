@@ -11,70 +11,37 @@
  * - settlements batched while abandons, extends and the sweep race them keep every window's books.
  */
 import { SqlClient } from "@effect/sql"
-import { Cause, Effect, Exit, Layer, ManagedRuntime, Option } from "effect"
-import { mkdtempSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { makeSettings, Settings } from "../../src/domain/config.ts"
+import { Cause, Effect, Exit, Option } from "effect"
+import { describe, expect, it } from "vitest"
 import { Projects } from "../../src/services/Projects.ts"
-import { ReceiptKeyLive, ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
-import { ChatStore, type ChatStoreApi } from "../../src/store/ChatStore.ts"
 import type { SettleArgs } from "../../src/store/chatTransactions.ts"
-import { pgSettleBatches, PgChatStoreLive } from "../../src/store/pgChatStore.ts"
+import { pgSettleBatches } from "../../src/store/pgChatStore.ts"
 import { pgRoundTrips } from "../../src/store/pgPool.ts"
-import { PostgresLive } from "../../src/store/Postgres.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { abandonArgs, DEFAULT_NOW, reserveArgs, settleArgs } from "../support/portArgs.ts"
-import { freshSchema, onEngines, type TestSchema } from "../support/pg.ts"
-
-const makeNode = (url: string) =>
-  ManagedRuntime.make(
-    PgChatStoreLive.pipe(
-      Layer.provide(ReceiptKeyLive),
-      Layer.provideMerge(Layer.mergeAll(Projects.Default, ReceiptSigner.Default)),
-      Layer.provideMerge(PostgresLive),
-      Layer.provideMerge(
-        Layer.succeed(
-          Settings,
-          makeSettings({ databaseUrl: url, pgPoolSize: 8, assertInvariants: true, receiptKeyFile: Option.some(join(mkdtempSync(join(tmpdir(), "tg-gc-")), "k.pem")) })
-        )
-      )
-    )
-  )
-type Node = ReturnType<typeof makeNode>
+import { onEngines } from "../support/pg.ts"
+import { pgStoreForSuite } from "../support/pgStoreNode.ts"
 
 describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of settlements on PostgreSQL", () => {
-  let schema: TestSchema
-  let node: Node
-  let store: ChatStoreApi
-  beforeAll(async () => {
-    schema = freshSchema()
-    node = makeNode(schema.url)
-    store = await node.runPromise(ChatStore)
-  })
-  afterAll(async () => {
-    await node?.dispose()
-    schema?.drop()
-  })
+  const suite = pgStoreForSuite({ pgPoolSize: 8, assertInvariants: true })
 
   const newProject = (budget = 1_000_000) =>
-    node.runPromise(Effect.flatMap(Projects, (p) => p.create({ name: "gc", organization: "org_gc", budget_credits: budget, rate_limit: { requests_per_minute: 60, burst: 10 } })))
-  const run = <A, E>(e: Effect.Effect<A, E, SqlClient.SqlClient>) => node.runPromise(e)
+    suite.node.runPromise(Effect.flatMap(Projects, (p) => p.create({ name: "gc", organization: "org_gc", budget_credits: budget, rate_limit: { requests_per_minute: 60, burst: 10 } })))
+  const run = <A, E>(e: Effect.Effect<A, E, SqlClient.SqlClient>) => suite.node.runPromise(e)
   const rows = <T extends object>(q: (sql: SqlClient.SqlClient) => Effect.Effect<ReadonlyArray<T>, unknown>) =>
     run(Effect.flatMap(SqlClient.SqlClient, (sql) => q(sql))) as Promise<ReadonlyArray<T>>
   const reserved = async (projectId: string, n: number, amount = 10) => {
     const out = []
     for (let i = 0; i < n; i++) {
       const r = reserveArgs(projectId, amount)
-      await node.runPromise(store.reserve(r))
+      await suite.node.runPromise(suite.store.reserve(r))
       out.push(r)
     }
     return out
   }
   /** Settlements sent by callback in one turn, after `first` made the lane busy: they go as one batch. */
   const inOneBatch = (first: SettleArgs, rest: ReadonlyArray<SettleArgs>) =>
-    Promise.all([first, ...rest].map((s) => new Promise<Exit.Exit<void>>((resolve) => store.settleThen!(s, resolve))))
+    Promise.all([first, ...rest].map((s) => new Promise<Exit.Exit<void>>((resolve) => suite.store.settleThen!(s, resolve))))
 
   /** The project's books and chain: Σ receipts = spent, no hold held, seq 1..n, each prev_hash the hash before it. */
   const checkBooks = async (projectId: string) => {
@@ -107,7 +74,7 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
     const holds = await reserved(project.id, 64)
     const before = pgRoundTrips.roundTrips
     const splits = pgSettleBatches.splits
-    const exits = await Promise.all(holds.map((r) => new Promise<Exit.Exit<void>>((resolve) => store.settleThen!(settleArgs(r, 10, 7), resolve))))
+    const exits = await Promise.all(holds.map((r) => new Promise<Exit.Exit<void>>((resolve) => suite.store.settleThen!(settleArgs(r, 10, 7), resolve))))
     const statements = pgRoundTrips.roundTrips - before
     expect(exits.every(Exit.isSuccess)).toBe(true)
     // Assertion mode wraps each batch in BEGIN … COMMIT with a window read: still far fewer than 64 × 4.
@@ -120,7 +87,7 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
   it("a batch with a hold already resolved: that call alone dies, its neighbours settle", async () => {
     const project = await newProject()
     const [first, ...rest] = await reserved(project.id, 6)
-    await node.runPromise(store.abandon(abandonArgs(rest[2]!)))
+    await suite.node.runPromise(suite.store.abandon(abandonArgs(rest[2]!)))
     const exits = await inOneBatch(settleArgs(first!, 10, 3), rest.map((r) => settleArgs(r, 10, 3)))
     expect(exits.map(Exit.isSuccess)).toEqual([true, true, true, false, true, true])
     expect(String(Exit.isFailure(exits[3]!) && exits[3]!.cause)).toContain("already resolved")
@@ -188,7 +155,7 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
       }
     })
     const forked = { heads: [{ project_id: project.id, seq: 0, hash: GENESIS_HASH }], items: [item(a, 1, GENESIS_HASH, "h1"), item(b, 2, GENESIS_HASH, "h2")] }
-    const exit = await node.runPromiseExit(Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SELECT tollgate_settle(${JSON.stringify(forked)}::jsonb) AS r`))
+    const exit = await suite.node.runPromiseExit(Effect.flatMap(SqlClient.SqlClient, (sql) => sql`SELECT tollgate_settle(${JSON.stringify(forked)}::jsonb) AS r`))
     expect(Exit.isFailure(exit)).toBe(true)
     const failure = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()
     expect(String((Option.getOrUndefined(failure) as { cause?: { message?: unknown } } | undefined)?.cause?.message)).toContain("does not extend its chain")
@@ -199,7 +166,7 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
     const project = await newProject(100)
     const args = Array.from({ length: 16 }, (_, i) => reserveArgs(project.id, 10, i < 2 ? { claim: { key: "same-key", fingerprint: "f" } } : {}))
     const before = pgRoundTrips.roundTrips
-    const exits = await Promise.all(args.map((a) => node.runPromiseExit(store.reserve(a))))
+    const exits = await Promise.all(args.map((a) => suite.node.runPromiseExit(suite.store.reserve(a))))
     console.log(`[issue 40] 16 reservations at the edge of one window: ${pgRoundTrips.roundTrips - before} round trips`)
     const held = exits.filter(Exit.isSuccess).length
     const failures = exits.filter(Exit.isFailure).map((e) => String(e.cause))
@@ -220,8 +187,8 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
     // The fourth reuses the first's request id: requests' primary key refuses the whole statement.
     args[3] = { ...args[3]!, request: { ...args[3]!.request, id: first!.request.id } }
     const splits = pgSettleBatches.splits
-    const settled = node.runPromiseExit(store.settle(settleArgs(first!, 10, 1)))
-    const exits = await Promise.all(args.map((a) => node.runPromiseExit(store.reserve(a))))
+    const settled = suite.node.runPromiseExit(suite.store.settle(settleArgs(first!, 10, 1)))
+    const exits = await Promise.all(args.map((a) => suite.node.runPromiseExit(suite.store.reserve(a))))
     expect(Exit.isSuccess(await settled)).toBe(true)
     expect(exits.map((e) => Exit.isSuccess(e))).toEqual([true, true, true, false, true, true])
     expect(pgSettleBatches.splits).toBeGreaterThan(splits)
@@ -237,7 +204,7 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
       const holds = await Promise.all(
         Array.from({ length: 24 }, async (_, i) => {
           const r = reserveArgs(projects[i % 3]!.id, 10, { deadline: DEFAULT_NOW + (i % 5 === 0 ? 1 : 60_000) })
-          await node.runPromise(store.reserve(r))
+          await suite.node.runPromise(suite.store.reserve(r))
           return r
         })
       )
@@ -245,13 +212,13 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
       holds.forEach((r, i) => {
         // Settled (sometimes twice), abandoned, settled and abandoned at once, extended, or left to the sweep.
         const kind = i % 6
-        if (kind <= 1) outcomes.push(node.runPromiseExit(store.settle(settleArgs(r, 10, 1 + (i % 10)))))
-        if (kind === 1) outcomes.push(node.runPromiseExit(store.settle(settleArgs(r, 10, 2))))
-        if (kind === 2 || kind === 3) outcomes.push(node.runPromiseExit(store.abandon(abandonArgs(r))))
-        if (kind === 3) outcomes.push(node.runPromiseExit(store.settle(settleArgs(r, 10, 5))))
-        if (kind === 4) outcomes.push(node.runPromiseExit(store.extend({ deadline: DEFAULT_NOW + 120_000, streams: [{ reservationId: r.hold.reservationId, requestId: r.request.id, idempotent: undefined }] })))
+        if (kind <= 1) outcomes.push(suite.node.runPromiseExit(suite.store.settle(settleArgs(r, 10, 1 + (i % 10)))))
+        if (kind === 1) outcomes.push(suite.node.runPromiseExit(suite.store.settle(settleArgs(r, 10, 2))))
+        if (kind === 2 || kind === 3) outcomes.push(suite.node.runPromiseExit(suite.store.abandon(abandonArgs(r))))
+        if (kind === 3) outcomes.push(suite.node.runPromiseExit(suite.store.settle(settleArgs(r, 10, 5))))
+        if (kind === 4) outcomes.push(suite.node.runPromiseExit(suite.store.extend({ deadline: DEFAULT_NOW + 120_000, streams: [{ reservationId: r.hold.reservationId, requestId: r.request.id, idempotent: undefined }] })))
       })
-      outcomes.push(node.runPromiseExit(store.expire({ now: DEFAULT_NOW + 10, failure: { code: "expired", message: "expired" } })))
+      outcomes.push(suite.node.runPromiseExit(suite.store.expire({ now: DEFAULT_NOW + 10, failure: { code: "expired", message: "expired" } })))
       await Promise.all(outcomes)
     }
     for (const p of projects) await checkBooks(p.id)
