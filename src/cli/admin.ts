@@ -42,10 +42,14 @@ export const call = async (method: string, path: string, body?: unknown): Promis
  * An admin list (docs/contract.md §8): one page (`--limit`, `--cursor`: a page's next_cursor), or with
  * `--all` every page from there on, following next_cursor, printed as one list.
  */
-export const list = async (path: string, options: { readonly limit?: string | undefined; readonly cursor?: string | undefined; readonly all?: boolean | undefined }): Promise<number> => {
+export const list = async (
+  path: string,
+  options: { readonly limit?: string | undefined; readonly cursor?: string | undefined; readonly all?: boolean | undefined },
+  params: Record<string, string> = {}
+): Promise<number> => {
   const limit = int(options.limit, "limit")
   const page = (cursor: string | undefined) => {
-    const query = new URLSearchParams({ ...(limit === undefined ? {} : { limit: String(limit) }), ...(cursor === undefined ? {} : { cursor }) }).toString()
+    const query = new URLSearchParams({ ...params, ...(limit === undefined ? {} : { limit: String(limit) }), ...(cursor === undefined ? {} : { cursor }) }).toString()
     return query === "" ? path : `${path}?${query}`
   }
   if (options.all !== true) return call("GET", page(options.cursor))
@@ -105,6 +109,7 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
       environment: { type: "string" },
       "grace-seconds": { type: "string" },
       delete: { type: "boolean" },
+      order: { type: "string" },
       ...pageOptions
     }
   })
@@ -146,7 +151,9 @@ export const adminCommand = async (group: "projects" | "keys", argv: ReadonlyArr
         return values.budget === undefined ? call("GET", path) : call("PATCH", path, { end_user_budget_credits: cap(values.budget) })
       }
       case "end-users":
-        return list(`/admin/v1/projects/${need("a project id")}/end_users`, values)
+        return list(`/admin/v1/projects/${need("a project id")}/end_users`, values, values.order === undefined ? {} : { order: values.order })
+      case "key-budgets":
+        return list(`/admin/v1/projects/${need("a project id")}/key_budgets`, values)
       case "end-user": {
         if (user === undefined) throw new Error("projects end-user needs a project id and an end user")
         const path = `/admin/v1/projects/${need("a project id")}/end_users/${encodeURIComponent(user)}`

@@ -13,7 +13,8 @@
  *   tollgate keys revoke <key_id>
  *   tollgate keys budget <key_id> [--budget C|none]                  a key's budget and window; --budget sets it (issue 41)
  *   tollgate projects end-user-budget <prj_id> [--budget C|none]     the default budget of the project's end users
- *   tollgate projects end-users <prj_id> [--limit N] [--cursor C] [--all]   the end users with a budget of their own
+ *   tollgate projects end-users <prj_id> [--order spent] [--limit N] [--cursor C] [--all]   the end users with a budget of their own; --order spent: the window's top spenders
+ *   tollgate projects key-budgets <prj_id> [--limit N] [--cursor C] [--all]   the project's keys that have a budget, with their windows
  *   tollgate projects end-user <prj_id> <user> [--budget C|none [--tpm N] [--max-concurrent N]] [--delete]   one end user's override: read, set, or remove
  *   tollgate audit [--project P] [--period YYYY-MM] [--json]
  *   tollgate export <prj_id> [--period YYYY-MM] [--out file] [--limit N]   a project's receipts as JSON Lines (admin API)

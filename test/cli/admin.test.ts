@@ -121,6 +121,7 @@ describe("tollgate CLI: projects and keys through the admin API", () => {
     const project = json(await cli(["projects", "create", "--name", "cli-scopes", "--budget", "100000", "--rpm", "600"]))
     const key = json(await cli(["keys", "create", project.id]))
     expect(json(await cli(["keys", "budget", key.id, "--budget", "0"]))).toMatchObject({ object: "key_budget", key_id: key.id, budget_credits: 0, spent: 0 })
+    expect(json(await cli(["projects", "key-budgets", project.id])).data.map((k: any) => [k.key_id, k.budget_credits])).toEqual([[key.id, 0]])
     const client = new OpenAI({ baseURL: gw.url, apiKey: key.secret, maxRetries: 0 })
     await expect(client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "cli" }] })).rejects.toMatchObject({ status: 402, error: { param: "key" } })
     expect(json(await cli(["keys", "budget", key.id, "--budget", "none"]))).toMatchObject({ budget_credits: null, remaining: null })
@@ -133,6 +134,9 @@ describe("tollgate CLI: projects and keys through the admin API", () => {
     await client.chat.completions.create({ model: "auto", messages: [{ role: "user", content: "cli" }], user: "ann" })
     expect(json(await cli(["projects", "end-user", project.id, "ann"])).spent).toBeGreaterThan(0)
     expect(json(await cli(["projects", "end-users", project.id])).data.map((u: any) => u.user)).toEqual(["ann"])
+    const top = json(await cli(["projects", "end-users", project.id, "--order", "spent"])).data
+    expect(top.map((u: any) => u.user)).toEqual(["ann"])
+    expect(top[0].spent).toBeGreaterThan(0)
     expect(json(await cli(["projects", "end-user", project.id, "ann", "--delete"]))).toMatchObject({ budget_source: "project_default", budget_credits: 0 })
     const bad = await cli(["projects", "end-user", project.id, "ann", "--budget", "-5"])
     expect(bad.code).not.toBe(0)
