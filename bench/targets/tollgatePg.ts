@@ -48,6 +48,8 @@ const startInstance = async (d: InstanceData) => {
     pgPoolSize: 10,
     // `--lanes N`: the instance's lanes (TOLLGATE_PG_LANES; the default otherwise).
     ...(d.lanes === undefined ? {} : { pgLanes: d.lanes }),
+    // TOLLGATE_BENCH_PG_MAX_WAIT_MS: the lane's wait bound (TOLLGATE_PG_MAX_WAIT_MS) — a tight one shows shedding under load (docs/decisions/0051).
+    ...(process.env.TOLLGATE_BENCH_PG_MAX_WAIT_MS === undefined ? {} : { pgMaxWaitMs: Number(process.env.TOLLGATE_BENCH_PG_MAX_WAIT_MS) }),
     instanceId: `bench-${d.index}`,
     receiptKeyFile: Option.some(join(d.dir, `receipt-key-${d.index}.pem`)),
     adminToken: Option.some(Redacted.make("bench-admin-token")),

@@ -71,9 +71,6 @@ export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMove
 /** Reservation statements that answered (each one transaction) and the reservations they carried: their ratio is the mean batch. */
 export const pgReserveBatches = { batches: 0, reservations: 0 }
 
-/** Batches a lane held for company (docs/decisions/0051) before sending them. */
-export const pgCompany = { waits: 0 }
-
 /**
  * Reservations shed (issue 40, item 3; docs/decisions/0046), by the bound that shed them: the lane's
  * queue was full (`queued`), a reservation waited for its lane's turn past the bound (`waited`), a hot
@@ -127,18 +124,6 @@ const SETTLE_BATCH = 128
 /** How many times in a row a settlement is sealed again on a head another instance moved, before it gives up. */
 const HEAD_ROUNDS = 20
 
-/**
- * Waiting for company (docs/decisions/0051): a busy lane whose next batch would be small while calls
- * keep arriving holds it for a moment, so that two instances — each seeing half the calls — still
- * commit batches of about one instance's size. The moment is a fraction of the lane's own statement
- * time, at most `COMPANY_WAIT_MAX_MS`; the batch goes as soon as it holds `COMPANY_TARGET` calls. An
- * idle lane never waits: a lone call goes at once, as before.
- */
-const COMPANY_TARGET = 16
-const COMPANY_FRACTION = 0.5
-const COMPANY_WAIT_MAX_MS = 25
-/** The weight of a new sample in a lane's moving averages (statement time, gap between arrivals). */
-const FLOW_WEIGHT = 0.2
 /** Adaptive shedding (docs/decisions/0051): the lane's own statement time is the minimum of its last few statements. */
 const SERVED_SAMPLES = 4
 
@@ -310,55 +295,13 @@ export const makePgChatStore = Effect.gen(function* () {
   }
 
   /**
-   * A lane's flow (docs/decisions/0051): how long its statements take and how often calls arrive
-   * (moving averages, in milliseconds from the clock's nanoseconds), the last few statements' times
-   * (what the database itself takes, for adaptive shedding), and the wake-up of a batch held for company.
+   * What the database itself takes for a reservation statement of a lane (docs/decisions/0051): the
+   * times of its last few statements that committed, in milliseconds from the clock's nanoseconds.
    */
-  interface Flow {
-    statementMs: number
-    gapMs: number
-    lastArrival: number
-    served: Array<number>
-    waiting: (() => void) | undefined
-  }
-  const newFlow = (): Flow => ({ statementMs: 0, gapMs: Number.POSITIVE_INFINITY, lastArrival: Number.NEGATIVE_INFINITY, served: [], waiting: undefined })
   const nowMs = () => Number(clock.unsafeCurrentTimeNanos()) / 1e6
-  const average = (mean: number, sample: number) => (Number.isFinite(mean) && mean > 0 ? mean + FLOW_WEIGHT * (sample - mean) : sample)
-
-  /** A call joined the lane (its queue now `queued` long): a batch held for company goes once it is big enough. */
-  const arrived = (flow: Flow, queued: number): void => {
-    const t = nowMs()
-    flow.gapMs = average(flow.gapMs, t - flow.lastArrival)
-    flow.lastArrival = t
-    if (flow.waiting !== undefined && queued >= COMPANY_TARGET) flow.waiting()
-  }
-
-  /** A statement of the lane answered after `ms` (`ok`: it committed; its time is then the database's own). */
-  const statementTook = (flow: Flow, ms: number, ok: boolean): void => {
-    flow.statementMs = average(flow.statementMs, ms)
-    if (!ok) return
-    flow.served.push(ms)
-    if (flow.served.length > SERVED_SAMPLES) flow.served.shift()
-  }
-
-  /**
-   * The lane's next batch, after a statement: sent now, or — when it would be small while calls keep
-   * arriving (one expected within the moment) — after waiting a moment for company (a fraction of the
-   * lane's statement time, at most COMPANY_WAIT_MAX_MS), or as soon as COMPANY_TARGET calls are queued.
-   */
-  const sendWithCompany = (flow: Flow, queued: number, send: () => void): void => {
-    const waitMs = Math.min(COMPANY_WAIT_MAX_MS, COMPANY_FRACTION * flow.statementMs)
-    if (queued >= COMPANY_TARGET || !(flow.gapMs < waitMs)) return send()
-    let sent = false
-    const go = () => {
-      if (sent) return
-      sent = true
-      flow.waiting = undefined
-      send()
-    }
-    flow.waiting = go
-    pgCompany.waits++
-    runFork(clock.sleep(Duration.millis(waitMs))).addObserver(go)
+  const statementTook = (served: Array<number>, ms: number): void => {
+    served.push(ms)
+    if (served.length > SERVED_SAMPLES) served.shift()
   }
 
   /**
@@ -378,9 +321,10 @@ export const makePgChatStore = Effect.gen(function* () {
   interface ReserveLane {
     queue: Array<PendingReserve>
     busy: boolean
-    readonly flow: Flow
+    /** Its last few committed statements' times (ms): see `ownTime`. */
+    readonly served: Array<number>
   }
-  const reserveLanes: ReadonlyArray<ReserveLane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false, flow: newFlow() }))
+  const reserveLanes: ReadonlyArray<ReserveLane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false, served: [] }))
 
   const reserveItem = (a: ReserveArgs, amount: number | null) => {
     const c = a.claim
@@ -468,7 +412,7 @@ export const makePgChatStore = Effect.gen(function* () {
    * committed (none yet: 0). A minimum, so one stuck statement does not raise it — only a database
    * slow statement after statement does.
    */
-  const ownTime = (flow: Flow): number => (flow.served.length === 0 ? 0 : Math.min(...flow.served))
+  const ownTime = (served: ReadonlyArray<number>): number => (served.length === 0 ? 0 : Math.min(...served))
 
   /**
    * The lane's next batch. A reservation that waited for its turn past `pgMaxWaitMs` beyond the
@@ -483,7 +427,7 @@ export const makePgChatStore = Effect.gen(function* () {
     lane.busy = true
     const taken = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
     lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
-    const bound = pgMaxWaitMs + ownTime(lane.flow)
+    const bound = pgMaxWaitMs + ownTime(lane.served)
     const oldest = clock.unsafeCurrentTimeMillis() - bound
     const late = taken.filter((p) => p.at < oldest)
     const batch = late.length === 0 ? taken : taken.filter((p) => p.at >= oldest)
@@ -499,9 +443,9 @@ export const makePgChatStore = Effect.gen(function* () {
     }
     const sentAt = nowMs()
     runFork(runReserveBatch(batch)).addObserver((exit) => {
-      statementTook(lane.flow, nowMs() - sentAt, Exit.isSuccess(exit) && exit.value)
+      if (Exit.isSuccess(exit) && exit.value) statementTook(lane.served, nowMs() - sentAt)
       tellTheRest(batch, exit)
-      if (lane.queue.length > 0) return sendWithCompany(lane.flow, lane.queue.length, () => drainReserves(lane))
+      if (lane.queue.length > 0) return drainReserves(lane)
       lane.busy = false
     })
   }
@@ -518,7 +462,6 @@ export const makePgChatStore = Effect.gen(function* () {
         return resume(shedBy(`${lane.queue.length} reservations wait for the database already`))
       }
       lane.queue.push({ a, amount, at: clock.unsafeCurrentTimeMillis(), done: toldOnce((outcome) => resume(outcome)) })
-      arrived(lane.flow, lane.queue.length)
       if (!lane.busy) drainReserves(lane)
     }).pipe(Effect.uninterruptible)
 
@@ -605,9 +548,8 @@ export const makePgChatStore = Effect.gen(function* () {
   interface Lane {
     queue: Array<Pending>
     busy: boolean
-    readonly flow: Flow
   }
-  const lanes: ReadonlyArray<Lane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false, flow: newFlow() }))
+  const lanes: ReadonlyArray<Lane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false }))
   const laneOf = (projectId: string): Lane => lanes[laneIndex(projectId, pgLanes)]!
   const runtime = yield* Effect.runtime<never>()
   const runFork = Runtime.runFork(runtime)
@@ -786,11 +728,9 @@ export const makePgChatStore = Effect.gen(function* () {
     lane.busy = true
     const batch = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
     lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
-    const sentAt = nowMs()
     runFork(runBatch(lane, batch)).addObserver((exit) => {
-      statementTook(lane.flow, nowMs() - sentAt, Exit.isSuccess(exit))
       tellTheRest(batch, exit, lane.queue)
-      if (lane.queue.length > 0) return sendWithCompany(lane.flow, lane.queue.length, () => drain(lane))
+      if (lane.queue.length > 0) return drain(lane)
       lane.busy = false
     })
   }
@@ -799,7 +739,6 @@ export const makePgChatStore = Effect.gen(function* () {
   const settleThen = (s: SettleArgs, done: (outcome: Exit.Exit<void>) => void): void => {
     const lane = laneOf(s.hold.projectId)
     lane.queue.push({ s, done: toldOnce(done) })
-    arrived(lane.flow, lane.queue.length)
     if (!lane.busy) drain(lane)
   }
 
