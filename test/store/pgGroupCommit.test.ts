@@ -20,7 +20,7 @@ import { pgRoundTrips } from "../../src/store/pgPool.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { abandonArgs, DEFAULT_NOW, reserveArgs, settleArgs } from "../support/portArgs.ts"
 import { onEngines } from "../support/pg.ts"
-import { pgStoreForSuite } from "../support/pgStoreNode.ts"
+import { pgStoreForSuite } from "../support/pgStoreSuite.ts"
 
 describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of settlements on PostgreSQL", () => {
   const suite = pgStoreForSuite({ pgPoolSize: 8, assertInvariants: true })

@@ -18,7 +18,7 @@ import { Projects } from "../../src/services/Projects.ts"
 import { pgShed } from "../../src/store/pgChatStore.ts"
 import { reserveArgs } from "../support/portArgs.ts"
 import { onEngines } from "../support/pg.ts"
-import { pgStoreForSuite } from "../support/pgStoreNode.ts"
+import { pgStoreForSuite } from "../support/pgStoreSuite.ts"
 
 const MAX_WAIT_MS = 100
 const SLOW_HOLD_S = 0.25

@@ -12,9 +12,6 @@ import { Projects } from "../../src/services/Projects.ts"
 import { ReceiptKeyLive, ReceiptSigner } from "../../src/services/ReceiptSigner.ts"
 import { PgChatStoreLive } from "../../src/store/pgChatStore.ts"
 import { PostgresLive } from "../../src/store/Postgres.ts"
-import { ChatStore, type ChatStoreApi } from "../../src/store/ChatStore.ts"
-import { afterAll, beforeAll } from "vitest"
-import { freshSchema, type TestSchema } from "./pg.ts"
 
 export const makePgStoreNode = (url: string, settings: Partial<GatewaySettings> = {}) =>
   ManagedRuntime.make(
@@ -27,21 +24,3 @@ export const makePgStoreNode = (url: string, settings: Partial<GatewaySettings> 
       )
     )
   )
-
-/**
- * One store node on a fresh schema for a test suite: made before its tests, disposed and the schema
- * dropped after. Call inside `describe`; read `node` and `store` in the tests.
- */
-export const pgStoreForSuite = (settings: Partial<GatewaySettings> = {}) => {
-  const suite = {} as { schema: TestSchema; node: ReturnType<typeof makePgStoreNode>; store: ChatStoreApi }
-  beforeAll(async () => {
-    suite.schema = freshSchema()
-    suite.node = makePgStoreNode(suite.schema.url, settings)
-    suite.store = await suite.node.runPromise(ChatStore)
-  })
-  afterAll(async () => {
-    await suite.node?.dispose()
-    suite.schema?.drop()
-  })
-  return suite
-}
