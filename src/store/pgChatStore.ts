@@ -433,7 +433,7 @@ export const makePgChatStore = Effect.gen(function* () {
     const batch = late.length === 0 ? taken : taken.filter((p) => p.at >= oldest)
     if (late.length > 0) {
       pgShed.waited += late.length
-      const shed = shedBy(`its reservation waited for the database ${Math.round(bound - pgMaxWaitMs)} ms (a statement's own time) plus ${pgMaxWaitMs} ms`)
+      const shed = shedBy(`its reservation waited for the database past ${Math.round(bound)} ms (a statement's own time plus the ${pgMaxWaitMs} ms bound)`)
       for (const p of late) p.done(shed)
     }
     if (batch.length === 0) {
