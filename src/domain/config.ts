@@ -158,8 +158,10 @@ export interface GatewaySettings {
    */
   readonly pgAcquireTimeoutMs: number
   /**
-   * PostgreSQL only (issue 40, item 3; docs/decisions/0046): the longest a reservation waits for its
-   * lane's turn (TOLLGATE_PG_MAX_WAIT_MS), a reservation statement waits for a hot row's lock
+   * PostgreSQL only (issue 40, item 3; docs/decisions/0046, 0051): the longest a reservation waits for its
+   * lane's turn beyond the database's own time for a statement (TOLLGATE_PG_MAX_WAIT_MS; that time is the
+   * fastest of the lane's last statements, so a slow database still gets a batch a statement), a
+   * reservation statement waits for a hot row's lock
    * (TOLLGATE_PG_LOCK_TIMEOUT_MS), and how many reservations may wait on a lane
    * (TOLLGATE_PG_MAX_QUEUED); past any of them the call answers 503 server_overloaded, nothing held.
    */
