@@ -185,7 +185,8 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
         const stored = yield* repo.statement(projectId, period).pipe(Effect.orDie)
         if (stored !== undefined) return parseStatement(stored)
         const window = yield* repo.window(projectId, period).pipe(Effect.orDie)
-        if (window === undefined || !(yield* isClosed(projectId, period))) return undefined
+        // A month that ended before the project existed has no statement (nothing to state, and a cap it never had).
+        if (window === undefined || periodBounds(period).endMillis <= Number(window.created_at) || !(yield* isClosed(projectId, period))) return undefined
         const size = yield* extend(projectId, yield* repo.head(projectId).pipe(Effect.orDie))
         const checkpoint = yield* checkpointOf(projectId, size)
         const sums = yield* repo.routeSums(projectId, period).pipe(Effect.orDie)
@@ -281,7 +282,15 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
       Effect.gen(function* () {
         if (!isPeriod(period)) return yield* new InvalidRequest({ message: "period must be a month written YYYY-MM.", param: "period" })
         const found = yield* statementOf(projectId, period)
-        if (found === undefined) return yield* new AdminNotFound({ message: `The period ${period} has not closed yet: its statement is made once it has (after the month ends and nothing of it is still held).` })
+        if (found === undefined) {
+          const window = yield* repo.window(projectId, period).pipe(Effect.orDie)
+          return yield* new AdminNotFound({
+            message:
+              window !== undefined && periodBounds(period).endMillis <= Number(window.created_at)
+                ? `The project did not exist in ${period}: there is no statement of it.`
+                : `The period ${period} has not closed yet: its statement is made once it has (after the month ends and nothing of it is still held).`
+          })
+        }
         return found
       })
 

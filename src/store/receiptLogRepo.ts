@@ -119,7 +119,7 @@ export const makeReceiptLogRepo = (sql: SqlClient.SqlClient) => ({
 
   window: (projectId: string, period: string) =>
     Effect.map(
-      sql<{ cap: number; spent: number | null }>`SELECT p.budget_credits AS cap, w.spent AS spent FROM projects p
+      sql<{ cap: number; spent: number | null; created_at: number }>`SELECT p.budget_credits AS cap, w.spent AS spent, p.created_at AS created_at FROM projects p
         LEFT JOIN budget_windows w ON w.project_id = p.id AND w.period = ${period} WHERE p.id = ${projectId}`,
       (rows) => rows[0]
     ),

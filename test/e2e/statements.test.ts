@@ -65,6 +65,8 @@ describe("monthly statements", () => {
     expect(receipts).toHaveLength(7)
     const period = receipts[0]!.period
     await expectWireError(await raw(gw, `/v1/statements/${period}`, { key }), { status: 404, code: "not_found", message: /not closed/ })
+    // A month long closed but ended before the project existed: no statement is signed for it.
+    await expectWireError(await raw(gw, "/v1/statements/2020-01", { key }), { status: 404, code: "not_found", message: /did not exist in 2020-01/ })
     const keys = ((await (await raw(gw, "/v1/receipts/keys")).json()) as { data: Array<{ id: string; public_key: string }> }).data
     await gw.shutdown()
 
