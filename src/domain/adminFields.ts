@@ -104,3 +104,24 @@ export const Organization = Schema.String.pipe(
  */
 export const checkField = <A>(schema: Schema.Schema<A>, param: string, value: A): Effect.Effect<A, InvalidRequest> =>
   Effect.mapError(Schema.validate(schema)(value), (e) => new InvalidRequest({ message: `Invalid ${param}: ${ParseResult.ArrayFormatter.formatErrorSync(e)[0]?.message ?? e.message}`, param }))
+
+/** A key's or an end user's own upstream limits as stored (issue 41 item 3; null: none). */
+export interface UpstreamLimitFields {
+  readonly tokensPerMinute: number | null
+  readonly maxConcurrent: number | null
+}
+
+/** An admin body's `rate_limit` limits, each checked against its bounds (absent or null: none): a 400 names `rate_limit.<field>`. */
+export const checkUpstreamLimits = (
+  given: { readonly tokens_per_minute?: number | null | undefined; readonly max_concurrent?: number | null | undefined } | undefined
+): Effect.Effect<UpstreamLimitFields, InvalidRequest> =>
+  Effect.all({
+    tokensPerMinute: given?.tokens_per_minute == null ? Effect.succeed(null) : checkField(TokensPerMinute, "rate_limit.tokens_per_minute", given.tokens_per_minute),
+    maxConcurrent: given?.max_concurrent == null ? Effect.succeed(null) : checkField(MaxConcurrent, "rate_limit.max_concurrent", given.max_concurrent)
+  })
+
+/** The limits set, as an answer shows them (`{}` when none is). */
+export const shownUpstreamLimits = (l: UpstreamLimitFields): { tokens_per_minute?: number; max_concurrent?: number } => ({
+  ...(l.tokensPerMinute === null ? {} : { tokens_per_minute: Number(l.tokensPerMinute) }),
+  ...(l.maxConcurrent === null ? {} : { max_concurrent: Number(l.maxConcurrent) })
+})

@@ -9,7 +9,7 @@ import type { BudgetPeriod } from "../../spec/periods.ts"
 import { Clock, Effect, Option, Stream } from "effect"
 import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
-import { BudgetCredits, checkField, GraceSeconds, MaxConcurrent, TokensPerMinute } from "../domain/adminFields.ts"
+import { BudgetCredits, checkField, checkUpstreamLimits, GraceSeconds, shownUpstreamLimits, type UpstreamLimitFields } from "../domain/adminFields.ts"
 import { AdminConflict, AdminNotFound, InvalidApiKey, InvalidRequest } from "../domain/errors.ts"
 import { type Environment, isEnvironment, newKeyId } from "../domain/ids.ts"
 import { cursorPosition, type Page, pageOf, type PageRequest } from "../domain/paging.ts"
@@ -36,11 +36,8 @@ export interface Principal {
   readonly endUserLimits?: ReadonlyMap<string, ScopeLimits> | undefined
 }
 
-/** A key's own upstream limits as stored (null: none). */
 /** A key's own limits and budget (issue 41), set with the key in its INSERT. */
-interface KeyLimits {
-  readonly tokensPerMinute: number | null
-  readonly maxConcurrent: number | null
+interface KeyLimits extends UpstreamLimitFields {
   readonly budgetCredits: number | null
 }
 const NO_LIMITS: KeyLimits = { tokensPerMinute: null, maxConcurrent: null, budgetCredits: null }
@@ -217,10 +214,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     const prepareKey = (projectId: string, environment: Environment, now: number, replaces: string | null, limits: KeyLimits = NO_LIMITS) => {
       const id = newKeyId()
       const secret = newSecret()
-      const shown = {
-        ...(limits.tokensPerMinute === null ? {} : { tokens_per_minute: limits.tokensPerMinute }),
-        ...(limits.maxConcurrent === null ? {} : { max_concurrent: limits.maxConcurrent })
-      }
+      const shown = shownUpstreamLimits(limits)
       const issued: IssuedKey = {
         id,
         object: "api_key",
@@ -260,11 +254,8 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
         if (!isEnvironment(environment)) {
           return yield* new InvalidRequest({ message: "environment must be one of development, staging, production.", param: "environment" })
         }
-        const tpm = rateLimit?.tokens_per_minute
-        const concurrent = rateLimit?.max_concurrent
         const limits: KeyLimits = {
-          tokensPerMinute: tpm === undefined || tpm === null ? null : yield* checkField(TokensPerMinute, "rate_limit.tokens_per_minute", tpm),
-          maxConcurrent: concurrent === undefined || concurrent === null ? null : yield* checkField(MaxConcurrent, "rate_limit.max_concurrent", concurrent),
+          ...(yield* checkUpstreamLimits(rateLimit)),
           budgetCredits: budgetCredits === undefined || budgetCredits === null ? null : yield* checkField(BudgetCredits, "budget_credits", budgetCredits)
         }
         const project = yield* projects.get(projectId)
@@ -362,14 +353,15 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     ): Effect.Effect<{ tokens_per_minute?: number; max_concurrent?: number }, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         const row = yield* findKey(keyId)
-        const next = (value: number | null | undefined, stored: number | null, schema: typeof TokensPerMinute, param: string) =>
-          value === undefined ? Effect.succeed(stored) : value === null ? Effect.succeed(null) : checkField(schema, param, value)
-        const tpm = yield* next(patch.tokens_per_minute, row.tokens_per_minute, TokensPerMinute, "rate_limit.tokens_per_minute")
-        const concurrent = yield* next(patch.max_concurrent, row.max_concurrent, MaxConcurrent, "rate_limit.max_concurrent")
-        yield* Effect.orDie(repo.setLimits(keyId, tpm, concurrent))
+        // A field left out keeps the stored value; null removes it.
+        const limits = yield* checkUpstreamLimits({
+          tokens_per_minute: patch.tokens_per_minute === undefined ? row.tokens_per_minute : patch.tokens_per_minute,
+          max_concurrent: patch.max_concurrent === undefined ? row.max_concurrent : patch.max_concurrent
+        })
+        yield* Effect.orDie(repo.setLimits(keyId, limits.tokensPerMinute, limits.maxConcurrent))
         cache.delete(keyId)
         yield* events.announce({ _tag: "Key", keyId })
-        return { ...(tpm === null ? {} : { tokens_per_minute: tpm }), ...(concurrent === null ? {} : { max_concurrent: concurrent }) }
+        return shownUpstreamLimits(limits)
       })
 
     const info = (keyId: string): Effect.Effect<KeyInfo, AdminNotFound> =>

@@ -9,12 +9,12 @@
  * `scope_windows` row (none yet: zero).
  */
 import { Clock, Effect } from "effect"
-import { BudgetCredits, checkField, MaxConcurrent, TokensPerMinute } from "../domain/adminFields.ts"
+import { BudgetCredits, checkField, checkUpstreamLimits, shownUpstreamLimits } from "../domain/adminFields.ts"
 import { AdminNotFound, InvalidRequest } from "../domain/errors.ts"
 import type { Page } from "../domain/paging.ts"
 import type * as Wire from "../domain/wire/scopes.ts"
 import { ProjectsRepo } from "../store/projectsRepo.ts"
-import { type EndUserLimits, type EndUserRow, type KeyBudgetRow, ScopeBudgetsRepo, type SpentPosition } from "../store/scopeBudgetsRepo.ts"
+import { type EndUserRow, type KeyBudgetRow, ScopeBudgetsRepo, type SpentPosition } from "../store/scopeBudgetsRepo.ts"
 import { periodSettings, windowOfCall } from "./Ledger.ts"
 
 export type KeyBudget = typeof Wire.KeyBudget.Type
@@ -23,23 +23,9 @@ export type EndUser = typeof Wire.EndUser.Type
 const checkCap = (cap: number | null, param: string): Effect.Effect<number | null, InvalidRequest> =>
   cap === null ? Effect.succeed(null) : checkField(BudgetCredits, param, cap)
 
-/** An end user's own limits as a PUT gives them (absent or null: none), each checked against its bounds. */
-const checkLimits = (
-  limits: { readonly tokens_per_minute?: number | null | undefined; readonly max_concurrent?: number | null | undefined } | undefined
-): Effect.Effect<EndUserLimits, InvalidRequest> =>
-  Effect.all({
-    tokensPerMinute: limits?.tokens_per_minute == null ? Effect.succeed(null) : checkField(TokensPerMinute, "rate_limit.tokens_per_minute", limits.tokens_per_minute),
-    maxConcurrent: limits?.max_concurrent == null ? Effect.succeed(null) : checkField(MaxConcurrent, "rate_limit.max_concurrent", limits.max_concurrent)
-  })
-
-/** The limits a row has, as answered: only those set; undefined when none is. */
+/** The limits an end user's row has, as answered: only those set; undefined when none is. */
 const limitsShown = (row: Pick<EndUserRow, "tokens_per_minute" | "max_concurrent">) =>
-  row.tokens_per_minute === null && row.max_concurrent === null
-    ? undefined
-    : {
-        ...(row.tokens_per_minute === null ? {} : { tokens_per_minute: Number(row.tokens_per_minute) }),
-        ...(row.max_concurrent === null ? {} : { max_concurrent: Number(row.max_concurrent) })
-      }
+  row.tokens_per_minute === null && row.max_concurrent === null ? undefined : shownUpstreamLimits({ tokensPerMinute: row.tokens_per_minute, maxConcurrent: row.max_concurrent })
 
 const windowOf = (period: string, cap: number | null, w: { readonly spent: number | null; readonly reserved: number | null } | undefined) => {
   const spent = Number(w?.spent ?? 0)
@@ -151,11 +137,11 @@ export class ScopeBudgets extends Effect.Service<ScopeBudgets>()("tollgate/Scope
       projectId: string,
       user: string,
       cap: number | null,
-      rateLimit?: Parameters<typeof checkLimits>[0]
+      rateLimit?: Parameters<typeof checkUpstreamLimits>[0]
     ): Effect.Effect<EndUser, AdminNotFound | InvalidRequest> =>
       Effect.gen(function* () {
         const checked = yield* checkCap(cap, "budget_credits")
-        const limits = yield* checkLimits(rateLimit)
+        const limits = yield* checkUpstreamLimits(rateLimit)
         yield* projectDefault(projectId)
         yield* Effect.orDie(repo.putEndUser(projectId, user, checked, limits, yield* now))
         return yield* endUser(projectId, user)

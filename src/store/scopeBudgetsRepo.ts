@@ -5,6 +5,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import type { UpstreamLimitFields } from "../domain/adminFields.ts"
 import { endUserAccount, keyAccount } from "./ledgerStatements.ts"
 
 /** An end user's override as stored, with its window's figures. */
@@ -19,12 +20,6 @@ export interface EndUserRow {
   readonly updated_at: number
   readonly spent: number | null
   readonly reserved: number | null
-}
-
-/** An end user's own upstream limits as a PUT sets them (null: none). */
-export interface EndUserLimits {
-  readonly tokensPerMinute: number | null
-  readonly maxConcurrent: number | null
 }
 
 export interface ScopeWindowRow {
@@ -70,7 +65,7 @@ export const makeScopeBudgetsRepo = (sql: SqlClient.SqlClient) => ({
       LEFT JOIN scope_windows w ON w.scope = ${endUserAccount(projectId, user)} AND w.period = ${period}`,
 
   /** Set end user `user`'s override (cap null: no budget at all, whatever the project's default) and its own limits (null: none). */
-  putEndUser: (projectId: string, user: string, cap: number | null, limits: EndUserLimits, now: number) =>
+  putEndUser: (projectId: string, user: string, cap: number | null, limits: UpstreamLimitFields, now: number) =>
     sql`INSERT INTO end_users (project_id, end_user, budget_credits, tokens_per_minute, max_concurrent, created_at, updated_at)
         VALUES (${projectId}, ${user}, ${cap}, ${limits.tokensPerMinute}, ${limits.maxConcurrent}, ${now}, ${now})
         ON CONFLICT (project_id, end_user) DO UPDATE SET budget_credits = excluded.budget_credits,
