@@ -3,13 +3,14 @@
  * upstream: a project's `rate_limit.tokens_per_minute` (its estimate taken at admission, corrected at
  * settlement; a 429 naming the limit with OpenAI's token headers, which successful answers carry too)
  * and `rate_limit.max_concurrent` (a 429 while N calls are in flight on a slow upstream, the slot back
- * once one ends); the admin fields' bounds (400 naming the field).
+ * once one ends); the admin fields' bounds (400 naming the field); an end user's own limits (migration
+ * 0022: a 429 naming end_user.rate_limit.* while its key, its project and other end users have room).
  */
 import { execFile } from "node:child_process"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { startGateway, mockGatewayFile, type TestGateway } from "../support/gateway.ts"
 import { type MockUpstream, startMockUpstream } from "../support/mockUpstream.ts"
-import { clientFor, expectApiError, newKey } from "./helpers.ts"
+import { clientFor, expectApiError, newKey, newProject } from "./helpers.ts"
 
 const hello = [{ role: "user" as const, content: "Say hello." }]
 
@@ -191,6 +192,51 @@ describe("upstream limits: tokens per minute and calls in flight (one instance)"
     expect(cleared.status).toBe(200)
     expect(cleared.body.rate_limit).toEqual({ requests_per_minute: 6000, burst: 600, max_concurrent: 4 })
   })
+
+  it("an end user's own limits (PUT …/end_users/{user} rate_limit; migration 0022): max_concurrent and tokens_per_minute refuse that end user (param end_user.rate_limit.*) while the others have room; a PUT without rate_limit removes them", async () => {
+    const p = await newProject(gw, { name: "end-user-limits", budget: 10_000_000 })
+    const client = clientFor(gw, p.key)
+    // The key has served a call before the limits are set: its cached row must not hide them.
+    await client.chat.completions.create({ model: "gpt-test", messages: hello, user: "zed" })
+
+    const put = await gw.admin("PUT", `/admin/v1/projects/${p.projectId}/end_users/zed`, { budget_credits: null, rate_limit: { max_concurrent: 1, tokens_per_minute: 250 } })
+    expect([put.status, put.body.rate_limit]).toEqual([200, { max_concurrent: 1, tokens_per_minute: 250 }])
+    expect((await gw.admin("GET", `/admin/v1/projects/${p.projectId}/end_users/zed`)).body.rate_limit).toEqual({ max_concurrent: 1, tokens_per_minute: 250 })
+
+    const before = mock.calls
+    const first = client.chat.completions.create({ model: "gpt-slow", messages: hello, max_tokens: 20, user: "zed" })
+    await untilUpstreamSaw(mock, before + 1)
+    await expectApiError(client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20, user: "zed" }), {
+      status: 429,
+      code: "rate_limited",
+      param: "end_user.rate_limit.max_concurrent",
+      message: /1 calls in flight reached for this end user/
+    })
+    // Another end user, and a call naming none, of the same key: not limited by zed's.
+    await client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20, user: "amy" })
+    await client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 20 })
+    await first
+    const refused = await expectApiError(client.chat.completions.create({ model: "gpt-test", messages: hello, max_tokens: 240, user: "zed" }), {
+      status: 429,
+      code: "rate_limited",
+      param: "end_user.rate_limit.tokens_per_minute"
+    })
+    expect(refused.headers?.get("x-ratelimit-limit-tokens")).toBe("250")
+
+    // Bad limits: a 400 naming the field, nothing written.
+    for (const bad of [{ max_concurrent: 0 }, { tokens_per_minute: -5 }, { max_concurrent: 1.5 }]) {
+      const r = await gw.admin("PUT", `/admin/v1/projects/${p.projectId}/end_users/zed`, { budget_credits: null, rate_limit: bad })
+      expect([r.status, r.body.error?.param]).toEqual([400, `rate_limit.${Object.keys(bad)[0]}`])
+    }
+
+    // Without rate_limit the override has none: zed's calls run again, two at once.
+    const cleared = await gw.admin("PUT", `/admin/v1/projects/${p.projectId}/end_users/zed`, { budget_credits: null })
+    expect([cleared.status, cleared.body.rate_limit]).toEqual([200, undefined])
+    const after = mock.calls
+    const two = [0, 1].map(() => client.chat.completions.create({ model: "gpt-slow", messages: hello, max_tokens: 20, user: "zed" }))
+    await untilUpstreamSaw(mock, after + 2)
+    expect(await Promise.all(two)).toHaveLength(2)
+  })
 })
 
 describe("route quotas: a route's rate_limit as the provider's quota", () => {
@@ -239,4 +285,5 @@ describe("route quotas: a route's rate_limit as the provider's quota", () => {
     })
     expect(mock.calls).toBe(calls)
   })
+
 })
