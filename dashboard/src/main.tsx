@@ -28,11 +28,17 @@ const go = (hash: string) => {
   location.hash = hash
 }
 
+const routeOf = (hash: string) => hash.replace(/^#\/?/, "").split("/").filter((p) => p.length > 0).map(decodeURIComponent)
+
 const Screen = ({ hash, session }: { hash: string; session: Session }) => {
-  const parts = hash.replace(/^#\/?/, "").split("/").filter((p) => p.length > 0).map(decodeURIComponent)
+  const parts = routeOf(hash)
   const home = session.role === "team" ? `#/projects/${session.project_id}` : "#/projects"
   useEffect(() => {
-    if (parts.length === 0 || (session.role === "team" && parts[0] === "projects" && parts.length === 1)) go(home)
+    // An effect runs after the paint; by then the address may have moved on (a link followed, a
+    // bookmark opened right after signing in). Redirect only from where the page still is, never
+    // from the hash this render saw.
+    const now = routeOf(location.hash)
+    if (now.length === 0 || (session.role === "team" && now[0] === "projects" && now.length === 1)) go(home)
   }, [hash])
   if (parts[0] === "webhooks" && session.role === "operator") return parts[1] === undefined ? <WebhooksPage /> : <WebhookPage id={parts[1]} />
   if (parts[0] !== "projects") return <p>Unknown page. <a href={home}>Go to the start page.</a></p>

@@ -367,6 +367,34 @@ describe("the dashboard in headless Chromium", () => {
     await context.close()
   }, 120_000)
 
+  it("a page opened right after signing in stays open: the start page's redirect, run after the paint, reads where the page is then", async () => {
+    // The redirect from the bare address to the start page is an effect, run after the browser
+    // paints. Playwright's fake clock holds the paint timers, so the address moves on in between
+    // (as a bookmark or a link followed at once does); when the page re-renders, Preact runs the
+    // held effect first. It used to redirect from the address its render saw (none), so the
+    // project's page opened and was replaced by the projects list.
+    const { context, page } = await open()
+    const projects = (await (await fetch(`${gw.origin}/admin/v1/projects`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json()) as { data: Array<{ id: string; name: string }> }
+    const project = projects.data[0]!
+    await page.clock.install()
+    await page.goto(`${gw.origin}/dashboard/`)
+    await page.getByLabel("Admin token or project key").fill(ADMIN_TOKEN)
+    await page.clock.pauseAt(Date.now() + 60_000)
+    await page.getByRole("button", { name: "Sign in" }).click()
+    await page.getByRole("button", { name: "Sign in" }).waitFor({ state: "detached" })
+    await page.evaluate(`location.hash = ${JSON.stringify(`#/projects/${project.id}`)}`)
+    // The re-render has happened (the project page waits for its own load, an effect held too).
+    await page.getByRole("status").filter({ hasText: "Loading…" }).waitFor()
+    await page.clock.resume()
+    await page.locator("main h1").waitFor()
+    expect(await page.locator("main h1").textContent()).toBe(project.name)
+    await page.getByRole("heading", { name: "Verify a month's bill" }).waitFor()
+    expect(new URL(page.url()).hash).toBe(`#/projects/${project.id}`)
+    expect(await page.getByRole("heading", { level: 1 }).textContent()).toBe(project.name)
+    expect(problems).toEqual([])
+    await context.close()
+  }, 60_000)
+
   it("an expired session sends the page back to sign-in", async () => {
     const short = await startGateway(mockGatewayFile(upstream.url), { sessionTtlMs: 1500 })
     const context = await browser.newContext()
