@@ -14,6 +14,7 @@ import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
 import { migrationBudgetPeriods } from "./migrationsBudgetPeriods.ts"
 import { migrationKeyBudgetChanged } from "./migrationsKeyBudgetChanged.ts"
+import { migrationKeyedSettle } from "./migrationsKeyedSettle.ts"
 import { migrationEndUserLimits } from "./migrationsEndUserLimits.ts"
 import { migrationLimits } from "./migrationsLimits.ts"
 import { migrationEvents } from "./migrationsEvents.ts"
@@ -678,7 +679,8 @@ export const migrationSteps = {
   "0018_scope_thresholds": migrationScopeThresholds,
   "0019_budget_periods": migrationBudgetPeriods,
   "0020_key_budget_changed": migrationKeyBudgetChanged,
-  "0022_end_user_limits": migrationEndUserLimits
+  "0022_end_user_limits": migrationEndUserLimits,
+  "0023_pg_keyed_settle": migrationKeyedSettle
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)
