@@ -49,7 +49,7 @@ const TABLES = [
   `ALTER TABLE reservations ADD COLUMN end_user TEXT`
 ]
 
-const FIGURES = `o_outcome TEXT, o_cap BIGINT, o_spent BIGINT, o_reserved BIGINT, o_fingerprint TEXT, o_request_id TEXT,
+export const FIGURES = `o_outcome TEXT, o_cap BIGINT, o_spent BIGINT, o_reserved BIGINT, o_fingerprint TEXT, o_request_id TEXT,
     o_state TEXT, o_status BIGINT, o_content_type TEXT, o_body BYTEA, o_expires_at BIGINT,
     o_scope TEXT, o_key_cap BIGINT, o_key_spent BIGINT, o_key_reserved BIGINT, o_eu_cap BIGINT, o_eu_spent BIGINT, o_eu_reserved BIGINT`
 
