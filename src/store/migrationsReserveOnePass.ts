@@ -21,7 +21,8 @@
  *    batch's earlier holds, and its scopes'), and its claim is released.
  *
  * The answers, the rows written and the invariant (spent + reserved ≤ cap in every scope, all or none)
- * are the ones `tollgate_reserve` gave; `tollgate_reserve_bounded` (the lock bound) calls this one.
+ * are the ones `tollgate_reserve` gave; `tollgate_reserve_bounded` (the lock bound) calls this one, and
+ * `tollgate_reserve`, no longer called, is dropped.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
@@ -195,7 +196,9 @@ BEGIN
     UPDATE budget_windows w SET reserved = w.reserved + v_held WHERE w.project_id = v_project AND w.period = v_period;
   END IF;
 END
-$fn$`
+$fn$`,
+  `DROP FUNCTION tollgate_reserve(BIGINT, BIGINT, INTEGER, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT, BIGINT,
+     TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT, TEXT, TEXT)`
 ]
 
 export const migrationReserveOnePass = Effect.gen(function* () {

@@ -5,10 +5,11 @@
  * migration 0008 (src/store/migrations.ts), called in its own implicit transaction: one round trip,
  * its return its commit (docs/decisions/0043). What keeps the guarantees when instances race (READ COMMITTED):
  *
- * - reserve (`tollgate_reserve`): the idempotency claim is one INSERT … ON CONFLICT DO NOTHING on the
- *   primary key (a racing claim waits for the first to commit or roll back, then loses or wins); the
- *   hold is ONE guarded UPDATE `spent + reserved + amount ≤ cap`, which PostgreSQL evaluates again on
- *   the locked, latest version of the window row, so no interleaving can overspend. The hold is sized
+ * - reserve (`tollgate_reserve_many`, migration 0024): the idempotency claim is one INSERT … ON
+ *   CONFLICT DO NOTHING on the primary key (a racing claim waits for the first to commit or roll back,
+ *   then loses or wins), every claim of a batch before any window is locked; the hold's guard
+ *   `spent + reserved + amount ≤ cap` is decided on the window row locked FOR UPDATE (its latest
+ *   version) and the batch's earlier holds, so no interleaving can overspend. The hold is sized
  *   as if the window were unbounded, which is what sizing on the window gives whenever the guard
  *   accepts it; refused, the function answers the window's figures and the call is sized on them and
  *   tried once more (a second round trip, only near the cap).

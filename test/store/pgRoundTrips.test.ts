@@ -59,7 +59,7 @@ describe.runIf(onEngines("test/store/pgRoundTrips.test.ts"))("round trips of a g
     console.log(`[issue 40] round trips a call: plain ${plain.roundTrips} in ${plain.checkouts} checkouts, with an idempotency key ${keyed.roundTrips} in ${keyed.checkouts}, stream ${stream.roundTrips} in ${stream.checkouts}`)
     for (const c of [plain, keyed, stream]) expect(c.roundTrips).toBeGreaterThan(0)
     // Three round trips, in three checkouts (docs/decisions/0043): the shared rate limit's upsert (1);
-    // the reservation, one `tollgate_reserve` call with the claim, the guard, the request and the hold
+    // the reservation, one `tollgate_reserve_many` call with the claim, the guard, the request and the hold
     // (1); the settlement, one `tollgate_settle` call with the hold, the request, the idempotent result,
     // the window, the receipt and the head (1). Before migration 0008: 8, 9 and 8 (BEGIN and COMMIT
     // each a round trip, a statement each for the claim, the guard, the hold and the head, the receipt);
