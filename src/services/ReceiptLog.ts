@@ -179,14 +179,19 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
 
     const parseStatement = (body: string): Statement => JSON.parse(body) as Statement
 
-    /** The period's statement: the stored one, or made now if the period has closed; undefined while it is open. */
-    const statementOf = (projectId: string, period: string) =>
+    /**
+     * The period's statement: the stored one, or made now if the period has closed; else why there is
+     * none — the period is still open (or the project unknown), or it ended before the project existed
+     * (nothing to state, and a cap it never had).
+     */
+    const statementOrWhy = (projectId: string, period: string): Effect.Effect<Statement | "open" | "before_project"> =>
       Effect.gen(function* () {
         const stored = yield* repo.statement(projectId, period).pipe(Effect.orDie)
         if (stored !== undefined) return parseStatement(stored)
         const window = yield* repo.window(projectId, period).pipe(Effect.orDie)
-        // A month that ended before the project existed has no statement (nothing to state, and a cap it never had).
-        if (window === undefined || periodBounds(period).endMillis <= Number(window.created_at) || !(yield* isClosed(projectId, period))) return undefined
+        if (window === undefined) return "open"
+        if (periodBounds(period).endMillis <= Number(window.created_at)) return "before_project"
+        if (!(yield* isClosed(projectId, period))) return "open"
         const size = yield* extend(projectId, yield* repo.head(projectId).pipe(Effect.orDie))
         const checkpoint = yield* checkpointOf(projectId, size)
         const sums = yield* repo.routeSums(projectId, period).pipe(Effect.orDie)
@@ -217,6 +222,10 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
         yield* repo.insertStatement(projectId, period, JSON.stringify({ ...unsigned, signature }), now).pipe(Effect.orDie)
         return parseStatement((yield* repo.statement(projectId, period).pipe(Effect.orDie))!)
       })
+
+    /** The period's statement, stored or made now; undefined while there is none (`statementOrWhy`). */
+    const statementOf = (projectId: string, period: string) =>
+      Effect.map(statementOrWhy(projectId, period), (found) => (typeof found === "string" ? undefined : found))
 
     /** The statements of the month before now's, for every project that had a window in it. */
     const closePeriods = Effect.gen(function* () {
@@ -281,14 +290,11 @@ export class ReceiptLog extends Effect.Service<ReceiptLog>()("tollgate/ReceiptLo
     const statement = (projectId: string, period: string) =>
       Effect.gen(function* () {
         if (!isPeriod(period)) return yield* new InvalidRequest({ message: "period must be a month written YYYY-MM.", param: "period" })
-        const found = yield* statementOf(projectId, period)
-        if (found === undefined) {
-          const window = yield* repo.window(projectId, period).pipe(Effect.orDie)
+        const found = yield* statementOrWhy(projectId, period)
+        if (found === "before_project") return yield* new AdminNotFound({ message: `The project did not exist in ${period}: there is no statement of it.` })
+        if (found === "open") {
           return yield* new AdminNotFound({
-            message:
-              window !== undefined && periodBounds(period).endMillis <= Number(window.created_at)
-                ? `The project did not exist in ${period}: there is no statement of it.`
-                : `The period ${period} has not closed yet: its statement is made once it has (after the month ends and nothing of it is still held).`
+            message: `The period ${period} has not closed yet: its statement is made once it has (after the month ends and nothing of it is still held).`
           })
         }
         return found
