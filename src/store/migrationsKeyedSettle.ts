@@ -19,14 +19,15 @@
  * - the holds locked in id order (`tollgate_lock_holds`), each checked (`again`, `done`, `gone`,
  *   `mismatch`: the whole batch answered, nothing written), the heads checked;
  * - the holds settled, the requests completed, the idempotent replies stored;
- * - the project windows locked in (project, period) order (`tollgate_lock_windows`) and posted each
- *   its batch's sums, a missing one an error; the chains extended; the heads written;
+ * - the project windows posted each its batch's sums, each locked by its own UPDATE in (project,
+ *   period) order (0009 locked them all first, then posted them in one joined UPDATE whose order it
+ *   could not choose), a missing one an error; the chains extended; the heads written;
  * - the key and end-user windows posted the same charges (what 0014's wrapper did — now in the same
  *   function, the hold's scopes read by the UPDATE that settles it), in (scope, period) order, after the
  *   project's window (a scope's row is only written under its project's window lock: no new cycle).
  *
- * `tollgate_settle_lock` takes the same locks with the same helpers. `tollgate_settle_project` (0014's
- * name for the project part) is dropped: `tollgate_settle` is whole again.
+ * `tollgate_settle_lock` takes the same locks up front (`tollgate_lock_holds`, `tollgate_lock_windows`).
+ * `tollgate_settle_project` (0014's name for the project part) is dropped: `tollgate_settle` is whole again.
  */
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
@@ -127,7 +128,7 @@ BEGIN
     END IF;
   END LOOP;
 
-  PERFORM tollgate_lock_windows(v_items);
+  -- Each window locked by its own UPDATE, in (project, period) order: the order every writer locks them in.
   FOR v_sum IN SELECT b.item->>'project_id' AS project_id, b.item->>'period' AS period,
         SUM((b.item->>'charge')::BIGINT)::BIGINT AS charge, SUM((b.item->>'amount')::BIGINT)::BIGINT AS amount
       FROM jsonb_array_elements(v_items) AS b(item) GROUP BY 1, 2 ORDER BY 1, 2 LOOP
