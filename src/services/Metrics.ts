@@ -3,7 +3,7 @@
  * rendering happens only when scraped. Labels are bounded: endpoint, status, route, outcome, project.
  */
 import { Effect } from "effect"
-import { pgReserveBatches, pgRetries, pgSettleBatches, pgShed } from "../store/pgChatStore.ts"
+import { pgReserveBatches, pgRetries, pgSettleBatches, pgShed, pgTurns } from "../store/pgChatStore.ts"
 import { pgRoundTrips } from "../store/pgPool.ts"
 import { rateLimitFallbacks } from "./RateLimiter.ts"
 import { webhookStats } from "./WebhookWorker.ts"
@@ -90,6 +90,7 @@ const renderStoreRetries = (): string =>
     external("tollgate_store_head_moved_total", "Settlement statements that found a receipt chain head another instance had moved, and sealed their batch again (zero on SQLite).", [["", pgSettleBatches.headMoved]]),
     external("tollgate_store_reserve_batches_total", "Reservation statements sent to PostgreSQL that answered, each one transaction (zero on SQLite).", [["", pgReserveBatches.batches]]),
     external("tollgate_store_batched_reservations_total", "Reservations those statements carried: divided by the batches, the mean batch size.", [["", pgReserveBatches.reservations]]),
+    external("tollgate_store_turns_total", "Lane turns that carried settlements and reservations in one PostgreSQL statement, one commit (counted in both batch totals too; zero on SQLite).", [["", pgTurns.turns]]),
     external("tollgate_store_shed_total", "Reservations refused 503 server_overloaded before anything was held, by the bound that shed them (zero on SQLite).", [
       ['{bound="queued"}', pgShed.queued],
       ['{bound="waited"}', pgShed.waited],

@@ -11,6 +11,7 @@ import { Effect } from "effect"
 import { MAX_BUDGET_CREDITS, MAX_BURST, MAX_REQUESTS_PER_MINUTE } from "../domain/adminFields.ts"
 import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
 import { migrationReserveOnePass } from "./migrationsReserveOnePass.ts"
+import { migrationLaneTurn } from "./migrationsLaneTurn.ts"
 import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
 import { migrationBudgetPeriods } from "./migrationsBudgetPeriods.ts"
@@ -682,7 +683,8 @@ export const migrationSteps = {
   "0020_key_budget_changed": migrationKeyBudgetChanged,
   "0022_end_user_limits": migrationEndUserLimits,
   "0023_pg_keyed_settle": migrationKeyedSettle,
-  "0024_pg_reserve_one_pass": migrationReserveOnePass
+  "0024_pg_reserve_one_pass": migrationReserveOnePass,
+  "0025_pg_lane_turn": migrationLaneTurn
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -27,6 +27,10 @@
  * - expire: the sweep takes expired holds with FOR UPDATE SKIP LOCKED and moves each `held → voided`
  *   once: several instances sweeping at once split the work, none voids a hold twice.
  *
+ * - a lane's turn (`tollgate_turn`, migration 0025; docs/decisions/0054): the settlements and the
+ *   reservations waiting on one lane go in one statement, one commit — settlements first, then the
+ *   reservations in a block of their own under the hot-row bound, so a lock not had sheds them alone.
+ *
  * - bounded waits (issue 40, item 3; docs/decisions/0046, 0051): a reservation waits for its lane's
  *   turn at most `TOLLGATE_PG_MAX_WAIT_MS` beyond the database's own time for a statement (judged when
  *   its batch is taken: a late one is never sent), finds at most `TOLLGATE_PG_MAX_QUEUED` others waiting on its lane (else it is refused at once),
@@ -71,6 +75,9 @@ export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMove
 
 /** Reservation statements that answered (each one transaction) and the reservations they carried: their ratio is the mean batch. */
 export const pgReserveBatches = { batches: 0, reservations: 0 }
+
+/** Lane turns that carried settlements and reservations in one statement (`tollgate_turn`, docs/decisions/0054). */
+export const pgTurns = { turns: 0 }
 
 /**
  * Reservations shed (issue 40, item 3; docs/decisions/0046), by the bound that shed them: the lane's
@@ -306,8 +313,9 @@ export const makePgChatStore = Effect.gen(function* () {
   }
 
   /**
-   * Reservations, group-committed like settlements (below): one lane per project (of `pgLanes`),
-   * one statement at a time per lane; those that arrive while it is in flight go together as the next
+   * Reservations, group-committed with the settlements (below): a project's go through its lane (of
+   * `pgLanes`), one statement at a time per lane; those that arrive while it is in flight go together
+   * in its next turn — with the lane's settlements, `tollgate_turn` (`runTurn`), else alone,
    * `tollgate_reserve_many` (migration 0010) — one transaction, one WAL flush — each answered on its
    * own row. A batch the database refuses is split, each reservation run alone; a connection lost
    * under a batch is each of its callers' lost connection (each voids, fenced, what it may have taken).
@@ -319,13 +327,6 @@ export const makePgChatStore = Effect.gen(function* () {
     readonly at: number
     readonly done: (outcome: Exit.Exit<ReserveRow, ReserveRefused>) => void
   }
-  interface ReserveLane {
-    queue: Array<PendingReserve>
-    busy: boolean
-    /** Its last few committed statements' times (ms): see `ownTime`. */
-    readonly served: Array<number>
-  }
-  const reserveLanes: ReadonlyArray<ReserveLane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false, served: [] }))
 
   const reserveItem = (a: ReserveArgs, amount: number | null) => {
     const c = a.claim
@@ -416,7 +417,7 @@ export const makePgChatStore = Effect.gen(function* () {
   const ownTime = (served: ReadonlyArray<number>): number => (served.length === 0 ? 0 : Math.min(...served))
 
   /**
-   * The lane's next batch. A reservation that waited for its turn past `pgMaxWaitMs` beyond the
+   * The reservations of the lane's next turn (`drain`). A reservation that waited for its turn past `pgMaxWaitMs` beyond the
    * database's own time for a statement (`ownTime`) is shed here, before its statement is sent: it
    * never reaches the database, so nothing of it is held. Beyond, not past: a call that waited only
    * for the statement in flight waited for the database, not for a queue, and shedding it would
@@ -424,31 +425,16 @@ export const makePgChatStore = Effect.gen(function* () {
    * batch a statement keeps flowing. What is shed is a standing queue: calls passed over by a full
    * batch, or queued behind a statement far slower than the lane's recent ones (a stuck row).
    */
-  const drainReserves = (lane: ReserveLane): void => {
-    lane.busy = true
-    const taken = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
-    lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
+  const takeReserves = (lane: Lane): Array<PendingReserve> => {
+    const taken = lane.reserves.splice(0, SETTLE_BATCH)
     const bound = pgMaxWaitMs + ownTime(lane.served)
     const oldest = clock.unsafeCurrentTimeMillis() - bound
     const late = taken.filter((p) => p.at < oldest)
-    const batch = late.length === 0 ? taken : taken.filter((p) => p.at >= oldest)
-    if (late.length > 0) {
-      pgShed.waited += late.length
-      const shed = shedBy(`its reservation waited for the database past ${Math.round(bound)} ms (a statement's own time plus the ${pgMaxWaitMs} ms bound)`)
-      for (const p of late) p.done(shed)
-    }
-    if (batch.length === 0) {
-      if (lane.queue.length > 0) return drainReserves(lane)
-      lane.busy = false
-      return
-    }
-    const sentAt = nowMs()
-    runFork(runReserveBatch(batch)).addObserver((exit) => {
-      if (Exit.isSuccess(exit) && exit.value) statementTook(lane.served, nowMs() - sentAt)
-      tellTheRest(batch, exit)
-      if (lane.queue.length > 0) return drainReserves(lane)
-      lane.busy = false
-    })
+    if (late.length === 0) return taken
+    pgShed.waited += late.length
+    const shed = shedBy(`its reservation waited for the database past ${Math.round(bound)} ms (a statement's own time plus the ${pgMaxWaitMs} ms bound)`)
+    for (const p of late) p.done(shed)
+    return taken.filter((p) => p.at >= oldest)
   }
 
   /**
@@ -457,13 +443,13 @@ export const makePgChatStore = Effect.gen(function* () {
    */
   const reserveAttempt = (a: ReserveArgs, amount: number | null): Effect.Effect<ReserveRow, ReserveRefused> =>
     Effect.async<ReserveRow, ReserveRefused>((resume) => {
-      const lane = reserveLanes[laneIndex(a.hold.projectId, pgLanes)]!
-      if (lane.queue.length >= pgMaxQueued) {
+      const lane = laneOf(a.hold.projectId)
+      if (lane.reserves.length >= pgMaxQueued) {
         pgShed.queued++
-        return resume(shedBy(`${lane.queue.length} reservations wait for the database already`))
+        return resume(shedBy(`${lane.reserves.length} reservations wait for the database already`))
       }
-      lane.queue.push({ a, amount, at: clock.unsafeCurrentTimeMillis(), done: toldOnce((outcome) => resume(outcome)) })
-      if (!lane.busy) drainReserves(lane)
+      lane.reserves.push({ a, amount, at: clock.unsafeCurrentTimeMillis(), done: toldOnce((outcome) => resume(outcome)) })
+      if (!lane.busy) drain(lane)
     }).pipe(Effect.uninterruptible)
 
   /**
@@ -547,10 +533,15 @@ export const makePgChatStore = Effect.gen(function* () {
     readonly done: (outcome: Exit.Exit<void>) => void
   }
   interface Lane {
+    /** Settlements waiting for the lane's next turn. */
     queue: Array<Pending>
+    /** Reservations waiting for it. */
+    reserves: Array<PendingReserve>
     busy: boolean
+    /** Its last few committed reservation statements' times (ms): see `ownTime`. */
+    readonly served: Array<number>
   }
-  const lanes: ReadonlyArray<Lane> = Array.from({ length: pgLanes }, () => ({ queue: [], busy: false }))
+  const lanes: ReadonlyArray<Lane> = Array.from({ length: pgLanes }, () => ({ queue: [], reserves: [], busy: false, served: [] }))
   const laneOf = (projectId: string): Lane => lanes[laneIndex(projectId, pgLanes)]!
   const runtime = yield* Effect.runtime<never>()
   const runFork = Runtime.runFork(runtime)
@@ -660,20 +651,27 @@ export const makePgChatStore = Effect.gen(function* () {
   const headMoved = (cause: Cause.Cause<unknown>): boolean =>
     [...Cause.defects(cause)].some((d) => (d as { _tag?: unknown })._tag === "SqlError" && ((d as SqlError.SqlError).cause as { code?: unknown } | undefined)?.code === "TG001")
 
-  /** Settle `batch` (in order); each caller told once how its settlement ended. */
-  const runBatch = (lane: Lane, batch: ReadonlyArray<Pending>): Effect.Effect<void> =>
+  /**
+   * Settle `batch` (in order); each caller told once how its settlement ended. `answered`: the
+   * database's answer to the batch already sent (sealed on this instance's heads) in a lane's turn
+   * (`runTurn`), taken as the first round's; `contended`: its heads are known to be moving.
+   */
+  const runBatch = (lane: Lane, batch: ReadonlyArray<Pending>, contendedAtFirst = false, answered?: SettleAnswer): Effect.Effect<void> =>
     Effect.gen(function* () {
       let live = batch
-      let contended = false
+      let contended = contendedAtFirst
+      let given = answered
       for (let round = 0; live.length > 0; round++) {
         if (round >= HEAD_ROUNDS) {
           const exit = Exit.die(new Error(`settlement: a chain head moved ${HEAD_ROUNDS} times in a row`))
           for (const p of live) p.done(exit)
           return
         }
-        const exit: Exit.Exit<SettleAnswer> = yield* Effect.exit(
-          contended ? settleLocked(live) : settleStatement(sealBatch(live, (projectId) => heads.get(projectId) ?? UNKNOWN_HEAD))
-        )
+        const exit: Exit.Exit<SettleAnswer> =
+          given !== undefined
+            ? Exit.succeed(given)
+            : yield* Effect.exit(contended ? settleLocked(live) : settleStatement(sealBatch(live, (projectId) => heads.get(projectId) ?? UNKNOWN_HEAD)))
+        given = undefined
         if (Exit.isFailure(exit)) {
           for (const p of live) heads.delete(p.s.hold.projectId)
           if (headMoved(exit.cause)) {
@@ -725,13 +723,86 @@ export const makePgChatStore = Effect.gen(function* () {
       }
     })
 
+  /**
+   * A lane's turn (migration 0025, docs/decisions/0054): its settlements and its reservations in ONE
+   * statement, `tollgate_turn` — one commit, one WAL flush, one turn of each window row — the
+   * settlements first (never shed), the reservations after them under the hot-row bound, in a block of
+   * their own: a lock not had within it sheds the reservations alone and the settlements commit. The
+   * settlements' answer goes on as `runBatch`'s first round (a head moved, a hold not as known: as
+   * ever). A turn the database refused whole is each part's own statement again, as if sent apart; a
+   * connection lost under it is each reservation's lost connection (each voids, fenced, what it may
+   * have taken) and the settlements go again (each recognizes its own commit). Whether the reservations
+   * committed is its answer (their statement time is then the database's own).
+   */
+  const runTurn = (lane: Lane, settles: ReadonlyArray<Pending>, reserves: ReadonlyArray<PendingReserve>): Effect.Effect<boolean> =>
+    Effect.gen(function* () {
+      const sealed = sealBatch(settles, (projectId) => heads.get(projectId) ?? UNKNOWN_HEAD)
+      const exit = yield* Effect.exit(
+        once(
+          sql<ReserveRow & { o_i: number; o_settle: SettleAnswer | null }>`SELECT * FROM tollgate_turn(${pgLockTimeoutMs}, ${JSON.stringify(sealed)}::jsonb, ${JSON.stringify(reserves.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
+          (rows) => (rows.find((r) => r.o_i === -1)?.o_settle?.ok === true ? assertBatch(sealed) : Effect.void),
+          false
+        )
+      )
+      if (Exit.isFailure(exit)) {
+        for (const p of settles) heads.delete(p.s.hold.projectId)
+        const moved = headMoved(exit.cause)
+        if (moved) pgSettleBatches.headMoved++
+        const lost = [...Cause.defects(exit.cause)].some((d) => d instanceof MayHaveCommitted || d instanceof StoreUnavailable)
+        if (lost) for (const p of reserves) p.done(Exit.failCause(exit.cause))
+        yield* runBatch(lane, settles, moved)
+        return lost ? false : yield* runReserveBatch(reserves)
+      }
+      pgTurns.turns++
+      const rows = exit.value
+      const carried = rows.find((r) => r.o_i === -1)
+      let committed = false
+      // The carrying row's outcome is 'shed' when the bound stopped the reservations (not a ReserveRow's).
+      if ((carried?.o_outcome as string | undefined) === "shed") {
+        pgShed.lock += reserves.length
+        const shed = shedBy(`a budget row or idempotency key was locked by other calls for longer than ${pgLockTimeoutMs} ms`)
+        for (const p of reserves) p.done(shed)
+      } else {
+        committed = true
+        pgReserveBatches.batches++
+        pgReserveBatches.reservations += reserves.length
+        const byIndex = new Map(rows.map((row) => [row.o_i, row]))
+        reserves.forEach((p, i) => {
+          const row = byIndex.get(i)
+          p.done(row === undefined ? Exit.die(new Error(`tollgate_turn answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
+        })
+      }
+      if (carried?.o_settle == null) {
+        const exit = Exit.die(new Error("tollgate_turn answered nothing for its settlements"))
+        for (const p of settles) p.done(exit)
+      } else {
+        yield* runBatch(lane, settles, false, carried.o_settle)
+      }
+      return committed
+    })
+
+  /**
+   * The lane's next turn: the settlements queued (up to `SETTLE_BATCH`) and the reservations queued
+   * and not late (`takeReserves`), in one statement when there are both (`runTurn`), else the one
+   * part's own. Idle, a call goes at once; busy, what arrives meanwhile waits for the next turn.
+   */
   const drain = (lane: Lane): void => {
     lane.busy = true
-    const batch = lane.queue.length <= SETTLE_BATCH ? lane.queue : lane.queue.slice(0, SETTLE_BATCH)
-    lane.queue = lane.queue.length <= SETTLE_BATCH ? [] : lane.queue.slice(SETTLE_BATCH)
-    runFork(runBatch(lane, batch)).addObserver((exit) => {
-      tellTheRest(batch, exit, lane.queue)
-      if (lane.queue.length > 0) return drain(lane)
+    const settles = lane.queue.splice(0, SETTLE_BATCH)
+    const reserves = takeReserves(lane)
+    if (settles.length === 0 && reserves.length === 0) {
+      if (lane.queue.length > 0 || lane.reserves.length > 0) return drain(lane)
+      lane.busy = false
+      return
+    }
+    const sentAt = nowMs()
+    const turn =
+      reserves.length === 0 ? Effect.as(runBatch(lane, settles), false) : settles.length === 0 ? runReserveBatch(reserves) : runTurn(lane, settles, reserves)
+    runFork(turn).addObserver((exit) => {
+      if (Exit.isSuccess(exit) && exit.value) statementTook(lane.served, nowMs() - sentAt)
+      tellTheRest(settles, exit, lane.queue)
+      tellTheRest(reserves, exit)
+      if (lane.queue.length > 0 || lane.reserves.length > 0) return drain(lane)
       lane.busy = false
     })
   }
