@@ -24,7 +24,7 @@ const LOCK_TIMEOUT_MS = 300
 describe.runIf(onEngines("test/store/pgLaneTurn.test.ts"))("a lane's turn on PostgreSQL: settlements and reservations in one statement", () => {
   const suite = pgStoreForSuite({ pgPoolSize: 6, pgLanes: 1, pgLockTimeoutMs: LOCK_TIMEOUT_MS, pgMaxWaitMs: 60_000, pgMaxQueued: 10_000 })
 
-  const run = <A, E>(effect: Effect.Effect<A, E, never>) => suite.node.runPromise(effect)
+  const run: (typeof suite)["node"]["runPromise"] = (effect) => suite.node.runPromise(effect)
   const newProject = (budget: number) =>
     run(Effect.flatMap(Projects, (p) => p.create({ name: "turn", organization: "org_turn", budget_credits: budget, rate_limit: { requests_per_minute: 60, burst: 10 } })))
   const query = <A>(run_: (sql: SqlClient.SqlClient) => Effect.Effect<ReadonlyArray<A>, unknown>) =>
