@@ -531,6 +531,8 @@ export const makePgChatStore = Effect.gen(function* () {
   interface Pending {
     readonly s: SettleArgs
     readonly done: (outcome: Exit.Exit<void>) => void
+    /** Sent once in a turn on a head another instance had moved: it goes on alone if that happens again. */
+    moved?: boolean
   }
   interface Lane {
     /** Settlements waiting for the lane's next turn. */
@@ -772,11 +774,20 @@ export const makePgChatStore = Effect.gen(function* () {
           p.done(row === undefined ? Exit.die(new Error(`tollgate_turn answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
         })
       }
-      if (carried?.o_settle == null) {
+      const answer = carried?.o_settle
+      if (answer == null) {
         const exit = Exit.die(new Error("tollgate_turn answered nothing for its settlements"))
         for (const p of settles) p.done(exit)
+      } else if ("heads" in answer && answer.ok !== true && settles.every((p) => p.moved !== true)) {
+        // Another instance moved a head: nothing of the settlements was written. Sealed again on the
+        // heads found, they go first in the lane's next turn, with the reservations that came meanwhile
+        // (not in a statement of their own); found moved again there, they go on alone (`runBatch`).
+        pgSettleBatches.headMoved++
+        for (const h of answer.heads) heads.set(h.project_id, { seq: h.seq, hash: h.hash })
+        for (const p of settles) p.moved = true
+        lane.queue.unshift(...settles)
       } else {
-        yield* runBatch(lane, settles, false, carried.o_settle)
+        yield* runBatch(lane, settles, false, answer)
       }
       return committed
     })

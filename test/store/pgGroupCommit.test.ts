@@ -15,11 +15,13 @@ import { Cause, Effect, Exit, Option } from "effect"
 import { describe, expect, it } from "vitest"
 import { Projects } from "../../src/services/Projects.ts"
 import type { SettleArgs } from "../../src/store/chatTransactions.ts"
-import { pgSettleBatches } from "../../src/store/pgChatStore.ts"
+import { ChatStore } from "../../src/store/ChatStore.ts"
+import { pgSettleBatches, pgTurns } from "../../src/store/pgChatStore.ts"
 import { pgRoundTrips } from "../../src/store/pgPool.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { abandonArgs, DEFAULT_NOW, reserveArgs, settleArgs } from "../support/portArgs.ts"
 import { onEngines } from "../support/pg.ts"
+import { makePgStoreNode } from "../support/pgStoreNode.ts"
 import { pgStoreForSuite } from "../support/pgStoreSuite.ts"
 
 describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of settlements on PostgreSQL", () => {
@@ -224,5 +226,41 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
     for (const p of projects) await checkBooks(p.id)
     const states = await rows<{ state: string; n: number }>((sql) => sql`SELECT state, COUNT(*) AS n FROM reservations WHERE id IN ${sql.in(all.map((r) => r.hold.reservationId))} GROUP BY state`)
     expect(states.reduce((a, s) => a + s.n, 0)).toBe(all.length)
+  })
+
+  it("two instances on one hot project, each reserving and settling in its lane's turns (heads moved by the other, sealed again): one chain in order, the books whole", async () => {
+    const project = await newProject()
+    const other = makePgStoreNode(suite.schema.url, { pgPoolSize: 8, assertInvariants: true })
+    try {
+      const stores = [suite.store, await other.runPromise(ChatStore)] as const
+      const nodes = [suite.node, other] as const
+      const moved = pgSettleBatches.headMoved
+      const turns = pgTurns.turns
+      // Three waves of 16 calls, 8 on each instance: a wave's settlements sent with the next wave's
+      // reservations, so they meet in the lanes' turns, and the two instances' turns interleave on one
+      // window and one chain.
+      const charge = (i: number) => 1 + (i % 7)
+      const reserveWave = (w: number) =>
+        Promise.all(
+          Array.from({ length: 16 }, async (_, j) => {
+            const r = reserveArgs(project.id, 10)
+            await nodes[j % 2]!.runPromise(stores[j % 2]!.reserve(r))
+            return { r, i: w * 16 + j, node: j % 2 }
+          })
+        )
+      const settleWave = (wave: Awaited<ReturnType<typeof reserveWave>>) =>
+        Promise.all(wave.map(({ r, i, node }) => nodes[node]!.runPromise(stores[node]!.settle(settleArgs(r, 10, charge(i))))))
+      let wave = await reserveWave(0)
+      for (let w = 1; w < 3; w++) {
+        const [next] = await Promise.all([reserveWave(w), settleWave(wave)])
+        wave = next
+      }
+      await settleWave(wave)
+      console.log(`[issue 40] two instances, 48 calls on one project: ${pgTurns.turns - turns} turns, ${pgSettleBatches.headMoved - moved} heads moved`)
+      const charged = Array.from({ length: 48 }, (_, i) => charge(i)).reduce((a, b) => a + b, 0)
+      expect(await checkBooks(project.id)).toEqual({ spent: charged, receipts: 48 })
+    } finally {
+      await other.dispose()
+    }
   })
 })
