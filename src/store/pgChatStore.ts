@@ -449,7 +449,7 @@ export const makePgChatStore = Effect.gen(function* () {
         return resume(shedBy(`${lane.reserves.length} reservations wait for the database already`))
       }
       lane.reserves.push({ a, amount, at: clock.unsafeCurrentTimeMillis(), done: toldOnce((outcome) => resume(outcome)) })
-      if (!lane.busy) drain(lane)
+      if (!lane.busy) wake(lane)
     }).pipe(Effect.uninterruptible)
 
   /**
@@ -510,7 +510,7 @@ export const makePgChatStore = Effect.gen(function* () {
   /**
    * Settlements, group-committed (issue 40, item 2; docs/decisions/0043). Each project belongs to one
    * of `pgLanes` lanes of this instance (TOLLGATE_PG_LANES), and a lane runs one `tollgate_settle` call at a time:
-   * idle, a settlement goes at once (nobody else waits to share its commit); busy, the settlements
+   * idle, a settlement goes once the event loop's pass has run (`wake`: with whatever else arrived in it); busy, the settlements
    * that arrive meanwhile — of every project of the lane — wait and go together as the next batch, up
    * to `SETTLE_BATCH`: one statement, one transaction, one WAL flush for all of them, each project's
    * receipts chained in order inside it. A caller is told its settlement ended only when the statement
@@ -795,7 +795,8 @@ export const makePgChatStore = Effect.gen(function* () {
   /**
    * The lane's next turn: the settlements queued (up to `SETTLE_BATCH`) and the reservations queued
    * and not late (`takeReserves`), in one statement when there are both (`runTurn`), else the one
-   * part's own. Idle, a call goes at once; busy, what arrives meanwhile waits for the next turn.
+   * part's own. Idle, a call goes once the event loop's pass has run (`wake`); busy, what arrives
+   * meanwhile waits for the next turn.
    */
   const drain = (lane: Lane): void => {
     lane.busy = true
@@ -818,11 +819,22 @@ export const makePgChatStore = Effect.gen(function* () {
     })
   }
 
+  /**
+   * An idle lane's next turn, once what runs now has run: the calls that arrive in the same pass of
+   * the event loop — every caller one committed turn resumed, the requests parsed from one read of the
+   * sockets — go together instead of the first alone and the rest one statement later. No timer: the
+   * turn waits for nothing but the work already under way (`setImmediate`, after the pass's I/O).
+   */
+  const wake = (lane: Lane): void => {
+    lane.busy = true
+    setImmediate(() => drain(lane))
+  }
+
   /** The settlement by callback: queued on its project's lane, `done` told once how it ended (committed). */
   const settleThen = (s: SettleArgs, done: (outcome: Exit.Exit<void>) => void): void => {
     const lane = laneOf(s.hold.projectId)
     lane.queue.push({ s, done: toldOnce(done) })
-    if (!lane.busy) drain(lane)
+    if (!lane.busy) wake(lane)
   }
 
   const settle = (s: SettleArgs): Effect.Effect<void> =>
