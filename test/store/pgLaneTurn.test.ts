@@ -4,7 +4,8 @@
  *
  * - settlements first: a reservation in the same turn is judged on the room its settlements freed;
  * - the hot-row bound holds for the reservations alone: a lock not had within it sheds them (503,
- *   nothing held: no hold, no request row, no claim), and the turn's settlements still commit.
+ *   nothing held: no hold, no request row, no claim), and the turn's settlements still commit;
+ * - an idle lane sends once the event loop's pass has run: calls that arrive together go together.
  *
  * The lane is made busy by a trigger of the test's own: a hold placed on one project's budget row sleeps
  * 300 ms, and the test waits until PostgreSQL reports that statement asleep (pg_stat_activity) before it
@@ -14,7 +15,8 @@ import { SqlClient } from "@effect/sql"
 import { Cause, Effect, Exit } from "effect"
 import { describe, expect, it } from "vitest"
 import { Projects } from "../../src/services/Projects.ts"
-import { pgShed, pgTurns } from "../../src/store/pgChatStore.ts"
+import { pgReserveBatches, pgShed, pgTurns } from "../../src/store/pgChatStore.ts"
+import { pgRoundTrips } from "../../src/store/pgPool.ts"
 import { reserveArgs, settleArgs } from "../support/portArgs.ts"
 import { onEngines } from "../support/pg.ts"
 import { pgStoreForSuite } from "../support/pgStoreSuite.ts"
@@ -123,5 +125,17 @@ describe.runIf(onEngines("test/store/pgLaneTurn.test.ts"))("a lane's turn on Pos
     const [receipts] = await query<{ n: number }>((sql) => sql`SELECT count(*)::int AS n FROM receipts WHERE project_id = ${settling.id}`)
     expect(receipts!.n).toBe(1)
     await query((sql) => sql`DROP TRIGGER slow_turn ON budget_windows`)
+  })
+
+  it("an idle lane's calls that arrive in one pass of the event loop go in one statement, not the first alone", async () => {
+    const project = await newProject(1_000_000)
+    await run(suite.store.reserve(reserveArgs(project.id, 1))) // the window's row exists
+    const trips = pgRoundTrips.roundTrips
+    const batches = pgReserveBatches.batches
+    // 16 reservations begun in the same pass (as the callers one committed turn resumes arrive together).
+    const exits = await Promise.all(Array.from({ length: 16 }, () => run(Effect.exit(suite.store.reserve(reserveArgs(project.id, 1))))))
+    expect(exits.every(Exit.isSuccess)).toBe(true)
+    expect({ statements: pgRoundTrips.roundTrips - trips, batches: pgReserveBatches.batches - batches }).toEqual({ statements: 1, batches: 1 })
+    expect(await window(project.id)).toEqual({ spent: 0, reserved: 17 })
   })
 })
