@@ -182,13 +182,16 @@ describe.runIf(onEngines("test/store/pgGroupCommit.test.ts"))("group commit of s
     expect(claims!.n).toBe(1)
   })
 
-  it("a batch of reservations the database refuses (one request id taken): split, the others held", async () => {
+  it("a batch of reservations the database refuses (one request id taken), in a turn with a settlement: the settlement commits, the batch is split, the others held", async () => {
     const project = await newProject()
     const [first] = await reserved(project.id, 1)
     const args = Array.from({ length: 6 }, () => reserveArgs(project.id, 10))
     // The fourth reuses the first's request id: requests' primary key refuses the whole statement.
     args[3] = { ...args[3]!, request: { ...args[3]!.request, id: first!.request.id } }
     const splits = pgSettleBatches.splits
+    // The settlement and the six reservations arrive in one pass of the event loop: one lane turn
+    // (`tollgate_turn`, docs/decisions/0054), refused whole; the settlement goes again alone and
+    // commits, the reservations are sent again as their own batch, refused, and split.
     const settled = suite.node.runPromiseExit(suite.store.settle(settleArgs(first!, 10, 1)))
     const exits = await Promise.all(args.map((a) => suite.node.runPromiseExit(suite.store.reserve(a))))
     expect(Exit.isSuccess(await settled)).toBe(true)
