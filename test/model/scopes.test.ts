@@ -352,21 +352,29 @@ describe.each(modelEngines)("budgets at every scope through the store port (%s) 
     "keys and end users of one project, caps set and removed, calls one by one and racing: each scope's window is the model's, never over its cap, Σ receipts = spent, a refusal names the first scope without room",
     async () => {
       const coverage = new Coverage(`Scopes on ${engine}`)
-      await assertProperty(
-        "Scopes",
-        fc.asyncProperty(
-          fc.integer({ min: 0, max: 1_500 }),
-          fc.array(capArb, { minLength: KEYS, maxLength: KEYS }),
-          // End users' edge from the start in most runs: a small default for all of them.
-          fc.oneof(fc.integer({ min: 0, max: 120 }), fc.constant(null)),
-          commands,
-          (projectCap, keyCaps, endUserDefault, cmds) => fc.asyncModelRun(setup(pool, coverage, projectCap, keyCaps, endUserDefault), cmds)
-        ),
-        runs
-      )
+      const edges = ["Reserve:Reserved", "Reserve:refused by project", "Reserve:refused by key", "Reserve:refused by end_user"]
+      // The runs are random (a fresh seed each time): on PostgreSQL's 15 an edge can go unmet by chance
+      // (the end user's refusal was met 0–12 times in 15 runs). Until every edge is met, the property
+      // runs again, at most 4 times its runs — more runs of the same property, never fewer checks.
+      let done = 0
+      do {
+        await assertProperty(
+          "Scopes",
+          fc.asyncProperty(
+            fc.integer({ min: 0, max: 1_500 }),
+            fc.array(capArb, { minLength: KEYS, maxLength: KEYS }),
+            // End users' edge from the start in most runs: a small default for all of them.
+            fc.oneof(fc.integer({ min: 0, max: 120 }), fc.constant(null)),
+            commands,
+            (projectCap, keyCaps, endUserDefault, cmds) => fc.asyncModelRun(setup(pool, coverage, projectCap, keyCaps, endUserDefault), cmds)
+          ),
+          runs
+        )
+        done += runs
+      } while (done < 4 * runs && edges.some((hit) => coverage.count(hit) === 0))
       // Every scope's edge was met: a refusal by each scope, and holds admitted.
-      for (const hit of ["Reserve:Reserved", "Reserve:refused by project", "Reserve:refused by key", "Reserve:refused by end_user"]) {
-        expect(coverage.count(hit), `${hit} in ${runs} runs`).toBeGreaterThan(0)
+      for (const hit of edges) {
+        expect(coverage.count(hit), `${hit} in ${done} runs`).toBeGreaterThan(0)
       }
       process.stdout.write(coverage.report() + "\n")
     },
