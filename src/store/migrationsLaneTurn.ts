@@ -27,12 +27,11 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import { FIGURES } from "./migrationsScopes.ts"
 
-/** `FIGURES` as NULLs of their types, for the row that carries the settlements' answer. */
-const nulls = (except: Record<string, string>): string =>
-  FIGURES.split(",")
-    .map((column) => column.trim().split(/\s+/))
-    .map(([name, type]) => except[name!] ?? `NULL::${type}`)
-    .join(", ")
+/** The row that carries the settlements' answer: `FIGURES` NULL, but `o_outcome` 'shed' when the bound stopped the reservations. */
+const carrying = FIGURES.split(",")
+  .map((column) => column.trim().split(/\s+/))
+  .map(([name, type]) => (name === "o_outcome" ? "CASE WHEN v_shed THEN 'shed' END::TEXT" : `NULL::${type}`))
+  .join(", ")
 
 const pg = [
   `CREATE FUNCTION tollgate_turn(p_lock_timeout_ms INTEGER, p_settle JSONB, p_reserve JSONB)
@@ -40,15 +39,15 @@ const pg = [
   LANGUAGE plpgsql AS $fn$
 DECLARE
   v_settle CONSTANT JSONB := tollgate_settle(p_settle);
+  v_shed BOOLEAN := FALSE;
 BEGIN
   BEGIN
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::TEXT || 'ms', true);
     RETURN QUERY SELECT r.*, NULL::JSONB FROM tollgate_reserve_many(p_reserve) AS r;
   EXCEPTION WHEN lock_not_available THEN
-    RETURN QUERY SELECT -1, ${nulls({ o_outcome: "'shed'::TEXT" })}, v_settle;
-    RETURN;
+    v_shed := TRUE;
   END;
-  RETURN QUERY SELECT -1, ${nulls({})}, v_settle;
+  RETURN QUERY SELECT -1, ${carrying}, v_settle;
 END
 $fn$`
 ]

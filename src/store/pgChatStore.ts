@@ -373,6 +373,28 @@ export const makePgChatStore = Effect.gen(function* () {
   const shedBy = (why: string): Exit.Exit<never, ReserveRefused> => Exit.fail({ _tag: "Shed", error: serverOverloaded(why) })
 
   /** Whether the batch's one statement answered (committed): its time is then the database's own for a statement. */
+  /** Whether a statement's connection was lost under it (it may have committed) or never had. */
+  const connectionLost = (cause: Cause.Cause<unknown>): boolean =>
+    [...Cause.defects(cause)].some((d) => d instanceof MayHaveCommitted || d instanceof StoreUnavailable)
+
+  /** A batch whose hot row's lock was not had within the bound: each shed, nothing of it held. */
+  const shedLocked = (batch: ReadonlyArray<PendingReserve>): void => {
+    pgShed.lock += batch.length
+    const shed = shedBy(`a budget row or idempotency key was locked by other calls for longer than ${pgLockTimeoutMs} ms`)
+    for (const p of batch) p.done(shed)
+  }
+
+  /** A committed batch's reservations, each answered on its row (`o_i`, its index in the batch). */
+  const answerReserves = (batch: ReadonlyArray<PendingReserve>, rows: ReadonlyArray<ReserveRow & { readonly o_i: number }>, fn: string): void => {
+    pgReserveBatches.batches++
+    pgReserveBatches.reservations += batch.length
+    const byIndex = new Map(rows.map((row) => [row.o_i, row]))
+    batch.forEach((p, i) => {
+      const row = byIndex.get(i)
+      p.done(row === undefined ? Exit.die(new Error(`${fn} answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
+    })
+  }
+
   const runReserveBatch = (batch: ReadonlyArray<PendingReserve>): Effect.Effect<boolean> =>
     Effect.gen(function* () {
       const exit = yield* Effect.exit(
@@ -384,13 +406,10 @@ export const makePgChatStore = Effect.gen(function* () {
       )
       if (Exit.isFailure(exit)) {
         if (lockNotHad(exit.cause)) {
-          pgShed.lock += batch.length
-          const shed = shedBy(`a budget row or idempotency key was locked by other calls for longer than ${pgLockTimeoutMs} ms`)
-          for (const p of batch) p.done(shed)
+          shedLocked(batch)
           return false
         }
-        const lost = [...Cause.defects(exit.cause)].some((d) => d instanceof MayHaveCommitted || d instanceof StoreUnavailable)
-        if (lost || batch.length === 1) {
+        if (connectionLost(exit.cause) || batch.length === 1) {
           for (const p of batch) p.done(Exit.failCause(exit.cause))
           return false
         }
@@ -399,13 +418,7 @@ export const makePgChatStore = Effect.gen(function* () {
         for (const p of batch) yield* runReserveBatch([p])
         return false
       }
-      pgReserveBatches.batches++
-      pgReserveBatches.reservations += batch.length
-      const byIndex = new Map(exit.value.map((row) => [row.o_i, row]))
-      batch.forEach((p, i) => {
-        const row = byIndex.get(i)
-        p.done(row === undefined ? Exit.die(new Error(`tollgate_reserve_bounded answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
-      })
+      answerReserves(batch, exit.value, "tollgate_reserve_bounded")
       return true
     })
 
@@ -531,8 +544,6 @@ export const makePgChatStore = Effect.gen(function* () {
   interface Pending {
     readonly s: SettleArgs
     readonly done: (outcome: Exit.Exit<void>) => void
-    /** Sent once in a turn on a head another instance had moved: it goes on alone if that happens again. */
-    moved?: boolean
   }
   interface Lane {
     /** Settlements waiting for the lane's next turn. */
@@ -550,6 +561,11 @@ export const makePgChatStore = Effect.gen(function* () {
 
   /** An unknown head: the function finds it different from any, and answers the real one. */
   const UNKNOWN_HEAD: Head = { seq: -1, hash: "" }
+  /** The head this instance last saw of a project's chain (what a batch is sealed on), or the unknown one. */
+  const knownHead = (projectId: string): Head => heads.get(projectId) ?? UNKNOWN_HEAD
+
+  /** `tollgate_turn`'s rows: the reservations' (`o_i` ≥ 0), then the one carrying the settlements' answer (`o_i` = -1). */
+  type TurnRow = ReserveRow & { readonly o_i: number; readonly o_settle: SettleAnswer | null }
 
   type SettleAnswer =
     | { readonly ok: true; readonly heads: Record<string, Head> }
@@ -672,7 +688,7 @@ export const makePgChatStore = Effect.gen(function* () {
         const exit: Exit.Exit<SettleAnswer> =
           given !== undefined
             ? Exit.succeed(given)
-            : yield* Effect.exit(contended ? settleLocked(live) : settleStatement(sealBatch(live, (projectId) => heads.get(projectId) ?? UNKNOWN_HEAD)))
+            : yield* Effect.exit(contended ? settleLocked(live) : settleStatement(sealBatch(live, knownHead)))
         given = undefined
         if (Exit.isFailure(exit)) {
           for (const p of live) heads.delete(p.s.hold.projectId)
@@ -738,11 +754,12 @@ export const makePgChatStore = Effect.gen(function* () {
    */
   const runTurn = (lane: Lane, settles: ReadonlyArray<Pending>, reserves: ReadonlyArray<PendingReserve>): Effect.Effect<boolean> =>
     Effect.gen(function* () {
-      const sealed = sealBatch(settles, (projectId) => heads.get(projectId) ?? UNKNOWN_HEAD)
+      const sealed = sealBatch(settles, knownHead)
+      const carrying = (rows: ReadonlyArray<TurnRow>) => rows.find((r) => r.o_i === -1)
       const exit = yield* Effect.exit(
         once(
-          sql<ReserveRow & { o_i: number; o_settle: SettleAnswer | null }>`SELECT * FROM tollgate_turn(${pgLockTimeoutMs}, ${JSON.stringify(sealed)}::jsonb, ${JSON.stringify(reserves.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
-          (rows) => (rows.find((r) => r.o_i === -1)?.o_settle?.ok === true ? assertBatch(sealed) : Effect.void),
+          sql<TurnRow>`SELECT * FROM tollgate_turn(${pgLockTimeoutMs}, ${JSON.stringify(sealed)}::jsonb, ${JSON.stringify(reserves.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
+          (rows) => (carrying(rows)?.o_settle?.ok === true ? assertBatch(sealed) : Effect.void),
           false
         )
       )
@@ -750,46 +767,24 @@ export const makePgChatStore = Effect.gen(function* () {
         for (const p of settles) heads.delete(p.s.hold.projectId)
         const moved = headMoved(exit.cause)
         if (moved) pgSettleBatches.headMoved++
-        const lost = [...Cause.defects(exit.cause)].some((d) => d instanceof MayHaveCommitted || d instanceof StoreUnavailable)
+        const lost = connectionLost(exit.cause)
         if (lost) for (const p of reserves) p.done(Exit.failCause(exit.cause))
         yield* runBatch(lane, settles, moved)
         return lost ? false : yield* runReserveBatch(reserves)
       }
       pgTurns.turns++
-      const rows = exit.value
-      const carried = rows.find((r) => r.o_i === -1)
-      let committed = false
+      const carried = carrying(exit.value)
       // The carrying row's outcome is 'shed' when the bound stopped the reservations (not a ReserveRow's).
-      if ((carried?.o_outcome as string | undefined) === "shed") {
-        pgShed.lock += reserves.length
-        const shed = shedBy(`a budget row or idempotency key was locked by other calls for longer than ${pgLockTimeoutMs} ms`)
-        for (const p of reserves) p.done(shed)
+      const shed = (carried?.o_outcome as string | undefined) === "shed"
+      if (shed) shedLocked(reserves)
+      else answerReserves(reserves, exit.value, "tollgate_turn")
+      if (carried?.o_settle == null) {
+        const died = Exit.die(new Error("tollgate_turn answered nothing for its settlements"))
+        for (const p of settles) p.done(died)
       } else {
-        committed = true
-        pgReserveBatches.batches++
-        pgReserveBatches.reservations += reserves.length
-        const byIndex = new Map(rows.map((row) => [row.o_i, row]))
-        reserves.forEach((p, i) => {
-          const row = byIndex.get(i)
-          p.done(row === undefined ? Exit.die(new Error(`tollgate_turn answered nothing for reservation ${p.a.hold.reservationId}`)) : Exit.succeed(row))
-        })
+        yield* runBatch(lane, settles, false, carried.o_settle)
       }
-      const answer = carried?.o_settle
-      if (answer == null) {
-        const exit = Exit.die(new Error("tollgate_turn answered nothing for its settlements"))
-        for (const p of settles) p.done(exit)
-      } else if ("heads" in answer && answer.ok !== true && settles.every((p) => p.moved !== true)) {
-        // Another instance moved a head: nothing of the settlements was written. Sealed again on the
-        // heads found, they go first in the lane's next turn, with the reservations that came meanwhile
-        // (not in a statement of their own); found moved again there, they go on alone (`runBatch`).
-        pgSettleBatches.headMoved++
-        for (const h of answer.heads) heads.set(h.project_id, { seq: h.seq, hash: h.hash })
-        for (const p of settles) p.moved = true
-        lane.queue.unshift(...settles)
-      } else {
-        yield* runBatch(lane, settles, false, answer)
-      }
-      return committed
+      return !shed
     })
 
   /**
