@@ -6,7 +6,7 @@
  * to be seen; a revocation made through this instance drops the cache entry at once.
  */
 import type { BudgetPeriod } from "../../spec/periods.ts"
-import { Clock, Effect, Option, Stream } from "effect"
+import { Clock, Deferred, Effect, FiberId, Option, Stream } from "effect"
 import { formatKey, hashSecret, newSecret, type ParsedKey, parseKey, sameHash } from "../domain/apiKey.ts"
 import { Settings } from "../domain/config.ts"
 import { BudgetCredits, checkField, checkUpstreamLimits, GraceSeconds, shownUpstreamLimits, type UpstreamLimitFields } from "../domain/adminFields.ts"
@@ -119,6 +119,8 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
      * Bounded: the oldest entries go first.
      */
     const cache = new Map<string, { readonly row: KeyRow | undefined; readonly fetchedAt: number }>()
+    /** The store reads under way, by key id (`refreshKey`). */
+    const reading = new Map<string, Deferred.Deferred<Option.Option<KeyRow>>>()
     const remember = (keyId: string, row: KeyRow | undefined, now: number) => {
       cache.delete(keyId)
       cache.set(keyId, { row, fetchedAt: now })
@@ -126,12 +128,19 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
     }
     const dropProject = (projectId: string) => {
       for (const [id, entry] of cache) if (entry.row?.project_id === projectId) cache.delete(id)
+      // A read under way may have begun before the change: the calls after it read again.
+      reading.clear()
+    }
+    /** Forget a key's entry, and any read of it under way (begun, perhaps, before the change). */
+    const forgetKey = (keyId: string) => {
+      cache.delete(keyId)
+      reading.delete(keyId)
     }
     // Changes announced by other instances (PostgreSQL LISTEN/NOTIFY) drop cache entries at once.
     const events = yield* makeKeyEvents
     yield* Effect.forkScoped(
       Stream.runForEach(events.changes, (c) =>
-        Effect.sync(() => (c._tag === "Key" ? cache.delete(c.keyId) : dropProject(c.projectId)))
+        Effect.sync(() => (c._tag === "Key" ? forgetKey(c.keyId) : dropProject(c.projectId)))
       )
     )
 
@@ -147,9 +156,32 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
       return hit !== undefined && now - hit.fetchedAt < settings.keyCacheTtlMs ? hit : undefined
     }
 
-    /** Read a key row from the store and remember it, or remember that there is none. */
-    const refreshKey = (keyId: string, now: number) =>
-      Effect.tap(loadKey(keyId), (row) => Effect.sync(() => remember(keyId, Option.getOrUndefined(row), now)))
+    /**
+     * Read a key row from the store and remember it, or remember that there is none — one read a key
+     * at a time. When an entry ages out under load, every call that arrives before the read answers
+     * misses it too; each reading on its own was a stampede (at 512 connections, hundreds of identical
+     * reads a second, each waiting for one of the pool's few connections ahead of the lanes' turns).
+     * The calls that miss while a read is under way wait for that read. The read runs in the registry's
+     * scope, so a caller that goes away (its client hung up) does not cancel it for the others; a change
+     * announced meanwhile forgets it, so the calls after the change read again.
+     */
+    const scope = yield* Effect.scope
+    const refreshKey = (keyId: string, now: number): Effect.Effect<Option.Option<KeyRow>> =>
+      Effect.suspend(() => {
+        const under = reading.get(keyId)
+        if (under !== undefined) return Deferred.await(under)
+        const read = Deferred.unsafeMake<Option.Option<KeyRow>>(FiberId.none)
+        reading.set(keyId, read)
+        const done = loadKey(keyId).pipe(
+          Effect.tap((row) => Effect.sync(() => reading.get(keyId) === read && remember(keyId, Option.getOrUndefined(row), now))),
+          Effect.exit,
+          Effect.flatMap((exit) => {
+            if (reading.get(keyId) === read) reading.delete(keyId)
+            return Deferred.done(read, exit)
+          })
+        )
+        return Effect.zipRight(Effect.forkIn(done, scope), Deferred.await(read))
+      })
 
     /**
      * The key row's verdict for a presented secret at `now`: the caller's scope, or why not. An
@@ -230,7 +262,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
 
     const insertKey = (key: ReturnType<typeof prepareKey>) =>
       Effect.zipRight(
-        Effect.sync(() => cache.delete(key.issued.id)), // an id guessed before it existed was cached as unknown
+        Effect.sync(() => forgetKey(key.issued.id)), // an id guessed before it existed was cached as unknown
         repo.insert({
           id: key.issued.id,
           projectId: key.issued.project_id,
@@ -312,7 +344,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
           })
         ).pipe(Effect.orDie)
         if (!claimed) return yield* notRotatable(keyId, keyStatus(yield* findKey(keyId), now))
-        cache.delete(keyId)
+        forgetKey(keyId)
         yield* events.announce({ _tag: "Key", keyId })
         return answer
       })
@@ -337,7 +369,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
             })
           ).pipe(Effect.orDie)
         }
-        cache.delete(keyId)
+        forgetKey(keyId)
         yield* events.announce({ _tag: "Key", keyId })
         return yield* info(keyId)
       })
@@ -359,7 +391,7 @@ export class KeyRegistry extends Effect.Service<KeyRegistry>()("tollgate/KeyRegi
           max_concurrent: patch.max_concurrent === undefined ? row.max_concurrent : patch.max_concurrent
         })
         yield* Effect.orDie(repo.setLimits(keyId, limits.tokensPerMinute, limits.maxConcurrent))
-        cache.delete(keyId)
+        forgetKey(keyId)
         yield* events.announce({ _tag: "Key", keyId })
         return shownUpstreamLimits(limits)
       })

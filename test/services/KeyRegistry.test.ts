@@ -4,11 +4,12 @@
  */
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, TestClock } from "effect"
+import { Deferred, Effect, Fiber, Layer, TestClock } from "effect"
 import { formatKey, newSecret, parseKey } from "../../src/domain/apiKey.ts"
 import { newKeyId } from "../../src/domain/ids.ts"
 import { KeyRegistry } from "../../src/services/KeyRegistry.ts"
 import { Projects } from "../../src/services/Projects.ts"
+import { KeysRepo } from "../../src/store/keysRepo.ts"
 import { newProject, storeLayer } from "./layers.ts"
 
 const CACHE_TTL = 1000
@@ -264,4 +265,95 @@ describe("key checks in constant time (issue 19, finding 7)", () => {
       expect(u / w).toBeLessThan(1.5)
       expect(w / u).toBeLessThan(1.5)
     }).pipe(Effect.provide(Cached)))
+})
+
+describe("one store read a key at a time (a cache entry that ages out under load is read once)", () => {
+  /**
+   * The real KeysRepo, with each `find` counted, and the first one's answer held at a gate the test
+   * opens (the row is read from the store first, then held): so the misses the test begins are
+   * certainly under way together, and a change can land while that read is out.
+   */
+  const gated = () => {
+    const state = { reads: 0, gate: Effect.runSync(Deferred.make<void>()) }
+    const repo = Layer.effect(
+      KeysRepo,
+      Effect.map(KeysRepo, (real) => ({
+        ...real,
+        find: (keyId: string) =>
+          Effect.flatMap(
+            Effect.sync(() => ++state.reads),
+            (n) => Effect.tap(real.find(keyId), () => (n === 1 ? Deferred.await(state.gate) : Effect.void))
+          )
+      }) as KeysRepo)
+    ).pipe(Layer.provide(KeysRepo.Default))
+    const layer = KeyRegistry.DefaultWithoutDependencies.pipe(
+      Layer.provide(repo),
+      Layer.provideMerge(Projects.Default),
+      Layer.provideMerge(storeLayer({ keyCacheTtlMs: CACHE_TTL }))
+    )
+    return { state, layer }
+  }
+  /** Let the forked callers run until `n` reads have begun (each waits at the gate). */
+  const readsBegun = (state: { reads: number }, n: number) =>
+    Effect.gen(function* () {
+      for (let i = 0; i < 1000 && state.reads < n; i++) yield* Effect.yieldNow()
+      expect(state.reads).toBe(n)
+    })
+
+  it.effect("50 calls that miss together make one read, and all 50 get the key's scope", () => {
+    const { state, layer } = gated()
+    return Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      state.reads = 0
+      const calls = yield* Effect.forkAll(Array.from({ length: 50 }, () => keys.authenticate(bearer(issued.secret))))
+      yield* readsBegun(state, 1)
+      // Every caller has missed by now and waits on the one read.
+      for (let i = 0; i < 100; i++) yield* Effect.yieldNow()
+      expect(state.reads).toBe(1)
+      yield* Deferred.succeed(state.gate, undefined)
+      const principals = yield* Fiber.join(calls)
+      expect(principals.map((p) => p.keyId)).toEqual(Array(50).fill(issued.id))
+      expect(state.reads).toBe(1)
+      // The entry ages out: the next miss reads once more.
+      yield* TestClock.adjust(CACHE_TTL)
+      yield* Effect.forEach(Array.from({ length: 5 }), () => keys.authenticate(bearer(issued.secret)), { concurrency: "unbounded" })
+      expect(state.reads).toBe(2)
+    }).pipe(Effect.provide(layer))
+  })
+
+  it.effect("a caller that goes away does not cancel the read the others wait on", () => {
+    const { state, layer } = gated()
+    return Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      state.reads = 0
+      const first = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
+      yield* readsBegun(state, 1)
+      const second = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
+      for (let i = 0; i < 20; i++) yield* Effect.yieldNow()
+      yield* Fiber.interrupt(first)
+      yield* Deferred.succeed(state.gate, undefined)
+      expect((yield* Fiber.join(second)).keyId).toBe(issued.id)
+      expect(state.reads).toBe(1)
+    }).pipe(Effect.provide(layer))
+  })
+
+  it.effect("a revocation during a read: the calls after it read again, and what the read found before it is not kept", () => {
+    const { state, layer } = gated()
+    return Effect.gen(function* () {
+      const { keys, issued } = yield* setup
+      state.reads = 0
+      // The first read finds the key live, and is held there.
+      const before = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
+      yield* readsBegun(state, 1)
+      yield* keys.revoke(issued.id) // reads the row itself too
+      const afterRevoke = state.reads
+      // A call after the revocation does not wait on the read begun before it: it reads, and is refused.
+      expect(yield* rejection(bearer(issued.secret))).toBe(`API key ${issued.id} has been revoked.`)
+      expect(state.reads).toBe(afterRevoke + 1)
+      yield* Deferred.succeed(state.gate, undefined)
+      expect((yield* Fiber.join(before)).keyId).toBe(issued.id) // it read before the revocation committed
+      // The row that read found is not remembered: the next call is refused from the cache.
+      expect(keys.authenticateCached(bearer(issued.secret), yield* TestClock.currentTimeMillis)).toMatchObject({ _tag: "InvalidApiKey", message: `API key ${issued.id} has been revoked.` })
+    }).pipe(Effect.provide(layer))
+  })
 })
