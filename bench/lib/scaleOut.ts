@@ -8,7 +8,9 @@
  * - its gateway CPU a call ≤ 2× SQLite's, in that same phase;
  * - calls/s at 512 connections ≥ 90% of the target's best phase on the hot project (no collapse),
  *   judged for each PostgreSQL target (SQLite's reported beside them);
- * - 2 instances ≥ 1 instance on 8 projects and on one hot project (the best phase of each);
+ * - 2 instances ≥ 1 instance on 8 projects and on one hot project (the best phase of each), behind a
+ *   round-robin balancer (`tollgate-pg2`) and, when it ran, routed by key (`tollgate-pg2a`, the
+ *   deployment README recommends for a busy project: docs/decisions/0055);
  * - the store port alone (bench/pgHotProject.ts) ≥ 1,500 governed calls/s on one hot project.
  *
  * On a 2-core box that the generator, the mock, PostgreSQL, Redis and every instance share, these
@@ -109,6 +111,12 @@ export const judgeScaleOut = (rows: ReadonlyArray<ScaleFigures>, portAlone?: num
       check: `2 instances with key affinity ≥ ${oneLabel}, 8 projects`,
       value: `${f0(pg2a.projectsRps)} / ${f0(one.projectsRps)} = ${f2(projects)}×`,
       met: judged(projects, (x) => x >= 1)
+    })
+    const hot = pg2a.bestHotRps / one.bestHotRps
+    verdicts.push({
+      check: `2 instances with key affinity ≥ ${oneLabel}, one hot project (best phase of each)`,
+      value: `${f0(pg2a.bestHotRps)} / ${f0(one.bestHotRps)} = ${f2(hot)}×`,
+      met: judged(hot, (x) => x >= 1)
     })
   }
   if (portAlone !== undefined) {

@@ -35,10 +35,13 @@ describe("scale-out verdicts (issue 40)", () => {
     expect(v.find((x) => x.check.startsWith("2 instances ≥ 1 instance, 8"))?.value).toBe("500 / 501 = 1.00×")
   })
 
-  it("judges the two instances with key affinity against one instance on 8 projects", () => {
-    const v = judgeScaleOut([row("tollgate-pg", { projectsRps: 400 }), row("tollgate-pg2a", { projectsRps: 400 })])
+  it("judges the two instances with key affinity against one instance on 8 projects and on the hot project", () => {
+    const v = judgeScaleOut([row("tollgate-pg", { projectsRps: 400, bestHotRps: 300 }), row("tollgate-pg2a", { projectsRps: 400, bestHotRps: 300 })])
     expect(metOf(v)["2 instances with key affinity ≥ 1 instance, 8 projects"]).toBe(true)
-    expect(metOf(judgeScaleOut([row("tollgate-pg", { projectsRps: 400 }), row("tollgate-pg2a", { projectsRps: 399 })]))["2 instances with key affinity ≥ 1 instance, 8 projects"]).toBe(false)
+    expect(metOf(v)["2 instances with key affinity ≥ 1 instance, one hot project (best phase of each)"]).toBe(true)
+    const under = metOf(judgeScaleOut([row("tollgate-pg", { projectsRps: 400, bestHotRps: 300 }), row("tollgate-pg2a", { projectsRps: 399, bestHotRps: 299 })]))
+    expect(under["2 instances with key affinity ≥ 1 instance, 8 projects"]).toBe(false)
+    expect(under["2 instances with key affinity ≥ 1 instance, one hot project (best phase of each)"]).toBe(false)
   })
 
   it("judges two instances against one behind the same balancer when that target ran, not the direct one", () => {
