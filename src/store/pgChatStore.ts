@@ -363,16 +363,16 @@ export const makePgChatStore = Effect.gen(function* () {
     }
   }
 
-  /**
-   * One batch of reservations: `tollgate_reserve_bounded` (migration 0013 — `tollgate_reserve_many`
-   * with the hot-row bound as its transaction's `lock_timeout`), one statement, one transaction.
-   * A lock not had within the bound rolls the whole statement back: each of the batch is shed, 503
-   * server_overloaded, nothing held — a clean refusal, before any money moved.
-   */
   /** A reservation shed by a bound: refused before anything of it was held (a typed refusal, not a defect). */
   const shedBy = (why: string): Exit.Exit<never, ReserveRefused> => Exit.fail({ _tag: "Shed", error: serverOverloaded(why) })
 
-  /** Whether the batch's one statement answered (committed): its time is then the database's own for a statement. */
+  /** A statement's exit, and the time the database took for it (ms): what `statementTook` keeps of a committed one. */
+  const timedExit = <A>(statement: Effect.Effect<A>): Effect.Effect<readonly [Exit.Exit<A>, number]> =>
+    Effect.suspend(() => {
+      const sentAt = nowMs()
+      return Effect.map(Effect.exit(statement), (exit) => [exit, nowMs() - sentAt] as const)
+    })
+
   /** Whether a statement's connection was lost under it (it may have committed) or never had. */
   const connectionLost = (cause: Cause.Cause<unknown>): boolean =>
     [...Cause.defects(cause)].some((d) => d instanceof MayHaveCommitted || d instanceof StoreUnavailable)
@@ -395,9 +395,16 @@ export const makePgChatStore = Effect.gen(function* () {
     })
   }
 
-  const runReserveBatch = (batch: ReadonlyArray<PendingReserve>): Effect.Effect<boolean> =>
+  /**
+   * One batch of reservations: `tollgate_reserve_bounded` (migration 0013 — `tollgate_reserve_many`
+   * with the hot-row bound as its transaction's `lock_timeout`), one statement, one transaction.
+   * A lock not had within the bound rolls the whole statement back: each of the batch is shed, 503
+   * server_overloaded, nothing held — a clean refusal, before any money moved. Its answer: the
+   * statement's time when it committed (the database's own for a statement), else undefined.
+   */
+  const runReserveBatch = (batch: ReadonlyArray<PendingReserve>): Effect.Effect<number | undefined> =>
     Effect.gen(function* () {
-      const exit = yield* Effect.exit(
+      const [exit, took] = yield* timedExit(
         once(
           sql<ReserveRow & { o_i: number }>`SELECT * FROM tollgate_reserve_bounded(${pgLockTimeoutMs}, ${JSON.stringify(batch.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
           undefined,
@@ -407,19 +414,19 @@ export const makePgChatStore = Effect.gen(function* () {
       if (Exit.isFailure(exit)) {
         if (lockNotHad(exit.cause)) {
           shedLocked(batch)
-          return false
+          return undefined
         }
         if (connectionLost(exit.cause) || batch.length === 1) {
           for (const p of batch) p.done(Exit.failCause(exit.cause))
-          return false
+          return undefined
         }
         pgSettleBatches.splits++
         yield* Effect.logWarning(`store: a batch of ${batch.length} reservations was refused; each runs alone: ${refusal(exit.cause)}`)
         for (const p of batch) yield* runReserveBatch([p])
-        return false
+        return undefined
       }
       answerReserves(batch, exit.value, "tollgate_reserve_bounded")
-      return true
+      return took
     })
 
   /**
@@ -749,14 +756,15 @@ export const makePgChatStore = Effect.gen(function* () {
    * settlements' answer goes on as `runBatch`'s first round (a head moved, a hold not as known: as
    * ever). A turn the database refused whole is each part's own statement again, as if sent apart; a
    * connection lost under it is each reservation's lost connection (each voids, fenced, what it may
-   * have taken) and the settlements go again (each recognizes its own commit). Whether the reservations
-   * committed is its answer (their statement time is then the database's own).
+   * have taken) and the settlements go again (each recognizes its own commit). Its answer, as
+   * `runReserveBatch`'s: the turn's statement time when its reservations committed, else undefined —
+   * the statement alone, not the settlement rounds that may follow it.
    */
-  const runTurn = (lane: Lane, settles: ReadonlyArray<Pending>, reserves: ReadonlyArray<PendingReserve>): Effect.Effect<boolean> =>
+  const runTurn = (lane: Lane, settles: ReadonlyArray<Pending>, reserves: ReadonlyArray<PendingReserve>): Effect.Effect<number | undefined> =>
     Effect.gen(function* () {
       const sealed = sealBatch(settles, knownHead)
       const carrying = (rows: ReadonlyArray<TurnRow>) => rows.find((r) => r.o_i === -1)
-      const exit = yield* Effect.exit(
+      const [exit, took] = yield* timedExit(
         once(
           sql<TurnRow>`SELECT * FROM tollgate_turn(${pgLockTimeoutMs}, ${JSON.stringify(sealed)}::jsonb, ${JSON.stringify(reserves.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
           (rows) => (carrying(rows)?.o_settle?.ok === true ? assertBatch(sealed) : Effect.void),
@@ -770,7 +778,7 @@ export const makePgChatStore = Effect.gen(function* () {
         const lost = connectionLost(exit.cause)
         if (lost) for (const p of reserves) p.done(Exit.failCause(exit.cause))
         yield* runBatch(lane, settles, moved)
-        return lost ? false : yield* runReserveBatch(reserves)
+        return lost ? undefined : yield* runReserveBatch(reserves)
       }
       pgTurns.turns++
       const carried = carrying(exit.value)
@@ -784,7 +792,7 @@ export const makePgChatStore = Effect.gen(function* () {
       } else {
         yield* runBatch(lane, settles, false, carried.o_settle)
       }
-      return !shed
+      return shed ? undefined : took
     })
 
   /**
@@ -802,11 +810,10 @@ export const makePgChatStore = Effect.gen(function* () {
       lane.busy = false
       return
     }
-    const sentAt = nowMs()
     const turn =
-      reserves.length === 0 ? Effect.as(runBatch(lane, settles), false) : settles.length === 0 ? runReserveBatch(reserves) : runTurn(lane, settles, reserves)
+      reserves.length === 0 ? Effect.as(runBatch(lane, settles), undefined) : settles.length === 0 ? runReserveBatch(reserves) : runTurn(lane, settles, reserves)
     runFork(turn).addObserver((exit) => {
-      if (Exit.isSuccess(exit) && exit.value) statementTook(lane.served, nowMs() - sentAt)
+      if (Exit.isSuccess(exit) && exit.value !== undefined) statementTook(lane.served, exit.value)
       tellTheRest(settles, exit, lane.queue)
       tellTheRest(reserves, exit)
       if (lane.queue.length > 0 || lane.reserves.length > 0) return drain(lane)
