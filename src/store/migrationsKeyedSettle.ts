@@ -29,8 +29,7 @@
  * `tollgate_settle_lock` takes the same locks up front (`tollgate_lock_holds`, `tollgate_lock_windows`).
  * `tollgate_settle_project` (0014's name for the project part) is dropped: `tollgate_settle` is whole again.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { statementsByDialect } from "./migrationStatements.ts"
 
 const pg = [
   // The holds of a batch, locked in id order (every writer's first lock), each by its key.
@@ -198,10 +197,4 @@ END
 $fn$`
 ]
 
-export const migrationKeyedSettle = Effect.gen(function* () {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.onDialectOrElse({
-    pg: () => Effect.forEach(pg, (s) => sql.unsafe(s), { discard: true }),
-    orElse: () => Effect.void
-  })
-})
+export const migrationKeyedSettle = statementsByDialect({ pg })

@@ -23,8 +23,7 @@
  * `o_i` = -1 carrying the settlements' answer (`o_settle`), or `o_outcome` = 'shed' when the bound
  * stopped the reservations.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { statementsByDialect } from "./migrationStatements.ts"
 import { FIGURES } from "./migrationsScopes.ts"
 
 /** The row that carries the settlements' answer: `FIGURES` NULL, but `o_outcome` 'shed' when the bound stopped the reservations. */
@@ -52,10 +51,4 @@ END
 $fn$`
 ]
 
-export const migrationLaneTurn = Effect.gen(function* () {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.onDialectOrElse({
-    pg: () => Effect.forEach(pg, (s) => sql.unsafe(s), { discard: true }),
-    orElse: () => Effect.void
-  })
-})
+export const migrationLaneTurn = statementsByDialect({ pg })

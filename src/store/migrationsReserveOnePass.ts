@@ -24,8 +24,7 @@
  * are the ones `tollgate_reserve` gave; `tollgate_reserve_bounded` (the lock bound) calls this one, and
  * `tollgate_reserve`, no longer called, is dropped.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { statementsByDialect } from "./migrationStatements.ts"
 import { FIGURES } from "./migrationsScopes.ts"
 import { endUserCapSql, keyCapSql, scopeHoldSql } from "./scopeSql.ts"
 
@@ -201,10 +200,4 @@ $fn$`,
      TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT, TEXT, TEXT)`
 ]
 
-export const migrationReserveOnePass = Effect.gen(function* () {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.onDialectOrElse({
-    pg: () => Effect.forEach(pg, (s) => sql.unsafe(s), { discard: true }),
-    orElse: () => Effect.void
-  })
-})
+export const migrationReserveOnePass = statementsByDialect({ pg })

@@ -12,8 +12,7 @@
  * The scope's name carries its ids (`key:<key id>`, `end_user:<project>/<user>`, spec/scopes.ts
  * `accountOf`): the key and the project are found by primary key, never by a scan.
  */
-import { SqlClient } from "@effect/sql"
-import { Effect } from "effect"
+import { statementsByDialect } from "./migrationStatements.ts"
 import { crossed, PG_NOW, SQLITE_NOW } from "./migrationsEvents.ts"
 
 /** One engine's spelling of the pieces of a scope's name. */
@@ -95,10 +94,4 @@ $fn$`,
   FOR EACH ROW WHEN (NEW.spent > OLD.spent) EXECUTE FUNCTION tollgate_events_scope_threshold()`
 ]
 
-export const migrationScopeThresholds = Effect.gen(function* () {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.onDialectOrElse({
-    pg: () => Effect.forEach(pg, (s) => sql.unsafe(s), { discard: true }),
-    orElse: () => Effect.forEach(sqlite, (s) => sql.unsafe(s), { discard: true })
-  })
-})
+export const migrationScopeThresholds = statementsByDialect({ pg, sqlite })
