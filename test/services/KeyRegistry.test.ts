@@ -293,6 +293,16 @@ describe("one store read a key at a time (a cache entry that ages out under load
     )
     return { state, layer }
   }
+  /** `body` on a fresh gated registry, with a project and its key made (no read yet counted: the next one is held). */
+  type Gated = Effect.Effect.Success<typeof setup> & { readonly state: ReturnType<typeof gated>["state"] }
+  const gatedRun = <A, E>(body: (c: Gated) => Effect.Effect<A, E, KeyRegistry>) => {
+    const { state, layer } = gated()
+    return Effect.gen(function* () {
+      const made = yield* setup
+      state.reads = 0
+      return yield* body({ ...made, state })
+    }).pipe(Effect.provide(layer))
+  }
   /** Let the forked callers run until `n` reads have begun (each waits at the gate). */
   const readsBegun = (state: { reads: number }, n: number) =>
     Effect.gen(function* () {
@@ -300,60 +310,54 @@ describe("one store read a key at a time (a cache entry that ages out under load
       expect(state.reads).toBe(n)
     })
 
-  it.effect("50 calls that miss together make one read, and all 50 get the key's scope", () => {
-    const { state, layer } = gated()
-    return Effect.gen(function* () {
-      const { keys, issued } = yield* setup
-      state.reads = 0
-      const calls = yield* Effect.forkAll(Array.from({ length: 50 }, () => keys.authenticate(bearer(issued.secret))))
-      yield* readsBegun(state, 1)
-      // Every caller has missed by now and waits on the one read.
-      for (let i = 0; i < 100; i++) yield* Effect.yieldNow()
-      expect(state.reads).toBe(1)
-      yield* Deferred.succeed(state.gate, undefined)
-      const principals = yield* Fiber.join(calls)
-      expect(principals.map((p) => p.keyId)).toEqual(Array(50).fill(issued.id))
-      expect(state.reads).toBe(1)
-      // The entry ages out: the next miss reads once more.
-      yield* TestClock.adjust(CACHE_TTL)
-      yield* Effect.forEach(Array.from({ length: 5 }), () => keys.authenticate(bearer(issued.secret)), { concurrency: "unbounded" })
-      expect(state.reads).toBe(2)
-    }).pipe(Effect.provide(layer))
-  })
+  it.effect("50 calls that miss together make one read, and all 50 get the key's scope", () =>
+    gatedRun(({ keys, issued, state }) =>
+      Effect.gen(function* () {
+        const calls = yield* Effect.forkAll(Array.from({ length: 50 }, () => keys.authenticate(bearer(issued.secret))))
+        yield* readsBegun(state, 1)
+        // Every caller has missed by now and waits on the one read.
+        for (let i = 0; i < 100; i++) yield* Effect.yieldNow()
+        expect(state.reads).toBe(1)
+        yield* Deferred.succeed(state.gate, undefined)
+        const principals = yield* Fiber.join(calls)
+        expect(principals.map((p) => p.keyId)).toEqual(Array(50).fill(issued.id))
+        expect(state.reads).toBe(1)
+        // The entry ages out: the next miss reads once more.
+        yield* TestClock.adjust(CACHE_TTL)
+        yield* Effect.forEach(Array.from({ length: 5 }), () => keys.authenticate(bearer(issued.secret)), { concurrency: "unbounded" })
+        expect(state.reads).toBe(2)
+      })
+    ))
 
-  it.effect("a caller that goes away does not cancel the read the others wait on", () => {
-    const { state, layer } = gated()
-    return Effect.gen(function* () {
-      const { keys, issued } = yield* setup
-      state.reads = 0
-      const first = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
-      yield* readsBegun(state, 1)
-      const second = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
-      for (let i = 0; i < 20; i++) yield* Effect.yieldNow()
-      yield* Fiber.interrupt(first)
-      yield* Deferred.succeed(state.gate, undefined)
-      expect((yield* Fiber.join(second)).keyId).toBe(issued.id)
-      expect(state.reads).toBe(1)
-    }).pipe(Effect.provide(layer))
-  })
+  it.effect("a caller that goes away does not cancel the read the others wait on", () =>
+    gatedRun(({ keys, issued, state }) =>
+      Effect.gen(function* () {
+        const first = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
+        yield* readsBegun(state, 1)
+        const second = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
+        for (let i = 0; i < 20; i++) yield* Effect.yieldNow()
+        yield* Fiber.interrupt(first)
+        yield* Deferred.succeed(state.gate, undefined)
+        expect((yield* Fiber.join(second)).keyId).toBe(issued.id)
+        expect(state.reads).toBe(1)
+      })
+    ))
 
-  it.effect("a revocation during a read: the calls after it read again, and what the read found before it is not kept", () => {
-    const { state, layer } = gated()
-    return Effect.gen(function* () {
-      const { keys, issued } = yield* setup
-      state.reads = 0
-      // The first read finds the key live, and is held there.
-      const before = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
-      yield* readsBegun(state, 1)
-      yield* keys.revoke(issued.id) // reads the row itself too
-      const afterRevoke = state.reads
-      // A call after the revocation does not wait on the read begun before it: it reads, and is refused.
-      expect(yield* rejection(bearer(issued.secret))).toBe(`API key ${issued.id} has been revoked.`)
-      expect(state.reads).toBe(afterRevoke + 1)
-      yield* Deferred.succeed(state.gate, undefined)
-      expect((yield* Fiber.join(before)).keyId).toBe(issued.id) // it read before the revocation committed
-      // The row that read found is not remembered: the next call is refused from the cache.
-      expect(keys.authenticateCached(bearer(issued.secret), yield* TestClock.currentTimeMillis)).toMatchObject({ _tag: "InvalidApiKey", message: `API key ${issued.id} has been revoked.` })
-    }).pipe(Effect.provide(layer))
-  })
+  it.effect("a revocation during a read: the calls after it read again, and what the read found before it is not kept", () =>
+    gatedRun(({ keys, issued, state }) =>
+      Effect.gen(function* () {
+        // The first read finds the key live, and is held there.
+        const before = yield* Effect.fork(keys.authenticate(bearer(issued.secret)))
+        yield* readsBegun(state, 1)
+        yield* keys.revoke(issued.id) // reads the row itself too
+        const afterRevoke = state.reads
+        // A call after the revocation does not wait on the read begun before it: it reads, and is refused.
+        expect(yield* rejection(bearer(issued.secret))).toBe(`API key ${issued.id} has been revoked.`)
+        expect(state.reads).toBe(afterRevoke + 1)
+        yield* Deferred.succeed(state.gate, undefined)
+        expect((yield* Fiber.join(before)).keyId).toBe(issued.id) // it read before the revocation committed
+        // The row that read found is not remembered: the next call is refused from the cache.
+        expect(keys.authenticateCached(bearer(issued.secret), yield* TestClock.currentTimeMillis)).toMatchObject({ _tag: "InvalidApiKey", message: `API key ${issued.id} has been revoked.` })
+      })
+    ))
 })
