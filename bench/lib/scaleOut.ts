@@ -139,6 +139,8 @@ export interface StoreCounters {
   readonly reserveBatches: number
   readonly reservations: number
   readonly headMoved: number
+  /** Settlement batches sealed under their chains' writer lock (docs/decisions/0056; NaN on a tree without it). */
+  readonly chainLocked: number
   readonly shed: number
 }
 
@@ -156,6 +158,7 @@ export const storeCounters = (metrics: string): StoreCounters => {
     reserveBatches: read("tollgate_store_reserve_batches_total"),
     reservations: read("tollgate_store_batched_reservations_total"),
     headMoved: read("tollgate_store_head_moved_total"),
+    chainLocked: read("tollgate_store_chain_locked_total"),
     shed: read("tollgate_store_shed_total")
   }
 }

@@ -11,6 +11,7 @@ import { Effect } from "effect"
 import { MAX_BUDGET_CREDITS, MAX_BURST, MAX_REQUESTS_PER_MINUTE } from "../domain/adminFields.ts"
 import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
 import { migrationReserveOnePass } from "./migrationsReserveOnePass.ts"
+import { migrationChainWriter } from "./migrationsChainWriter.ts"
 import { migrationLaneTurn } from "./migrationsLaneTurn.ts"
 import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
@@ -684,7 +685,8 @@ export const migrationSteps = {
   "0022_end_user_limits": migrationEndUserLimits,
   "0023_pg_keyed_settle": migrationKeyedSettle,
   "0024_pg_reserve_one_pass": migrationReserveOnePass,
-  "0025_pg_lane_turn": migrationLaneTurn
+  "0025_pg_lane_turn": migrationLaneTurn,
+  "0026_pg_chain_writer": migrationChainWriter
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -18,8 +18,9 @@
  *   instance last saw, and the function appends it only if that is still the head (locked): else it
  *   writes nothing and answers the head, and the receipt is sealed again. One project's settlements
  *   go through one lane of this instance, so they do not race each other for the head; a head other
- *   instances keep moving is locked first (`tollgate_settle_lock`, in one transaction). The charge,
- *   the receipt, the head, the request's completion and the idempotent result commit together.
+ *   instances keep moving is locked first (the chain's writer lock, `tollgate_lock_chains`, migration
+ *   0026, in one transaction with the settlement). The charge, the receipt, the head, the request's
+ *   completion and the idempotent result commit together.
  * - reserve marks the claim and the hold with the process's epoch, and heartbeat writes the epoch's
  *   heartbeat and open streams' progress marks (src/store/epochs.ts): a survivor or a restart resolves
  *   a dead epoch's holds through settle and abandon (src/services/Recovery.ts), each guarded on the
@@ -71,7 +72,7 @@ const RETRY_LIMIT = 10
  * and statements that found a chain head another instance had moved (`headMoved`: sealed again, a
  * round trip more — what several instances on one hot project cost, docs/decisions/0046).
  */
-export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMoved: 0 }
+export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMoved: 0, locked: 0 }
 
 /** Reservation statements that answered (each one transaction) and the reservations they carried: their ratio is the mean batch. */
 export const pgReserveBatches = { batches: 0, reservations: 0 }
@@ -131,6 +132,14 @@ const SETTLE_BATCH = 128
 
 /** How many times in a row a settlement is sealed again on a head another instance moved, before it gives up. */
 const HEAD_ROUNDS = 20
+
+/**
+ * A project whose head another instance moved is contended for this long (docs/decisions/0056): its
+ * settlements, in a batch of at least `LOCKED_FIRST_BATCH`, take the chain's writer lock before they
+ * are sealed instead of being sealed on a head that has most likely moved.
+ */
+const CONTENDED_MS = 1000
+const LOCKED_FIRST_BATCH = 16
 
 /** Adaptive shedding (docs/decisions/0051): the lane's own statement time is the minimum of its last few statements. */
 const SERVED_SAMPLES = 4
@@ -571,6 +580,34 @@ export const makePgChatStore = Effect.gen(function* () {
   /** The head this instance last saw of a project's chain (what a batch is sealed on), or the unknown one. */
   const knownHead = (projectId: string): Head => heads.get(projectId) ?? UNKNOWN_HEAD
 
+  /** Projects whose head another instance moved, until when (ms) they count as contended. */
+  const contendedUntil = new Map<string, number>()
+  const movedBySomeoneElse = (projectIds: Iterable<string>): void => {
+    const until = clock.unsafeCurrentTimeMillis() + CONTENDED_MS
+    for (const projectId of projectIds) contendedUntil.set(projectId, until)
+  }
+  /**
+   * Whether a lane's batch takes the chain's writer lock before it is sealed (0056): big enough that
+   * the lock's extra round trips cost less than sealing and sending it again, and one of its projects
+   * contended. A small batch (a lightly loaded lane) keeps the one-statement turn.
+   */
+  const lockedFirst = (batch: ReadonlyArray<Pending>): boolean => {
+    if (batch.length < LOCKED_FIRST_BATCH || contendedUntil.size === 0) return false
+    const now = clock.unsafeCurrentTimeMillis()
+    for (const [projectId, until] of contendedUntil) if (until <= now) contendedUntil.delete(projectId)
+    return batch.some((p) => contendedUntil.has(p.s.hold.projectId))
+  }
+
+  /**
+   * The chain's writer lock of each project of `batch` (migration 0026), in the transaction under way,
+   * and the heads read under it: no other settlement can move them until the transaction ends.
+   */
+  const lockChains = (batch: ReadonlyArray<Pending>) =>
+    Effect.map(
+      sql<{ h: Record<string, Head> }>`SELECT tollgate_lock_chains(${JSON.stringify(batch.map(({ s }) => ({ project_id: s.hold.projectId })))}::jsonb) AS h`,
+      ([row]) => (projectId: string): Head => row!.h[projectId] ?? UNKNOWN_HEAD
+    )
+
   /** `tollgate_turn`'s rows: the reservations' (`o_i` ≥ 0), then the one carrying the settlements' answer (`o_i` = -1). */
   type TurnRow = ReserveRow & { readonly o_i: number; readonly o_settle: SettleAnswer | null }
 
@@ -656,21 +693,22 @@ export const makePgChatStore = Effect.gen(function* () {
 
   /**
    * The locked path, for a batch whose heads other instances keep moving: in one transaction, the
-   * batch's locks taken in the order every writer takes them (`tollgate_settle_lock`: holds, windows,
-   * heads) and the heads read under their locks, the batch sealed on them, then `tollgate_settle` —
-   * which then cannot find a head moved. Four round trips (BEGIN, the locks, the settlement, COMMIT).
+   * chains' writer locks taken first and the heads read under them (`lockChains`), the batch sealed on
+   * them, then `tollgate_settle` — which then cannot find a head moved. Four round trips (BEGIN, the
+   * locks, the settlement, COMMIT); the holds and the budget windows are locked by the settlement
+   * alone, so the project's reservations do not wait for the sealing.
    */
-  const settleLocked = (live: ReadonlyArray<Pending>) =>
-    transact(
+  const settleLocked = (live: ReadonlyArray<Pending>) => {
+    pgSettleBatches.locked++
+    return transact(
       Effect.gen(function* () {
-        const lock = { items: live.map(({ s }) => ({ reservation_id: s.hold.reservationId, project_id: s.hold.projectId, period: s.hold.period })) }
-        const [row] = yield* sql<{ h: Record<string, Head> }>`SELECT tollgate_settle_lock(${JSON.stringify(lock)}::jsonb) AS h`
-        const sealed = sealBatch(live, (projectId) => row!.h[projectId] ?? UNKNOWN_HEAD)
+        const sealed = sealBatch(live, yield* lockChains(live))
         const [answer] = yield* sql<{ r: SettleAnswer }>`SELECT tollgate_settle(${JSON.stringify(sealed)}::jsonb) AS r`
         if (answer!.r.ok === true) yield* assertBatch(sealed)
         return answer!.r
       })
     )
+  }
 
   /** A head moved between the function's read and its lock (SQLSTATE TG001): everything rolled back. */
   const headMoved = (cause: Cause.Cause<unknown>): boolean =>
@@ -701,6 +739,7 @@ export const makePgChatStore = Effect.gen(function* () {
           for (const p of live) heads.delete(p.s.hold.projectId)
           if (headMoved(exit.cause)) {
             pgSettleBatches.headMoved++
+            movedBySomeoneElse(live.map((p) => p.s.hold.projectId))
             contended = true
             continue
           }
@@ -721,6 +760,8 @@ export const makePgChatStore = Effect.gen(function* () {
         }
         if ("heads" in answer) {
           pgSettleBatches.headMoved++
+          // A head this instance knew and another moved (not one it had yet to learn, after a start).
+          movedBySomeoneElse(answer.heads.filter((h) => heads.has(h.project_id)).map((h) => h.project_id))
           for (const h of answer.heads) heads.set(h.project_id, { seq: h.seq, hash: h.hash })
           // Known and moved again: another instance appends to this chain too; take its lock first.
           if (round > 0) contended = true
@@ -759,22 +800,40 @@ export const makePgChatStore = Effect.gen(function* () {
    * have taken) and the settlements go again (each recognizes its own commit). Its answer, as
    * `runReserveBatch`'s: the turn's statement time when its reservations committed, else undefined —
    * the statement alone, not the settlement rounds that may follow it.
+   *
+   * `locked` (docs/decisions/0056): the settlements' projects are contended, so the turn takes their
+   * chains' writer locks first and seals on the heads read under them, in one transaction — BEGIN, the
+   * locks, the turn, COMMIT — instead of sealing on heads another instance has most likely moved.
    */
-  const runTurn = (lane: Lane, settles: ReadonlyArray<Pending>, reserves: ReadonlyArray<PendingReserve>): Effect.Effect<number | undefined> =>
+  const runTurn = (lane: Lane, settles: ReadonlyArray<Pending>, reserves: ReadonlyArray<PendingReserve>, locked = false): Effect.Effect<number | undefined> =>
     Effect.gen(function* () {
-      const sealed = sealBatch(settles, knownHead)
       const carrying = (rows: ReadonlyArray<TurnRow>) => rows.find((r) => r.o_i === -1)
+      const turn = (sealed: ReturnType<typeof sealBatch>) =>
+        sql<TurnRow>`SELECT * FROM tollgate_turn(${pgLockTimeoutMs}, ${JSON.stringify(sealed)}::jsonb, ${JSON.stringify(reserves.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`
+      const checked = (sealed: ReturnType<typeof sealBatch>) => (rows: ReadonlyArray<TurnRow>) =>
+        carrying(rows)?.o_settle?.ok === true ? assertBatch(sealed) : Effect.void
+      if (locked) pgSettleBatches.locked++
       const [exit, took] = yield* timedExit(
-        once(
-          sql<TurnRow>`SELECT * FROM tollgate_turn(${pgLockTimeoutMs}, ${JSON.stringify(sealed)}::jsonb, ${JSON.stringify(reserves.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`,
-          (rows) => (carrying(rows)?.o_settle?.ok === true ? assertBatch(sealed) : Effect.void),
-          false
-        )
+        locked
+          ? transact(
+              Effect.gen(function* () {
+                const sealed = sealBatch(settles, yield* lockChains(settles))
+                return yield* Effect.tap(turn(sealed), checked(sealed))
+              }),
+              false
+            )
+          : Effect.suspend(() => {
+              const sealed = sealBatch(settles, knownHead)
+              return once(turn(sealed), checked(sealed), false)
+            })
       )
       if (Exit.isFailure(exit)) {
         for (const p of settles) heads.delete(p.s.hold.projectId)
         const moved = headMoved(exit.cause)
-        if (moved) pgSettleBatches.headMoved++
+        if (moved) {
+          pgSettleBatches.headMoved++
+          movedBySomeoneElse(settles.map((p) => p.s.hold.projectId))
+        }
         const lost = connectionLost(exit.cause)
         if (lost) for (const p of reserves) p.done(Exit.failCause(exit.cause))
         yield* runBatch(lane, settles, moved)
@@ -810,8 +869,13 @@ export const makePgChatStore = Effect.gen(function* () {
       lane.busy = false
       return
     }
+    const locked = lockedFirst(settles)
     const turn =
-      reserves.length === 0 ? Effect.as(runBatch(lane, settles), undefined) : settles.length === 0 ? runReserveBatch(reserves) : runTurn(lane, settles, reserves)
+      reserves.length === 0
+        ? Effect.as(runBatch(lane, settles, locked), undefined)
+        : settles.length === 0
+          ? runReserveBatch(reserves)
+          : runTurn(lane, settles, reserves, locked)
     runFork(turn).addObserver((exit) => {
       if (Exit.isSuccess(exit) && exit.value !== undefined) statementTook(lane.served, exit.value)
       tellTheRest(settles, exit, lane.queue)

@@ -1,0 +1,70 @@
+/**
+ * Migration 0026_pg_chain_writer — one writer of a project's receipt chain at a time, taken before
+ * anything else the settlement locks (issue 40; docs/decisions/0056).
+ *
+ * An instance seals a settlement's receipt on the chain head it last saw; `tollgate_settle` appends it
+ * only if that is still the head. With one hot project on several instances behind a round-robin
+ * balancer the head changes hands every turn, so nearly every batch was sealed twice or three times and
+ * sent two to four times (0055). The way out is to know the head before sealing: lock it, read it, seal
+ * on it, write. The locked path of 0008 did so, but locked the holds and the project's budget window
+ * too, across the round trips and the sealing, so the other instances' reservations of the project
+ * waited for it as well.
+ *
+ * Here the chain's writer is a transaction-level advisory lock a project (class 7302, the project id's
+ * `hashtext`), and every settlement takes it first:
+ *
+ * - `tollgate_lock_chains(items)`: the batch's projects' locks, in lock-key order (two batches of
+ *   several projects take theirs in one order: no cycle), then each head read — under its lock, so no
+ *   other settlement can move it until this transaction ends. Answers `{project_id: {seq, hash}}`, a
+ *   chain not begun as seq 0 and the genesis hash.
+ * - `tollgate_settle` (0023's function, now `tollgate_settle_chained`) takes them first, then does
+ *   exactly what it did. A settlement that is not on the locked path waits for the writer and then
+ *   checks its heads as before.
+ * - `tollgate_settle_lock` (0023's, now `tollgate_settle_lock_rows`) takes them first too, then the
+ *   holds, windows and heads it locked: this version no longer calls it (its locked path is
+ *   `tollgate_lock_chains`), an instance of the version before does until it is upgraded, and must
+ *   take the locks in the same order as every settlement.
+ *
+ * The locks' order stays one order for every writer: chains first (settlements only), then holds,
+ * windows, heads. Reservations, abandonments, the sweep and extensions never take a chain lock, and no
+ * transaction asks for one while it holds a row lock, so the new lock makes no cycle.
+ */
+import { statementsByDialect } from "./migrationStatements.ts"
+
+/** The advisory lock class of a project's receipt chain (with the project id's `hashtext`). */
+const CHAIN_WRITER_LOCK = 7302
+
+/** `name(p_batch JSONB)` renamed `renamed`, and `name` again as the chains' locks first, then `renamed`. */
+const chainLockedFirst = (name: string, renamed: string) => [
+  `ALTER FUNCTION ${name}(JSONB) RENAME TO ${renamed}`,
+  `CREATE FUNCTION ${name}(p_batch JSONB) RETURNS JSONB LANGUAGE plpgsql AS $fn$
+BEGIN
+  PERFORM tollgate_lock_chains(p_batch->'items');
+  RETURN ${renamed}(p_batch);
+END
+$fn$`
+]
+
+const pg = [
+  `CREATE FUNCTION tollgate_lock_chains(p_items JSONB) RETURNS JSONB LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_key INTEGER;
+  v_project TEXT;
+  v_head RECORD;
+  v_chain JSONB := '{}'::JSONB;
+BEGIN
+  FOR v_key IN SELECT DISTINCT hashtext(b.item->>'project_id') FROM jsonb_array_elements(p_items) AS b(item) ORDER BY 1 LOOP
+    PERFORM pg_advisory_xact_lock(${CHAIN_WRITER_LOCK}, v_key);
+  END LOOP;
+  FOR v_project IN SELECT DISTINCT b.item->>'project_id' FROM jsonb_array_elements(p_items) AS b(item) LOOP
+    SELECT h.seq, h.hash INTO v_head FROM chain_heads h WHERE h.project_id = v_project;
+    v_chain := v_chain || jsonb_build_object(v_project, jsonb_build_object('seq', COALESCE(v_head.seq, 0), 'hash', COALESCE(v_head.hash, repeat('0', 64))));
+  END LOOP;
+  RETURN v_chain;
+END
+$fn$`,
+  ...chainLockedFirst("tollgate_settle", "tollgate_settle_chained"),
+  ...chainLockedFirst("tollgate_settle_lock", "tollgate_settle_lock_rows")
+]
+
+export const migrationChainWriter = statementsByDialect({ pg })

@@ -1,0 +1,161 @@
+/**
+ * One writer of a project's receipt chain at a time on PostgreSQL (migration 0026,
+ * docs/decisions/0056), through the store port on a real database:
+ *
+ * - every settlement takes the chain's writer lock first: while another transaction holds it, a
+ *   settlement of the project waits (PostgreSQL shows it waiting on the advisory lock) and moves no
+ *   head; once it is released the settlement commits on the head as it then is;
+ * - a contended project (its head moved by another instance) settles a big batch under the lock,
+ *   sealed on the head read there: it never finds the head moved, however stale this instance's view,
+ *   and a turn that carries reservations too commits both;
+ * - two instances settling one project at once, one of them under the lock, leave one chain in order
+ *   and whole books.
+ *
+ * No timed assertion: the test waits for what PostgreSQL reports (pg_stat_activity), bounded only so a
+ * broken lock fails the test instead of hanging it.
+ */
+import { SqlClient } from "@effect/sql"
+import { Deferred, Effect, Exit } from "effect"
+import { describe, expect, it } from "vitest"
+import { Projects } from "../../src/services/Projects.ts"
+import type { ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
+import { ChatStore } from "../../src/store/ChatStore.ts"
+import { pgSettleBatches, pgTurns } from "../../src/store/pgChatStore.ts"
+import { GENESIS_HASH } from "../../spec/receipt.ts"
+import { reserveArgs, settleArgs } from "../support/portArgs.ts"
+import { onEngines } from "../support/pg.ts"
+import { makePgStoreNode } from "../support/pgStoreNode.ts"
+import { pgStoreForSuite } from "../support/pgStoreSuite.ts"
+
+/** Settlements a contended batch needs to go under the lock (pgChatStore's LOCKED_FIRST_BATCH). */
+const BIG = 20
+
+describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a project's receipt chain at a time on PostgreSQL", () => {
+  const suite = pgStoreForSuite({ pgPoolSize: 8, pgLanes: 1, assertInvariants: true })
+
+  const run: (typeof suite)["node"]["runPromise"] = (effect) => suite.node.runPromise(effect)
+  const newProject = () =>
+    run(Effect.flatMap(Projects, (p) => p.create({ name: "chain", organization: "org_chain", budget_credits: 1_000_000, rate_limit: { requests_per_minute: 60, burst: 10 } })))
+  const query = <A>(q: (sql: SqlClient.SqlClient) => Effect.Effect<ReadonlyArray<A>, unknown>) =>
+    suite.node.runPromise(Effect.flatMap(SqlClient.SqlClient, q) as Effect.Effect<ReadonlyArray<A>>)
+
+  /** Until PostgreSQL shows a statement waiting on an advisory lock whose text holds `like` (false after 10 s). */
+  const untilWaitingOnAdvisory = async (like: string): Promise<boolean> => {
+    for (let i = 0; i < 1000; i++) {
+      const [row] = await query<{ n: number }>(
+        (sql) => sql`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE ${`%${like}%`}`
+      )
+      if (row!.n > 0) return true
+      await new Promise((r) => setTimeout(r, 10))
+    }
+    return false
+  }
+
+  /** The project's chain (seq 1..n, each prev_hash the hash before it) and books (Σ receipts = spent, nothing held but `held`). */
+  const checkChain = async (projectId: string, held = 0) => {
+    const receipts = await query<{ seq: number; prev_hash: string; hash: string; credits_charged: number }>(
+      (sql) => sql`SELECT seq, prev_hash, hash, credits_charged FROM receipts WHERE project_id = ${projectId} ORDER BY seq`
+    )
+    receipts.forEach((r, i) => {
+      expect(Number(r.seq)).toBe(i + 1)
+      expect(r.prev_hash).toBe(i === 0 ? GENESIS_HASH : receipts[i - 1]!.hash)
+    })
+    const [w] = await query<{ spent: number; reserved: number }>((sql) => sql`SELECT spent, reserved FROM budget_windows WHERE project_id = ${projectId}`)
+    expect(Number(w!.spent)).toBe(receipts.reduce((a, r) => a + Number(r.credits_charged), 0))
+    expect(Number(w!.reserved)).toBe(held)
+    const [head] = await query<{ seq: number; hash: string }>((sql) => sql`SELECT seq, hash FROM chain_heads WHERE project_id = ${projectId}`)
+    expect({ seq: Number(head!.seq), hash: head!.hash }).toEqual({ seq: receipts.length, hash: receipts.at(-1)!.hash })
+    return receipts.length
+  }
+
+  type Node = { readonly store: (typeof suite)["store"]; readonly run: (typeof suite)["node"]["runPromise"] }
+  const reserveOn = (node: Node, projectId: string) => async () => {
+    const r = reserveArgs(projectId, 10)
+    await node.run(node.store.reserve(r))
+    return r
+  }
+  const settledOn = (node: Node, r: ReserveArgs, charge = 3) => node.run(node.store.settle(settleArgs(r, 10, charge)))
+  /** Settlements handed to `node`'s lane in one pass of the event loop: they go as one batch. */
+  const settleTogether = (node: Node, rs: ReadonlyArray<ReserveArgs>, charge = 3) =>
+    Promise.all(rs.map((r) => new Promise<Exit.Exit<void>>((resolve) => node.store.settleThen!(settleArgs(r, 10, charge) as SettleArgs, resolve))))
+
+  it("a settlement waits for the chain's writer lock another transaction holds, and then extends the head as it is", async () => {
+    const project = await newProject()
+    const a: Node = { store: suite.store, run }
+    await settledOn(a, await reserveOn(a, project.id)())
+    const second = await reserveOn(a, project.id)()
+
+    // Another writer takes the chain's lock (as an instance's locked path does) and keeps it until released.
+    const release = await run(Deferred.make<void>())
+    const taken = await run(Deferred.make<unknown>())
+    const writer = run(
+      Effect.flatMap(SqlClient.SqlClient, (sql) =>
+        sql.withTransaction(
+          Effect.gen(function* () {
+            const [row] = yield* sql<{ h: unknown }>`SELECT tollgate_lock_chains(${JSON.stringify([{ project_id: project.id }])}::jsonb) AS h`
+            yield* Deferred.succeed(taken, row!.h)
+            yield* Deferred.await(release)
+          })
+        )
+      )
+    )
+    const headUnderLock = (await run(Deferred.await(taken))) as Record<string, { seq: number }>
+    expect(headUnderLock[project.id]!.seq).toBe(1)
+
+    let settled = false
+    const settling = settledOn(a, second).then(() => void (settled = true))
+    expect(await untilWaitingOnAdvisory("tollgate_")).toBe(true)
+    expect(settled).toBe(false)
+    const [head] = await query<{ seq: number }>((sql) => sql`SELECT seq FROM chain_heads WHERE project_id = ${project.id}`)
+    expect(Number(head!.seq)).toBe(1)
+
+    await run(Deferred.succeed(release, undefined))
+    await writer
+    await settling
+    expect(await checkChain(project.id)).toBe(2)
+  })
+
+  it("a contended project's big batch is sealed on the head read under the lock: no head found moved, however stale this instance's view; a turn with reservations commits both", async () => {
+    const project = await newProject()
+    const other = makePgStoreNode(suite.schema.url, { pgPoolSize: 8, pgLanes: 1, assertInvariants: true })
+    try {
+      const a: Node = { store: suite.store, run }
+      const b: Node = { store: await other.runPromise(ChatStore), run: (e) => other.runPromise(e as never) }
+      // a knows the head; b moves it; a's next settlement finds it moved: the project is contended for a.
+      await settledOn(a, await reserveOn(a, project.id)())
+      await settledOn(b, await reserveOn(b, project.id)())
+      const moved0 = pgSettleBatches.headMoved
+      await settledOn(a, await reserveOn(a, project.id)())
+      expect(pgSettleBatches.headMoved - moved0).toBe(1)
+
+      // b moves the head again; a's view is stale. a's big batch goes under the lock and finds nothing moved.
+      const holdsA = await Promise.all(Array.from({ length: BIG }, reserveOn(a, project.id)))
+      const holdsB = await Promise.all(Array.from({ length: 4 }, reserveOn(b, project.id)))
+      expect((await settleTogether(b, holdsB)).every(Exit.isSuccess)).toBe(true)
+      const moved = pgSettleBatches.headMoved
+      const locked = pgSettleBatches.locked
+      expect((await settleTogether(a, holdsA)).every(Exit.isSuccess)).toBe(true)
+      expect(pgSettleBatches.locked - locked).toBe(1)
+      expect(pgSettleBatches.headMoved - moved).toBe(0)
+
+      // A turn: a's settlements and reservations handed to its lane together, after b moved the head again.
+      const more = await Promise.all(Array.from({ length: BIG }, reserveOn(a, project.id)))
+      await settledOn(b, await reserveOn(b, project.id)())
+      const [turns, lockedBefore, movedBefore] = [pgTurns.turns, pgSettleBatches.locked, pgSettleBatches.headMoved]
+      const reserving = Array.from({ length: 4 }, () => reserveArgs(project.id, 10))
+      const [settledA, reservedA] = await Promise.all([settleTogether(a, more), Promise.all(reserving.map((r) => run(Effect.exit(suite.store.reserve(r)))))])
+      expect([settledA.every(Exit.isSuccess), reservedA.every(Exit.isSuccess)]).toEqual([true, true])
+      expect([pgTurns.turns - turns, pgSettleBatches.locked - lockedBefore, pgSettleBatches.headMoved - movedBefore]).toEqual([1, 1, 0])
+
+      // Both instances settling big batches at once: a under the lock, b sealing on what it last saw.
+      const again = await Promise.all(Array.from({ length: BIG }, reserveOn(a, project.id)))
+      const holdsB2 = await Promise.all(Array.from({ length: BIG }, reserveOn(b, project.id)))
+      await settledOn(b, await reserveOn(b, project.id)()) // moved again: a stays contended
+      const both = await Promise.all([settleTogether(a, again), settleTogether(b, holdsB2)])
+      expect(both.flat().every(Exit.isSuccess)).toBe(true)
+      expect(await checkChain(project.id, 4 * 10)).toBe(3 + 4 + BIG + 1 + BIG + 1 + BIG + BIG)
+    } finally {
+      await other.dispose()
+    }
+  })
+})
