@@ -41,8 +41,9 @@
  *   claim, no request row. Settlements, voids, the sweep and the heartbeat are never shed: they end
  *   money already held.
  *
- * Locks are taken in one order by every writer: holds (by id), windows (by project, period), heads
- * (by project). A serialization failure (40001) or deadlock (40P01) rolls the statement back; it is
+ * Locks are taken in one order by every writer: a settlement's chain writer locks (advisory, by the
+ * project id's hash: migration 0026), holds (by id), windows (by project, period), heads (by project);
+ * the writers that are not settlements start at the holds. A serialization failure (40001) or deadlock (40P01) rolls the statement back; it is
  * run again after a jittered backoff and counted (`pgRetries`, exported in /metrics).
  */
 import { SqlClient, type SqlError } from "@effect/sql"
