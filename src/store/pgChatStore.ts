@@ -43,8 +43,9 @@
  *
  * Locks are taken in one order by every writer: a settlement's chain writer locks (advisory, by the
  * project id's hash: migration 0026), holds (by id), windows (by project, period), heads (by project);
- * the writers that are not settlements start at the holds. A serialization failure (40001) or deadlock (40P01) rolls the statement back; it is
- * run again after a jittered backoff and counted (`pgRetries`, exported in /metrics).
+ * the writers that are not settlements start at the holds. A serialization failure (40001) or
+ * deadlock (40P01) rolls the statement back; it is run again after a jittered backoff and counted
+ * (`pgRetries`, exported in /metrics).
  */
 import { SqlClient, type SqlError } from "@effect/sql"
 import { Cause, Duration, Effect, Exit, Layer, Option, Runtime } from "effect"
@@ -71,7 +72,8 @@ const RETRY_LIMIT = 10
  * settlements they carried, and batches split after the database refused them (each call then run
  * alone: a split hides a failing call from its neighbours, and is logged — a bug's trace when it recurs);
  * and statements that found a chain head another instance had moved (`headMoved`: sealed again, a
- * round trip more — what several instances on one hot project cost, docs/decisions/0046).
+ * round trip more — what several instances on one hot project cost, docs/decisions/0046); and
+ * batches sealed under their chains' writer lock (`locked`, docs/decisions/0056).
  */
 export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMoved: 0, locked: 0 }
 
