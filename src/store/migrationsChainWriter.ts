@@ -16,7 +16,11 @@
  * - `tollgate_lock_chains(items)`: the batch's projects' locks, in lock-key order (two batches of
  *   several projects take theirs in one order: no cycle), then each head read — under its lock, so no
  *   other settlement can move it until this transaction ends. Answers `{project_id: {seq, hash}}`, a
- *   chain not begun as seq 0 and the genesis hash.
+ *   chain not begun as seq 0 and the genesis hash. The transaction's
+ *   `idle_in_transaction_session_timeout` is set to `CHAIN_HOLDER_IDLE_MS`: a holder that stops
+ *   between its statements (frozen, or cut off with its socket still open, which PostgreSQL would
+ *   notice only by TCP keepalive) loses its session and its locks, instead of stalling every other
+ *   instance's settlements of those projects.
  * - `tollgate_settle` (0023's function, now `tollgate_settle_chained`) takes them first, then does
  *   exactly what it did. A settlement that is not on the locked path waits for the writer and then
  *   checks its heads as before.
@@ -33,6 +37,12 @@ import { statementsByDialect } from "./migrationStatements.ts"
 
 /** The advisory lock class of a project's receipt chain (with the project id's `hashtext`). */
 const CHAIN_WRITER_LOCK = 7302
+
+/**
+ * How long a transaction holding chain locks may sit idle between its statements (the locked path
+ * seals its batch there, milliseconds) before PostgreSQL ends its session and the locks with it.
+ */
+export const CHAIN_HOLDER_IDLE_MS = 5000
 
 /** `name(p_batch JSONB)` renamed `renamed`, and `name` again as the chains' locks first, then `renamed`. */
 const chainLockedFirst = (name: string, renamed: string) => [
@@ -53,6 +63,9 @@ DECLARE
   v_head RECORD;
   v_chain JSONB := '{}'::JSONB;
 BEGIN
+  -- A holder that stops talking (frozen, or cut off from the database without the socket closing)
+  -- loses its session, and with it the locks, after this long idle in its transaction.
+  PERFORM set_config('idle_in_transaction_session_timeout', '${CHAIN_HOLDER_IDLE_MS}', true);
   FOR v_key IN SELECT DISTINCT hashtext(b.item->>'project_id') FROM jsonb_array_elements(p_items) AS b(item) ORDER BY 1 LOOP
     PERFORM pg_advisory_xact_lock(${CHAIN_WRITER_LOCK}, v_key);
   END LOOP;

@@ -9,7 +9,9 @@
  *   sealed on the head read there: it never finds the head moved, however stale this instance's view,
  *   and a turn that carries reservations too commits both;
  * - two instances settling one project at once, one of them under the lock, leave one chain in order
- *   and whole books.
+ *   and whole books;
+ * - a holder that stops between its statements loses its session, and the lock, after
+ *   `CHAIN_HOLDER_IDLE_MS` idle in its transaction: the waiting settlement then commits.
  *
  * No timed assertion: the test waits for what PostgreSQL reports (pg_stat_activity), bounded only so a
  * broken lock fails the test instead of hanging it.
@@ -20,6 +22,7 @@ import { describe, expect, it } from "vitest"
 import { Projects } from "../../src/services/Projects.ts"
 import type { ReserveArgs, SettleArgs } from "../../src/store/chatTransactions.ts"
 import { ChatStore } from "../../src/store/ChatStore.ts"
+import { CHAIN_HOLDER_IDLE_MS } from "../../src/store/migrationsChainWriter.ts"
 import { pgSettleBatches, pgTurns } from "../../src/store/pgChatStore.ts"
 import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { reserveArgs, settleArgs } from "../support/portArgs.ts"
@@ -114,6 +117,41 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
     await settling
     expect(await checkChain(project.id)).toBe(2)
   })
+
+  it("a holder that stops between its statements loses its session, and the chain's lock with it, after the idle bound", async () => {
+    const project = await newProject()
+    const a: Node = { store: suite.store, run }
+    await settledOn(a, await reserveOn(a, project.id)())
+    const next = await reserveOn(a, project.id)()
+
+    // A writer that takes the chain's lock and then never sends its next statement (frozen, or cut off).
+    const taken = await run(Deferred.make<void>())
+    const never = await run(Deferred.make<void>())
+    const stalled = run(
+      Effect.exit(
+        Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          sql.withTransaction(
+            Effect.gen(function* () {
+              yield* sql`SELECT tollgate_lock_chains(${JSON.stringify([{ project_id: project.id }])}::jsonb)`
+              yield* Deferred.succeed(taken, undefined)
+              yield* Effect.race(Deferred.await(never), Effect.sleep(`${CHAIN_HOLDER_IDLE_MS + 2000} millis`))
+              yield* sql`SELECT 1`
+            })
+          )
+        )
+      )
+    )
+    await run(Deferred.await(taken))
+    const started = Date.now()
+    const settled = await Promise.race([
+      settledOn(a, next).then(() => "settled" as const),
+      new Promise<"still waiting">((r) => setTimeout(() => r("still waiting"), CHAIN_HOLDER_IDLE_MS + 5000))
+    ])
+    expect(settled).toBe("settled")
+    expect(Date.now() - started).toBeGreaterThanOrEqual(CHAIN_HOLDER_IDLE_MS - 500)
+    expect(Exit.isFailure(await stalled)).toBe(true)
+    expect(await checkChain(project.id)).toBe(2)
+  }, 30_000)
 
   it("a contended project's big batch is sealed on the head read under the lock: no head found moved, however stale this instance's view; a turn with reservations commits both", async () => {
     const project = await newProject()
