@@ -13,8 +13,9 @@
  * - a holder that stops between its statements loses its session, and the lock, after
  *   `CHAIN_HOLDER_IDLE_MS` idle in its transaction: the waiting settlement then commits.
  *
- * No timed assertion: the test waits for what PostgreSQL reports (pg_stat_activity), bounded only so a
- * broken lock fails the test instead of hanging it.
+ * Nothing is asserted on how fast anything runs: the tests wait for what PostgreSQL reports
+ * (pg_stat_activity), bounded only so a broken lock fails a test instead of hanging it; the idle-bound
+ * case checks that the waiting settlement did not commit before the bound, never after how long.
  */
 import { SqlClient } from "@effect/sql"
 import { Deferred, Effect, Exit } from "effect"
@@ -82,28 +83,38 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
   const settleTogether = (node: Node, rs: ReadonlyArray<ReserveArgs>, charge = 3) =>
     Promise.all(rs.map((r) => new Promise<Exit.Exit<void>>((resolve) => node.store.settleThen!(settleArgs(r, 10, charge) as SettleArgs, resolve))))
 
+  /**
+   * Another writer's transaction: it takes `projectId`'s chain lock (as an instance's locked path does),
+   * then runs `then`. Answers the heads it read under the lock once it has them, and how it ended.
+   */
+  const holdingChain = async (projectId: string, then: (sql: SqlClient.SqlClient) => Effect.Effect<unknown, unknown>) => {
+    const taken = await run(Deferred.make<Record<string, { seq: number }>>())
+    const ended = run(
+      Effect.exit(
+        Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          sql.withTransaction(
+            Effect.gen(function* () {
+              const [row] = yield* sql<{ h: Record<string, { seq: number }> }>`SELECT tollgate_lock_chains(${JSON.stringify([{ project_id: projectId }])}::jsonb) AS h`
+              yield* Deferred.succeed(taken, row!.h)
+              yield* then(sql)
+            })
+          )
+        )
+      )
+    )
+    return { heads: await run(Deferred.await(taken)), ended }
+  }
+
   it("a settlement waits for the chain's writer lock another transaction holds, and then extends the head as it is", async () => {
     const project = await newProject()
     const a: Node = { store: suite.store, run }
     await settledOn(a, await reserveOn(a, project.id)())
     const second = await reserveOn(a, project.id)()
 
-    // Another writer takes the chain's lock (as an instance's locked path does) and keeps it until released.
+    // Another writer takes the chain's lock and keeps it until released.
     const release = await run(Deferred.make<void>())
-    const taken = await run(Deferred.make<unknown>())
-    const writer = run(
-      Effect.flatMap(SqlClient.SqlClient, (sql) =>
-        sql.withTransaction(
-          Effect.gen(function* () {
-            const [row] = yield* sql<{ h: unknown }>`SELECT tollgate_lock_chains(${JSON.stringify([{ project_id: project.id }])}::jsonb) AS h`
-            yield* Deferred.succeed(taken, row!.h)
-            yield* Deferred.await(release)
-          })
-        )
-      )
-    )
-    const headUnderLock = (await run(Deferred.await(taken))) as Record<string, { seq: number }>
-    expect(headUnderLock[project.id]!.seq).toBe(1)
+    const writer = await holdingChain(project.id, () => Deferred.await(release))
+    expect(writer.heads[project.id]!.seq).toBe(1)
 
     let settled = false
     const settling = settledOn(a, second).then(() => void (settled = true))
@@ -113,7 +124,7 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
     expect(Number(head!.seq)).toBe(1)
 
     await run(Deferred.succeed(release, undefined))
-    await writer
+    expect(Exit.isSuccess(await writer.ended)).toBe(true)
     await settling
     expect(await checkChain(project.id)).toBe(2)
   })
@@ -124,24 +135,8 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
     await settledOn(a, await reserveOn(a, project.id)())
     const next = await reserveOn(a, project.id)()
 
-    // A writer that takes the chain's lock and then never sends its next statement (frozen, or cut off).
-    const taken = await run(Deferred.make<void>())
-    const never = await run(Deferred.make<void>())
-    const stalled = run(
-      Effect.exit(
-        Effect.flatMap(SqlClient.SqlClient, (sql) =>
-          sql.withTransaction(
-            Effect.gen(function* () {
-              yield* sql`SELECT tollgate_lock_chains(${JSON.stringify([{ project_id: project.id }])}::jsonb)`
-              yield* Deferred.succeed(taken, undefined)
-              yield* Effect.race(Deferred.await(never), Effect.sleep(`${CHAIN_HOLDER_IDLE_MS + 2000} millis`))
-              yield* sql`SELECT 1`
-            })
-          )
-        )
-      )
-    )
-    await run(Deferred.await(taken))
+    // A writer that takes the chain's lock and then sends nothing for longer than the bound (frozen, or cut off).
+    const stalled = await holdingChain(project.id, (sql) => Effect.zipRight(Effect.sleep(`${CHAIN_HOLDER_IDLE_MS + 2000} millis`), sql`SELECT 1`))
     const started = Date.now()
     const settled = await Promise.race([
       settledOn(a, next).then(() => "settled" as const),
@@ -149,7 +144,7 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
     ])
     expect(settled).toBe("settled")
     expect(Date.now() - started).toBeGreaterThanOrEqual(CHAIN_HOLDER_IDLE_MS - 500)
-    expect(Exit.isFailure(await stalled)).toBe(true)
+    expect(Exit.isFailure(await stalled.ended)).toBe(true)
     expect(await checkChain(project.id)).toBe(2)
   }, 30_000)
 
