@@ -114,16 +114,19 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
     // Another writer takes the chain's lock and keeps it until released.
     const release = await run(Deferred.make<void>())
     const writer = await holdingChain(project.id, () => Deferred.await(release))
-    expect(writer.heads[project.id]!.seq).toBe(1)
-
-    let settled = false
-    const settling = settledOn(a, second).then(() => void (settled = true))
-    expect(await untilWaitingOnAdvisory("tollgate_")).toBe(true)
-    expect(settled).toBe(false)
-    const [head] = await query<{ seq: number }>((sql) => sql`SELECT seq FROM chain_heads WHERE project_id = ${project.id}`)
-    expect(Number(head!.seq)).toBe(1)
-
-    await run(Deferred.succeed(release, undefined))
+    let settling: Promise<void> | undefined
+    try {
+      expect(writer.heads[project.id]!.seq).toBe(1)
+      let settled = false
+      settling = settledOn(a, second).then(() => void (settled = true))
+      expect(await untilWaitingOnAdvisory("tollgate_")).toBe(true)
+      expect(settled).toBe(false)
+      const [head] = await query<{ seq: number }>((sql) => sql`SELECT seq FROM chain_heads WHERE project_id = ${project.id}`)
+      expect(Number(head!.seq)).toBe(1)
+    } finally {
+      // Released whatever happened above, so a failing case does not leave the lock and its transaction behind.
+      await run(Deferred.succeed(release, undefined))
+    }
     expect(Exit.isSuccess(await writer.ended)).toBe(true)
     await settling
     expect(await checkChain(project.id)).toBe(2)
