@@ -21,7 +21,8 @@
  *   between its statements (frozen, or cut off with its socket still open, which PostgreSQL would
  *   notice only by TCP keepalive) loses its session and its locks, instead of stalling every other
  *   instance's settlements of those projects.
- * - `tollgate_settle` (0023's function, now `tollgate_settle_chained`) takes them first, then does
+ * - `tollgate_settle` (0023's function, now `tollgate_settle_chained`) takes them first (the locks
+ *   alone, `tollgate_lock_chain_keys`: it checks the heads itself, under their row locks), then does
  *   exactly what it did. A settlement that is not on the locked path waits for the writer and then
  *   checks its heads as before.
  * - `tollgate_settle_lock` (0023's, now `tollgate_settle_lock_rows`) takes them first too, then the
@@ -49,16 +50,26 @@ const chainLockedFirst = (name: string, renamed: string) => [
   `ALTER FUNCTION ${name}(JSONB) RENAME TO ${renamed}`,
   `CREATE FUNCTION ${name}(p_batch JSONB) RETURNS JSONB LANGUAGE plpgsql AS $fn$
 BEGIN
-  PERFORM tollgate_lock_chains(p_batch->'items');
+  PERFORM tollgate_lock_chain_keys(p_batch->'items');
   RETURN ${renamed}(p_batch);
 END
 $fn$`
 ]
 
 const pg = [
-  `CREATE FUNCTION tollgate_lock_chains(p_items JSONB) RETURNS JSONB LANGUAGE plpgsql AS $fn$
+  // The locks alone: what every settlement takes first (the heads it checks itself, under their row locks).
+  `CREATE FUNCTION tollgate_lock_chain_keys(p_items JSONB) RETURNS VOID LANGUAGE plpgsql AS $fn$
 DECLARE
   v_key INTEGER;
+BEGIN
+  FOR v_key IN SELECT DISTINCT hashtext(b.item->>'project_id') FROM jsonb_array_elements(p_items) AS b(item) ORDER BY 1 LOOP
+    PERFORM pg_advisory_xact_lock(${CHAIN_WRITER_LOCK}, v_key);
+  END LOOP;
+END
+$fn$`,
+  // The locked path's first statement: the locks, bounded against a holder gone quiet, and the heads read under them.
+  `CREATE FUNCTION tollgate_lock_chains(p_items JSONB) RETURNS JSONB LANGUAGE plpgsql AS $fn$
+DECLARE
   v_project TEXT;
   v_head RECORD;
   v_chain JSONB := '{}'::JSONB;
@@ -66,9 +77,7 @@ BEGIN
   -- A holder that stops talking (frozen, or cut off from the database without the socket closing)
   -- loses its session, and with it the locks, after this long idle in its transaction.
   PERFORM set_config('idle_in_transaction_session_timeout', '${CHAIN_HOLDER_IDLE_MS}', true);
-  FOR v_key IN SELECT DISTINCT hashtext(b.item->>'project_id') FROM jsonb_array_elements(p_items) AS b(item) ORDER BY 1 LOOP
-    PERFORM pg_advisory_xact_lock(${CHAIN_WRITER_LOCK}, v_key);
-  END LOOP;
+  PERFORM tollgate_lock_chain_keys(p_items);
   FOR v_project IN SELECT DISTINCT b.item->>'project_id' FROM jsonb_array_elements(p_items) AS b(item) LOOP
     SELECT h.seq, h.hash INTO v_head FROM chain_heads h WHERE h.project_id = v_project;
     v_chain := v_chain || jsonb_build_object(v_project, jsonb_build_object('seq', COALESCE(v_head.seq, 0), 'hash', COALESCE(v_head.hash, repeat('0', 64))));

@@ -611,6 +611,16 @@ export const makePgChatStore = Effect.gen(function* () {
       ([row]) => (projectId: string): Head => row!.h[projectId] ?? UNKNOWN_HEAD
     )
 
+  /**
+   * The locked path (docs/decisions/0056): in one transaction — BEGIN, the chains' writer locks and the
+   * heads read under them (`lockChains`), `statement` on the batch sealed on those heads, COMMIT — so
+   * the batch is signed once and cannot find a head moved. Counted in `pgSettleBatches.locked`.
+   */
+  const underChainLocks = <A>(batch: ReadonlyArray<Pending>, statement: (sealed: ReturnType<typeof sealBatch>) => Effect.Effect<A, SqlError.SqlError>, repeatable = true) => {
+    pgSettleBatches.locked++
+    return transact(Effect.flatMap(lockChains(batch), (headOf) => statement(sealBatch(batch, headOf))), repeatable)
+  }
+
   /** `tollgate_turn`'s rows: the reservations' (`o_i` ≥ 0), then the one carrying the settlements' answer (`o_i` = -1). */
   type TurnRow = ReserveRow & { readonly o_i: number; readonly o_settle: SettleAnswer | null }
 
@@ -701,17 +711,12 @@ export const makePgChatStore = Effect.gen(function* () {
    * locks, the settlement, COMMIT); the holds and the budget windows are locked by the settlement
    * alone, so the project's reservations do not wait for the sealing.
    */
-  const settleLocked = (live: ReadonlyArray<Pending>) => {
-    pgSettleBatches.locked++
-    return transact(
-      Effect.gen(function* () {
-        const sealed = sealBatch(live, yield* lockChains(live))
-        const [answer] = yield* sql<{ r: SettleAnswer }>`SELECT tollgate_settle(${JSON.stringify(sealed)}::jsonb) AS r`
-        if (answer!.r.ok === true) yield* assertBatch(sealed)
-        return answer!.r
-      })
+  const settleLocked = (live: ReadonlyArray<Pending>) =>
+    underChainLocks(live, (sealed) =>
+      Effect.flatMap(sql<{ r: SettleAnswer }>`SELECT tollgate_settle(${JSON.stringify(sealed)}::jsonb) AS r`, ([answer]) =>
+        Effect.as(answer!.r.ok === true ? assertBatch(sealed) : Effect.void, answer!.r)
+      )
     )
-  }
 
   /** A head moved between the function's read and its lock (SQLSTATE TG001): everything rolled back. */
   const headMoved = (cause: Cause.Cause<unknown>): boolean =>
@@ -815,16 +820,9 @@ export const makePgChatStore = Effect.gen(function* () {
         sql<TurnRow>`SELECT * FROM tollgate_turn(${pgLockTimeoutMs}, ${JSON.stringify(sealed)}::jsonb, ${JSON.stringify(reserves.map((p) => reserveItem(p.a, p.amount)))}::jsonb)`
       const checked = (sealed: ReturnType<typeof sealBatch>) => (rows: ReadonlyArray<TurnRow>) =>
         carrying(rows)?.o_settle?.ok === true ? assertBatch(sealed) : Effect.void
-      if (locked) pgSettleBatches.locked++
       const [exit, took] = yield* timedExit(
         locked
-          ? transact(
-              Effect.gen(function* () {
-                const sealed = sealBatch(settles, yield* lockChains(settles))
-                return yield* Effect.tap(turn(sealed), checked(sealed))
-              }),
-              false
-            )
+          ? underChainLocks(settles, (sealed) => Effect.tap(turn(sealed), checked(sealed)), false)
           : Effect.suspend(() => {
               const sealed = sealBatch(settles, knownHead)
               return once(turn(sealed), checked(sealed), false)
