@@ -46,7 +46,7 @@ import { fileURLToPath } from "node:url"
 import { request } from "undici"
 import { arg, args, flag, numArg } from "./lib/args.ts"
 import { callersLoad, closedLoad, openLoad, type PhaseResult, type TargetEndpoint } from "./lib/load.ts"
-import { type Child, cpuSplit, freePort, sampleProc, startChild } from "./lib/procs.ts"
+import { type Child, cpuSplit, freePort, sampleProc, sampleProcs, startChild } from "./lib/procs.ts"
 import { f0, f1, f2, median, signed, spread } from "./lib/stats.ts"
 import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { appendHistoryRow, historyRow } from "./lib/history.ts"
@@ -91,7 +91,7 @@ const config = {
   compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-scoped", "tollgate-pg", "tollgate-pg-lb", "tollgate-pg2", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
+const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-scoped", "tollgate-pg", "tollgate-pg-lb", "tollgate-pg2", "tollgate-pg2t", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (config.targets.some((t) => t.endsWith("-b")) && config.compare === undefined) throw new Error("the -b targets run the --compare checkout: name it")
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
@@ -141,6 +141,8 @@ interface Target {
   keys?: ReadonlyArray<string>
   /** Each instance's port, to read its /metrics (the PostgreSQL targets: store round trips and checkouts a call). */
   readonly metricsPorts?: ReadonlyArray<number>
+  /** Every process of the target when it runs several (tollgate-pg2p: one an instance), its own first: its CPU and memory are theirs summed. */
+  readonly pids?: ReadonlyArray<number>
   /** The end user the n-th call names (tollgate-scoped: one of 50), else none. */
   user?: (n: number) => string | undefined
 }
@@ -340,12 +342,13 @@ const readStoreCounters = async (t: Target): Promise<StoreCounters | undefined> 
 const measure = async (t: Target, s: Scenario, round: number): Promise<Measured> => {
   const countersBefore = await readStoreCounters(t)
   const enginesBefore = await sampleEnginesOf(t)
-  const before = sampleProc(t.child.pid)
+  const sample = () => (t.pids === undefined ? sampleProc(t.child.pid) : sampleProcs(t.pids))
+  const before = sample()
   const self = process.cpuUsage()
   const t0 = performance.now()
   const r = await s.run(t, round)
   const wallMs = performance.now() - t0
-  const after = sampleProc(t.child.pid)
+  const after = sample()
   const own = process.cpuUsage(self)
   const cpuMs = after.cpuMs - before.cpuMs
   const split = cpuSplit(t.child.pid, before, after)
@@ -462,14 +465,15 @@ const main = async () => {
     const [c, a] = fromSources
       ? tsxNode(script, targetArgs, join(dir, "bench"), o.nodeFlags ?? [])
       : ([process.execPath, [...startFlags(dir), ...(o.nodeFlags ?? []), bundleTarget(dir, script, name), ...targetArgs]] as const)
-    const child = await startChild<{ port: number; key: string; ports?: ReadonlyArray<number> }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
+    const child = await startChild<{ port: number; key: string; ports?: ReadonlyArray<number>; pids?: ReadonlyArray<number> }>(name, c, a, { cwd: dir, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {
       name,
       child,
       endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
-      idleRssMb: sampleProc(child.pid).rssMb,
-      ...(child.ready.ports === undefined ? {} : { metricsPorts: child.ready.ports })
+      idleRssMb: (child.ready.pids === undefined ? sampleProc(child.pid) : sampleProcs(child.ready.pids)).rssMb,
+      ...(child.ready.ports === undefined ? {} : { metricsPorts: child.ready.ports }),
+      ...(child.ready.pids === undefined || child.ready.pids.length < 2 ? {} : { pids: child.ready.pids })
     }
   }
 
@@ -525,6 +529,8 @@ const main = async () => {
     "tollgate-pg": () => startGoverned("tollgate-pg", "targets/tollgatePg.ts", { extra: pgLanes }),
     "tollgate-pg-lb": () => startGoverned("tollgate-pg-lb", "targets/tollgatePg.ts", { extra: ["--lb", ...pgLanes] }),
     "tollgate-pg2": () => startGoverned("tollgate-pg2", "targets/tollgatePg.ts", { extra: ["--instances", "2", ...pgLanes] }),
+    // The same two instances as worker threads of one process (the shape before docs/decisions/0057).
+    "tollgate-pg2t": () => startGoverned("tollgate-pg2t", "targets/tollgatePg.ts", { extra: ["--instances", "2", "--threads", ...pgLanes] }),
     // The same two instances behind a splice with key affinity: each project's calls on one instance (docs/decisions/0045).
     "tollgate-pg2a": () => startGoverned("tollgate-pg2a", "targets/tollgatePg.ts", { extra: ["--instances", "2", "--affinity", ...pgLanes] }),
     // The PostgreSQL targets of the --compare checkout (an A/B of the scale-out store in one run).
@@ -610,7 +616,7 @@ const main = async () => {
     }
   }
 
-  const finalSamples = Object.fromEntries(targets.map((t) => [t.name, sampleProc(t.child.pid)]))
+  const finalSamples = Object.fromEntries(targets.map((t) => [t.name, t.pids === undefined ? sampleProc(t.child.pid) : sampleProcs(t.pids)]))
   const finished = new Date()
   const loadavgEnd = loadavg().map((x) => Math.round(x * 100) / 100)
 
@@ -707,7 +713,8 @@ const main = async () => {
     "tollgate-scoped": "Tollgate, every call also held in a key budget and an end-user budget (issue 41)",
     "tollgate-pg": "Tollgate on PostgreSQL + Redis, 1 instance",
     "tollgate-pg-lb": "Tollgate on PostgreSQL + Redis, 1 instance behind the bench's TCP balancer (its own process)",
-    "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (threads of one process) behind the TCP balancer (its own process, round robin)",
+    "tollgate-pg2": "Tollgate on PostgreSQL + Redis, 2 instances (each its own process) behind the TCP balancer (its own process, round robin)",
+    "tollgate-pg2t": "Tollgate on PostgreSQL + Redis, 2 instances as threads of one process behind the TCP balancer (round robin)",
     "tollgate-pg2a": "Tollgate on PostgreSQL + Redis, 2 instances with key affinity (a key's connections to one instance)",
     "tollgate-pg-b": `Tollgate on PostgreSQL + Redis, 1 instance, from ${config.compare ?? ""} (A/B)`,
     "tollgate-pg2-b": `Tollgate on PostgreSQL + Redis, 2 instances, from ${config.compare ?? ""} (A/B)`,

@@ -171,6 +171,20 @@ export const sampleProc = (pid: number): ProcSample => {
 }
 
 /**
+ * One sample of a target run as several processes (`pids`, the first the target's own: bench/targets/
+ * tollgatePg.ts `--processes`), read as one process whose threads are all of theirs: CPU summed, the
+ * first's main thread the main one, every other process's threads among the others (so `cpuSplit`'s
+ * busiest other thread is, under load, the second instance's event loop — as with worker threads).
+ */
+export const sampleProcs = (pids: ReadonlyArray<number>): ProcSample => {
+  const samples = pids.map(sampleProc)
+  const threadCpuMs = new Map<number, number>()
+  for (const s of samples) for (const [tid, ms] of s.threadCpuMs) threadCpuMs.set(tid, ms)
+  const sum = (pick: (s: ProcSample) => number) => samples.reduce((n, s) => n + pick(s), 0)
+  return { cpuMs: sum((s) => s.cpuMs), mainCpuMs: samples[0]!.mainCpuMs, threadCpuMs, rssMb: sum((s) => s.rssMb), peakRssMb: sum((s) => s.peakRssMb) }
+}
+
+/**
  * CPU ms between two samples of one process, split three ways (the kernel counts in 10 ms ticks per
  * thread, so a phase needs seconds of CPU before its split per call means anything: read it for the
  * loaded phases, not the one-caller ones): the main thread, the busiest other

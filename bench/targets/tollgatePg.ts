@@ -5,8 +5,11 @@
  * upstream and a default project whose budget and rate limit never bind (as bench/targets/tollgate.ts).
  *
  * `--instances N` (default 1) runs N instances on the one schema and Redis, each with its own pool,
- * epoch, instance id and receipt key: instance 0 on the main thread, the others on worker threads of
- * this process (so the bench's CPU figure, read from this pid, covers all of them), behind a
+ * epoch, instance id and receipt key: instance 0 in this process, the others each in a process of its
+ * own, as a deployment runs them (the ready line's `pids` names them all, and the bench's CPU figure
+ * sums them); with `--threads`, on worker threads of this process instead (one V8 platform — its
+ * garbage collector's helper threads — and one libuv pool shared by the instances, which costs a call
+ * more than separate processes do: docs/decisions/0057), behind a
  * round-robin TCP balancer on one port in its own process (bench/targets/splice.mjs: connection-level,
  * as an L4 load balancer on its own machine, its CPU not counted; with N = 1 none, unless `--lb`); `--lanes N` sets each instance's lanes (TOLLGATE_PG_LANES); `--affinity` sends each connection to the instance owning its first request's key. Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
  * each instance's own, for its /metrics).
@@ -19,6 +22,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { spawn } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { createInterface } from "node:readline"
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads"
 import pg from "pg"
 import { makeSettings } from "../../src/domain/config.ts"
@@ -77,10 +81,16 @@ const startBalancer = (ports: ReadonlyArray<number>, affinity: boolean, fixedPor
     })
   })
 
+const childData = arg("--instance-child")
 if (!isMainThread) {
   const started = await startInstance(workerData as InstanceData)
   parentPort!.postMessage({ port: started.port })
   parentPort!.on("message", () => void started.dispose().finally(() => process.exit(0)))
+} else if (childData !== undefined) {
+  // An instance in a process of its own (the default for N > 1): its port on stdout, stopped by SIGTERM.
+  const started = await startInstance(JSON.parse(childData) as InstanceData)
+  process.stdout.write(JSON.stringify({ port: started.port }) + "\n")
+  process.once("SIGTERM", () => void started.dispose().finally(() => process.exit(0)))
 } else {
   const instances = Number(arg("--instances") ?? "1")
   const dir = mkdtempSync(join(tmpdir(), "tollgate-bench-pg-"))
@@ -109,10 +119,26 @@ if (!isMainThread) {
     self.endsWith(".ts")
       ? new Worker(`import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(self)}) })`, { eval: true, workerData: d })
       : new Worker(new URL(self), { workerData: d })
-  const workers = Array.from({ length: instances - 1 }, (_, i) => spawnWorker(data(i + 1)))
-  const workerPorts = await Promise.all(
-    workers.map((w) => new Promise<number>((resolve, reject) => (w.once("message", (m: { port: number }) => resolve(m.port)), w.once("error", reject))))
-  )
+  // Each further instance a process of its own (as a deployment runs them), or with `--threads` a worker thread of this one.
+  const asProcesses = !process.argv.includes("--threads")
+  const spawnProcess = (d: InstanceData) =>
+    spawn(process.execPath, [...process.execArgv, process.argv[1]!, "--instance-child", JSON.stringify(d)], { stdio: ["ignore", "pipe", "inherit"] })
+  const children = asProcesses ? Array.from({ length: instances - 1 }, (_, i) => spawnProcess(data(i + 1))) : []
+  const workers = asProcesses ? [] : Array.from({ length: instances - 1 }, (_, i) => spawnWorker(data(i + 1)))
+  const workerPorts = await Promise.all([
+    ...workers.map((w) => new Promise<number>((resolve, reject) => (w.once("message", (m: { port: number }) => resolve(m.port)), w.once("error", reject)))),
+    ...children.map(
+      (c) =>
+        new Promise<number>((resolve, reject) => {
+          c.once("error", reject)
+          c.once("exit", (code) => reject(new Error(`an instance process exited (${code}) before it listened`)))
+          // Its log goes to stdout too: the port is the one line that is JSON.
+          createInterface({ input: c.stdout! }).on("line", (line) => {
+            if (line.startsWith("{")) resolve((JSON.parse(line) as { port: number }).port)
+          })
+        })
+    )
+  ])
   const ports = [first.port, ...workerPorts]
   // Several instances, or `--lb`: a TCP balancer in its own process (bench/targets/splice.mjs) in front
   // of them, as in a deployment — its CPU is not the gateway's, and it shares no loop with an instance.
@@ -122,10 +148,10 @@ if (!isMainThread) {
   const balancer = balanced ? await startBalancer(ports, process.argv.includes("--affinity"), arg("--port")) : undefined
   const port = balancer?.port ?? first.port
   // `ports`: each instance's own port, for bench/run.ts to read each one's /metrics (its store round trips).
-  process.stdout.write(JSON.stringify({ ready: true, port, key: first.key, schema, instances: ports.length, ports }) + "\n")
+  process.stdout.write(JSON.stringify({ ready: true, port, key: first.key, schema, instances: ports.length, ports, pids: [process.pid, ...children.map((c) => c.pid!)] }) + "\n")
 
   const stop = () =>
-    void Promise.allSettled([...(balancer === undefined ? [] : [balancer.stop()]), ...workers.map((w) => new Promise((r) => (w.once("exit", r), w.postMessage("stop")))), first.dispose()])
+    void Promise.allSettled([...(balancer === undefined ? [] : [balancer.stop()]), ...workers.map((w) => new Promise((r) => (w.once("exit", r), w.postMessage("stop")))), ...children.map((c) => new Promise((r) => (c.once("exit", r), c.kill("SIGTERM")))), first.dispose()])
       .then(dropSchema)
       .finally(() => {
         rmSync(dir, { recursive: true, force: true })

@@ -6,7 +6,7 @@
  */
 import { spawn } from "node:child_process"
 import { describe, expect, it } from "vitest"
-import { cpuSplit, type ProcSample, sampleProc } from "../../bench/lib/procs.ts"
+import { cpuSplit, type ProcSample, sampleProc, sampleProcs } from "../../bench/lib/procs.ts"
 
 /**
  * A child whose only busy thread is a worker: it spins until the process has used `ms` of CPU (a
@@ -63,6 +63,40 @@ describe("sampleProc", () => {
     const s = sampleProc(2 ** 22 + 12345)
     expect(Number.isNaN(s.cpuMs) && Number.isNaN(s.mainCpuMs)).toBe(true)
   })
+})
+
+/** A child that spins on its main thread until it has used `ms` of CPU, says "done", then sleeps. */
+const spinInMain = (ms: number) =>
+  new Promise<{ pid: number; stop: () => void }>((resolve, reject) => {
+    const script = `while ((process.cpuUsage().user + process.cpuUsage().system) / 1000 < ${ms}) {} console.log("done"); setInterval(() => {}, 1000)`
+    const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] })
+    child.once("error", reject)
+    child.stdout.setEncoding("utf8")
+    child.stdout.on("data", (s: string) => {
+      if (s.includes("done")) resolve({ pid: child.pid!, stop: () => child.kill("SIGKILL") })
+    })
+  })
+
+describe("sampleProcs (a target of several processes: tollgate-pg2's instances)", () => {
+  it("sums the processes' CPU and takes the first's main thread as the main one, the others' threads as other threads", async () => {
+    const idle = await spinInMain(0)
+    const busy = await spinInMain(1000)
+    try {
+      const one = sampleProc(idle.pid)
+      const firstAlone = sampleProcs([idle.pid])
+      const both = sampleProcs([idle.pid, busy.pid])
+      // The second process's spin is in the total, which is at least the two processes' own totals read apart.
+      expect(both.cpuMs).toBeGreaterThanOrEqual(one.cpuMs + 990)
+      // The main thread is the first process's; the second's main thread is among the others, and the busiest of them.
+      expect(both.mainCpuMs).toBe(both.threadCpuMs.get(idle.pid))
+      const split = cpuSplit(idle.pid, firstAlone, both)
+      expect(split.busiestOther).toBeGreaterThanOrEqual(990)
+      expect(both.rssMb).toBeGreaterThan(sampleProc(busy.pid).rssMb)
+    } finally {
+      idle.stop()
+      busy.stop()
+    }
+  }, 30_000)
 })
 
 describe("cpuSplit", () => {
