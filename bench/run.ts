@@ -310,6 +310,7 @@ interface Measured extends PhaseResult {
   readonly reserveBatch: number
   readonly headMovedPerCall: number
   readonly chainLockedPerCall: number
+  readonly requeuedPerCall: number
   readonly shedPerCall: number
   /** The PostgreSQL targets: CPU µs a call of the PostgreSQL and Redis server processes, and PostgreSQL's commits and WAL flushes a call (bench/lib/engines.ts; a shared server: upper bounds). */
   readonly pgCpuUsPerCall: number
@@ -330,7 +331,7 @@ const ADMIN_TOKEN = "bench-admin-token"
 /** The store counters of every instance of a target, summed (from each one's /metrics); undefined when it has none to read. */
 const readStoreCounters = async (t: Target): Promise<StoreCounters | undefined> => {
   if (t.metricsPorts === undefined || t.metricsPorts.length === 0) return undefined
-  const sum: Record<keyof StoreCounters, number> = { roundTrips: 0, checkouts: 0, settleBatches: 0, settlements: 0, reserveBatches: 0, reservations: 0, headMoved: 0, chainLocked: 0, shed: 0 }
+  const sum: Record<keyof StoreCounters, number> = { roundTrips: 0, checkouts: 0, settleBatches: 0, settlements: 0, reserveBatches: 0, reservations: 0, headMoved: 0, chainLocked: 0, requeued: 0, shed: 0 }
   for (const port of t.metricsPorts) {
     const res = await request(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })
     const c = storeCounters(await res.body.text())
@@ -380,6 +381,7 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
     reserveBatch: ratio((c) => c.reservations, (c) => c.reserveBatches),
     headMovedPerCall: perCall((c) => c.headMoved),
     chainLockedPerCall: perCall((c) => c.chainLocked),
+    requeuedPerCall: perCall((c) => c.requeued),
     shedPerCall: perCall((c) => c.shed),
     pgCpuUsPerCall: engine((a, b) => cpuBetween(a.postgres, b.postgres) * 1000),
     redisCpuUsPerCall: engine((a, b) => cpuBetween(a.redis, b.redis) * 1000),
@@ -606,7 +608,7 @@ const main = async () => {
             `  cpu ${f0(m.cpuUsPerReq)} µs/req (main ${f0(m.mainCpuUsPerReq)} at ${f2(m.mainCores)} cores, busiest other thread ${f0(m.busiestOtherCpuUsPerReq)}, rest ${f0(m.restCpuUsPerReq)}), gen ${f2(m.generatorCores)} cores, load ${f1(m.loadavg)}` +
             (m.lagP99Ms !== undefined && m.lagP99Ms > 2 ? `  (generator lag p99 ${f1(m.lagP99Ms)} ms)` : "") +
             (Number.isFinite(m.roundTripsPerCall) ? `  store ${f2(m.roundTripsPerCall)} round trips, ${f2(m.checkoutsPerCall)} checkouts a call` : "") +
-            (Number.isFinite(m.settleBatch) ? `, batches ${f1(m.reserveBatch)} reserve / ${f1(m.settleBatch)} settle, ${f2(m.headMovedPerCall)} heads moved, ${f2(m.chainLockedPerCall)} chain-locked batches, ${f2(m.shedPerCall)} shed a call` : "") +
+            (Number.isFinite(m.settleBatch) ? `, batches ${f1(m.reserveBatch)} reserve / ${f1(m.settleBatch)} settle, ${f2(m.headMovedPerCall)} heads moved, ${f2(m.chainLockedPerCall)} chain-locked batches, ${f2(m.requeuedPerCall)} requeued, ${f2(m.shedPerCall)} shed a call` : "") +
             (Number.isFinite(m.pgCpuUsPerCall)
               ? `; postgres ${f0(m.pgCpuUsPerCall)} µs, redis ${f0(m.redisCpuUsPerCall)} µs (${f2(m.redisCommandsPerCall)} commands), ${f2(m.commitsPerCall)} commits, ${f2(m.walSyncsPerCall)} WAL flushes a call`
               : "")

@@ -141,6 +141,8 @@ export interface StoreCounters {
   readonly headMoved: number
   /** Settlement batches sealed under their chains' writer lock (docs/decisions/0056; NaN on a tree without it). */
   readonly chainLocked: number
+  /** Settlements put back in their lane's queue after their head moved (docs/decisions/0058). */
+  readonly requeued: number
   readonly shed: number
 }
 
@@ -159,6 +161,7 @@ export const storeCounters = (metrics: string): StoreCounters => {
     reservations: read("tollgate_store_batched_reservations_total"),
     headMoved: read("tollgate_store_head_moved_total"),
     chainLocked: read("tollgate_store_chain_locked_total"),
+    requeued: read("tollgate_store_settlements_requeued_total"),
     shed: read("tollgate_store_shed_total")
   }
 }

@@ -89,6 +89,7 @@ const renderStoreRetries = (): string =>
     external("tollgate_store_batch_splits_total", "Batches (of settlements or reservations) the database refused and that were split, each call run alone.", [["", pgSettleBatches.splits]]),
     external("tollgate_store_head_moved_total", "Settlement statements that found a receipt chain head another instance had moved, and sealed their batch again (zero on SQLite).", [["", pgSettleBatches.headMoved]]),
     external("tollgate_store_chain_locked_total", "Settlement batches of a contended project sealed under their chains' writer lock, on the heads read under it (zero on SQLite).", [["", pgSettleBatches.locked]]),
+    external("tollgate_store_settlements_requeued_total", "Settlements put back in their lane's queue once after a chain head they were sealed on had moved, sealed again in the lane's next turn (zero on SQLite).", [["", pgSettleBatches.requeued]]),
     external("tollgate_store_reserve_batches_total", "Reservation statements sent to PostgreSQL that answered, each one transaction (zero on SQLite).", [["", pgReserveBatches.batches]]),
     external("tollgate_store_batched_reservations_total", "Reservations those statements carried: divided by the batches, the mean batch size.", [["", pgReserveBatches.reservations]]),
     external("tollgate_store_turns_total", "Lane turns that carried settlements and reservations in one PostgreSQL statement, one commit (counted in both batch totals too; zero on SQLite).", [["", pgTurns.turns]]),

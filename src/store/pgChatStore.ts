@@ -73,9 +73,10 @@ const RETRY_LIMIT = 10
  * alone: a split hides a failing call from its neighbours, and is logged — a bug's trace when it recurs);
  * and statements that found a chain head another instance had moved (`headMoved`: sealed again, a
  * round trip more — what several instances on one hot project cost, docs/decisions/0046); and
- * batches sealed under their chains' writer lock (`locked`, docs/decisions/0056).
+ * batches sealed under their chains' writer lock (`locked`, docs/decisions/0056); and settlements
+ * put back in their lane's queue after a head moved, to go with its next turn (`requeued`, 0058).
  */
-export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMoved: 0, locked: 0 }
+export const pgSettleBatches = { batches: 0, settlements: 0, splits: 0, headMoved: 0, locked: 0, requeued: 0 }
 
 /** Reservation statements that answered (each one transaction) and the reservations they carried: their ratio is the mean batch. */
 export const pgReserveBatches = { batches: 0, reservations: 0 }
@@ -551,9 +552,10 @@ export const makePgChatStore = Effect.gen(function* () {
    * The receipts are signed here, before the statement, so the statement must know the hash each
    * extends: the head this instance last saw of each project (one lane per project, so an instance's
    * own batches never race for a head). The function checks those heads on the locked rows: when
-   * another instance moved one, nothing is written, the heads it found come back and the batch is
-   * sealed again on them (a second round trip, only then); a head that keeps moving is locked first
-   * (`settleLocked`). A batch is all or nothing: a hold not as the batch knew it (resolved, or not the
+   * another instance moved one, nothing is written, the heads it found come back and the batch goes
+   * back to the front of the lane's queue, sealed again on them in the lane's next turn with whatever
+   * queued meanwhile (0058: once; a batch that comes back a second time is sealed again at once, a
+   * statement of its own); a head that keeps moving is locked first (`settleLocked`). A batch is all or nothing: a hold not as the batch knew it (resolved, or not the
    * hold named) is answered alone and the rest go again; a batch the database refuses for another
    * reason is split, each of its settlements run alone, so one call's failure never fails its
    * neighbours' money.
@@ -563,6 +565,8 @@ export const makePgChatStore = Effect.gen(function* () {
   interface Pending {
     readonly s: SettleArgs
     readonly done: (outcome: Exit.Exit<void>) => void
+    /** Put back once in its lane's queue after a head it was sealed on had moved (`runBatch`): the next time it goes on by rounds. */
+    requeued?: boolean
   }
   interface Lane {
     /** Settlements waiting for the lane's next turn. */
@@ -722,6 +726,13 @@ export const makePgChatStore = Effect.gen(function* () {
   const headMoved = (cause: Cause.Cause<unknown>): boolean =>
     [...Cause.defects(cause)].some((d) => (d as { _tag?: unknown })._tag === "SqlError" && ((d as SqlError.SqlError).cause as { code?: unknown } | undefined)?.code === "TG001")
 
+  /** Settlements put back at the front of their lane's queue, in order, once each (`runBatch`). */
+  const requeued = (lane: Lane, batch: ReadonlyArray<Pending>): void => {
+    pgSettleBatches.requeued += batch.length
+    for (const p of batch) p.requeued = true
+    lane.queue.unshift(...batch)
+  }
+
   /**
    * Settle `batch` (in order); each caller told once how its settlement ended. `answered`: the
    * database's answer to the batch already sent (sealed on this instance's heads) in a lane's turn
@@ -771,6 +782,14 @@ export const makePgChatStore = Effect.gen(function* () {
           // A head this instance knew and another moved (not one it had yet to learn, after a start).
           movedBySomeoneElse(answer.heads.filter((h) => heads.has(h.project_id)).map((h) => h.project_id))
           for (const h of answer.heads) heads.set(h.project_id, { seq: h.seq, hash: h.hash })
+          // The first time: back to the front of the lane's queue, sealed again in its next turn — with
+          // the reservations and settlements that queued meanwhile, one statement for all of them, where
+          // sending them again at once was a statement of their own (docs/decisions/0058). The lane's
+          // next turn starts as soon as this one ends (`drain`); nothing answers them before it commits.
+          if (round === 0 && live.every((p) => p.requeued !== true)) {
+            requeued(lane, live)
+            return
+          }
           // Known and moved again: another instance appends to this chain too; take its lock first.
           if (round > 0) contended = true
           continue

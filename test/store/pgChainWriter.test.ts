@@ -11,7 +11,9 @@
  * - two instances settling one project at once, one of them under the lock, leave one chain in order
  *   and whole books;
  * - a holder that stops between its statements loses its session, and the lock, after
- *   `CHAIN_HOLDER_IDLE_MS` idle in its transaction: the waiting settlement then commits.
+ *   `CHAIN_HOLDER_IDLE_MS` idle in its transaction: the waiting settlement then commits;
+ * - settlements whose head had moved go back to their lane's queue once and go with its next turn,
+ *   in one statement with the reservations that queued meanwhile (docs/decisions/0058).
  *
  * Nothing is asserted on how fast anything runs: the tests wait for what PostgreSQL reports
  * (pg_stat_activity), bounded only so a broken lock fails a test instead of hanging it; the idle-bound
@@ -105,6 +107,25 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
     return { heads: await run(Deferred.await(taken)), ended }
   }
 
+  /**
+   * A new project on two instances — this suite's store (a) and another node on the same schema (b) —
+   * with a's view of the chain head stale: a settled once, then b moved the head. Runs `body`, then
+   * ends b.
+   */
+  const withMovedHead = async (body: (a: Node, b: Node, projectId: string) => Promise<void>) => {
+    const project = await newProject()
+    const other = makePgStoreNode(suite.schema.url, { pgPoolSize: 8, pgLanes: 1, assertInvariants: true })
+    try {
+      const a: Node = { store: suite.store, run }
+      const b: Node = { store: await other.runPromise(ChatStore), run: (e) => other.runPromise(e as never) }
+      await settledOn(a, await reserveOn(a, project.id)())
+      await settledOn(b, await reserveOn(b, project.id)())
+      await body(a, b, project.id)
+    } finally {
+      await other.dispose()
+    }
+  }
+
   it("a settlement waits for the chain's writer lock another transaction holds, and then extends the head as it is", async () => {
     const project = await newProject()
     const a: Node = { store: suite.store, run }
@@ -151,15 +172,10 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
     expect(await checkChain(project.id)).toBe(2)
   }, 30_000)
 
-  it("a contended project's big batch is sealed on the head read under the lock: no head found moved, however stale this instance's view; a turn with reservations commits both", async () => {
-    const project = await newProject()
-    const other = makePgStoreNode(suite.schema.url, { pgPoolSize: 8, pgLanes: 1, assertInvariants: true })
-    try {
-      const a: Node = { store: suite.store, run }
-      const b: Node = { store: await other.runPromise(ChatStore), run: (e) => other.runPromise(e as never) }
-      // a knows the head; b moves it; a's next settlement finds it moved: the project is contended for a.
-      await settledOn(a, await reserveOn(a, project.id)())
-      await settledOn(b, await reserveOn(b, project.id)())
+  it("a contended project's big batch is sealed on the head read under the lock: no head found moved, however stale this instance's view; a turn with reservations commits both", () =>
+    withMovedHead(async (a, b, projectId) => {
+      const project = { id: projectId }
+      // a's next settlement finds the head b moved: the project is contended for a.
       const moved0 = pgSettleBatches.headMoved
       await settledOn(a, await reserveOn(a, project.id)())
       expect(pgSettleBatches.headMoved - moved0).toBe(1)
@@ -190,8 +206,37 @@ describe.runIf(onEngines("test/store/pgChainWriter.test.ts"))("one writer of a p
       const both = await Promise.all([settleTogether(a, again), settleTogether(b, holdsB2)])
       expect(both.flat().every(Exit.isSuccess)).toBe(true)
       expect(await checkChain(project.id, 4 * 10)).toBe(3 + 4 + BIG + 1 + BIG + 1 + BIG + BIG)
-    } finally {
-      await other.dispose()
-    }
-  })
+    }))
+
+  it("settlements that find their head moved go back to the lane's queue once and go with its next turn: the reservations queued meanwhile in the same statement", () =>
+    withMovedHead(async (a, _b, projectId) => {
+      const project = { id: projectId }
+      // a's next settlement is sealed on the head it knows, which b has moved.
+      const stale = await reserveOn(a, project.id)()
+
+      // Another writer holds the chain's lock, so a's turn (the settlement and a reservation) waits in
+      // PostgreSQL while two more reservations queue on a's lane behind it.
+      const release = await run(Deferred.make<void>())
+      const writer = await holdingChain(project.id, () => Deferred.await(release))
+      const [turns, moved, requeued] = [pgTurns.turns, pgSettleBatches.headMoved, pgSettleBatches.requeued]
+      let first: Promise<[Exit.Exit<void>, Exit.Exit<unknown, unknown>]> | undefined
+      let behind: Promise<ReadonlyArray<Exit.Exit<unknown, unknown>>> | undefined
+      try {
+        first = Promise.all([
+          new Promise<Exit.Exit<void>>((resolve) => a.store.settleThen!(settleArgs(stale, 10, 3) as SettleArgs, resolve)),
+          run(Effect.exit(a.store.reserve(reserveArgs(project.id, 10))))
+        ])
+        expect(await untilWaitingOnAdvisory("tollgate_turn")).toBe(true)
+        behind = Promise.all(Array.from({ length: 2 }, () => run(Effect.exit(a.store.reserve(reserveArgs(project.id, 10))))))
+      } finally {
+        await run(Deferred.succeed(release, undefined))
+      }
+      expect(Exit.isSuccess(await writer.ended)).toBe(true)
+      const [settled, reserved] = await first!
+      expect([Exit.isSuccess(settled), Exit.isSuccess(reserved), (await behind!).every(Exit.isSuccess)]).toEqual([true, true, true])
+      // The first turn found the head moved and wrote no receipt; the settlement went back once, and the
+      // lane's next turn carried it with the two reservations: two turns, no statement of its own.
+      expect([pgTurns.turns - turns, pgSettleBatches.headMoved - moved, pgSettleBatches.requeued - requeued]).toEqual([2, 1, 1])
+      expect(await checkChain(project.id, 30)).toBe(3)
+    }), 30_000)
 })
