@@ -141,7 +141,7 @@ interface Target {
   keys?: ReadonlyArray<string>
   /** Each instance's port, to read its /metrics (the PostgreSQL targets: store round trips and checkouts a call). */
   readonly metricsPorts?: ReadonlyArray<number>
-  /** Every process of the target when it runs several (tollgate-pg2p: one an instance), its own first: its CPU and memory are theirs summed. */
+  /** Every process of the target when it names them (tollgate-pg2: one an instance), its own first: its CPU and memory are theirs summed. */
   readonly pids?: ReadonlyArray<number>
   /** The end user the n-th call names (tollgate-scoped: one of 50), else none. */
   user?: (n: number) => string | undefined
@@ -340,16 +340,18 @@ const readStoreCounters = async (t: Target): Promise<StoreCounters | undefined> 
   return sum
 }
 
+/** A target's CPU and memory: all its processes' when it names them (`pids`), else its own process's. */
+const sampleTarget = (t: Target) => sampleProcs(t.pids ?? [t.child.pid])
+
 const measure = async (t: Target, s: Scenario, round: number): Promise<Measured> => {
   const countersBefore = await readStoreCounters(t)
   const enginesBefore = await sampleEnginesOf(t)
-  const sample = () => (t.pids === undefined ? sampleProc(t.child.pid) : sampleProcs(t.pids))
-  const before = sample()
+  const before = sampleTarget(t)
   const self = process.cpuUsage()
   const t0 = performance.now()
   const r = await s.run(t, round)
   const wallMs = performance.now() - t0
-  const after = sample()
+  const after = sampleTarget(t)
   const own = process.cpuUsage(self)
   const cpuMs = after.cpuMs - before.cpuMs
   const split = cpuSplit(t.child.pid, before, after)
@@ -473,9 +475,9 @@ const main = async () => {
       name,
       child,
       endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: `Bearer ${child.ready.key}` } },
-      idleRssMb: (child.ready.pids === undefined ? sampleProc(child.pid) : sampleProcs(child.ready.pids)).rssMb,
+      idleRssMb: sampleProcs(child.ready.pids ?? [child.pid]).rssMb,
       ...(child.ready.ports === undefined ? {} : { metricsPorts: child.ready.ports }),
-      ...(child.ready.pids === undefined || child.ready.pids.length < 2 ? {} : { pids: child.ready.pids })
+      ...(child.ready.pids === undefined ? {} : { pids: child.ready.pids })
     }
   }
 
@@ -618,7 +620,7 @@ const main = async () => {
     }
   }
 
-  const finalSamples = Object.fromEntries(targets.map((t) => [t.name, t.pids === undefined ? sampleProc(t.child.pid) : sampleProcs(t.pids)]))
+  const finalSamples = Object.fromEntries(targets.map((t) => [t.name, sampleTarget(t)]))
   const finished = new Date()
   const loadavgEnd = loadavg().map((x) => Math.round(x * 100) / 100)
 

@@ -172,7 +172,7 @@ export const sampleProc = (pid: number): ProcSample => {
 
 /**
  * One sample of a target run as several processes (`pids`, the first the target's own: bench/targets/
- * tollgatePg.ts `--processes`), read as one process whose threads are all of theirs: CPU summed, the
+ * tollgatePg.ts's instances), read as one process whose threads are all of theirs: CPU summed, the
  * first's main thread the main one, every other process's threads among the others (so `cpuSplit`'s
  * busiest other thread is, under load, the second instance's event loop — as with worker threads).
  */

@@ -11,8 +11,8 @@
  * garbage collector's helper threads — and one libuv pool shared by the instances, which costs a call
  * more than separate processes do: docs/decisions/0057), behind a
  * round-robin TCP balancer on one port in its own process (bench/targets/splice.mjs: connection-level,
- * as an L4 load balancer on its own machine, its CPU not counted; with N = 1 none, unless `--lb`); `--lanes N` sets each instance's lanes (TOLLGATE_PG_LANES); `--affinity` sends each connection to the instance owning its first request's key. Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…]}` (`ports`:
- * each instance's own, for its /metrics).
+ * as an L4 load balancer on its own machine, its CPU not counted; with N = 1 none, unless `--lb`); `--lanes N` sets each instance's lanes (TOLLGATE_PG_LANES); `--affinity` sends each connection to the instance owning its first request's key. Prints one JSON line `{"ready":true,"port":N,"key":"tg_dev_…","schema":…,"ports":[…],"pids":[…]}` (`ports`:
+ * each instance's own, for its /metrics; `pids`: this process and every instance process).
  *
  * Engines: TOLLGATE_BENCH_PG_URL (default postgres://postgres@127.0.0.1:5432/test) and
  * TOLLGATE_BENCH_REDIS_URL (default redis://127.0.0.1:6379); scripts/services.sh starts both.
@@ -125,7 +125,7 @@ if (!isMainThread) {
     spawn(process.execPath, [...process.execArgv, process.argv[1]!, "--instance-child", JSON.stringify(d)], { stdio: ["ignore", "pipe", "inherit"] })
   const children = asProcesses ? Array.from({ length: instances - 1 }, (_, i) => spawnProcess(data(i + 1))) : []
   const workers = asProcesses ? [] : Array.from({ length: instances - 1 }, (_, i) => spawnWorker(data(i + 1)))
-  const workerPorts = await Promise.all([
+  const otherPorts = await Promise.all([
     ...workers.map((w) => new Promise<number>((resolve, reject) => (w.once("message", (m: { port: number }) => resolve(m.port)), w.once("error", reject)))),
     ...children.map(
       (c) =>
@@ -139,7 +139,7 @@ if (!isMainThread) {
         })
     )
   ])
-  const ports = [first.port, ...workerPorts]
+  const ports = [first.port, ...otherPorts]
   // Several instances, or `--lb`: a TCP balancer in its own process (bench/targets/splice.mjs) in front
   // of them, as in a deployment — its CPU is not the gateway's, and it shares no loop with an instance.
   // `--lb` with one instance puts that instance behind the same balancer, so 1 and 2 instances are

@@ -16,7 +16,7 @@
  * - `tollgate_lock_chains(items)`: the batch's projects' locks, in lock-key order (two batches of
  *   several projects take theirs in one order: no cycle), then each head read — under its lock, so no
  *   other settlement can move it until this transaction ends. Answers `{project_id: {seq, hash}}`, a
- *   chain not begun as seq 0 and the genesis hash. The transaction's
+ *   chain not begun as seq 0 and the genesis hash (spec/receipt.ts `GENESIS_HASH`). The transaction's
  *   `idle_in_transaction_session_timeout` is set to `CHAIN_HOLDER_IDLE_MS`: a holder that stops
  *   between its statements (frozen, or cut off with its socket still open, which PostgreSQL would
  *   notice only by TCP keepalive) loses its session and its locks, instead of stalling every other
@@ -34,6 +34,7 @@
  * windows, heads. Reservations, abandonments, the sweep and extensions never take a chain lock, and no
  * transaction asks for one while it holds a row lock, so the new lock makes no cycle.
  */
+import { GENESIS_HASH } from "../../spec/receipt.ts"
 import { statementsByDialect } from "./migrationStatements.ts"
 
 /** The advisory lock class of a project's receipt chain (with the project id's `hashtext`). */
@@ -80,7 +81,7 @@ BEGIN
   PERFORM tollgate_lock_chain_keys(p_items);
   FOR v_project IN SELECT DISTINCT b.item->>'project_id' FROM jsonb_array_elements(p_items) AS b(item) LOOP
     SELECT h.seq, h.hash INTO v_head FROM chain_heads h WHERE h.project_id = v_project;
-    v_chain := v_chain || jsonb_build_object(v_project, jsonb_build_object('seq', COALESCE(v_head.seq, 0), 'hash', COALESCE(v_head.hash, repeat('0', 64))));
+    v_chain := v_chain || jsonb_build_object(v_project, jsonb_build_object('seq', COALESCE(v_head.seq, 0), 'hash', COALESCE(v_head.hash, '${GENESIS_HASH}')));
   END LOOP;
   RETURN v_chain;
 END

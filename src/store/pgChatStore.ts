@@ -555,10 +555,10 @@ export const makePgChatStore = Effect.gen(function* () {
    * another instance moved one, nothing is written, the heads it found come back and the batch goes
    * back to the front of the lane's queue, sealed again on them in the lane's next turn with whatever
    * queued meanwhile (0058: once; a batch that comes back a second time is sealed again at once, a
-   * statement of its own); a head that keeps moving is locked first (`settleLocked`). A batch is all or nothing: a hold not as the batch knew it (resolved, or not the
-   * hold named) is answered alone and the rest go again; a batch the database refuses for another
-   * reason is split, each of its settlements run alone, so one call's failure never fails its
-   * neighbours' money.
+   * statement of its own); a head that keeps moving is locked first (`settleLocked`). A batch is all
+   * or nothing: a hold not as the batch knew it (resolved, or not the hold named) is answered alone
+   * and the rest go again; a batch the database refuses for another reason is split, each of its
+   * settlements run alone, so one call's failure never fails its neighbours' money.
    */
   type Head = { readonly seq: number; readonly hash: string }
   const heads = new Map<string, Head>()
@@ -620,10 +620,11 @@ export const makePgChatStore = Effect.gen(function* () {
    * heads read under them (`lockChains`), `statement` on the batch sealed on those heads, COMMIT — so
    * the batch is signed once and cannot find a head moved. Counted in `pgSettleBatches.locked`.
    */
-  const underChainLocks = <A>(batch: ReadonlyArray<Pending>, statement: (sealed: ReturnType<typeof sealBatch>) => Effect.Effect<A, SqlError.SqlError>, repeatable = true) => {
-    pgSettleBatches.locked++
-    return transact(Effect.flatMap(lockChains(batch), (headOf) => statement(sealBatch(batch, headOf))), repeatable)
-  }
+  const underChainLocks = <A>(batch: ReadonlyArray<Pending>, statement: (sealed: ReturnType<typeof sealBatch>) => Effect.Effect<A, SqlError.SqlError>, repeatable = true) =>
+    Effect.suspend(() => {
+      pgSettleBatches.locked++
+      return transact(Effect.flatMap(lockChains(batch), (headOf) => statement(sealBatch(batch, headOf))), repeatable)
+    })
 
   /** `tollgate_turn`'s rows: the reservations' (`o_i` ≥ 0), then the one carrying the settlements' answer (`o_i` = -1). */
   type TurnRow = ReserveRow & { readonly o_i: number; readonly o_settle: SettleAnswer | null }
@@ -727,7 +728,7 @@ export const makePgChatStore = Effect.gen(function* () {
     [...Cause.defects(cause)].some((d) => (d as { _tag?: unknown })._tag === "SqlError" && ((d as SqlError.SqlError).cause as { code?: unknown } | undefined)?.code === "TG001")
 
   /** Settlements put back at the front of their lane's queue, in order, once each (`runBatch`). */
-  const requeued = (lane: Lane, batch: ReadonlyArray<Pending>): void => {
+  const requeue = (lane: Lane, batch: ReadonlyArray<Pending>): void => {
     pgSettleBatches.requeued += batch.length
     for (const p of batch) p.requeued = true
     lane.queue.unshift(...batch)
@@ -787,7 +788,7 @@ export const makePgChatStore = Effect.gen(function* () {
           // sending them again at once was a statement of their own (docs/decisions/0058). The lane's
           // next turn starts as soon as this one ends (`drain`); nothing answers them before it commits.
           if (round === 0 && live.every((p) => p.requeued !== true)) {
-            requeued(lane, live)
+            requeue(lane, live)
             return
           }
           // Known and moved again: another instance appends to this chain too; take its lock first.
