@@ -1,5 +1,5 @@
 /**
- * `npx tsx bench/profile.ts [--target tollgate|floor] [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory] [--alloc | --survivors]`
+ * `npx tsx bench/profile.ts [--target tollgate|floor|pg] [--instances N] [--duration 10] [--connections 32] [--stream] [--out DIR] [--db memory] [--alloc | --survivors]`
  *
  * Profiles Tollgate's chat path (or, with `--target floor`, the governed floor's, by the same toggles:
  * bench/lib/profilers.ts, so the two compare per call): starts the bench mock upstream and a Tollgate child, warms it up,
@@ -57,7 +57,8 @@ process.once("exit", () => {
 const survivors = flag("--survivors")
 const alloc = flag("--alloc") || survivors
 const target = arg("--target") ?? "tollgate"
-if (target !== "tollgate" && target !== "floor") throw new Error(`--target tollgate|floor, not ${target}`)
+if (target !== "tollgate" && target !== "floor" && target !== "pg") throw new Error(`--target tollgate|floor|pg, not ${target}`)
+const script = { tollgate: "targets/tollgate.ts", floor: "targets/governedFloor.ts", pg: "targets/tollgatePg.ts" }[target]
 const profileFile = join(out, `${target}-${Date.now()}.${alloc ? "heapprofile" : "cpuprofile"}`)
 const tollgate = await startChild<{ port: number; key: string }>(
   "tollgate",
@@ -65,13 +66,15 @@ const tollgate = await startChild<{ port: number; key: string }>(
   [
     "--import",
     "tsx",
-    join(here, target === "floor" ? "targets/governedFloor.ts" : "targets/tollgate.ts"),
+    join(here, script),
     "--upstream",
     `http://127.0.0.1:${mock.ready.port}`,
     alloc ? "--alloc-profile" : "--profile",
     profileFile,
     ...(survivors ? ["--alloc-survivors"] : []),
-    ...(arg("--db") === undefined ? [] : ["--db", arg("--db")!])
+    ...(arg("--db") === undefined ? [] : ["--db", arg("--db")!]),
+    // `--target pg --instances N`: N instances behind the balancer; the profile is instance 0's (this target's own process).
+    ...(arg("--instances") === undefined ? [] : ["--instances", arg("--instances")!])
   ],
   { cwd: root, timeoutMs: 60_000 }
 )
@@ -175,7 +178,7 @@ for (const n of profile.nodes) {
 const show = (title: string, m: Map<string, number>, k: number) => {
   console.log(`\n${title} (measured phase: ${total} busy samples of ${inWindow}, ≈ ${((total * usPerSample) / 1000).toFixed(0)} ms busy)`)
   for (const [name, hits] of [...m].sort((a, b) => b[1] - a[1]).slice(0, k)) {
-    console.log(`${((hits / total) * 100).toFixed(1).padStart(5)}%  ${name}`)
+    console.log(`${((hits / total) * 100).toFixed(1).padStart(5)}%  ${((hits * usPerSample) / Math.max(1, r.ok)).toFixed(1).padStart(6)} µs/req  ${name}`)
   }
 }
 show("self time by package / file", byPkg, 25)

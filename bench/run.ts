@@ -91,7 +91,7 @@ const config = {
   compareArgs: (arg("--compare-args") ?? "").split(" ").filter((f) => f !== ""),
   model: "gpt-4o-mini"
 }
-const KNOWN = ["baseline", "bare", "bare-durable", "effect", "floor", "floor-inline", "tollgate", "tollgate-scoped", "tollgate-pg", "tollgate-pg-lb", "tollgate-pg2", "tollgate-pg2t", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
+const KNOWN = ["baseline", "bare", "bare-durable", "bare-lb", "bare2", "effect", "floor", "floor-inline", "tollgate", "tollgate-scoped", "tollgate-pg", "tollgate-pg-lb", "tollgate-pg2", "tollgate-pg2t", "tollgate-pg2a", "tollgate-pg-b", "tollgate-pg2-b", "portkey"]
 for (const t of config.targets) if (!KNOWN.includes(t)) throw new Error(`unknown target ${t}; known: ${KNOWN.join(", ")}`)
 if (config.targets.some((t) => t.endsWith("-b")) && config.compare === undefined) throw new Error("the -b targets run the --compare checkout: name it")
 if (!config.targets.includes("baseline")) config.targets.unshift("baseline")
@@ -354,7 +354,7 @@ const measure = async (t: Target, s: Scenario, round: number): Promise<Measured>
   const after = sampleTarget(t)
   const own = process.cpuUsage(self)
   const cpuMs = after.cpuMs - before.cpuMs
-  const split = cpuSplit(t.child.pid, before, after)
+  const split = cpuSplit(t.pids?.[0] ?? t.child.pid, before, after)
   const perReq = (ms: number) => (r.ok > 0 ? (ms * 1000) / r.ok : NaN)
   const enginesAfter = enginesBefore === undefined ? undefined : await sampleEnginesOf(t)
   const countersAfter = countersBefore === undefined ? undefined : await readStoreCounters(t)
@@ -443,13 +443,14 @@ const main = async () => {
   /** A pass-through proxy target in front of the mock (it forwards the bench's bearer token). */
   const startProxy = async (name: string, script: string, extra: ReadonlyArray<string> = []): Promise<Target> => {
     const [c, a] = tsxNode(script, ["--upstream", upstream, ...extra])
-    const child = await startChild<{ port: number }>(name, c, a, { cwd: root, timeoutMs: 60_000 })
+    const child = await startChild<{ port: number; pids?: ReadonlyArray<number> }>(name, c, a, { cwd: root, timeoutMs: 60_000 })
     stopAll.push(child.stop)
     return {
       name,
       child,
       endpoint: { name, origin: `http://127.0.0.1:${child.ready.port}`, path: "/v1/chat/completions", headers: { authorization: "Bearer sk-bench" } },
-      idleRssMb: sampleProc(child.pid).rssMb
+      idleRssMb: sampleProcs(child.ready.pids ?? [child.pid]).rssMb,
+      ...(child.ready.pids === undefined ? {} : { pids: child.ready.pids })
     }
   }
 
@@ -519,6 +520,10 @@ const main = async () => {
     }),
     bare: () => startProxy("bare", "targets/bareProxy.ts"),
     "bare-durable": () => startProxy("bare-durable", "targets/bareProxy.ts", ["--durable"]),
+    // The control of issue 40's instance checks: the bare proxy as 1 and as 2 processes behind the same
+    // round-robin balancer as tollgate-pg-lb and tollgate-pg2 (bench/targets/balanced.ts, docs/decisions/0059).
+    "bare-lb": () => startProxy("bare-lb", "targets/balanced.ts", ["--instances", "1", "--script", "targets/bareProxy.ts"]),
+    bare2: () => startProxy("bare2", "targets/balanced.ts", ["--instances", "2", "--script", "targets/bareProxy.ts"]),
     effect: () => startProxy("effect", "targets/effectProxy.ts"),
     floor: () => startGoverned("floor", "targets/governedFloor.ts"),
     "floor-inline": () => startGoverned("floor-inline", "targets/governedFloor.ts", { extra: ["--inline"] }),
@@ -710,6 +715,8 @@ const main = async () => {
     baseline: "baseline (direct to mock)",
     bare: "bare proxy (node:http + undici)",
     "bare-durable": "bare proxy + one synced SQLite commit a call",
+    "bare-lb": "bare proxy, 1 process behind the bench's TCP balancer (issue 40's control)",
+    bare2: "bare proxy, 2 processes behind the TCP balancer (round robin; issue 40's control)",
     effect: "Effect HttpRouter + HttpClient pass-through",
     floor: "governed floor (Tollgate's store worker, no pipeline)",
     "floor-inline": "governed floor, transactions on the event loop",
@@ -816,7 +823,9 @@ const main = async () => {
   const hotIds = [hotId, ...config.curve.map(curveId), "closed"].filter((id, i, xs) => xs.indexOf(id) === i && scenarios.some((s) => s.id === id))
   const at512 = [config.connections === 512 ? "closed" : "closed-512"].find((id) => scenarios.some((s) => s.id === id))
   const governedNames = targets.map((t) => t.name).filter((n) => n.startsWith("tollgate"))
-  const scaleRows = governedNames.map((name) => ({
+  // The control's rows (bare-lb, bare2) are judged with the rest but not shown in the store's tables.
+  const controlNames = targets.map((t) => t.name).filter((n) => n === "bare-lb" || n === "bare2")
+  const figureRows = [...governedNames, ...controlNames].map((name) => ({
     target: name,
     hot16Rps: med(name, hotId, (r) => r.achievedRps),
     hot16CpuUs: med(name, hotId, (r) => r.cpuUsPerReq),
@@ -845,7 +854,8 @@ const main = async () => {
     bestHotRps: Math.max(...hotIds.map((id) => med(name, id, (r) => r.achievedRps)).filter(Number.isFinite)),
     bestHotPhase: hotIds.reduce((best, id) => (med(name, id, (r) => r.achievedRps) > med(name, best, (r) => r.achievedRps) ? id : best), hotIds[0] ?? "")
   }))
-  const scaleVerdicts = judgeScaleOut(scaleRows satisfies ReadonlyArray<ScaleFigures>, portAlone?.governedCallsPerSecond)
+  const scaleVerdicts = judgeScaleOut(figureRows satisfies ReadonlyArray<ScaleFigures>, portAlone?.governedCallsPerSecond)
+  const scaleRows = figureRows.filter((r) => governedNames.includes(r.target))
   const curve = config.curve.map((connections) => ({
     connections,
     phase: curveId(connections),
@@ -898,7 +908,10 @@ const main = async () => {
     }
     if (scaleVerdicts.length > 0) {
       md.push("| target (issue 40) | figure | verdict |", "| --- | ---: | --- |")
-      for (const v of scaleVerdicts) md.push(`| ${v.check} | ${v.value} | ${v.met === undefined ? "not measured" : v.met ? "**met**" : "not met"} |`)
+      for (const v of scaleVerdicts) {
+        const verdict = v.met === undefined ? "not measured" : v.control === true ? `control (${v.met ? "≥ 1×" : "< 1×"})` : v.met ? "**met**" : "not met"
+        md.push(`| ${v.check} | ${v.value} | ${verdict} |`)
+      }
       md.push("")
     }
     if (portAlone !== undefined) {

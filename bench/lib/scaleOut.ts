@@ -11,7 +11,9 @@
  * - 2 instances ≥ 1 instance on 8 projects and on one hot project (the best phase of each), behind a
  *   round-robin balancer (`tollgate-pg2`) and, when it ran, routed by key (`tollgate-pg2a`, the
  *   deployment README recommends for a busy project: docs/decisions/0055);
- * - the store port alone (bench/pgHotProject.ts) ≥ 1,500 governed calls/s on one hot project.
+ * - the store port alone (bench/pgHotProject.ts) ≥ 1,500 governed calls/s on one hot project;
+ * - and, when `bare-lb` and `bare2` ran, the control: the instance checks for the bare Node proxy as 1
+ *   and 2 processes behind the same balancer, which has no store at all (docs/decisions/0059).
  *
  * On a 2-core box that the generator, the mock, PostgreSQL, Redis and every instance share, these
  * figures are about what a call costs, not about how the instances scale (docs/decisions/0045).
@@ -37,6 +39,8 @@ export interface ScaleVerdict {
   readonly value: string
   /** undefined: a figure it needs was not measured. */
   readonly met: boolean | undefined
+  /** A control, not a target: the same check for a server with no store (docs/decisions/0059). */
+  readonly control?: true
 }
 
 export const PG_SHARE_OF_SQLITE = 0.5
@@ -118,6 +122,28 @@ export const judgeScaleOut = (rows: ReadonlyArray<ScaleFigures>, portAlone?: num
       value: `${f0(pg2a.bestHotRps)} / ${f0(one.bestHotRps)} = ${f2(hot)}×`,
       met: judged(hot, (x) => x >= 1)
     })
+  }
+  // The control (docs/decisions/0059): the instance checks for the bare Node proxy, 1 and 2 processes
+  // behind the same balancer — what a second process costs a server with no database, no limiter and no
+  // chain on this box. Beside it, Tollgate's round-robin ratio over the control's: what two instances
+  // cost Tollgate beyond what they cost any process here.
+  const bareOne = byName.get("bare-lb")
+  const bareTwo = byName.get("bare2")
+  if (bareOne !== undefined && bareTwo !== undefined) {
+    const phases = [
+      ["8 projects", (r: ScaleFigures) => r.projectsRps],
+      ["one hot project (best phase of each)", (r: ScaleFigures) => r.bestHotRps]
+    ] as const
+    for (const [phase, rps] of phases) {
+      const ratio = rps(bareTwo) / rps(bareOne)
+      const tollgate = one !== undefined && pg2 !== undefined ? rps(pg2) / rps(one) / ratio : NaN
+      verdicts.push({
+        check: `control, not a target: the bare Node proxy, 2 processes ≥ 1, both behind the balancer, ${phase}`,
+        value: `${f0(rps(bareTwo))} / ${f0(rps(bareOne))} = ${f2(ratio)}×${Number.isFinite(tollgate) ? `; Tollgate's 2-instance ratio over it ${f2(tollgate)}×` : ""}`,
+        met: judged(ratio, (x) => x >= 1),
+        control: true
+      })
+    }
   }
   if (portAlone !== undefined) {
     verdicts.push({

@@ -27,6 +27,7 @@ import { isMainThread, parentPort, Worker, workerData } from "node:worker_thread
 import pg from "pg"
 import { makeSettings } from "../../src/domain/config.ts"
 import { arg } from "../lib/args.ts"
+import { installProfilers } from "../lib/profilers.ts"
 import { benchGateway, startServer } from "./server.ts"
 
 interface InstanceData {
@@ -92,6 +93,8 @@ if (!isMainThread) {
   process.stdout.write(JSON.stringify({ port: started.port }) + "\n")
   process.once("SIGTERM", () => void started.dispose().finally(() => process.exit(0)))
 } else {
+  // `--profile` / `--alloc-profile` (bench/profile.ts --target pg): instance 0's process, bench/lib/profilers.ts.
+  await installProfilers()
   const instances = Number(arg("--instances") ?? "1")
   const dir = mkdtempSync(join(tmpdir(), "tollgate-bench-pg-"))
   const schema = `bench_${Date.now().toString(36)}_${process.pid}`

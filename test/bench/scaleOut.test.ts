@@ -64,6 +64,25 @@ describe("scale-out verdicts (issue 40)", () => {
     })
   })
 
+  it("reports the bare proxy's 1 and 2 processes as a control beside the instance checks, with Tollgate's ratio over it", () => {
+    const v = judgeScaleOut([
+      row("tollgate-pg-lb", { projectsRps: 800, bestHotRps: 1000 }),
+      row("tollgate-pg2", { projectsRps: 720, bestHotRps: 850 }),
+      row("bare-lb", { projectsRps: 2000, bestHotRps: 4000 }),
+      row("bare2", { projectsRps: 1800, bestHotRps: 4000 })
+    ])
+    const controls = v.filter((x) => x.control === true)
+    expect(controls.map((x) => [x.check, x.value, x.met])).toEqual([
+      ["control, not a target: the bare Node proxy, 2 processes ≥ 1, both behind the balancer, 8 projects", "1,800 / 2,000 = 0.90×; Tollgate's 2-instance ratio over it 1.00×", false],
+      ["control, not a target: the bare Node proxy, 2 processes ≥ 1, both behind the balancer, one hot project (best phase of each)", "4,000 / 4,000 = 1.00×; Tollgate's 2-instance ratio over it 0.85×", true]
+    ])
+    // The control never stands in for a target: the instance checks are judged as before.
+    expect(metOf(v.filter((x) => x.control !== true))["2 instances ≥ 1 instance, both behind the balancer, 8 projects"]).toBe(false)
+    // Without the Tollgate pair, the control alone, with no ratio over it.
+    const alone = judgeScaleOut([row("bare-lb", { projectsRps: 100 }), row("bare2", { projectsRps: 101 })])
+    expect(alone.map((x) => x.value)[0]).toBe("101 / 100 = 1.01×")
+  })
+
   it("reads the store counters out of /metrics and the curve out of --curve", () => {
     const text = [
       "# TYPE tollgate_store_round_trips_total counter",
