@@ -12,6 +12,7 @@ import { MAX_BUDGET_CREDITS, MAX_BURST, MAX_REQUESTS_PER_MINUTE } from "../domai
 import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
 import { migrationReserveOnePass } from "./migrationsReserveOnePass.ts"
 import { migrationChainWriter } from "./migrationsChainWriter.ts"
+import { migrationThresholdFastPath } from "./migrationsThresholdFastPath.ts"
 import { migrationLaneTurn } from "./migrationsLaneTurn.ts"
 import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
@@ -686,7 +687,8 @@ export const migrationSteps = {
   "0023_pg_keyed_settle": migrationKeyedSettle,
   "0024_pg_reserve_one_pass": migrationReserveOnePass,
   "0025_pg_lane_turn": migrationLaneTurn,
-  "0026_pg_chain_writer": migrationChainWriter
+  "0026_pg_chain_writer": migrationChainWriter,
+  "0027_pg_threshold_fast_path": migrationThresholdFastPath
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

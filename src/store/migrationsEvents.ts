@@ -106,16 +106,19 @@ BEGIN
 END`
 ]
 
-const pg = [
-  `CREATE FUNCTION tollgate_events_budget_threshold() RETURNS trigger LANGUAGE plpgsql AS $fn$
-BEGIN
-  INSERT INTO events (id, type, project_id, organization, data, cause, created_at)
+/** The project window's threshold events as the PostgreSQL trigger writes them (`NEW`/`OLD`: the updated `budget_windows` row). */
+export const pgBudgetThresholdInsert = `INSERT INTO events (id, type, project_id, organization, data, cause, created_at)
     SELECT 'evt_' || substr(replace(gen_random_uuid()::TEXT, '-', ''), 1, 24), 'budget.threshold_reached', p.id, p.organization,
       json_build_object(${thresholdData("t.v")})::TEXT, ${thresholdCause("t.v")}, ${PG_NOW}
     FROM projects p, LATERAL (SELECT value::BIGINT AS v FROM jsonb_array_elements_text(p.alert_thresholds_percent::JSONB)) t
     WHERE p.id = NEW.project_id AND ${crossed("OLD.spent", "NEW.spent", "t.v", "p.budget_credits")}
     ORDER BY t.v
-    ON CONFLICT DO NOTHING;
+    ON CONFLICT DO NOTHING;`
+
+const pg = [
+  `CREATE FUNCTION tollgate_events_budget_threshold() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  ${pgBudgetThresholdInsert}
   RETURN NULL;
 END
 $fn$`,

@@ -76,17 +76,23 @@ BEGIN
 END`
 ]
 
-const pg = [
-  `CREATE FUNCTION tollgate_events_scope_threshold() RETURNS trigger LANGUAGE plpgsql AS $fn$
-BEGIN
-  INSERT INTO events (id, type, project_id, organization, data, cause, created_at)
+/** The scope (kind, id, project, cap) the updated `scope_windows` row `NEW` is, as PostgreSQL reads it. */
+export const pgScopeOf = scopeOf(pgDialect)
+
+/** A scope window's threshold events as the PostgreSQL trigger writes them (`NEW`/`OLD`: the updated `scope_windows` row). */
+export const pgScopeThresholdInsert = `INSERT INTO events (id, type, project_id, organization, data, cause, created_at)
     SELECT 'evt_' || substr(replace(gen_random_uuid()::TEXT, '-', ''), 1, 24), 'budget.threshold_reached', p.id, p.organization,
       ${data("t.v", "json_build_object")}::TEXT, ${cause("t.v")}, ${PG_NOW}
-    FROM (${scopeOf(pgDialect)}) s JOIN projects p ON p.id = s.project_id,
+    FROM (${pgScopeOf}) s JOIN projects p ON p.id = s.project_id,
       LATERAL (SELECT value::BIGINT AS v FROM jsonb_array_elements_text(p.alert_thresholds_percent::JSONB)) t
     WHERE s.cap IS NOT NULL AND ${crossed("OLD.spent", "NEW.spent", "t.v", "s.cap")}
     ORDER BY t.v
-    ON CONFLICT DO NOTHING;
+    ON CONFLICT DO NOTHING;`
+
+const pg = [
+  `CREATE FUNCTION tollgate_events_scope_threshold() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  ${pgScopeThresholdInsert}
   RETURN NULL;
 END
 $fn$`,

@@ -44,6 +44,18 @@ const runs = fc
     return { cap, thresholds, posts }
   })
 
+/**
+ * Runs that end a post exactly on a threshold from inside the whole percent below it (49.5% → 50%,
+ * 0.9% → 1%, 33.3% → 66.7% past 34%), and one that moves within a whole percent: always tried first,
+ * for PostgreSQL's early exit on an unmoved whole percent (migration 0027) as much as for the rule.
+ */
+const boundaries = [
+  { cap: 200, thresholds: [50], posts: [99, 1] },
+  { cap: 1000, thresholds: [1, 2], posts: [9, 1, 9, 1] },
+  { cap: 3, thresholds: [34], posts: [1, 1] },
+  { cap: 100_000, thresholds: [10], posts: [9_990, 5, 4, 1] }
+]
+
 describe.each(engines)("threshold events on %s", (engine, enabled, numRuns) => {
   let schema: TestSchema | undefined
   afterAll(() => schema?.drop())
@@ -79,7 +91,7 @@ describe.each(engines)("threshold events on %s", (engine, enabled, numRuns) => {
           for (const d of got) expect([d.scope, Number(d.cap), d.period]).toEqual(["project", cap, period])
           expect(new Set(found.map((e) => e.cause)).size).toBe(found.length)
         }),
-        { numRuns }
+        { numRuns, examples: boundaries.map((b) => [b] as [typeof b]) }
       )
     } finally {
       await runtime.dispose()
@@ -123,7 +135,7 @@ describe.each(engines)("threshold events on %s", (engine, enabled, numRuns) => {
           for (const d of got) expect([d.scope, d.scope_id, Number(d.cap), d.period]).toEqual([isKey ? "key" : "end_user", isKey ? key : "ann/ö", cap, period])
           expect(new Set(found.map((e) => e.cause)).size).toBe(found.length)
         }),
-        { numRuns }
+        { numRuns, examples: boundaries.flatMap((b): Array<[typeof b, string]> => [[b, "key"], [b, "end_user override"]]) }
       )
     } finally {
       await runtime.dispose()
