@@ -1,7 +1,7 @@
 /**
  * Migration 0027_pg_threshold_fast_path — the budget-threshold triggers of PostgreSQL (0012's on
  * `budget_windows`, 0018's on `scope_windows`) return at once when the settlement crossed no whole
- * percent of the cap (issue 40; docs/decisions/0059).
+ * percent of the cap (issue 40; docs/decisions/0060).
  *
  * Every settlement batch moves its project's window and its keys' windows, so the triggers fire once a
  * window a batch. Their body was one `INSERT … SELECT` that joined the project, unpacked its thresholds
