@@ -44,9 +44,16 @@ const portOf = (child: ReturnType<typeof spawn>, what: string) =>
 const children = Array.from({ length: instances }, () =>
   spawn(process.execPath, [...process.execArgv, join(here, "..", script), ...argv], { stdio: ["ignore", "pipe", "inherit"] })
 )
-const ports = await Promise.all(children.map((c, i) => portOf(c, `process ${i} of ${script}`)))
+// A process that fails to start takes the others down with it: none is left serving on its own.
+const startedOrStop = <A>(p: Promise<A>, started: ReadonlyArray<ReturnType<typeof spawn>>): Promise<A> =>
+  p.catch((e: unknown) => {
+    for (const c of started) c.kill("SIGKILL")
+    console.error(`balanced.ts: ${e instanceof Error ? e.message : String(e)}`)
+    process.exit(1)
+  })
+const ports = await startedOrStop(Promise.all(children.map((c, i) => portOf(c, `process ${i} of ${script}`))), children)
 const balancer = spawn(process.execPath, [join(here, "splice.mjs"), "--ports", ports.join(",")], { stdio: ["ignore", "pipe", "inherit"] })
-const port = await portOf(balancer, "the balancer")
+const port = await startedOrStop(portOf(balancer, "the balancer"), [...children, balancer])
 process.stdout.write(JSON.stringify({ ready: true, port, ports, pids: children.map((c) => c.pid!) }) + "\n")
 
 const stop = () =>
