@@ -21,6 +21,15 @@ export const DEFAULT_THRESHOLDS: ReadonlyArray<number> = [50, 80, 100]
 export const crossedThresholds = (before: number, after: number, cap: number, thresholds: ReadonlyArray<number>): Array<number> =>
   cap <= 0 ? [] : [...new Set(thresholds)].filter((t) => before * 100 < t * cap && t * cap <= after * 100).sort((a, b) => a - b)
 
+/**
+ * Whether a move of spent from `before` to `after` passed a whole percent of cap `cap`: ⌊after·100/c⌋ >
+ * ⌊before·100/c⌋. Some whole-percent threshold is crossed by the move exactly when this holds (t ≤
+ * after·100/c ⟺ t ≤ ⌊after·100/c⌋, and t > before·100/c ⟺ t ≥ ⌊before·100/c⌋ + 1), so a store may
+ * skip looking at the thresholds when it does not (PostgreSQL's triggers, migration 0027).
+ */
+export const wholePercentPassed = (before: number, after: number, cap: number): boolean =>
+  cap > 0 && Math.floor((after * 100) / cap) > Math.floor((before * 100) / cap)
+
 /** The thresholds a window emits over a run of settlements (spent after each), each once: the union of the crossings. */
 export const emittedOverRun = (spents: ReadonlyArray<number>, cap: number, thresholds: ReadonlyArray<number>): Array<number> => {
   const seen = new Set<number>()

@@ -78,6 +78,12 @@ const TABLES = [
 /** The threshold rule (spec/events.ts `crossedThresholds`) in SQL: percent t of cap c crossed from o to n. */
 export const crossed = (o: string, n: string, t: string, c: string) => `${c} > 0 AND ${n} * 100 >= ${t} * ${c} AND ${o} * 100 < ${t} * ${c}`
 
+/**
+ * spec/events.ts `wholePercentPassed` in SQL, negated: no whole percent of cap c passed from o to n, so
+ * no threshold can have been crossed (integer division is the floor: spent is never negative).
+ */
+export const noWholePercentPassed = (o: string, n: string, c: string) => `${c} IS NULL OR ${c} <= 0 OR (${n} * 100) / ${c} = (${o} * 100) / ${c}`
+
 const thresholdData = (t: string) =>
   `'scope', 'project', 'scope_id', p.id, 'threshold_percent', ${t}, 'cap', p.budget_credits, 'spent', NEW.spent, 'reserved', NEW.reserved, 'period', NEW.period`
 

@@ -10,19 +10,19 @@
  * load put 16–17% of its time under those triggers.
  *
  * A threshold is a whole percent t of the cap c, crossed when spent moves from o to n with
- * o·100 < t·c ≤ n·100 (spec/events.ts `crossedThresholds`, the SQL `crossed`). For whole t that holds
- * for some t exactly when ⌊n·100 / c⌋ > ⌊o·100 / c⌋ (t ≤ n·100/c ⟺ t ≤ ⌊n·100/c⌋, and t > o·100/c ⟺
- * t ≥ ⌊o·100/c⌋ + 1; spent is never negative, so PostgreSQL's integer division is the floor). So each
+ * o·100 < t·c ≤ n·100 (spec/events.ts `crossedThresholds`, the SQL `crossed`); some t is crossed
+ * exactly when a whole percent passed (spec/events.ts `wholePercentPassed`, the SQL
+ * `noWholePercentPassed` negated). So each
  * trigger now reads the cap alone (a primary-key read) and goes on to the same `INSERT` as before only
  * when that whole percent moved: what it writes is unchanged, only the fires that write nothing are
  * cheaper. SQLite's triggers are in-process and untouched.
  */
 import { statementsByDialect } from "./migrationStatements.ts"
-import { pgBudgetThresholdInsert } from "./migrationsEvents.ts"
+import { noWholePercentPassed, pgBudgetThresholdInsert } from "./migrationsEvents.ts"
 import { pgScopeOf, pgScopeThresholdInsert } from "./migrationsScopeThresholds.ts"
 
 /** No whole percent of cap `v_cap` passed between `OLD.spent` and `NEW.spent`: no threshold can have been crossed. */
-const nothingCrossed = "v_cap IS NULL OR v_cap <= 0 OR (NEW.spent * 100) / v_cap = (OLD.spent * 100) / v_cap"
+const nothingCrossed = noWholePercentPassed("OLD.spent", "NEW.spent", "v_cap")
 
 const pg = [
   `CREATE OR REPLACE FUNCTION tollgate_events_budget_threshold() RETURNS trigger LANGUAGE plpgsql AS $fn$
