@@ -52,7 +52,7 @@ import { bundleTarget, startFlags } from "./lib/bundle.ts"
 import { appendHistoryRow, historyRow } from "./lib/history.ts"
 import { judgeTargets, type OverReference, overDurable, overFloor, type TargetFigures } from "./lib/targets.ts"
 import { connectEngines, cpuBetween, type EngineSample, sampleEngines } from "./lib/engines.ts"
-import { curvePoints, judgeScaleOut, type ScaleFigures, type StoreCounters, storeCounters } from "./lib/scaleOut.ts"
+import { CONTROL_TARGETS, curvePoints, judgeScaleOut, type ScaleFigures, type StoreCounters, storeCounters } from "./lib/scaleOut.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const root = resolve(here, "..")
@@ -824,7 +824,7 @@ const main = async () => {
   const at512 = [config.connections === 512 ? "closed" : "closed-512"].find((id) => scenarios.some((s) => s.id === id))
   const governedNames = targets.map((t) => t.name).filter((n) => n.startsWith("tollgate"))
   // The control's rows (bare-lb, bare2) are judged with the rest but not shown in the store's tables.
-  const controlNames = targets.map((t) => t.name).filter((n) => n === "bare-lb" || n === "bare2")
+  const controlNames = targets.map((t) => t.name).filter((n) => (CONTROL_TARGETS as ReadonlyArray<string>).includes(n))
   const figureRows = [...governedNames, ...controlNames].map((name) => ({
     target: name,
     hot16Rps: med(name, hotId, (r) => r.achievedRps),

@@ -5,6 +5,7 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import { appendFileSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
+import { join } from "node:path"
 
 export interface Child<R> {
   readonly name: string
@@ -200,6 +201,20 @@ export const cpuSplit = (pid: number, before: ProcSample, after: ProcSample): { 
   }
   return { main, busiestOther, rest: after.cpuMs - before.cpuMs - main - busiestOther }
 }
+
+/**
+ * bench/targets/splice.mjs — the bench's TCP balancer, in its own process — in front of `ports`
+ * (round robin, or with `affinity` by a connection's first key), on `port` or an ephemeral one. Found
+ * under the working directory's bench/targets, so a bundled target finds it as one run from sources.
+ */
+export const startBalancer = (ports: ReadonlyArray<number>, o: { readonly affinity?: boolean; readonly port?: string } = {}): Promise<Child<{ port: number }>> =>
+  startChild<{ port: number }>("balancer", process.execPath, [
+    join(process.cwd(), "bench", "targets", "splice.mjs"),
+    "--ports",
+    ports.join(","),
+    ...(o.affinity === true ? ["--affinity"] : []),
+    ...(o.port === undefined ? [] : ["--port", o.port])
+  ])
 
 /**
  * A report a bench preload in a child writes to `file` when it gets SIGUSR2 (bench/lib/gcObserver.mjs): sent, then read as soon as the file holds whole JSON.

@@ -43,6 +43,9 @@ export interface ScaleVerdict {
   readonly control?: true
 }
 
+/** The control's targets: the bare proxy as 1 and as 2 processes behind the balancer (bench/run.ts). */
+export const CONTROL_TARGETS = ["bare-lb", "bare2"] as const
+
 export const PG_SHARE_OF_SQLITE = 0.5
 export const PG_CPU_OVER_SQLITE = 2
 export const NO_COLLAPSE_SHARE = 0.9
@@ -127,8 +130,8 @@ export const judgeScaleOut = (rows: ReadonlyArray<ScaleFigures>, portAlone?: num
   // behind the same balancer — what a second process costs a server with no database, no limiter and no
   // chain on this box. Beside it, Tollgate's round-robin ratio over the control's: what two instances
   // cost Tollgate beyond what they cost any process here.
-  const bareOne = byName.get("bare-lb")
-  const bareTwo = byName.get("bare2")
+  const bareOne = byName.get(CONTROL_TARGETS[0])
+  const bareTwo = byName.get(CONTROL_TARGETS[1])
   if (bareOne !== undefined && bareTwo !== undefined) {
     const phases = [
       ["8 projects", (r: ScaleFigures) => r.projectsRps],

@@ -11,10 +11,9 @@
  * Prints one JSON line `{"ready":true,"port":N,"ports":[…],"pids":[…]}` (`pids`: the processes that
  * serve, not this one, which only waits); SIGTERM stops them all.
  */
-import { spawn } from "node:child_process"
 import { dirname, join } from "node:path"
-import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
+import { type Child, startBalancer, startChild } from "../lib/procs.ts"
 
 const here = dirname(fileURLToPath(import.meta.url))
 const argv = process.argv.slice(2)
@@ -31,32 +30,27 @@ if (script === undefined || !Number.isInteger(instances) || instances < 1) {
   process.exit(2)
 }
 
-/** One line of JSON on a child's stdout that names `port`, once it is there. */
-const portOf = (child: ReturnType<typeof spawn>, what: string) =>
-  new Promise<number>((resolve, reject) => {
-    child.once("error", reject)
-    child.once("exit", (code) => reject(new Error(`${what} exited (${code}) before it listened`)))
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      if (line.startsWith("{")) resolve((JSON.parse(line) as { port: number }).port)
-    })
-  })
-
-const children = Array.from({ length: instances }, () =>
-  spawn(process.execPath, [...process.execArgv, join(here, "..", script), ...argv], { stdio: ["ignore", "pipe", "inherit"] })
-)
-// A process that fails to start takes the others down with it: none is left serving on its own.
-const startedOrStop = <A>(p: Promise<A>, started: ReadonlyArray<ReturnType<typeof spawn>>): Promise<A> =>
-  p.catch((e: unknown) => {
-    for (const c of started) c.kill("SIGKILL")
-    console.error(`balanced.ts: ${e instanceof Error ? e.message : String(e)}`)
-    process.exit(1)
-  })
-const ports = await startedOrStop(Promise.all(children.map((c, i) => portOf(c, `process ${i} of ${script}`))), children)
-const balancer = spawn(process.execPath, [join(here, "splice.mjs"), "--ports", ports.join(",")], { stdio: ["ignore", "pipe", "inherit"] })
-const port = await startedOrStop(portOf(balancer, "the balancer"), [...children, balancer])
-process.stdout.write(JSON.stringify({ ready: true, port, ports, pids: children.map((c) => c.pid!) }) + "\n")
-
-const stop = () =>
-  void Promise.allSettled([balancer, ...children].map((c) => new Promise((r) => (c.once("exit", r), c.kill("SIGTERM"))))).finally(() => process.exit(0))
+const started: Array<Child<{ port: number }>> = []
+const stopAll = () => Promise.allSettled(started.map((c) => c.stop()))
+try {
+  // Each process as the bench starts any target (bench/lib/procs.ts startChild: its ready line, a bound
+  // wait, killed if it fails); one that fails takes the others down with it.
+  // All settled before any is judged, so none is still starting when the others are stopped.
+  const settled = await Promise.allSettled(
+    Array.from({ length: instances }, (_, i) => startChild<{ port: number }>(`process ${i} of ${script}`, process.execPath, [...process.execArgv, join(here, "..", script), ...argv]))
+  )
+  for (const r of settled) if (r.status === "fulfilled") started.push(r.value)
+  const failed = settled.find((r) => r.status === "rejected")
+  if (failed !== undefined) throw failed.reason
+  const children = [...started]
+  const balancer = await startBalancer(children.map((c) => c.ready.port))
+  started.push(balancer)
+  process.stdout.write(JSON.stringify({ ready: true, port: balancer.ready.port, ports: children.map((c) => c.ready.port), pids: children.map((c) => c.pid) }) + "\n")
+} catch (e) {
+  await stopAll()
+  console.error(`balanced.ts: ${e instanceof Error ? e.message : String(e)}`)
+  process.exit(1)
+}
+const stop = () => void stopAll().finally(() => process.exit(0))
 process.once("SIGTERM", stop)
 process.once("SIGINT", stop)

@@ -19,14 +19,13 @@
  */
 import { Option, Redacted } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
-import { spawn } from "node:child_process"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { createInterface } from "node:readline"
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads"
 import pg from "pg"
 import { makeSettings } from "../../src/domain/config.ts"
 import { arg } from "../lib/args.ts"
+import { startBalancer, startChild } from "../lib/procs.ts"
 import { installProfilers } from "../lib/profilers.ts"
 import { benchGateway, startServer } from "./server.ts"
 
@@ -66,31 +65,15 @@ const startInstance = async (d: InstanceData) => {
   return startServer(settings)
 }
 
-/** bench/targets/splice.mjs in front of `ports`: its port once it listens, and how to stop it. */
-const startBalancer = (ports: ReadonlyArray<number>, affinity: boolean, fixedPort: string | undefined) =>
-  new Promise<{ readonly port: number; readonly stop: () => Promise<void> }>((resolve, reject) => {
-    // From the checkout the bench started this in (its cwd), whether this runs from sources or bundled.
-    const script = join(process.cwd(), "bench", "targets", "splice.mjs")
-    const child = spawn(process.execPath, [script, "--ports", ports.join(","), ...(affinity ? ["--affinity"] : []), ...(fixedPort === undefined ? [] : ["--port", fixedPort])], {
-      stdio: ["ignore", "pipe", "inherit"]
-    })
-    child.once("error", reject)
-    child.once("exit", (code) => reject(new Error(`the balancer exited (${code}) before it listened`)))
-    child.stdout!.once("data", (line: Buffer) => {
-      const { port } = JSON.parse(line.toString()) as { port: number }
-      resolve({ port, stop: () => new Promise<void>((done) => (child.once("exit", () => done()), child.kill("SIGTERM"))) })
-    })
-  })
-
 const childData = arg("--instance-child")
 if (!isMainThread) {
   const started = await startInstance(workerData as InstanceData)
   parentPort!.postMessage({ port: started.port })
   parentPort!.on("message", () => void started.dispose().finally(() => process.exit(0)))
 } else if (childData !== undefined) {
-  // An instance in a process of its own (the default for N > 1): its port on stdout, stopped by SIGTERM.
+  // An instance in a process of its own (the default for N > 1): its ready line on stdout (bench/lib/procs.ts startChild), stopped by SIGTERM.
   const started = await startInstance(JSON.parse(childData) as InstanceData)
-  process.stdout.write(JSON.stringify({ port: started.port }) + "\n")
+  process.stdout.write(JSON.stringify({ ready: true, port: started.port }) + "\n")
   process.once("SIGTERM", () => void started.dispose().finally(() => process.exit(0)))
 } else {
   // `--profile` / `--alloc-profile` (bench/profile.ts --target pg): instance 0's process, bench/lib/profilers.ts.
@@ -124,37 +107,27 @@ if (!isMainThread) {
       : new Worker(new URL(self), { workerData: d })
   // Each further instance a process of its own (as a deployment runs them), or with `--threads` a worker thread of this one.
   const asProcesses = !process.argv.includes("--threads")
-  const spawnProcess = (d: InstanceData) =>
-    spawn(process.execPath, [...process.execArgv, process.argv[1]!, "--instance-child", JSON.stringify(d)], { stdio: ["ignore", "pipe", "inherit"] })
-  const children = asProcesses ? Array.from({ length: instances - 1 }, (_, i) => spawnProcess(data(i + 1))) : []
+  const startProcess = (d: InstanceData) =>
+    startChild<{ port: number }>(`instance ${d.index}`, process.execPath, [...process.execArgv, process.argv[1]!, "--instance-child", JSON.stringify(d)], { timeoutMs: 60_000 })
   const workers = asProcesses ? [] : Array.from({ length: instances - 1 }, (_, i) => spawnWorker(data(i + 1)))
-  const otherPorts = await Promise.all([
-    ...workers.map((w) => new Promise<number>((resolve, reject) => (w.once("message", (m: { port: number }) => resolve(m.port)), w.once("error", reject)))),
-    ...children.map(
-      (c) =>
-        new Promise<number>((resolve, reject) => {
-          c.once("error", reject)
-          c.once("exit", (code) => reject(new Error(`an instance process exited (${code}) before it listened`)))
-          // Its log goes to stdout too: the port is the one line that is JSON.
-          createInterface({ input: c.stdout! }).on("line", (line) => {
-            if (line.startsWith("{")) resolve((JSON.parse(line) as { port: number }).port)
-          })
-        })
-    )
+  const [children, workerPorts] = await Promise.all([
+    asProcesses ? Promise.all(Array.from({ length: instances - 1 }, (_, i) => startProcess(data(i + 1)))) : Promise.resolve([]),
+    Promise.all(workers.map((w) => new Promise<number>((resolve, reject) => (w.once("message", (m: { port: number }) => resolve(m.port)), w.once("error", reject)))))
   ])
-  const ports = [first.port, ...otherPorts]
+  const ports = [first.port, ...workerPorts, ...children.map((c) => c.ready.port)]
   // Several instances, or `--lb`: a TCP balancer in its own process (bench/targets/splice.mjs) in front
   // of them, as in a deployment — its CPU is not the gateway's, and it shares no loop with an instance.
   // `--lb` with one instance puts that instance behind the same balancer, so 1 and 2 instances are
   // compared through the same hop (docs/decisions/0045).
   const balanced = ports.length > 1 || process.argv.includes("--lb")
-  const balancer = balanced ? await startBalancer(ports, process.argv.includes("--affinity"), arg("--port")) : undefined
-  const port = balancer?.port ?? first.port
+  const fixedPort = arg("--port")
+  const balancer = balanced ? await startBalancer(ports, { affinity: process.argv.includes("--affinity"), ...(fixedPort === undefined ? {} : { port: fixedPort }) }) : undefined
+  const port = balancer?.ready.port ?? first.port
   // `ports`: each instance's own port, for bench/run.ts to read each one's /metrics (its store round trips).
   process.stdout.write(JSON.stringify({ ready: true, port, key: first.key, schema, instances: ports.length, ports, pids: [process.pid, ...children.map((c) => c.pid!)] }) + "\n")
 
   const stop = () =>
-    void Promise.allSettled([...(balancer === undefined ? [] : [balancer.stop()]), ...workers.map((w) => new Promise((r) => (w.once("exit", r), w.postMessage("stop")))), ...children.map((c) => new Promise((r) => (c.once("exit", r), c.kill("SIGTERM")))), first.dispose()])
+    void Promise.allSettled([...(balancer === undefined ? [] : [balancer.stop()]), ...workers.map((w) => new Promise((r) => (w.once("exit", r), w.postMessage("stop")))), ...children.map((c) => c.stop()), first.dispose()])
       .then(dropSchema)
       .finally(() => {
         rmSync(dir, { recursive: true, force: true })
