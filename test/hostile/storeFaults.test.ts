@@ -94,7 +94,11 @@ describe.runIf(onEngines("test/hostile/storeFaults.test.ts (PostgreSQL refusing 
     const first = await Promise.all([...keys.map((k, i) => call(gateway, k, `${label} ${i}`)), during()])
     const answers = first.slice(0, keys.length) as Array<Outcome>
     console.log(`finding 1 (${label}): 40 concurrent calls: ${JSON.stringify(statusCounts(answers.map((o) => o.status)))} in ${(performance.now() - t0).toFixed(0)} ms`)
-    for (const o of answers) expect(o.status === 200 || (o.status === 503 && o.code === "store_unavailable" && o.retryAfter !== null), JSON.stringify(o)).toBe(true)
+    // A 503 is one of the store's two clean refusals, both with Retry-After: the database unreachable
+    // (store_unavailable), or a wait past the lane's bound while connections are re-made
+    // (server_overloaded, docs/decisions/0046) — seen once in a full suite on a loaded 2-core host.
+    const clean503 = (o: Outcome) => o.status === 503 && (o.code === "store_unavailable" || o.code === "server_overloaded") && o.retryAfter !== null
+    for (const o of answers) expect(o.status === 200 || clean503(o), JSON.stringify(o)).toBe(true)
     await sleep(3000)
     const left = stranded(role.readerUrl)
     console.log(`finding 1 (${label}): 3 s later: ${left.held} holds held, ${left.inFlight} keys in flight`)
