@@ -825,6 +825,10 @@ const main = async () => {
   const governedNames = targets.map((t) => t.name).filter((n) => n.startsWith("tollgate"))
   // The control's rows (bare-lb, bare2) are judged with the rest but not shown in the store's tables.
   const controlNames = targets.map((t) => t.name).filter((n) => (CONTROL_TARGETS as ReadonlyArray<string>).includes(n))
+  /** The hot-project phase with the target's best median calls/s. */
+  const bestHot = (name: string) => hotIds.reduce((best, id) => (med(name, id, (r) => r.achievedRps) > med(name, best, (r) => r.achievedRps) ? id : best), hotIds[0] ?? "")
+  /** A phase's calls/s in each round (NaN where it did not run). */
+  const byRound = (name: string, scenario: string) => rounds.map((round) => get(name, scenario, round)?.achievedRps ?? NaN)
   const figureRows = [...governedNames, ...controlNames].map((name) => ({
     target: name,
     hot16Rps: med(name, hotId, (r) => r.achievedRps),
@@ -852,7 +856,10 @@ const main = async () => {
     at512Errors: at512 === undefined ? NaN : results.filter((r) => r.target === name && r.scenario === at512).reduce((n, r) => n + r.errors, 0),
     at512Sent: at512 === undefined ? NaN : results.filter((r) => r.target === name && r.scenario === at512).reduce((n, r) => n + r.sent, 0),
     bestHotRps: Math.max(...hotIds.map((id) => med(name, id, (r) => r.achievedRps)).filter(Number.isFinite)),
-    bestHotPhase: hotIds.reduce((best, id) => (med(name, id, (r) => r.achievedRps) > med(name, best, (r) => r.achievedRps) ? id : best), hotIds[0] ?? "")
+    bestHotPhase: bestHot(name),
+    // Round by round, for the instance checks' paired ratios (bench/lib/scaleOut.ts pairedRatios).
+    projectsRpsByRound: byRound(name, projectsId),
+    bestHotRpsByRound: byRound(name, bestHot(name))
   }))
   const scaleVerdicts = judgeScaleOut(figureRows satisfies ReadonlyArray<ScaleFigures>, portAlone?.governedCallsPerSecond)
   const scaleRows = figureRows.filter((r) => governedNames.includes(r.target))

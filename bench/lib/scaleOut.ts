@@ -10,7 +10,8 @@
  *   judged for each PostgreSQL target (SQLite's reported beside them);
  * - 2 instances ≥ 1 instance on 8 projects and on one hot project (the best phase of each), behind a
  *   round-robin balancer (`tollgate-pg2`) and, when it ran, routed by key (`tollgate-pg2a`, the
- *   deployment README recommends for a busy project: docs/decisions/0055);
+ *   deployment README recommends for a busy project: docs/decisions/0055) — judged on the ratio of the
+ *   medians, with the ratios paired by round beside it (their median and spread: docs/decisions/0061);
  * - the store port alone (bench/pgHotProject.ts) ≥ 1,500 governed calls/s on one hot project;
  * - and, when `bare-lb` and `bare2` ran, the control: the instance checks for the bare Node proxy as 1
  *   and 2 processes behind the same balancer, which has no store at all (docs/decisions/0059).
@@ -18,7 +19,7 @@
  * On a 2-core box that the generator, the mock, PostgreSQL, Redis and every instance share, these
  * figures are about what a call costs, not about how the instances scale (docs/decisions/0045).
  */
-import { f0, f2 } from "./stats.ts"
+import { f0, f2, median } from "./stats.ts"
 
 /** What the scale-out verdicts need of a target's row: each figure a median over rounds, NaN when its phase did not run. */
 export interface ScaleFigures {
@@ -32,6 +33,38 @@ export interface ScaleFigures {
   readonly at512Rps: number
   /** The best successful calls/s of any hot-project phase (16 callers, the curve, the saturating loop). */
   readonly bestHotRps: number
+  /**
+   * The same two figures round by round (index = round − 1, NaN where the phase did not run): the
+   * 8-projects phase, and the phase `bestHotRps` is the median of. The bench runs each phase on every
+   * target one after the other within a round, so a round's two targets met the same box — the
+   * instance checks show their ratio paired by round beside the ratio of the medians.
+   */
+  readonly projectsRpsByRound?: ReadonlyArray<number>
+  readonly bestHotRpsByRound?: ReadonlyArray<number>
+}
+
+/**
+ * Round-paired ratios of `two` over `one` (rounds where both ran): their median, lowest and highest, and
+ * how many. undefined under 2 pairs. What the box's drift between rounds does to a ratio of medians, the
+ * pairs show: a spread that straddles 1× says the run cannot tell the two apart.
+ */
+export const pairedRatios = (
+  two: ReadonlyArray<number> | undefined,
+  one: ReadonlyArray<number> | undefined
+): { readonly median: number; readonly min: number; readonly max: number; readonly n: number } | undefined => {
+  if (two === undefined || one === undefined) return undefined
+  const ratios = two.flatMap((x, i) => {
+    const y = one[i]
+    return y !== undefined && Number.isFinite(x) && Number.isFinite(y) && y > 0 ? [x / y] : []
+  })
+  if (ratios.length < 2) return undefined
+  return { median: median(ratios), min: Math.min(...ratios), max: Math.max(...ratios), n: ratios.length }
+}
+
+/** `; paired by round: median 0.97× [0.90, 1.26] over 5 rounds` — or nothing under 2 paired rounds. */
+const byRound = (two: ReadonlyArray<number> | undefined, one: ReadonlyArray<number> | undefined): string => {
+  const p = pairedRatios(two, one)
+  return p === undefined ? "" : `; paired by round: median ${f2(p.median)}× [${f2(p.min)}, ${f2(p.max)}] over ${p.n} rounds`
 }
 
 export interface ScaleVerdict {
@@ -101,13 +134,13 @@ export const judgeScaleOut = (rows: ReadonlyArray<ScaleFigures>, portAlone?: num
     const projects = pg2.projectsRps / one.projectsRps
     verdicts.push({
       check: `2 instances ≥ ${oneLabel}, 8 projects`,
-      value: `${f0(pg2.projectsRps)} / ${f0(one.projectsRps)} = ${f2(projects)}×`,
+      value: `${f0(pg2.projectsRps)} / ${f0(one.projectsRps)} = ${f2(projects)}×${byRound(pg2.projectsRpsByRound, one.projectsRpsByRound)}`,
       met: judged(projects, (x) => x >= 1)
     })
     const hot = pg2.bestHotRps / one.bestHotRps
     verdicts.push({
       check: `2 instances ≥ ${oneLabel}, one hot project (best phase of each)`,
-      value: `${f0(pg2.bestHotRps)} / ${f0(one.bestHotRps)} = ${f2(hot)}×`,
+      value: `${f0(pg2.bestHotRps)} / ${f0(one.bestHotRps)} = ${f2(hot)}×${byRound(pg2.bestHotRpsByRound, one.bestHotRpsByRound)}`,
       met: judged(hot, (x) => x >= 1)
     })
   }
@@ -116,13 +149,13 @@ export const judgeScaleOut = (rows: ReadonlyArray<ScaleFigures>, portAlone?: num
     const projects = pg2a.projectsRps / one.projectsRps
     verdicts.push({
       check: `2 instances with key affinity ≥ ${oneLabel}, 8 projects`,
-      value: `${f0(pg2a.projectsRps)} / ${f0(one.projectsRps)} = ${f2(projects)}×`,
+      value: `${f0(pg2a.projectsRps)} / ${f0(one.projectsRps)} = ${f2(projects)}×${byRound(pg2a.projectsRpsByRound, one.projectsRpsByRound)}`,
       met: judged(projects, (x) => x >= 1)
     })
     const hot = pg2a.bestHotRps / one.bestHotRps
     verdicts.push({
       check: `2 instances with key affinity ≥ ${oneLabel}, one hot project (best phase of each)`,
-      value: `${f0(pg2a.bestHotRps)} / ${f0(one.bestHotRps)} = ${f2(hot)}×`,
+      value: `${f0(pg2a.bestHotRps)} / ${f0(one.bestHotRps)} = ${f2(hot)}×${byRound(pg2a.bestHotRpsByRound, one.bestHotRpsByRound)}`,
       met: judged(hot, (x) => x >= 1)
     })
   }

@@ -1,6 +1,6 @@
 /** Issue 40's verdicts for the scale-out store (bench/lib/scaleOut.ts): each judged on one run's figures, bounds included. */
 import { describe, expect, it } from "vitest"
-import { curvePoints, judgeScaleOut, type ScaleFigures, storeCounters } from "../../bench/lib/scaleOut.ts"
+import { curvePoints, judgeScaleOut, pairedRatios, type ScaleFigures, storeCounters } from "../../bench/lib/scaleOut.ts"
 
 const row = (target: string, o: Partial<ScaleFigures> = {}): ScaleFigures => ({
   target,
@@ -81,6 +81,23 @@ describe("scale-out verdicts (issue 40)", () => {
     // Without the Tollgate pair, the control alone, with no ratio over it.
     const alone = judgeScaleOut([row("bare-lb", { projectsRps: 100 }), row("bare2", { projectsRps: 101 })])
     expect(alone.map((x) => x.value)[0]).toBe("101 / 100 = 1.01×")
+  })
+
+  it("shows the instance checks' ratios paired by round beside the ratio of the medians, which alone is judged", () => {
+    // Round by round, two instances at 0.90×, 1.10×, 1.10× of one; the medians 450 / 500 = 0.90×.
+    const one = row("tollgate-pg-lb", { projectsRps: 500, bestHotRps: 500, projectsRpsByRound: [500, 600, 400], bestHotRpsByRound: [500, 600, 400] })
+    const two = row("tollgate-pg2", { projectsRps: 450, bestHotRps: 450, projectsRpsByRound: [450, 660, 440], bestHotRpsByRound: [450, 660, 440] })
+    const v = judgeScaleOut([one, two])
+    const projects = v.find((x) => x.check === "2 instances ≥ 1 instance, both behind the balancer, 8 projects")
+    expect(projects?.value).toBe("450 / 500 = 0.90×; paired by round: median 1.10× [0.90, 1.10] over 3 rounds")
+    // The pairs are information: the verdict is still the ratio of the medians, as issue 40 judged it.
+    expect(projects?.met).toBe(false)
+    expect(v.find((x) => x.check.endsWith("one hot project (best phase of each)"))?.value).toContain("median 1.10× [0.90, 1.10] over 3 rounds")
+    // Pairs are by round: a round where either did not run is left out, and under two pairs none is shown.
+    expect(pairedRatios([450, Number.NaN, 440], [500, 600, 400])).toEqual({ median: (0.9 + 1.1) / 2, min: 0.9, max: 1.1, n: 2 })
+    expect(pairedRatios([450, 660], [500, Number.NaN])).toBeUndefined()
+    expect(pairedRatios([450], [500])).toBeUndefined()
+    expect(judgeScaleOut([row("tollgate-pg"), row("tollgate-pg2")]).map((x) => x.value).join(" ")).not.toContain("paired")
   })
 
   it("reads the store counters out of /metrics and the curve out of --curve", () => {
