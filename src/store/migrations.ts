@@ -13,6 +13,7 @@ import { migrationBoundedWaits } from "./migrationsBoundedWaits.ts"
 import { migrationReserveOnePass } from "./migrationsReserveOnePass.ts"
 import { migrationChainWriter } from "./migrationsChainWriter.ts"
 import { migrationThresholdFastPath } from "./migrationsThresholdFastPath.ts"
+import { migrationReserveCapOnce } from "./migrationsReserveCapOnce.ts"
 import { migrationLaneTurn } from "./migrationsLaneTurn.ts"
 import { migrationScopes } from "./migrationsScopes.ts"
 import { migrationScopeThresholds } from "./migrationsScopeThresholds.ts"
@@ -688,7 +689,8 @@ export const migrationSteps = {
   "0024_pg_reserve_one_pass": migrationReserveOnePass,
   "0025_pg_lane_turn": migrationLaneTurn,
   "0026_pg_chain_writer": migrationChainWriter,
-  "0027_pg_threshold_fast_path": migrationThresholdFastPath
+  "0027_pg_threshold_fast_path": migrationThresholdFastPath,
+  "0028_pg_reserve_cap_once": migrationReserveCapOnce
 }
 
 export const migrations = Migrator.fromRecord(migrationSteps)

@@ -15,7 +15,7 @@
  * 2. per (project, period), in that order: the window locked once (`FOR UPDATE`, opened when absent —
  *    only once a reservation of it is sized), each reservation's guard `spent + reserved + amount ≤ cap`
  *    decided on the locked row's figures and the batch's earlier holds (the cap read for each, as the
- *    guarded UPDATE read it), then its key and end-user holds (the same guarded upserts, immediate, all
+ *    guarded UPDATE read it; migration 0028 reads it once a window, `reserveManyFunction("window")`), then its key and end-user holds (the same guarded upserts, immediate, all
  *    or none), its request and hold rows; the window written ONCE with the batch's holds;
  * 3. a refused or unsized reservation answers the figures it was judged on (the window's, with the
  *    batch's earlier holds, and its scopes'), and its claim is released.
@@ -28,37 +28,15 @@ import { statementsByDialect } from "./migrationStatements.ts"
 import { FIGURES } from "./migrationsScopes.ts"
 import { endUserCapSql, keyCapSql, scopeHoldSql } from "./scopeSql.ts"
 
-const pg = [
-  // One idempotency claim (migration 0008's three rounds): NULL when this call won the key, else the
-  // live claim it met. A claim expired in place is taken over.
-  `CREATE FUNCTION tollgate_claim(v JSONB) RETURNS idempotency LANGUAGE plpgsql AS $fn$
-DECLARE
-  v_round INTEGER;
-  v_live idempotency;
-BEGIN
-  FOR v_round IN 1..3 LOOP
-    INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
-      VALUES (v->>'c_project', v->>'c_environment', v->>'c_key', v->>'c_fingerprint', v->>'r_id', 'in_flight', (v->>'now')::BIGINT,
-        (v->>'h_deadline')::BIGINT, (v->>'epoch')::BIGINT)
-      ON CONFLICT DO NOTHING;
-    IF FOUND THEN RETURN NULL; END IF;
-    DELETE FROM idempotency i WHERE i.project_id = v->>'c_project' AND i.environment = v->>'c_environment' AND i.key = v->>'c_key'
-      AND i.expires_at <= (v->>'now')::BIGINT;
-    IF FOUND THEN
-      INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
-        VALUES (v->>'c_project', v->>'c_environment', v->>'c_key', v->>'c_fingerprint', v->>'r_id', 'in_flight', (v->>'now')::BIGINT,
-          (v->>'h_deadline')::BIGINT, (v->>'epoch')::BIGINT)
-        ON CONFLICT DO NOTHING;
-      IF FOUND THEN RETURN NULL; END IF;
-    END IF;
-    SELECT i.* INTO v_live FROM idempotency i
-      WHERE i.project_id = v->>'c_project' AND i.environment = v->>'c_environment' AND i.key = v->>'c_key' AND i.expires_at > (v->>'now')::BIGINT;
-    IF FOUND THEN RETURN v_live; END IF;
-  END LOOP;
-  RAISE EXCEPTION 'idempotency key %: claim neither won nor found after 3 rounds', v->>'c_key';
-END
-$fn$`,
-  `CREATE OR REPLACE FUNCTION tollgate_reserve_many(p_batch JSONB)
+/** The project's cap, as `tollgate_reserve_many` reads it into `v_cap`. */
+const CAP_READ = "    SELECT p.budget_credits INTO v_cap FROM projects p WHERE p.id = v_project;\n"
+
+/**
+ * `tollgate_reserve_many`'s text: the cap read for each reservation (`each`, this migration's), or once
+ * for each (project, period) of the batch, when its window's turn comes (`window`, migration 0028).
+ */
+export const reserveManyFunction = (capRead: "each" | "window"): string =>
+`CREATE OR REPLACE FUNCTION tollgate_reserve_many(p_batch JSONB)
   RETURNS TABLE (o_i INTEGER, ${FIGURES})
   LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -126,13 +104,12 @@ BEGIN
       v_period := v->>'h_period';
       v_locked := FALSE;
       v_held := 0;
-    END IF;
+${capRead === "window" ? `  ${CAP_READ}` : ""}    END IF;
     v_amount := (v->>'amount')::BIGINT;
     v_scope := NULL;
     v_key := CASE WHEN v->>'h_key' IS NULL THEN NULL ELSE 'key:' || (v->>'h_key') END;
     v_eu := CASE WHEN v->>'h_end_user' IS NULL THEN NULL ELSE 'end_user:' || v_project || '/' || (v->>'h_end_user') END;
-    SELECT p.budget_credits INTO v_cap FROM projects p WHERE p.id = v_project;
-    IF v_amount IS NOT NULL AND NOT v_locked THEN
+${capRead === "each" ? CAP_READ : ""}    IF v_amount IS NOT NULL AND NOT v_locked THEN
       SELECT w.spent, w.reserved INTO v_spent, v_reserved FROM budget_windows w WHERE w.project_id = v_project AND w.period = v_period FOR UPDATE;
       IF NOT FOUND THEN
         -- The window did not exist yet (first hold of the period): open it.
@@ -195,7 +172,39 @@ BEGIN
     UPDATE budget_windows w SET reserved = w.reserved + v_held WHERE w.project_id = v_project AND w.period = v_period;
   END IF;
 END
+$fn$`
+
+const pg = [
+  // One idempotency claim (migration 0008's three rounds): NULL when this call won the key, else the
+  // live claim it met. A claim expired in place is taken over.
+  `CREATE FUNCTION tollgate_claim(v JSONB) RETURNS idempotency LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_round INTEGER;
+  v_live idempotency;
+BEGIN
+  FOR v_round IN 1..3 LOOP
+    INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
+      VALUES (v->>'c_project', v->>'c_environment', v->>'c_key', v->>'c_fingerprint', v->>'r_id', 'in_flight', (v->>'now')::BIGINT,
+        (v->>'h_deadline')::BIGINT, (v->>'epoch')::BIGINT)
+      ON CONFLICT DO NOTHING;
+    IF FOUND THEN RETURN NULL; END IF;
+    DELETE FROM idempotency i WHERE i.project_id = v->>'c_project' AND i.environment = v->>'c_environment' AND i.key = v->>'c_key'
+      AND i.expires_at <= (v->>'now')::BIGINT;
+    IF FOUND THEN
+      INSERT INTO idempotency (project_id, environment, key, fingerprint, request_id, state, created_at, expires_at, epoch)
+        VALUES (v->>'c_project', v->>'c_environment', v->>'c_key', v->>'c_fingerprint', v->>'r_id', 'in_flight', (v->>'now')::BIGINT,
+          (v->>'h_deadline')::BIGINT, (v->>'epoch')::BIGINT)
+        ON CONFLICT DO NOTHING;
+      IF FOUND THEN RETURN NULL; END IF;
+    END IF;
+    SELECT i.* INTO v_live FROM idempotency i
+      WHERE i.project_id = v->>'c_project' AND i.environment = v->>'c_environment' AND i.key = v->>'c_key' AND i.expires_at > (v->>'now')::BIGINT;
+    IF FOUND THEN RETURN v_live; END IF;
+  END LOOP;
+  RAISE EXCEPTION 'idempotency key %: claim neither won nor found after 3 rounds', v->>'c_key';
+END
 $fn$`,
+  reserveManyFunction("each"),
   `DROP FUNCTION tollgate_reserve(BIGINT, BIGINT, INTEGER, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, TEXT, BIGINT, TEXT, TEXT, BIGINT,
      TEXT, TEXT, TEXT, TEXT, BIGINT, BIGINT, TEXT, TEXT)`
 ]

@@ -5,7 +5,7 @@
  * migration 0008 (src/store/migrations.ts), called in its own implicit transaction: one round trip,
  * its return its commit (docs/decisions/0043). What keeps the guarantees when instances race (READ COMMITTED):
  *
- * - reserve (`tollgate_reserve_many`, migration 0024): the idempotency claim is one INSERT … ON
+ * - reserve (`tollgate_reserve_many`, migrations 0024 and 0028): the idempotency claim is one INSERT … ON
  *   CONFLICT DO NOTHING on the primary key (a racing claim waits for the first to commit or roll back,
  *   then loses or wins), every claim of a batch before any window is locked; the hold's guard
  *   `spent + reserved + amount ≤ cap` is decided on the window row locked FOR UPDATE (its latest

@@ -127,6 +127,22 @@ describe.runIf(onEngines("test/store/pgLaneTurn.test.ts"))("a lane's turn on Pos
     await query((sql) => sql`DROP TRIGGER slow_turn ON budget_windows`)
   })
 
+  it("a statement's reservations of several projects are each judged on their own project's cap (migration 0028: the cap read once a window)", async () => {
+    // Two roomy projects and two tight ones; the batch walks them in project-id order, so whichever
+    // comes first, a cap carried over from one window to the next would hold a tight project's 50 or
+    // refuse a roomy one's.
+    const roomy = [await newProject(1_000), await newProject(1_000)]
+    const tight = [await newProject(40), await newProject(40)]
+    const batches = pgReserveBatches.batches
+    const reserves = [...roomy, ...tight].map((p) => run(Effect.exit(suite.store.reserve(reserveArgs(p.id, 50)))))
+    const exits = await Promise.all(reserves)
+    expect(pgReserveBatches.batches - batches).toBe(1)
+    const outcome = (e: (typeof exits)[number]) => (Exit.isSuccess(e) ? "held" : Cause.failureOption(e.cause).pipe((f) => (f._tag === "Some" ? f.value._tag : "died")))
+    expect(exits.map(outcome)).toEqual(["held", "held", "OverBudget", "OverBudget"])
+    for (const p of roomy) expect(await window(p.id)).toEqual({ spent: 0, reserved: 50 })
+    for (const p of tight) expect(await window(p.id)).toEqual({ spent: 0, reserved: 0 })
+  })
+
   it("an idle lane's calls that arrive in one pass of the event loop go in one statement, not the first alone", async () => {
     const project = await newProject(1_000_000)
     await run(suite.store.reserve(reserveArgs(project.id, 1))) // the window's row exists
