@@ -825,42 +825,52 @@ const main = async () => {
   const governedNames = targets.map((t) => t.name).filter((n) => n.startsWith("tollgate"))
   // The control's rows (bare-lb, bare2) are judged with the rest but not shown in the store's tables.
   const controlNames = targets.map((t) => t.name).filter((n) => (CONTROL_TARGETS as ReadonlyArray<string>).includes(n))
-  /** The hot-project phase with the target's best median calls/s. */
-  const bestHot = (name: string) => hotIds.reduce((best, id) => (med(name, id, (r) => r.achievedRps) > med(name, best, (r) => r.achievedRps) ? id : best), hotIds[0] ?? "")
+  /** The hot-project phase with the target's best median calls/s, and that median (NaN, and the first phase, when none ran). */
+  const bestHot = (name: string): { readonly phase: string; readonly rps: number } =>
+    hotIds.reduce<{ phase: string; rps: number }>(
+      (best, id) => {
+        const rps = med(name, id, (r) => r.achievedRps)
+        return Number.isFinite(rps) && !(rps <= best.rps) ? { phase: id, rps } : best
+      },
+      { phase: hotIds[0] ?? "", rps: Number.NaN }
+    )
   /** A phase's calls/s in each round (NaN where it did not run). */
-  const byRound = (name: string, scenario: string) => rounds.map((round) => get(name, scenario, round)?.achievedRps ?? NaN)
-  const figureRows = [...governedNames, ...controlNames].map((name) => ({
-    target: name,
-    hot16Rps: med(name, hotId, (r) => r.achievedRps),
-    hot16CpuUs: med(name, hotId, (r) => r.cpuUsPerReq),
-    hot16P50: med(name, hotId, (r) => r.latencyMs.p50),
-    hot16RoundTrips: med(name, hotId, (r) => r.roundTripsPerCall),
-    hot16Checkouts: med(name, hotId, (r) => r.checkoutsPerCall),
-    hot16Engines: {
-      pgCpuUs: med(name, hotId, (r) => r.pgCpuUsPerCall),
-      redisCpuUs: med(name, hotId, (r) => r.redisCpuUsPerCall),
-      commits: med(name, hotId, (r) => r.commitsPerCall),
-      walSyncs: med(name, hotId, (r) => r.walSyncsPerCall)
-    },
-    projectsEngines: {
-      pgCpuUs: med(name, projectsId, (r) => r.pgCpuUsPerCall),
-      redisCpuUs: med(name, projectsId, (r) => r.redisCpuUsPerCall),
-      commits: med(name, projectsId, (r) => r.commitsPerCall),
-      walSyncs: med(name, projectsId, (r) => r.walSyncsPerCall)
-    },
-    projectsRps: med(name, projectsId, (r) => r.achievedRps),
-    projectsCpuUs: med(name, projectsId, (r) => r.cpuUsPerReq),
-    projectsRoundTrips: med(name, projectsId, (r) => r.roundTripsPerCall),
-    at512Rps: at512 === undefined ? NaN : med(name, at512, (r) => r.achievedRps),
-    at512CpuUs: at512 === undefined ? NaN : med(name, at512, (r) => r.cpuUsPerReq),
-    at512Errors: at512 === undefined ? NaN : results.filter((r) => r.target === name && r.scenario === at512).reduce((n, r) => n + r.errors, 0),
-    at512Sent: at512 === undefined ? NaN : results.filter((r) => r.target === name && r.scenario === at512).reduce((n, r) => n + r.sent, 0),
-    bestHotRps: Math.max(...hotIds.map((id) => med(name, id, (r) => r.achievedRps)).filter(Number.isFinite)),
-    bestHotPhase: bestHot(name),
-    // Round by round, for the instance checks' paired ratios (bench/lib/scaleOut.ts pairedRatios).
-    projectsRpsByRound: byRound(name, projectsId),
-    bestHotRpsByRound: byRound(name, bestHot(name))
-  }))
+  const rpsPerRound = (name: string, scenario: string) => rounds.map((round) => get(name, scenario, round)?.achievedRps ?? NaN)
+  const figureRows = [...governedNames, ...controlNames].map((name) => {
+    const best = bestHot(name)
+    return {
+      target: name,
+      bestHotRps: best.rps,
+      bestHotPhase: best.phase,
+      // Round by round, for the instance checks' paired ratios (bench/lib/scaleOut.ts pairedRatios).
+      bestHotRpsByRound: rpsPerRound(name, best.phase),
+      hot16Rps: med(name, hotId, (r) => r.achievedRps),
+      hot16CpuUs: med(name, hotId, (r) => r.cpuUsPerReq),
+      hot16P50: med(name, hotId, (r) => r.latencyMs.p50),
+      hot16RoundTrips: med(name, hotId, (r) => r.roundTripsPerCall),
+      hot16Checkouts: med(name, hotId, (r) => r.checkoutsPerCall),
+      hot16Engines: {
+        pgCpuUs: med(name, hotId, (r) => r.pgCpuUsPerCall),
+        redisCpuUs: med(name, hotId, (r) => r.redisCpuUsPerCall),
+        commits: med(name, hotId, (r) => r.commitsPerCall),
+        walSyncs: med(name, hotId, (r) => r.walSyncsPerCall)
+      },
+      projectsEngines: {
+        pgCpuUs: med(name, projectsId, (r) => r.pgCpuUsPerCall),
+        redisCpuUs: med(name, projectsId, (r) => r.redisCpuUsPerCall),
+        commits: med(name, projectsId, (r) => r.commitsPerCall),
+        walSyncs: med(name, projectsId, (r) => r.walSyncsPerCall)
+      },
+      projectsRps: med(name, projectsId, (r) => r.achievedRps),
+      projectsCpuUs: med(name, projectsId, (r) => r.cpuUsPerReq),
+      projectsRoundTrips: med(name, projectsId, (r) => r.roundTripsPerCall),
+      at512Rps: at512 === undefined ? NaN : med(name, at512, (r) => r.achievedRps),
+      at512CpuUs: at512 === undefined ? NaN : med(name, at512, (r) => r.cpuUsPerReq),
+      at512Errors: at512 === undefined ? NaN : results.filter((r) => r.target === name && r.scenario === at512).reduce((n, r) => n + r.errors, 0),
+      at512Sent: at512 === undefined ? NaN : results.filter((r) => r.target === name && r.scenario === at512).reduce((n, r) => n + r.sent, 0),
+      projectsRpsByRound: rpsPerRound(name, projectsId)
+    }
+  })
   const scaleVerdicts = judgeScaleOut(figureRows satisfies ReadonlyArray<ScaleFigures>, portAlone?.governedCallsPerSecond)
   const scaleRows = figureRows.filter((r) => governedNames.includes(r.target))
   const curve = config.curve.map((connections) => ({
